@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs mlaserve's build, run and test dependencies from Debian 12's packages.
+# Does nothing when everything is already there.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config git
+          nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev
+          libgtest-dev libgmock-dev python3 python3-numpy)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+# The tokenizer reference test installs its npm packages itself; it needs node and npm.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,46 @@
+// A persistent pool of worker threads with static partitioning: parallel_for splits [0, n)
+// into one contiguous range per thread. The calling thread takes part as worker 0.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mlaserve {
+
+class ThreadPool {
+ public:
+  // fn(begin, end, worker_index) processes items [begin, end).
+  using RangeFn = std::function<void(int64_t begin, int64_t end, int worker)>;
+
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // Runs fn over [0, n) in contiguous chunks, at most one per thread; returns when all finish.
+  // Chunks are aligned to `grain` items (except the last) so kernels can work in whole blocks.
+  void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
+
+ private:
+  void worker_loop(int worker);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_, work_done_;
+  const RangeFn* task_ = nullptr;
+  int64_t task_items_ = 0, task_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+};
+
+// The process-wide pool used by kernels; sized once by set_num_threads (default: all cores).
+ThreadPool& thread_pool();
+void set_num_threads(int n_threads);
+
+}  // namespace mlaserve

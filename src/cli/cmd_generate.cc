@@ -1,0 +1,71 @@
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "tokenizer/chat_template.h"
+
+namespace mlaserve {
+
+void add_generate_command(CLI::App& app) {
+  struct Options {
+    std::string model_dir, prompt, ids;
+    int64_t max_new_tokens = 32;
+    SamplingParams sampling;
+    uint64_t seed = 0;
+    bool chat = false, ignore_eos = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("generate", "stream generated text to stdout");
+  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  auto* prompt = cmd->add_option("--prompt", options->prompt, "prompt text");
+  auto* ids = cmd->add_option("--ids", options->ids, "prompt as comma-separated token ids");
+  prompt->excludes(ids);
+  cmd->add_option("-n,--max-new-tokens", options->max_new_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", options->sampling.temperature, "0: greedy")->capture_default_str();
+  cmd->add_option("--top-k", options->sampling.top_k, "0: no limit")->capture_default_str();
+  cmd->add_option("--top-p", options->sampling.top_p, "nucleus probability")->capture_default_str();
+  cmd->add_option("--min-p", options->sampling.min_p, "minimum probability relative to the best")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
+  cmd->add_flag("--chat", options->chat, "wrap the prompt in the model's chat template");
+  cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
+  cmd->callback([options] {
+    MLA_CHECK(!options->prompt.empty() || !options->ids.empty(), "generate needs --prompt or --ids");
+    MLA_CHECK(options->max_new_tokens > 0, "--max-new-tokens must be positive");
+    auto model = DeepseekV3Model::load(options->model_dir);
+    auto tokenizer = Tokenizer::load(options->model_dir);
+    GenerateRequest request;
+    if (!options->ids.empty()) {
+      request.prompt = parse_id_list(options->ids);
+    } else if (options->chat) {
+      const std::string text = apply_chat_template(chat_format_of(*tokenizer), {{"user", options->prompt}}, true);
+      request.prompt = tokenizer->encode(text);
+    } else {
+      if (tokenizer->add_bos()) request.prompt.push_back(*tokenizer->bos_id());
+      const auto encoded = tokenizer->encode(options->prompt);
+      request.prompt.insert(request.prompt.end(), encoded.begin(), encoded.end());
+    }
+    request.max_new_tokens = options->max_new_tokens;
+    request.sampling = options->sampling;
+    request.seed = options->seed;
+    if (!options->ignore_eos && tokenizer->eos_id()) request.stop_token_ids.push_back(*tokenizer->eos_id());
+    TextStreamer streamer(*tokenizer);
+    const GenerateStats stats = generate(*model, request, [&](int32_t token) {
+      const std::string text = streamer.push(token);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    const std::string rest = streamer.finish();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fflush(stdout);
+    const int64_t decode_steps = std::max<int64_t>(0, stats.decode_tokens - 1);  // first token comes from prefill
+    spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", stats.prefill_tokens,
+                 double(stats.prefill_tokens) / stats.prefill_seconds, stats.decode_tokens,
+                 decode_steps > 0 ? double(decode_steps) / stats.decode_seconds : 0.0);
+  });
+}
+
+}  // namespace mlaserve

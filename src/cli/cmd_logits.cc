@@ -1,0 +1,60 @@
+#include <charconv>
+
+#include "base/error.h"
+#include "base/npy.h"
+#include "cli/commands.h"
+#include "model/deepseek_v3.h"
+
+namespace mlaserve {
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    int32_t value = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    MLA_CHECK(!item.empty() && error == std::errc() && end == item.data() + item.size(),
+              "'{}' is not a token id (in '{}')", item, text);
+    ids.push_back(value);
+    start = comma + 1;
+  }
+  return ids;
+}
+
+void add_logits_command(CLI::App& app) {
+  struct Options {
+    std::string model_dir, ids, out, mla_path = "auto";
+    int64_t chunk = 0;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("logits", "write float32 logits [tokens, vocab] of one sequence as .npy");
+  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--ids", options->ids, "comma-separated token ids")->required();
+  cmd->add_option("--out", options->out, "output .npy file")->required();
+  cmd->add_option("--chunk", options->chunk, "feed the sequence in chunks of N tokens (1: decode path); 0: all at once");
+  cmd->add_option("--mla-path", options->mla_path, "auto | expanded | absorbed")->capture_default_str();
+  cmd->callback([options] {
+    const std::vector<int32_t> ids = parse_id_list(options->ids);
+    const MlaPath path = options->mla_path == "expanded"   ? MlaPath::Expanded
+                         : options->mla_path == "absorbed" ? MlaPath::Absorbed
+                         : options->mla_path == "auto"     ? MlaPath::Auto
+                                                           : (fail("unknown --mla-path '{}'", options->mla_path), MlaPath::Auto);
+    auto model = DeepseekV3Model::load(options->model_dir);
+    const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
+    MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,
+              model->config().max_position_embeddings);
+    SequenceCache cache(model->config(), n);
+    std::vector<float> logits(size_t(n * vocab));
+    const int64_t chunk = options->chunk > 0 ? options->chunk : n;
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t count = std::min(chunk, n - start);
+      model->forward(std::span(ids).subspan(size_t(start), size_t(count)), start, cache.view(), true,
+                     logits.data() + start * vocab, path);
+    }
+    write_npy_f32(options->out, logits.data(), {n, vocab});
+  });
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,18 @@
+// Subcommands of the mlaserve binary. Each registers its options and callback on the app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlaserve {
+
+void add_make_model_command(CLI::App& app);
+void add_logits_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+
+// "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
+std::vector<int32_t> parse_id_list(const std::string& text);
+
+}  // namespace mlaserve

@@ -1,0 +1,68 @@
+// A weight matrix [rows = out_features, cols = in_features] kept in its stored format: the
+// kernels dequantize on the fly, so a 4-bit checkpoint costs ~4 bits a weight of memory.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "io/safetensors.h"
+
+namespace mlaserve {
+
+enum class WeightFormat {
+  F32,
+  F16,
+  BF16,
+  Fp8Block,   // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
+  Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
+};
+
+const char* weight_format_name(WeightFormat format);
+
+struct LinearWeight {
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0;  // out_features
+  int64_t cols = 0;  // in_features
+  // F32/F16/BF16/Fp8Block: [rows, cols] of the element type; Int4Group: int32 [rows, cols / 8],
+  // element c of a row in bits 4*(c%8) of word c/8, stored as q + 8 (q in [-8, 7]).
+  const void* data = nullptr;
+  const float* block_scale = nullptr;  // Fp8Block: [ceil(rows/block_rows), ceil(cols/block_cols)]
+  int64_t block_rows = 128, block_cols = 128;
+  const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
+  int64_t group_size = 32;
+
+  size_t bytes() const;  // stored bytes, scales included
+};
+
+// Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each
+// against what the config implies; owns the few small tensors it had to convert.
+class WeightLoader {
+ public:
+  WeightLoader(Checkpoint& checkpoint, const ModelConfig& config)
+      : checkpoint_(checkpoint), config_(config) {}
+
+  // prefix.weight (dense or FP8 with prefix.weight_scale_inv) or prefix.weight_packed (INT4).
+  LinearWeight linear(const std::string& prefix, int64_t rows, int64_t cols);
+  // A dense matrix (embeddings) that must not be quantized.
+  LinearWeight dense(const std::string& name, int64_t rows, int64_t cols);
+  // A 1-D float vector (norm weights, biases), converted to f32.
+  const float* vector(const std::string& name, int64_t size);
+  bool contains(const std::string& name) const { return checkpoint_.contains(name); }
+
+ private:
+  const TensorInfo& expect(const std::string& name, const std::vector<int64_t>& shape);
+  const float* to_f32(const TensorInfo& tensor);
+  // The tensor's bytes in place when aligned to `alignment`, else an aligned owned copy
+  // (safetensors does not require writers to align the data).
+  const void* aligned(const TensorInfo& tensor, size_t alignment);
+  LinearWeight fp8(const std::string& prefix, const TensorInfo& weight, int64_t rows, int64_t cols);
+  LinearWeight int4(const std::string& prefix, int64_t rows, int64_t cols);
+
+  Checkpoint& checkpoint_;
+  const ModelConfig& config_;
+  std::deque<std::vector<float>> owned_;
+};
+
+}  // namespace mlaserve

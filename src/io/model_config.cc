@@ -1,0 +1,247 @@
+#include "io/model_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/mmap_file.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+
+// Typed accessors: a present key of the wrong type is an error naming the key.
+const json* find_key(const json& config, const char* key) {
+  auto found = config.find(key);
+  return found == config.end() || found->is_null() ? nullptr : &*found;
+}
+
+int64_t get_int(const json& config, const char* key, std::optional<int64_t> fallback = {}) {
+  const json* value = find_key(config, key);
+  if (!value) {
+    MLA_CHECK(fallback.has_value(), "config.json: required key '{}' is missing", key);
+    return *fallback;
+  }
+  MLA_CHECK(value->is_number_integer(), "config.json: '{}' must be an integer, got {}", key,
+            value->dump());
+  return value->get<int64_t>();
+}
+
+double get_double(const json& config, const char* key, double fallback) {
+  const json* value = find_key(config, key);
+  if (!value) return fallback;
+  MLA_CHECK(value->is_number(), "config.json: '{}' must be a number, got {}", key, value->dump());
+  return value->get<double>();
+}
+
+bool get_bool(const json& config, const char* key, bool fallback) {
+  const json* value = find_key(config, key);
+  if (!value) return fallback;
+  MLA_CHECK(value->is_boolean(), "config.json: '{}' must be true or false, got {}", key,
+            value->dump());
+  return value->get<bool>();
+}
+
+std::string get_string(const json& config, const char* key, const std::string& fallback) {
+  const json* value = find_key(config, key);
+  if (!value) return fallback;
+  MLA_CHECK(value->is_string(), "config.json: '{}' must be a string, got {}", key, value->dump());
+  return value->get<std::string>();
+}
+
+std::optional<int64_t> get_optional_token(const json& config, const char* key) {
+  const json* value = find_key(config, key);
+  if (!value) return std::nullopt;
+  if (value->is_array() && !value->empty()) return (*value)[0].get<int64_t>();  // first of a list
+  return get_int(config, key);
+}
+
+YarnScaling parse_rope_scaling(const json& scaling) {
+  MLA_CHECK(scaling.is_object(), "config.json: 'rope_scaling' must be an object");
+  const std::string type = get_string(scaling, "type", get_string(scaling, "rope_type", ""));
+  MLA_CHECK(type == "yarn", "config.json: rope_scaling.type '{}' is not supported (only 'yarn')",
+            type);
+  YarnScaling yarn;
+  yarn.factor = get_double(scaling, "factor", 1.0);
+  yarn.original_max_position_embeddings = get_int(scaling, "original_max_position_embeddings", 4096);
+  yarn.beta_fast = get_double(scaling, "beta_fast", 32.0);
+  yarn.beta_slow = get_double(scaling, "beta_slow", 1.0);
+  yarn.mscale = get_double(scaling, "mscale", 1.0);
+  yarn.mscale_all_dim = get_double(scaling, "mscale_all_dim", 0.0);
+  MLA_CHECK(yarn.factor > 0, "config.json: rope_scaling.factor must be positive");
+  return yarn;
+}
+
+void parse_quantization(const json& quant, ModelConfig& config) {
+  const std::string method = get_string(quant, "quant_method", "");
+  if (method == "fp8") {
+    const std::string format = get_string(quant, "fmt", "e4m3");
+    MLA_CHECK(format == "e4m3", "config.json: quantization_config.fmt '{}' is not supported", format);
+    config.quant = WeightQuant::Fp8Block;
+    if (const json* block = find_key(quant, "weight_block_size")) {
+      MLA_CHECK(block->is_array() && block->size() == 2 && (*block)[0].is_number_integer() &&
+                    (*block)[1].is_number_integer() && (*block)[0].get<int64_t>() > 0 &&
+                    (*block)[1].get<int64_t>() > 0,
+                "config.json: quantization_config.weight_block_size must be two positive ints");
+      config.fp8_block_out = (*block)[0].get<int64_t>();
+      config.fp8_block_in = (*block)[1].get<int64_t>();
+    }
+    return;
+  }
+  MLA_CHECK(method == "compressed-tensors",
+            "config.json: quantization_config.quant_method '{}' is not supported "
+            "(fp8, compressed-tensors)", method);
+  const std::string format = get_string(quant, "format", "");
+  MLA_CHECK(format == "pack-quantized",
+            "config.json: quantization_config.format '{}' is not supported (pack-quantized)", format);
+  const json* groups = find_key(quant, "config_groups");
+  MLA_CHECK(groups && groups->is_object() && !groups->empty(),
+            "config.json: quantization_config.config_groups is missing");
+  for (const auto& [group_name, group] : groups->items()) {
+    const json* weights = find_key(group, "weights");
+    MLA_CHECK(weights, "config.json: config_groups.{}.weights is missing", group_name);
+    MLA_CHECK(get_int(*weights, "num_bits") == 4 && get_string(*weights, "type", "int") == "int" &&
+                  get_bool(*weights, "symmetric", true) &&
+                  get_string(*weights, "strategy", "group") == "group",
+              "config.json: config_groups.{}.weights must be 4-bit symmetric int, group strategy",
+              group_name);
+    config.int4_group_size = get_int(*weights, "group_size", 32);
+    MLA_CHECK(config.int4_group_size > 0 && config.int4_group_size % 8 == 0,
+              "config.json: config_groups.{}.weights.group_size {} must be a positive multiple of 8",
+              group_name, config.int4_group_size);
+  }
+  config.quant = WeightQuant::Int4Group;
+}
+
+void parse_routing(const json& json_config, ModelConfig& config) {
+  const std::string scoring = get_string(json_config, "scoring_func", "sigmoid");
+  if (scoring == "sigmoid")
+    config.scoring_func = ScoringFunc::Sigmoid;
+  else if (scoring == "softmax")
+    config.scoring_func = ScoringFunc::Softmax;
+  else
+    fail("config.json: scoring_func '{}' is not supported (sigmoid, softmax)", scoring);
+  const std::string method = get_string(json_config, "topk_method", "noaux_tc");
+  if (method == "noaux_tc")
+    config.topk_method = TopkMethod::NoAuxTc;
+  else if (method == "greedy")
+    config.topk_method = TopkMethod::Greedy;
+  else if (method == "group_limited_greedy")
+    config.topk_method = TopkMethod::GroupLimitedGreedy;
+  else
+    fail("config.json: topk_method '{}' is not supported (noaux_tc, greedy, group_limited_greedy)",
+         method);
+}
+
+void validate(const ModelConfig& config, const json& json_config) {
+  auto positive = [](int64_t value, const char* key) {
+    MLA_CHECK(value > 0, "config.json: '{}' must be positive, got {}", key, value);
+  };
+  positive(config.vocab_size, "vocab_size");
+  positive(config.hidden_size, "hidden_size");
+  positive(config.num_hidden_layers, "num_hidden_layers");
+  positive(config.num_attention_heads, "num_attention_heads");
+  positive(config.kv_lora_rank, "kv_lora_rank");
+  positive(config.qk_nope_head_dim, "qk_nope_head_dim");
+  positive(config.v_head_dim, "v_head_dim");
+  MLA_CHECK(config.qk_rope_head_dim > 0 && config.qk_rope_head_dim % 2 == 0,
+            "config.json: 'qk_rope_head_dim' must be positive and even, got {}",
+            config.qk_rope_head_dim);
+  if (config.q_lora_rank) positive(*config.q_lora_rank, "q_lora_rank");
+  if (config.first_k_dense_replace > 0) positive(config.intermediate_size, "intermediate_size");
+  if (config.first_k_dense_replace < config.num_hidden_layers) {
+    positive(config.moe_intermediate_size, "moe_intermediate_size");
+    positive(config.n_routed_experts, "n_routed_experts");
+    positive(config.num_experts_per_tok, "num_experts_per_tok");
+    positive(config.n_group, "n_group");
+    MLA_CHECK(config.n_routed_experts % config.n_group == 0,
+              "config.json: n_routed_experts {} is not divisible by n_group {}",
+              config.n_routed_experts, config.n_group);
+    MLA_CHECK(config.topk_group >= 1 && config.topk_group <= config.n_group,
+              "config.json: topk_group {} must be in [1, n_group={}]", config.topk_group,
+              config.n_group);
+    MLA_CHECK(config.num_experts_per_tok <=
+                  config.n_routed_experts / config.n_group * config.topk_group,
+              "config.json: num_experts_per_tok {} exceeds the experts in topk_group groups",
+              config.num_experts_per_tok);
+  }
+  MLA_CHECK(get_int(json_config, "moe_layer_freq", 1) == 1,
+            "config.json: moe_layer_freq other than 1 is not supported");
+  MLA_CHECK(get_string(json_config, "hidden_act", "silu") == "silu",
+            "config.json: hidden_act '{}' is not supported (silu)",
+            get_string(json_config, "hidden_act", ""));
+  MLA_CHECK(!get_bool(json_config, "attention_bias", false),
+            "config.json: attention_bias true is not supported");
+  MLA_CHECK(config.rms_norm_eps > 0, "config.json: 'rms_norm_eps' must be positive");
+}
+
+}  // namespace
+
+double yarn_get_mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+double ModelConfig::softmax_scale() const {
+  double scale = 1.0 / std::sqrt(double(qk_head_dim()));
+  if (rope_scaling && rope_scaling->mscale_all_dim != 0.0) {
+    const double mscale = yarn_get_mscale(rope_scaling->factor, rope_scaling->mscale_all_dim);
+    scale *= mscale * mscale;
+  }
+  return scale;
+}
+
+ModelConfig parse_model_config(const json& json_config) {
+  MLA_CHECK(json_config.is_object(), "config.json: not a JSON object");
+  ModelConfig config;
+  config.model_type = get_string(json_config, "model_type", "");
+  MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2",
+            "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2)",
+            config.model_type);
+  config.vocab_size = get_int(json_config, "vocab_size");
+  config.hidden_size = get_int(json_config, "hidden_size");
+  config.intermediate_size = get_int(json_config, "intermediate_size", 0);
+  config.moe_intermediate_size = get_int(json_config, "moe_intermediate_size", 0);
+  config.num_hidden_layers = get_int(json_config, "num_hidden_layers");
+  config.num_nextn_predict_layers = get_int(json_config, "num_nextn_predict_layers", 0);
+  config.num_attention_heads = get_int(json_config, "num_attention_heads");
+  if (find_key(json_config, "q_lora_rank")) config.q_lora_rank = get_int(json_config, "q_lora_rank");
+  config.kv_lora_rank = get_int(json_config, "kv_lora_rank");
+  config.qk_nope_head_dim = get_int(json_config, "qk_nope_head_dim");
+  config.qk_rope_head_dim = get_int(json_config, "qk_rope_head_dim");
+  config.v_head_dim = get_int(json_config, "v_head_dim");
+  config.n_routed_experts = get_int(json_config, "n_routed_experts", 0);
+  config.n_shared_experts = get_int(json_config, "n_shared_experts", 0);
+  config.num_experts_per_tok = get_int(json_config, "num_experts_per_tok", 0);
+  config.n_group = get_int(json_config, "n_group", 1);
+  config.topk_group = get_int(json_config, "topk_group", 1);
+  config.first_k_dense_replace = get_int(json_config, "first_k_dense_replace", 0);
+  config.norm_topk_prob = get_bool(json_config, "norm_topk_prob", true);
+  config.routed_scaling_factor = get_double(json_config, "routed_scaling_factor", 1.0);
+  parse_routing(json_config, config);
+  config.rope_theta = get_double(json_config, "rope_theta", 10000.0);
+  if (const json* scaling = find_key(json_config, "rope_scaling"))
+    config.rope_scaling = parse_rope_scaling(*scaling);
+  config.rms_norm_eps = get_double(json_config, "rms_norm_eps", 1e-6);
+  config.tie_word_embeddings = get_bool(json_config, "tie_word_embeddings", false);
+  config.max_position_embeddings = get_int(json_config, "max_position_embeddings", 4096);
+  config.bos_token_id = get_optional_token(json_config, "bos_token_id");
+  config.eos_token_id = get_optional_token(json_config, "eos_token_id");
+  if (const json* quant = find_key(json_config, "quantization_config")) parse_quantization(*quant, config);
+  validate(config, json_config);
+  return config;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  json config;
+  try {
+    config = json::parse(read_text_file(path));
+  } catch (const json::exception& e) {
+    fail("'{}': not valid JSON: {}", path, e.what());
+  }
+  return parse_model_config(config);
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,69 @@
+// config.json -> ModelConfig for DeepseekV3ForCausalLM (model_type deepseek_v3 and kimi_k2).
+// Field names are Hugging Face's config keys; each comment says what the key changes.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace mlaserve {
+
+enum class ScoringFunc { Sigmoid, Softmax };
+enum class TopkMethod { NoAuxTc, Greedy, GroupLimitedGreedy };
+enum class WeightQuant { None, Fp8Block, Int4Group };
+
+struct YarnScaling {
+  double factor = 1.0;                            // context extension factor s
+  int64_t original_max_position_embeddings = 4096;  // pre-extension context length
+  double beta_fast = 32.0;                        // ramp bound (rotations) for extrapolation
+  double beta_slow = 1.0;                         // ramp bound (rotations) for interpolation
+  double mscale = 1.0;                            // attention factor numerator
+  double mscale_all_dim = 0.0;                    // attention factor denominator and softmax scale
+};
+
+struct ModelConfig {
+  std::string model_type;           // deepseek_v3 | kimi_k2
+  int64_t vocab_size = 0;           // rows of embed_tokens and lm_head
+  int64_t hidden_size = 0;          // residual stream width
+  int64_t intermediate_size = 0;    // dense MLP width (first_k_dense_replace layers)
+  int64_t moe_intermediate_size = 0;  // width of each routed expert (and of each shared expert)
+  int64_t num_hidden_layers = 0;
+  int64_t num_nextn_predict_layers = 0;  // MTP layers stored after the last layer; not run
+  int64_t num_attention_heads = 0;
+  std::optional<int64_t> q_lora_rank;  // null: direct q_proj (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 0;          // width of the compressed (latent) KV
+  int64_t qk_nope_head_dim = 0;      // per-head query/key width without rotary embedding
+  int64_t qk_rope_head_dim = 0;      // per-head rotary width; the rope key is shared by heads
+  int64_t v_head_dim = 0;            // per-head value width
+  int64_t n_routed_experts = 0;
+  int64_t n_shared_experts = 0;      // shared experts fused into one MLP of n x moe width
+  int64_t num_experts_per_tok = 0;   // top-k
+  int64_t n_group = 1;               // expert groups for group-limited routing
+  int64_t topk_group = 1;            // groups kept per token
+  int64_t first_k_dense_replace = 0;  // leading layers with a dense MLP instead of MoE
+  bool norm_topk_prob = true;        // renormalise the top-k weights to sum to 1
+  double routed_scaling_factor = 1.0;  // multiplies the routed experts' weights
+  ScoringFunc scoring_func = ScoringFunc::Sigmoid;
+  TopkMethod topk_method = TopkMethod::NoAuxTc;  // noaux_tc: e_score_correction_bias for choice
+  double rope_theta = 10000.0;
+  std::optional<YarnScaling> rope_scaling;  // only type "yarn" is supported
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;  // lm_head reuses embed_tokens
+  int64_t max_position_embeddings = 4096;
+  std::optional<int64_t> bos_token_id, eos_token_id;
+  WeightQuant quant = WeightQuant::None;  // quantization_config.quant_method
+  int64_t fp8_block_out = 128, fp8_block_in = 128;  // quantization_config.weight_block_size
+  int64_t int4_group_size = 32;      // compressed-tensors weights.group_size
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int64_t kv_latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }  // cached per token
+  bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
+  double softmax_scale() const;  // qk_head_dim^-1/2, times mscale(factor, mscale_all_dim)^2
+};
+
+ModelConfig parse_model_config(const nlohmann::json& config);  // throws Error naming the key
+ModelConfig load_model_config(const std::string& model_dir);     // reads DIR/config.json
+
+double yarn_get_mscale(double scale, double mscale);
+
+}  // namespace mlaserve

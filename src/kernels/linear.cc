@@ -1,0 +1,111 @@
+#include "kernels/linear.h"
+
+#include <cstring>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/simd.h"
+
+namespace mlaserve {
+namespace {
+
+void dequantize_fp8_row(const LinearWeight& weight, int64_t row, float* out) {
+  const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + row * weight.cols;
+  const float* table = fp8_e4m3_table();
+  const int64_t n_col_blocks = (weight.cols + weight.block_cols - 1) / weight.block_cols;
+  const float* scales = weight.block_scale + (row / weight.block_rows) * n_col_blocks;
+  for (int64_t block = 0; block < n_col_blocks; ++block) {
+    const float scale = scales[block];
+    const int64_t begin = block * weight.block_cols;
+    const int64_t end = std::min(weight.cols, begin + weight.block_cols);
+    for (int64_t c = begin; c < end; ++c) out[c] = table[codes[c]] * scale;
+  }
+}
+
+void dequantize_int4_row(const LinearWeight& weight, int64_t row, float* out) {
+  const uint32_t* words = static_cast<const uint32_t*>(weight.data) + row * (weight.cols / 8);
+  const int64_t n_groups = weight.cols / weight.group_size;
+  const uint16_t* scales = weight.group_scale + row * n_groups;
+  for (int64_t group = 0; group < n_groups; ++group) {
+    const float scale = bf16_to_f32(scales[group]);
+    const int64_t begin = group * weight.group_size;
+    for (int64_t c = begin; c < begin + weight.group_size; c += 8) {
+      const uint32_t word = words[c / 8];
+      for (int j = 0; j < 8; ++j) out[c + j] = float(int((word >> (4 * j)) & 0xf) - 8) * scale;
+    }
+  }
+}
+
+// A per-thread row buffer for formats that are dequantized before the dot product.
+float* row_scratch(int64_t cols) {
+  thread_local std::vector<float> scratch;
+  if (int64_t(scratch.size()) < cols) scratch.resize(size_t(cols));
+  return scratch.data();
+}
+
+}  // namespace
+
+void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
+  switch (weight.format) {
+    case WeightFormat::F32:
+      std::memcpy(out, static_cast<const float*>(weight.data) + row * weight.cols,
+                  size_t(weight.cols) * 4);
+      return;
+    case WeightFormat::BF16: {
+      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + row * weight.cols;
+      for (int64_t c = 0; c < weight.cols; ++c) out[c] = bf16_to_f32(values[c]);
+      return;
+    }
+    case WeightFormat::F16: {
+      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + row * weight.cols;
+      for (int64_t c = 0; c < weight.cols; ++c) out[c] = f16_to_f32(values[c]);
+      return;
+    }
+    case WeightFormat::Fp8Block: dequantize_fp8_row(weight, row, out); return;
+    case WeightFormat::Int4Group: dequantize_int4_row(weight, row, out); return;
+  }
+}
+
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const int64_t cols = weight.cols;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float* y_column = y + (r - row_begin);
+    if (weight.format == WeightFormat::F32) {
+      const float* w = static_cast<const float*>(weight.data) + r * cols;
+      for (int64_t t = 0; t < n_tokens; ++t)
+        y_column[t * y_stride] = simd::dot_f32(w, x + t * x_stride, cols);
+    } else if (weight.format == WeightFormat::BF16) {
+      const uint16_t* w = static_cast<const uint16_t*>(weight.data) + r * cols;
+      for (int64_t t = 0; t < n_tokens; ++t)
+        y_column[t * y_stride] = simd::dot_bf16_f32(w, x + t * x_stride, cols);
+    } else {
+      float* w = row_scratch(cols);
+      dequantize_row(weight, r, w);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        y_column[t * y_stride] = simd::dot_f32(w, x + t * x_stride, cols);
+    }
+  }
+}
+
+void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y) {
+  if (n_tokens <= 0) return;
+  thread_pool().parallel_for(
+      weight.rows,
+      [&](int64_t begin, int64_t end, int) {
+        linear_rows(weight, begin, end, x, weight.cols, n_tokens, y + begin, weight.rows);
+      },
+      8);
+}
+
+void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
+                            const float* coef, float* y) {
+  float* w = row_scratch(weight.cols);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    dequantize_row(weight, r, w);
+    simd::axpy(coef[r - row_begin], w, y, weight.cols);
+  }
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,27 @@
+// y = x W^T for every weight format mlaserve loads, dequantizing W on the fly.
+// The weight is read once per call for all tokens: the batch shares each row.
+#pragma once
+#include <cstdint>
+
+#include "io/linear_weight.h"
+
+namespace mlaserve {
+
+// y[t, r] = sum_c x[t, c] * W[r, c] for t < n_tokens, all rows, threaded over rows.
+//   x: [n_tokens, W.cols] contiguous; y: [n_tokens, W.rows] contiguous.
+void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y);
+
+// Same over rows [row_begin, row_end) on the calling thread only:
+//   y[t * y_stride + (r - row_begin)] for r in the range.
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+
+// y[c] += sum_{r in [row_begin, row_end)} coef[r - row_begin] * W[r, c] (the transposed
+// product, used to absorb kv_b_proj's key half into the query for MLA decode). y: [W.cols].
+void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
+                            const float* coef, float* y);
+
+// out[c] = W[row, c] in fp32. out: [W.cols].
+void dequantize_row(const LinearWeight& weight, int64_t row, float* out);
+
+}  // namespace mlaserve

@@ -1,0 +1,61 @@
+#include "kernels/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace mlaserve {
+namespace {
+
+// YaRN (Peng et al. 2023, eq. 17-19 as in HF yarn_find_correction_dim): the rotary dimension
+// index whose wavelength completes `rotations` turns over the original context.
+double correction_dim(double rotations, int64_t dim, double base, int64_t max_position) {
+  return double(dim) * std::log(double(max_position) / (rotations * 2.0 * M_PI)) /
+         (2.0 * std::log(base));
+}
+
+}  // namespace
+
+RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : dim_(config.qk_rope_head_dim) {
+  MLA_CHECK(dim_ > 0 && dim_ % 2 == 0 && dim_ <= kMaxRopeDim,
+            "qk_rope_head_dim {} must be even and at most {}", dim_, kMaxRopeDim);
+  const int64_t half = dim_ / 2;
+  const double base = config.rope_theta;
+  inv_freq_.resize(size_t(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq_[i] = 1.0 / std::pow(base, double(2 * i) / double(dim_));
+  if (!config.rope_scaling) return;
+  const YarnScaling& yarn = *config.rope_scaling;
+  double low = std::floor(correction_dim(yarn.beta_fast, dim_, base, yarn.original_max_position_embeddings));
+  double high = std::ceil(correction_dim(yarn.beta_slow, dim_, base, yarn.original_max_position_embeddings));
+  low = std::max(low, 0.0);
+  high = std::min(high, double(dim_ - 1));
+  if (low == high) high += 0.001;
+  for (int64_t i = 0; i < half; ++i) {
+    // extrapolation_weight 1: keep the original frequency; 0: interpolate (divide by factor).
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation_weight = 1.0 - ramp;
+    const double interpolated = inv_freq_[i] / yarn.factor;
+    inv_freq_[i] = interpolated * (1.0 - extrapolation_weight) + inv_freq_[i] * extrapolation_weight;
+  }
+  attention_factor_ = yarn_get_mscale(yarn.factor, yarn.mscale) /
+                      yarn_get_mscale(yarn.factor, yarn.mscale_all_dim);
+}
+
+void RotaryEmbedding::apply(float* x, int64_t position) const {
+  const int64_t half = dim_ / 2;
+  float permuted[kMaxRopeDim];
+  for (int64_t i = 0; i < half; ++i) {
+    permuted[i] = x[2 * i];
+    permuted[i + half] = x[2 * i + 1];
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = double(position) * inv_freq_[i];
+    const float cos_a = float(std::cos(angle) * attention_factor_);
+    const float sin_a = float(std::sin(angle) * attention_factor_);
+    x[i] = permuted[i] * cos_a - permuted[i + half] * sin_a;
+    x[i + half] = permuted[i + half] * cos_a + permuted[i] * sin_a;
+  }
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,32 @@
+// Rotary embedding of DeepSeek-V3, with YaRN context extension.
+// Checkpoint convention (HF modeling_deepseek apply_rotary_pos_emb): the rope slice is stored
+// interleaved, so it is first permuted to [x0, x2, x4, ..., x1, x3, ...], then rotated
+// rotate_half-style: out_i = y_i cos - y_{i+d/2} sin, out_{i+d/2} = y_{i+d/2} cos + y_i sin.
+// q_pe and k_pe get the same permutation, so their dot products are unchanged by it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "io/model_config.h"
+
+namespace mlaserve {
+
+// qk_rope_head_dim is 64 in every published config; this bounds a stack buffer.
+constexpr int64_t kMaxRopeDim = 512;
+
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const ModelConfig& config);
+  // Rotates x[0..dim) in place for `position`; x is in checkpoint (interleaved) order.
+  void apply(float* x, int64_t position) const;
+  int64_t dim() const { return dim_; }
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
+  double attention_factor() const { return attention_factor_; }
+
+ private:
+  int64_t dim_;
+  std::vector<double> inv_freq_;   // [dim / 2]
+  double attention_factor_ = 1.0;  // YaRN: mscale(s, mscale) / mscale(s, mscale_all_dim)
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,86 @@
+// Vector primitives used by every kernel, with an AVX-512 path, an AVX2+FMA path and a scalar
+// path chosen at compile time (-march=native picks the widest the build host has).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace mlaserve::simd {
+
+#if defined(__AVX512F__)
+inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+inline float hsum(__m256 v) {
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+// 8 bf16 values -> 8 floats (bf16 is the high half of an f32).
+inline __m256 load_bf16x8(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+#endif
+
+// sum_i a[i] * b[i]
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  sum = hsum(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// sum_i bf16(a[i]) * b[i]
+inline float dot_bf16_f32(const uint16_t* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = uint32_t(a[i]) << 16;
+    float value;
+    __builtin_memcpy(&value, &bits, 4);
+    sum += value * b[i];
+  }
+  return sum;
+}
+
+// y[i] += alpha * x[i]
+inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 a16 = _mm512_set1_ps(alpha);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a16, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 a8 = _mm256_set1_ps(alpha);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a8, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace mlaserve::simd

@@ -1,0 +1,35 @@
+// mlaserve: one binary, one subcommand per job. Errors a user can cause print one clear line
+// and exit 1.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve"));
+  spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
+  CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "worker threads (default: all cores)");
+  app.parse_complete_callback([&] { mlaserve::set_num_threads(threads); });
+  mlaserve::add_make_model_command(app);
+  mlaserve::add_logits_command(app);
+  mlaserve::add_generate_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mlaserve::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,79 @@
+// DeepseekV3ForCausalLM (DeepSeek-V3, Kimi K2): MLA attention, a dense MLP for the first
+// first_k_dense_replace layers, routed MoE with shared experts after. HF semantics exactly;
+// activations and accumulations in fp32.
+#pragma once
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "kernels/latent_cache_view.h"
+#include "kernels/rope.h"
+#include "model/mla.h"
+#include "model/moe.h"
+
+namespace mlaserve {
+
+struct DecoderLayerWeights {
+  const float* input_layernorm = nullptr;           // [hidden]
+  const float* post_attention_layernorm = nullptr;  // [hidden]
+  MlaWeights self_attn;
+  std::optional<MlpWeights> mlp;  // dense layers (layer < first_k_dense_replace)
+  std::optional<MoeWeights> moe;  // MoE layers
+};
+
+struct DeepseekV3Weights {
+  LinearWeight embed_tokens;  // [vocab, hidden]
+  std::vector<DecoderLayerWeights> layers;
+  const float* norm = nullptr;  // [hidden]
+  LinearWeight lm_head;         // [vocab, hidden]; embed_tokens when tie_word_embeddings
+};
+
+// Loads and validates every tensor against the config; extra, missing, mis-shaped or
+// wrongly typed tensors are errors naming the tensor. The loader keeps converted buffers.
+DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config,
+                                           WeightLoader& loader);
+
+class DeepseekV3Model {
+ public:
+  // Reads DIR/config.json and the safetensors checkpoint (memory-mapped).
+  static std::unique_ptr<DeepseekV3Model> load(const std::string& model_dir);
+
+  const ModelConfig& config() const { return config_; }
+  size_t weight_bytes() const;
+
+  // Runs `tokens` at positions [start_position, start_position + n) of one sequence whose
+  // latent cache holds [0, start_position). logits: [n, vocab] if all_logits else [1, vocab]
+  // for the last token.
+  void forward(std::span<const int32_t> tokens, int64_t start_position,
+               const LatentCacheView& cache, bool all_logits, float* logits,
+               MlaPath path = MlaPath::Auto) const;
+
+ private:
+  DeepseekV3Model(const std::string& model_dir, ModelConfig config);
+
+  ModelConfig config_;
+  Checkpoint checkpoint_;
+  WeightLoader loader_;
+  DeepseekV3Weights weights_;
+  RotaryEmbedding rope_;
+  MlaShape mla_shape_;
+  RouterParams router_;
+};
+
+// A contiguous latent cache for one sequence (one block of `capacity` positions).
+class SequenceCache {
+ public:
+  SequenceCache(const ModelConfig& config, int64_t capacity);
+  const LatentCacheView& view() const { return view_; }
+
+ private:
+  std::vector<float> storage_;
+  int32_t block_id_ = 0;
+  LatentCacheView view_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,95 @@
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "base/error.h"
+#include "io/linear_weight.h"
+#include "model/deepseek_v3.h"
+
+namespace mlaserve {
+namespace {
+
+MlpWeights load_mlp(WeightLoader& loader, const std::string& prefix, int64_t hidden, int64_t width) {
+  return MlpWeights{loader.linear(prefix + ".gate_proj", width, hidden),
+                    loader.linear(prefix + ".up_proj", width, hidden),
+                    loader.linear(prefix + ".down_proj", hidden, width)};
+}
+
+MlaWeights load_mla(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
+  const int64_t hidden = config.hidden_size, heads = config.num_attention_heads;
+  MlaWeights mla;
+  if (config.q_lora_rank) {
+    mla.q_a_proj = loader.linear(prefix + ".q_a_proj", *config.q_lora_rank, hidden);
+    mla.q_a_layernorm = loader.vector(prefix + ".q_a_layernorm.weight", *config.q_lora_rank);
+    mla.q_b_proj = loader.linear(prefix + ".q_b_proj", heads * config.qk_head_dim(), *config.q_lora_rank);
+  } else {
+    mla.q_proj = loader.linear(prefix + ".q_proj", heads * config.qk_head_dim(), hidden);
+  }
+  mla.kv_a_proj_with_mqa = loader.linear(prefix + ".kv_a_proj_with_mqa", config.kv_latent_dim(), hidden);
+  mla.kv_a_layernorm = loader.vector(prefix + ".kv_a_layernorm.weight", config.kv_lora_rank);
+  mla.kv_b_proj = loader.linear(prefix + ".kv_b_proj",
+                                heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
+  mla.o_proj = loader.linear(prefix + ".o_proj", hidden, heads * config.v_head_dim);
+  return mla;
+}
+
+MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
+  const int64_t hidden = config.hidden_size;
+  MoeWeights moe;
+  moe.gate = loader.dense(prefix + ".gate.weight", config.n_routed_experts, hidden);
+  if (config.topk_method == TopkMethod::NoAuxTc)
+    moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias",
+                                                config.n_routed_experts);
+  for (int64_t e = 0; e < config.n_routed_experts; ++e)
+    moe.experts.push_back(load_mlp(loader, fmt::format("{}.experts.{}", prefix, e), hidden,
+                                   config.moe_intermediate_size));
+  if (config.n_shared_experts > 0)
+    moe.shared_experts = load_mlp(loader, prefix + ".shared_experts", hidden,
+                                  config.n_shared_experts * config.moe_intermediate_size);
+  return moe;
+}
+
+// Tensors a checkpoint may carry that the forward pass does not use: multi-token-prediction
+// layers (indices >= num_hidden_layers) and rotary inv_freq buffers.
+bool ignorable(const std::string& name, const ModelConfig& config) {
+  static const std::regex layer_index(R"(^model\.layers\.(\d+)\.)");
+  std::smatch match;
+  if (config.num_nextn_predict_layers > 0 && std::regex_search(name, match, layer_index))
+    return std::stoll(match[1]) >= config.num_hidden_layers;
+  return name.ends_with("rotary_emb.inv_freq");
+}
+
+}  // namespace
+
+DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config,
+                                           WeightLoader& loader) {
+  const int64_t hidden = config.hidden_size;
+  DeepseekV3Weights weights;
+  weights.embed_tokens = loader.dense("model.embed_tokens.weight", config.vocab_size, hidden);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string prefix = fmt::format("model.layers.{}", i);
+    DecoderLayerWeights layer;
+    layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
+    layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
+    layer.self_attn = load_mla(loader, config, prefix + ".self_attn");
+    if (config.is_moe_layer(i))
+      layer.moe = load_moe(loader, config, prefix + ".mlp");
+    else
+      layer.mlp = load_mlp(loader, prefix + ".mlp", hidden, config.intermediate_size);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.norm = loader.vector("model.norm.weight", hidden);
+  if (config.tie_word_embeddings) {
+    MLA_CHECK(!checkpoint.contains("lm_head.weight"),
+              "unexpected tensor 'lm_head.weight': config.json has tie_word_embeddings true");
+    weights.lm_head = weights.embed_tokens;
+  } else {
+    weights.lm_head = loader.linear("lm_head", config.vocab_size, hidden);
+  }
+  for (const auto& name : checkpoint.unused_names())
+    MLA_CHECK(ignorable(name, config), "unexpected tensor '{}' (shape {}) not used by {}", name,
+              checkpoint.all().at(name)->shape_string(), config.model_type);
+  return weights;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,49 @@
+// Multi-head Latent Attention (DeepSeek-V2/V3), shared by every model family that uses it.
+// Per token the cache holds only the normalised compressed KV and the rotated rope key;
+// prefill expands per-head K/V through kv_b_proj, decode absorbs kv_b_proj into the query.
+#pragma once
+#include <optional>
+
+#include "io/linear_weight.h"
+#include "kernels/latent_cache_view.h"
+#include "kernels/rope.h"
+
+namespace mlaserve {
+
+struct MlaWeights {
+  std::optional<LinearWeight> q_proj;    // [H * qk_head_dim, hidden] when q_lora_rank is null
+  std::optional<LinearWeight> q_a_proj;  // [q_lora_rank, hidden]
+  const float* q_a_layernorm = nullptr;  // [q_lora_rank]
+  std::optional<LinearWeight> q_b_proj;  // [H * qk_head_dim, q_lora_rank]
+  LinearWeight kv_a_proj_with_mqa;       // [kv_lora_rank + qk_rope_head_dim, hidden]
+  const float* kv_a_layernorm = nullptr;  // [kv_lora_rank]
+  LinearWeight kv_b_proj;                // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  LinearWeight o_proj;                   // [hidden, H * v_head_dim]
+};
+
+// Which form computes attention: Expanded recomputes per-head K/V for every cached position
+// (cheap per query when many queries share them: prefill); Absorbed works in the latent
+// space (decode). Auto picks by the number of new tokens.
+enum class MlaPath { Auto, Expanded, Absorbed };
+
+struct MlaShape {
+  int64_t hidden_size, n_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+  double norm_eps;      // q_a_layernorm / kv_a_layernorm eps
+  float softmax_scale;  // qk_head_dim^-1/2 (times the YaRN mscale^2)
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+struct MlaInput {
+  const float* x = nullptr;  // [n_tokens, hidden], the normed layer input
+  int64_t n_tokens = 0;
+  int64_t start_position = 0;  // position of x[0]; the cache holds [0, start_position)
+  LatentCacheView cache;       // capacity >= start_position + n_tokens
+  int64_t layer = 0;
+};
+
+// out: [n_tokens, hidden]. Writes the new tokens' latent rows into the cache.
+void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
+                 const MlaInput& input, MlaPath path, float* out);
+
+}  // namespace mlaserve

@@ -1,0 +1,56 @@
+#include "model/moe.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/linear.h"
+#include "kernels/simd.h"
+
+namespace mlaserve {
+
+void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {
+  const int64_t width = weights.gate_proj.rows;
+  std::vector<float> gate(size_t(n_tokens * width)), up(size_t(n_tokens * width));
+  linear(weights.gate_proj, x, n_tokens, gate.data());
+  linear(weights.up_proj, x, n_tokens, up.data());
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  linear(weights.down_proj, gate.data(), n_tokens, out);
+}
+
+void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
+                 int64_t n_tokens, float* out) {
+  const int64_t hidden = weights.gate.cols, top_k = router.top_k;
+  std::vector<float> logits(size_t(n_tokens * router.n_experts));  // [n_tokens, n_experts]
+  linear(weights.gate, x, n_tokens, logits.data());
+  std::vector<int32_t> ids(size_t(n_tokens * top_k));
+  std::vector<float> expert_weights(size_t(n_tokens * top_k));
+  std::vector<std::vector<std::pair<int64_t, float>>> tokens_of(static_cast<size_t>(router.n_experts));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    route_token(logits.data() + t * router.n_experts, weights.e_score_correction_bias, router,
+                ids.data() + t * top_k, expert_weights.data() + t * top_k);
+    for (int64_t k = 0; k < top_k; ++k)
+      tokens_of[ids[t * top_k + k]].emplace_back(t, expert_weights[t * top_k + k]);
+  }
+  if (weights.shared_experts)
+    mlp_forward(*weights.shared_experts, x, n_tokens, out);
+  else
+    std::fill(out, out + n_tokens * hidden, 0.0f);
+  // Each active expert runs once on all its tokens, so its weights are read once per step.
+  std::vector<float> gathered, expert_out;
+  for (int64_t e = 0; e < router.n_experts; ++e) {
+    const auto& assigned = tokens_of[e];
+    if (assigned.empty()) continue;
+    const int64_t count = int64_t(assigned.size());
+    gathered.resize(size_t(count * hidden));
+    expert_out.resize(size_t(count * hidden));
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(gathered.data() + i * hidden, x + assigned[i].first * hidden,
+                  size_t(hidden) * sizeof(float));
+    mlp_forward(weights.experts[e], gathered.data(), count, expert_out.data());
+    for (int64_t i = 0; i < count; ++i)
+      simd::axpy(assigned[i].second, expert_out.data() + i * hidden,
+                 out + assigned[i].first * hidden, hidden);
+  }
+}
+
+}  // namespace mlaserve

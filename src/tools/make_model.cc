@@ -1,0 +1,297 @@
+#include "tools/make_model.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "io/model_config.h"
+#include "io/safetensors_writer.h"
+#include "tools/tokenizer_trainer.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& name) {  // FNV-1a
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+// How a tensor's values are drawn: uniform with standard deviation `std` around `center`.
+struct Init {
+  double center = 0.0;
+  double std = 1.0;
+};
+
+// A logical f32 matrix [rows, cols] drawn from a seed, row by row (rows independent, so
+// threads can fill it in parallel and a quantizer can regenerate any row).
+struct RandomMatrix {
+  std::string name;
+  int64_t rows, cols;
+  Init init;
+  uint64_t seed;
+
+  void row(int64_t r, float* out) const {
+    uint64_t state = splitmix64(seed ^ splitmix64(uint64_t(r)));
+    const double half_width = std::sqrt(3.0) * init.std;  // uniform(-a, a) has std a/sqrt(3)
+    for (int64_t c = 0; c < cols; ++c) {
+      state = splitmix64(state);
+      const double unit = double(state >> 11) * 0x1.0p-53;  // [0, 1)
+      out[c] = float(init.center + (2.0 * unit - 1.0) * half_width);
+    }
+  }
+};
+
+template <typename RowFn>
+void for_rows(int64_t rows, RowFn fn) {
+  thread_pool().parallel_for(rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) fn(r);
+  });
+}
+
+void add_dense(std::vector<TensorToWrite>& out, const RandomMatrix& m, DType dtype, bool vector) {
+  std::vector<int64_t> shape = vector ? std::vector<int64_t>{m.cols} : std::vector<int64_t>{m.rows, m.cols};
+  out.push_back({m.name, dtype, shape, [m, dtype](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) {
+                     std::vector<float> values(static_cast<size_t>(m.cols));
+                     m.row(r, values.data());
+                     for (int64_t c = 0; c < m.cols; ++c) {
+                       const size_t index = size_t(r * m.cols + c);
+                       if (dtype == DType::F32)
+                         std::memcpy(bytes + 4 * index, &values[c], 4);
+                       else {
+                         const uint16_t half = f32_to_bf16(values[c]);
+                         std::memcpy(bytes + 2 * index, &half, 2);
+                       }
+                     }
+                   });
+                 }});
+}
+
+// FP8 E4M3 with one scale per 128x128 block: scale = max|w| / 448, stored as weight_scale_inv
+// (the factor that dequantizes: w = fp8 * weight_scale_inv), as DeepSeek-V3 ships.
+void add_fp8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix) {
+  constexpr int64_t kBlock = 128;
+  const int64_t block_rows = (m.rows + kBlock - 1) / kBlock, block_cols = (m.cols + kBlock - 1) / kBlock;
+  auto block_scales = [m, block_cols](int64_t block_row) {
+    std::vector<float> scales(size_t(block_cols), 0.0f), values(static_cast<size_t>(m.cols));
+    for (int64_t r = block_row * kBlock; r < std::min(m.rows, (block_row + 1) * kBlock); ++r) {
+      m.row(r, values.data());
+      for (int64_t c = 0; c < m.cols; ++c)
+        scales[c / kBlock] = std::max(scales[c / kBlock], std::fabs(values[c]) / 448.0f);
+    }
+    for (auto& scale : scales) scale = scale > 0 ? scale : 1.0f;
+    return scales;
+  };
+  out.push_back({prefix + ".weight", DType::F8_E4M3, {m.rows, m.cols}, [m, block_scales](uint8_t* bytes) {
+                   for_rows((m.rows + kBlock - 1) / kBlock, [&](int64_t block_row) {
+                     const std::vector<float> scales = block_scales(block_row);
+                     std::vector<float> values(static_cast<size_t>(m.cols));
+                     for (int64_t r = block_row * kBlock; r < std::min(m.rows, (block_row + 1) * kBlock); ++r) {
+                       m.row(r, values.data());
+                       for (int64_t c = 0; c < m.cols; ++c)
+                         bytes[r * m.cols + c] = f32_to_fp8_e4m3(values[c] / scales[c / kBlock]);
+                     }
+                   });
+                 }});
+  out.push_back({prefix + ".weight_scale_inv", DType::F32, {block_rows, block_cols},
+                 [block_scales, block_rows, block_cols](uint8_t* bytes) {
+                   for_rows(block_rows, [&](int64_t block_row) {
+                     const std::vector<float> scales = block_scales(block_row);
+                     std::memcpy(bytes + 4 * block_row * block_cols, scales.data(), 4 * size_t(block_cols));
+                   });
+                 }});
+}
+
+// compressed-tensors pack-quantized INT4: symmetric per-group scale max|w| / 7 (rounded to
+// bf16 first, so codes use the stored scale), q = clamp(round(w / scale), -8, 7) stored as
+// q + 8, eight per int32, column c in bits 4 * (c % 8).
+void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix,
+              int64_t group) {
+  MLA_CHECK(m.cols % group == 0, "'{}': in_features {} is not a multiple of the INT4 group {}",
+            prefix, m.cols, group);
+  auto quantize_row = [m, group](int64_t r, uint32_t* words, uint16_t* scales) {
+    std::vector<float> values(static_cast<size_t>(m.cols));
+    m.row(r, values.data());
+    for (int64_t g = 0; g < m.cols / group; ++g) {
+      float max_abs = 0.0f;
+      for (int64_t c = g * group; c < (g + 1) * group; ++c) max_abs = std::max(max_abs, std::fabs(values[c]));
+      const uint16_t scale_bits = f32_to_bf16(max_abs > 0 ? max_abs / 7.0f : 1.0f);
+      const float scale = bf16_to_f32(scale_bits);
+      if (scales) scales[g] = scale_bits;
+      if (!words) continue;
+      for (int64_t c = g * group; c < (g + 1) * group; ++c) {
+        const int q = int(std::clamp(std::nearbyint(values[c] / scale), -8.0f, 7.0f));
+        uint32_t& word = words[c / 8];
+        if (c % 8 == 0) word = 0;
+        word |= uint32_t(q + 8) << (4 * (c % 8));
+      }
+    }
+  };
+  out.push_back({prefix + ".weight_packed", DType::I32, {m.rows, m.cols / 8}, [m, quantize_row](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) {
+                     quantize_row(r, reinterpret_cast<uint32_t*>(bytes) + r * (m.cols / 8), nullptr);
+                   });
+                 }});
+  out.push_back({prefix + ".weight_scale", DType::BF16, {m.rows, m.cols / group}, [m, group, quantize_row](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) {
+                     quantize_row(r, nullptr, reinterpret_cast<uint16_t*>(bytes) + r * (m.cols / group));
+                   });
+                 }});
+  out.push_back({prefix + ".weight_shape", DType::I32, {2}, [m](uint8_t* bytes) {
+                   const int32_t shape[2] = {int32_t(m.rows), int32_t(m.cols)};
+                   std::memcpy(bytes, shape, sizeof shape);
+                 }});
+}
+
+class TensorPlan {
+ public:
+  TensorPlan(const MakeModelOptions& options, const ModelConfig& config)
+      : options_(options), config_(config) {}
+
+  std::vector<TensorToWrite> build();
+
+ private:
+  RandomMatrix matrix(const std::string& name, int64_t rows, int64_t cols, Init init) const {
+    return {name, rows, cols, init, splitmix64(options_.seed ^ name_hash(name))};
+  }
+  // A layer's linear weight in the format the chosen dtype gives that kind of layer.
+  void linear(const std::string& prefix, int64_t rows, int64_t cols, double std, bool routed_expert);
+  void norm(const std::string& name, int64_t size) {
+    add_dense(tensors_, matrix(name, 1, size, {1.0, 0.1}), base_dtype(), true);
+  }
+  void mlp(const std::string& prefix, int64_t width, bool routed_expert);
+  void attention(const std::string& prefix);
+  DType base_dtype() const { return options_.dtype == StorageDType::F32 ? DType::F32 : DType::BF16; }
+
+  const MakeModelOptions& options_;
+  const ModelConfig& config_;
+  std::vector<TensorToWrite> tensors_;
+};
+
+void TensorPlan::linear(const std::string& prefix, int64_t rows, int64_t cols, double std, bool routed_expert) {
+  const RandomMatrix m = matrix(prefix + ".weight", rows, cols, {0.0, std});
+  if (options_.dtype == StorageDType::Fp8)
+    add_fp8(tensors_, m, prefix);
+  else if (options_.dtype == StorageDType::Int4 && routed_expert)
+    add_int4(tensors_, m, prefix, options_.int4_group_size);
+  else
+    add_dense(tensors_, m, base_dtype(), false);
+}
+
+void TensorPlan::mlp(const std::string& prefix, int64_t width, bool routed_expert) {
+  const int64_t hidden = config_.hidden_size;
+  const double residual_std = 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers));
+  linear(prefix + ".gate_proj", width, hidden, 1.0 / std::sqrt(double(hidden)), routed_expert);
+  linear(prefix + ".up_proj", width, hidden, 1.0 / std::sqrt(double(hidden)), routed_expert);
+  linear(prefix + ".down_proj", hidden, width, residual_std, routed_expert);
+}
+
+void TensorPlan::attention(const std::string& prefix) {
+  const int64_t hidden = config_.hidden_size, heads = config_.num_attention_heads;
+  auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(double(n)); };
+  if (config_.q_lora_rank) {
+    linear(prefix + ".q_a_proj", *config_.q_lora_rank, hidden, inv_sqrt(hidden), false);
+    norm(prefix + ".q_a_layernorm.weight", *config_.q_lora_rank);
+    linear(prefix + ".q_b_proj", heads * config_.qk_head_dim(), *config_.q_lora_rank,
+           inv_sqrt(*config_.q_lora_rank), false);
+  } else {
+    linear(prefix + ".q_proj", heads * config_.qk_head_dim(), hidden, inv_sqrt(hidden), false);
+  }
+  linear(prefix + ".kv_a_proj_with_mqa", config_.kv_latent_dim(), hidden, inv_sqrt(hidden), false);
+  norm(prefix + ".kv_a_layernorm.weight", config_.kv_lora_rank);
+  linear(prefix + ".kv_b_proj", heads * (config_.qk_nope_head_dim + config_.v_head_dim),
+         config_.kv_lora_rank, inv_sqrt(config_.kv_lora_rank), false);
+  const int64_t o_width = heads * config_.v_head_dim;
+  linear(prefix + ".o_proj", hidden, o_width,
+         inv_sqrt(o_width) / std::sqrt(2.0 * double(config_.num_hidden_layers)), false);
+}
+
+std::vector<TensorToWrite> TensorPlan::build() {
+  const int64_t hidden = config_.hidden_size;
+  add_dense(tensors_, matrix("model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}),
+            base_dtype(), false);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string prefix = fmt::format("model.layers.{}", i);
+    norm(prefix + ".input_layernorm.weight", hidden);
+    norm(prefix + ".post_attention_layernorm.weight", hidden);
+    attention(prefix + ".self_attn");
+    if (!config_.is_moe_layer(i)) {
+      mlp(prefix + ".mlp", config_.intermediate_size, false);
+      continue;
+    }
+    add_dense(tensors_, matrix(prefix + ".mlp.gate.weight", config_.n_routed_experts, hidden,
+                               {0.0, 1.0 / std::sqrt(double(hidden))}),
+              base_dtype(), false);
+    if (config_.topk_method == TopkMethod::NoAuxTc)  // varied so it changes the choice
+      add_dense(tensors_, matrix(prefix + ".mlp.gate.e_score_correction_bias", 1,
+                                 config_.n_routed_experts, {0.0, 0.1}),
+                DType::F32, true);
+    for (int64_t e = 0; e < config_.n_routed_experts; ++e)
+      mlp(fmt::format("{}.mlp.experts.{}", prefix, e), config_.moe_intermediate_size, true);
+    if (config_.n_shared_experts > 0)
+      mlp(prefix + ".mlp.shared_experts", config_.n_shared_experts * config_.moe_intermediate_size, false);
+  }
+  norm("model.norm.weight", hidden);
+  if (!config_.tie_word_embeddings)
+    linear("lm_head", config_.vocab_size, hidden, 1.0 / std::sqrt(double(hidden)), false);
+  return std::move(tensors_);
+}
+
+json quantization_config(const MakeModelOptions& options) {
+  if (options.dtype == StorageDType::Fp8)
+    return {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+            {"weight_block_size", {128, 128}}};
+  json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+                  {"group_size", options.int4_group_size}, {"dynamic", false}};
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "pack-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
+          {"ignore", {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                      "re:.*mlp\\.(gate|up|down)_proj.*", "re:.*mlp\\.gate$"}}};
+}
+
+}  // namespace
+
+StorageDType storage_dtype_from_name(const std::string& name) {
+  if (name == "f32") return StorageDType::F32;
+  if (name == "bf16") return StorageDType::BF16;
+  if (name == "fp8") return StorageDType::Fp8;
+  if (name == "int4") return StorageDType::Int4;
+  fail("unknown --dtype '{}' (f32, bf16, fp8, int4)", name);
+}
+
+void make_model(const MakeModelOptions& options) {
+  json config = options.config;
+  config.erase("quantization_config");
+  if (options.dtype == StorageDType::Fp8 || options.dtype == StorageDType::Int4)
+    config["quantization_config"] = quantization_config(options);
+  const ModelConfig parsed = parse_model_config(config);
+  const auto tensors = TensorPlan(options, parsed).build();
+  std::filesystem::create_directories(options.out_dir);
+  std::ofstream((std::filesystem::path(options.out_dir) / "config.json").string()) << config.dump(2) << "\n";
+  write_checkpoint(options.out_dir, tensors, options.shard_bytes, [](size_t done, size_t total) {
+    if (done == total || done % std::max<size_t>(1, total / 20) == 0)
+      spdlog::info("writing tensors: {}/{} ({}%)", done, total, done * 100 / total);
+  });
+  write_tokenizer_files(options.out_dir, parsed.vocab_size);
+  spdlog::info("wrote '{}' ({} tensors)", options.out_dir, tensors.size());
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,122 @@
+// linear() for every weight format against a scalar reference that dequantises from the
+// format definitions directly (not through the kernel's dequantize_row).
+#include "kernels/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "base/dtype.h"
+#include "test_util.h"
+
+namespace mlaserve {
+namespace {
+
+// A weight with its storage and the fp32 values it represents.
+struct TestWeight {
+  LinearWeight weight;
+  std::vector<float> values;  // [rows, cols] exact dequantised values
+  std::vector<uint8_t> bytes;
+  std::vector<float> block_scale;
+  std::vector<uint16_t> group_scale;
+};
+
+TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  TestWeight t;
+  t.values.resize(size_t(rows * cols));
+  t.weight.format = format;
+  t.weight.rows = rows;
+  t.weight.cols = cols;
+  if (format == WeightFormat::F32 || format == WeightFormat::BF16 || format == WeightFormat::F16) {
+    const size_t size = format == WeightFormat::F32 ? 4 : 2;
+    t.bytes.resize(t.values.size() * size);
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      const float value = uniform(rng);
+      if (format == WeightFormat::F32) {
+        std::memcpy(&t.bytes[4 * i], &value, 4);
+        t.values[i] = value;
+      } else {
+        const uint16_t half = format == WeightFormat::BF16 ? f32_to_bf16(value) : f32_to_f16(value);
+        std::memcpy(&t.bytes[2 * i], &half, 2);
+        t.values[i] = format == WeightFormat::BF16 ? bf16_to_f32(half) : f16_to_f32(half);
+      }
+    }
+  } else if (format == WeightFormat::Fp8Block) {
+    const int64_t block_rows = (rows + 127) / 128, block_cols = (cols + 127) / 128;
+    t.block_scale.resize(size_t(block_rows * block_cols));
+    for (auto& scale : t.block_scale) scale = 0.01f + 0.02f * float(byte(rng));
+    t.bytes.resize(t.values.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t code = uint8_t(byte(rng));
+        if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes
+        t.bytes[r * cols + c] = code;
+        t.values[r * cols + c] = fp8_e4m3_to_f32(code) * t.block_scale[(r / 128) * block_cols + c / 128];
+      }
+    t.weight.block_scale = t.block_scale.data();
+  } else {  // Int4Group, group 32
+    const int64_t group = 32;
+    t.group_scale.resize(size_t(rows * cols / group));
+    for (auto& scale : t.group_scale) scale = f32_to_bf16(0.001f + 0.01f * float(byte(rng)));
+    t.bytes.resize(size_t(rows * cols / 2));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int q = byte(rng) % 16 - 8;
+        t.bytes[(r * cols + c) / 2] |= uint8_t((q + 8) << (4 * (c % 2)));  // little-endian words
+        t.values[r * cols + c] = float(q) * bf16_to_f32(t.group_scale[(r * cols + c) / group]);
+      }
+    t.weight.group_scale = t.group_scale.data();
+    t.weight.group_size = group;
+  }
+  t.weight.data = t.bytes.data();
+  return t;
+}
+
+std::vector<float> reference(const TestWeight& t, const std::vector<float>& x, int64_t n_tokens) {
+  const int64_t rows = t.weight.rows, cols = t.weight.cols;
+  std::vector<float> y(size_t(n_tokens * rows));
+  for (int64_t n = 0; n < n_tokens; ++n)
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += double(t.values[r * cols + c]) * x[n * cols + c];
+      y[n * rows + r] = float(sum);
+    }
+  return y;
+}
+
+class LinearTest : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(LinearTest, MatchesScalarReference) {
+  // Odd sizes: partial FP8 blocks, SIMD tails, one row, one token.
+  for (auto [rows, cols, tokens] : {std::tuple{1, 32, 1}, {37, 96, 1}, {130, 288, 3}, {9, 1056, 5}}) {
+    const TestWeight t = make_weight(GetParam(), rows, cols, uint64_t(rows * 31 + cols));
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(cols));
+    std::vector<float> y(size_t(tokens * rows));
+    linear(t.weight, x.data(), tokens, y.data());
+    EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-5))
+        << weight_format_name(GetParam()) << " rows=" << rows << " cols=" << cols;
+  }
+}
+
+TEST_P(LinearTest, TransposedRowsMatchReference) {
+  const int64_t rows = 40, cols = 64;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 7);
+  const std::vector<float> coef = testing::random_vector(size_t(rows), 3);
+  std::vector<float> y(size_t(cols), 0.5f), want(size_t(cols), 0.5f);
+  linear_transposed_rows(t.weight, 5, 29, coef.data() + 5, y.data());
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 5; r < 29; ++r) want[c] += coef[r] * t.values[r * cols + c];
+  EXPECT_TRUE(testing::relative_close(y, want, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, LinearTest,
+                         ::testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16,
+                                           WeightFormat::Fp8Block, WeightFormat::Int4Group),
+                         [](const auto& param_info) { return std::string(weight_format_name(param_info.param)); });
+
+}  // namespace
+}  // namespace mlaserve

@@ -1,0 +1,91 @@
+"""Independent reader for Hugging Face safetensors checkpoints, with dequantisation to
+float64 of every weight format mlaserve loads. Written from the format specs, sharing no
+code with mlaserve."""
+import json
+import os
+import struct
+
+import numpy as np
+
+NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+                "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "u1"}
+
+
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)} of one file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (header_len,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + header_len])
+    base = 8 + header_len
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        out[name] = (entry["dtype"], tuple(entry["shape"]), blob[base + begin: base + end])
+    return out
+
+
+def read_checkpoint(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    tensors = {}
+    for shard in sorted(set(json.load(open(index))["weight_map"].values())):
+        tensors.update(read_safetensors(os.path.join(model_dir, shard)))
+    return tensors
+
+
+def fp8_e4m3_values():
+    """All 256 E4M3 (fn) codes as float64: bias 7, subnormals, 0x7f/0xff NaN."""
+    values = np.zeros(256)
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        exponent, mantissa = (code >> 3) & 0xF, code & 0x7
+        if exponent == 0xF and mantissa == 0x7:
+            values[code] = np.nan
+        elif exponent == 0:
+            values[code] = sign * (mantissa / 8.0) * 2.0 ** -6
+        else:
+            values[code] = sign * (1.0 + mantissa / 8.0) * 2.0 ** (exponent - 7)
+    return values
+
+
+def to_float(dtype, shape, raw):
+    if dtype == "BF16":
+        bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64).reshape(shape)
+    if dtype == "F8_E4M3":
+        return fp8_e4m3_values()[np.frombuffer(raw, np.uint8)].reshape(shape)
+    return np.frombuffer(raw, NUMPY_DTYPES[dtype]).astype(np.float64).reshape(shape)
+
+
+class Weights:
+    def __init__(self, model_dir, fp8_block=(128, 128)):
+        self.tensors = read_checkpoint(model_dir)
+        self.fp8_block = fp8_block
+
+    def has(self, name):
+        return name in self.tensors
+
+    def get(self, name):
+        return to_float(*self.tensors[name])
+
+    def linear(self, prefix):
+        """Dequantised [out, in] weight of a linear layer, whatever its stored format."""
+        if self.has(prefix + ".weight_packed"):  # compressed-tensors INT4, offset-coded nibbles
+            dtype, shape, raw = self.tensors[prefix + ".weight_packed"]
+            words = np.frombuffer(raw, "<u4").reshape(shape)
+            nibbles = (words[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF
+            q = nibbles.reshape(shape[0], -1).astype(np.float64) - 8.0
+            scale = self.get(prefix + ".weight_scale")
+            group = q.shape[1] // scale.shape[1]
+            return q * np.repeat(scale, group, axis=1)
+        weight = self.get(prefix + ".weight")
+        if self.tensors[prefix + ".weight"][0] == "F8_E4M3":  # one scale per block
+            scale = self.get(prefix + ".weight_scale_inv")
+            rows, cols = self.fp8_block
+            expanded = np.repeat(np.repeat(scale, rows, axis=0), cols, axis=1)
+            return weight * expanded[: weight.shape[0], : weight.shape[1]]
+        return weight

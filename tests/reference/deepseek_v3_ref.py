@@ -1,0 +1,148 @@
+"""Float64 reference forward pass of DeepseekV3ForCausalLM, written from the Hugging Face
+modeling code's semantics (not from mlaserve): logits [tokens, vocab] of one causal sequence."""
+import json
+import math
+import os
+
+import numpy as np
+
+from checkpoint import Weights
+
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def yarn_mscale(scale, mscale):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_tables(cfg, positions):
+    """cos, sin [tokens, rope_dim] (rotate_half layout), YaRN when rope_scaling is set."""
+    dim, base = cfg["qk_rope_head_dim"], cfg.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / base ** (np.arange(0, dim, 2) / dim)
+    factor_scale = 1.0
+    scaling = cfg.get("rope_scaling")
+    if scaling:
+        factor = scaling["factor"]
+        original = scaling.get("original_max_position_embeddings", 4096)
+        beta_fast, beta_slow = scaling.get("beta_fast", 32), scaling.get("beta_slow", 1)
+
+        def correction_dim(rotations):
+            return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(math.floor(correction_dim(beta_fast)), 0)
+        high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+        keep = 1.0 - ramp  # 1: extrapolate (original frequency)
+        inv_freq = inv_freq / factor * (1 - keep) + inv_freq * keep
+        factor_scale = yarn_mscale(factor, scaling.get("mscale", 1)) / yarn_mscale(
+            factor, scaling.get("mscale_all_dim", 0))
+    angles = np.outer(positions, inv_freq)
+    emb = np.concatenate([angles, angles], axis=-1)
+    return np.cos(emb) * factor_scale, np.sin(emb) * factor_scale
+
+
+def apply_rope(x, cos, sin):
+    """x [..., tokens, dim] stored interleaved: de-interleave, then rotate_half."""
+    d = x.shape[-1]
+    x = np.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+    rotated = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def attention(w, cfg, p, x):
+    t, heads = x.shape[0], cfg["num_attention_heads"]
+    nope, rope, vdim, rank = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
+                              cfg["v_head_dim"], cfg["kv_lora_rank"])
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    if cfg.get("q_lora_rank") is None:
+        q = x @ w.linear(p + "q_proj").T
+    else:
+        q_a = rms_norm(x @ w.linear(p + "q_a_proj").T, w.get(p + "q_a_layernorm.weight"), eps)
+        q = q_a @ w.linear(p + "q_b_proj").T
+    q = q.reshape(t, heads, nope + rope).transpose(1, 0, 2)  # [H, T, qk]
+    latent = x @ w.linear(p + "kv_a_proj_with_mqa").T
+    compressed, k_pe = latent[:, :rank], latent[:, rank:]
+    kv = rms_norm(compressed, w.get(p + "kv_a_layernorm.weight"), eps) @ w.linear(p + "kv_b_proj").T
+    kv = kv.reshape(t, heads, nope + vdim).transpose(1, 0, 2)  # [H, T, nope + v]
+    cos, sin = rope_tables(cfg, np.arange(t))
+    q_pe = apply_rope(q[..., nope:], cos, sin)
+    k_pe = apply_rope(k_pe[None], cos, sin)  # shared by heads
+    query = np.concatenate([q[..., :nope], q_pe], axis=-1)
+    key = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (heads, t, rope))], axis=-1)
+    scale = (nope + rope) ** -0.5
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("mscale_all_dim", 0):
+        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    scores = query @ key.transpose(0, 2, 1) * scale
+    scores = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = (probs @ kv[..., nope:]).transpose(1, 0, 2).reshape(t, heads * vdim)
+    return out @ w.linear(p + "o_proj").T
+
+
+def mlp(w, p, x):
+    return (silu(x @ w.linear(p + "gate_proj").T) * (x @ w.linear(p + "up_proj").T)) @ w.linear(p + "down_proj").T
+
+
+def route(cfg, logits, bias):
+    """Expert ids and weights of one token (MoEGate)."""
+    n, groups = len(logits), cfg.get("n_group", 1)
+    if cfg.get("scoring_func", "sigmoid") == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        scores = np.exp(logits - logits.max())
+        scores /= scores.sum()
+    method = cfg.get("topk_method", "noaux_tc")
+    choice = scores + bias if method == "noaux_tc" else scores.copy()
+    if method != "greedy" and groups > 1:
+        per_group = choice.reshape(groups, n // groups)
+        if method == "noaux_tc":
+            group_score = np.sort(per_group, axis=1)[:, -2:].sum(axis=1)
+        else:
+            group_score = per_group.max(axis=1)
+        kept = np.argsort(-group_score, kind="stable")[: cfg["topk_group"]]
+        mask = np.full(groups, True)
+        mask[kept] = False
+        choice = np.where(np.repeat(mask, n // groups), -np.inf, choice)
+    ids = np.argsort(-choice, kind="stable")[: cfg["num_experts_per_tok"]]
+    weights = scores[ids]
+    if cfg["num_experts_per_tok"] > 1 and cfg.get("norm_topk_prob", True):
+        weights = weights / (weights.sum() + 1e-20)
+    return ids, weights * cfg.get("routed_scaling_factor", 1.0)
+
+
+def moe(w, cfg, p, x):
+    logits = x @ w.get(p + "gate.weight").T
+    bias = w.get(p + "gate.e_score_correction_bias") if w.has(p + "gate.e_score_correction_bias") else 0.0
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        ids, weights = route(cfg, logits[t], bias)
+        for e, weight in zip(ids, weights):
+            out[t] += weight * mlp(w, f"{p}experts.{e}.", x[t:t + 1])[0]
+    if cfg.get("n_shared_experts", 0):
+        out += mlp(w, p + "shared_experts.", x)
+    return out
+
+
+def forward(model_dir, ids):
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    block = (cfg.get("quantization_config") or {}).get("weight_block_size", [128, 128])
+    w = Weights(model_dir, tuple(block))
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    h = w.get("model.embed_tokens.weight")[ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = h + attention(w, cfg, p + "self_attn.", rms_norm(h, w.get(p + "input_layernorm.weight"), eps))
+        x = rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
+        h = h + (mlp(w, p + "mlp.", x) if i < cfg.get("first_k_dense_replace", 0) else moe(w, cfg, p + "mlp.", x))
+    head = w.get("model.embed_tokens.weight") if cfg.get("tie_word_embeddings") else w.linear("lm_head")
+    return rms_norm(h, w.get("model.norm.weight"), eps) @ head.T
