@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+  mlaserve::block_shutdown_signals();  // before any thread starts
   spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve"));
   spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
   CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   mlaserve::add_make_model_command(app);
   mlaserve::add_logits_command(app);
   mlaserve::add_generate_command(app);
+  mlaserve::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -43,12 +43,18 @@ const float* WeightLoader::to_f32(const TensorInfo& tensor) {
   if (tensor.dtype == DType::F32 && reinterpret_cast<uintptr_t>(tensor.data) % alignof(float) == 0)
     return reinterpret_cast<const float*>(tensor.data);
   auto& values = owned_.emplace_back(static_cast<size_t>(count));
-  const auto* half = reinterpret_cast<const uint16_t*>(tensor.data);
   for (int64_t i = 0; i < count; ++i) {
+    uint16_t half;  // the data may be unaligned: copy, never dereference a cast pointer
     switch (tensor.dtype) {
       case DType::F32: std::memcpy(&values[i], tensor.data + 4 * i, 4); break;
-      case DType::BF16: values[i] = bf16_to_f32(half[i]); break;
-      case DType::F16: values[i] = f16_to_f32(half[i]); break;
+      case DType::BF16:
+        std::memcpy(&half, tensor.data + 2 * i, 2);
+        values[i] = bf16_to_f32(half);
+        break;
+      case DType::F16:
+        std::memcpy(&half, tensor.data + 2 * i, 2);
+        values[i] = f16_to_f32(half);
+        break;
       default:
         fail("tensor '{}': dtype {} where F32, BF16 or F16 is expected", tensor.name,
              dtype_name(tensor.dtype));

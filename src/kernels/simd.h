@@ -83,4 +83,20 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// y[i] += alpha * bf16(x[i])
+inline void axpy_bf16(float alpha, const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 a8 = _mm256_set1_ps(alpha);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a8, load_bf16x8(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = uint32_t(x[i]) << 16;
+    float value;
+    __builtin_memcpy(&value, &bits, 4);
+    y[i] += alpha * value;
+  }
+}
+
 }  // namespace mlaserve::simd

@@ -57,27 +57,47 @@ size_t DeepseekV3Model::weight_bytes() const {
   return total;
 }
 
-void DeepseekV3Model::forward(std::span<const int32_t> tokens, int64_t start_position,
-                              const LatentCacheView& cache, bool all_logits, float* logits,
-                              MlaPath path) const {
-  const int64_t n_tokens = int64_t(tokens.size()), hidden = config_.hidden_size;
-  MLA_CHECK(n_tokens > 0, "forward needs at least one token");
-  MLA_CHECK(start_position + n_tokens <= cache.capacity(),
-            "sequence of {} tokens exceeds the cache capacity {}", start_position + n_tokens,
-            cache.capacity());
+int64_t logit_rows(std::span<const ForwardSequence> batch) {
+  int64_t rows = 0;
+  for (const auto& seq : batch)
+    rows += seq.logits == ForwardSequence::Logits::All ? int64_t(seq.tokens.size())
+            : seq.logits == ForwardSequence::Logits::Last ? 1 : 0;
+  return rows;
+}
+
+void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {
+  const int64_t hidden = config_.hidden_size;
+  std::vector<MlaSequence> sequences;
+  std::vector<int64_t> logit_tokens;  // batch indices of the tokens that need logits
+  int64_t n_tokens = 0;
+  for (const auto& seq : batch) {
+    const int64_t count = int64_t(seq.tokens.size());
+    MLA_CHECK(count > 0, "forward needs at least one token per sequence");
+    MLA_CHECK(seq.start_position + count <= seq.cache.capacity(),
+              "sequence of {} tokens exceeds its cache capacity {}", seq.start_position + count,
+              seq.cache.capacity());
+    sequences.push_back({n_tokens, count, seq.start_position, seq.cache, seq.path});
+    if (seq.logits == ForwardSequence::Logits::All)
+      for (int64_t t = 0; t < count; ++t) logit_tokens.push_back(n_tokens + t);
+    else if (seq.logits == ForwardSequence::Logits::Last)
+      logit_tokens.push_back(n_tokens + count - 1);
+    n_tokens += count;
+  }
   std::vector<float> residual(size_t(n_tokens * hidden));  // [n_tokens, hidden]
   std::vector<float> normed(residual.size()), mixed(residual.size());
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    MLA_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id {} is outside [0, {})",
-              tokens[t], config_.vocab_size);
-    dequantize_row(weights_.embed_tokens, tokens[t], residual.data() + t * hidden);
-  }
+  int64_t row = 0;
+  for (const auto& seq : batch)
+    for (int32_t token : seq.tokens) {
+      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token,
+                config_.vocab_size);
+      dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
+    }
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const DecoderLayerWeights& layer = weights_.layers[i];
     rms_norm(residual.data(), hidden, layer.input_layernorm, n_tokens, hidden,
              config_.rms_norm_eps, normed.data(), hidden);
-    const MlaInput input{normed.data(), n_tokens, start_position, cache, i};
-    mla_forward(mla_shape_, layer.self_attn, rope_, input, path, mixed.data());
+    mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i},
+                mixed.data());
     for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
     rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n_tokens, hidden,
              config_.rms_norm_eps, normed.data(), hidden);
@@ -87,16 +107,25 @@ void DeepseekV3Model::forward(std::span<const int32_t> tokens, int64_t start_pos
       mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
     for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
   }
-  const int64_t first_out = all_logits ? 0 : n_tokens - 1;
-  const int64_t n_out = n_tokens - first_out;
-  rms_norm(residual.data() + first_out * hidden, hidden, weights_.norm, n_out, hidden,
-           config_.rms_norm_eps, normed.data(), hidden);
+  const int64_t n_out = int64_t(logit_tokens.size());
+  for (int64_t r = 0; r < n_out; ++r)
+    rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden,
+             config_.rms_norm_eps, normed.data() + r * hidden, hidden);
   linear(weights_.lm_head, normed.data(), n_out, logits);
 }
 
-SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity)
-    : storage_(size_t(capacity * config.num_hidden_layers * config.kv_latent_dim())) {
+void DeepseekV3Model::forward(std::span<const int32_t> tokens, int64_t start_position,
+                              const LatentCacheView& cache, bool all_logits, float* logits,
+                              MlaPath path) const {
+  const ForwardSequence seq{tokens, start_position, cache, path,
+                            all_logits ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last};
+  forward(std::span(&seq, 1), logits);
+}
+
+SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype)
+    : storage_(size_t(capacity * config.num_hidden_layers * config.kv_latent_dim()) * cache_dtype_size(dtype)) {
   view_.pool = storage_.data();
+  view_.dtype = dtype;
   view_.block_table = &block_id_;
   view_.n_blocks = 1;
   view_.block_size = capacity;

@@ -37,6 +37,19 @@ struct DeepseekV3Weights {
 DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config,
                                            WeightLoader& loader);
 
+// One sequence's part of a forward batch.
+struct ForwardSequence {
+  enum class Logits { None, Last, All };
+  std::span<const int32_t> tokens;  // its new tokens
+  int64_t start_position = 0;       // position of tokens[0]; the cache holds [0, start_position)
+  LatentCacheView cache;
+  MlaPath path = MlaPath::Auto;
+  Logits logits = Logits::Last;     // a prefill chunk that does not end the prompt needs none
+};
+
+// Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
+int64_t logit_rows(std::span<const ForwardSequence> batch);
+
 class DeepseekV3Model {
  public:
   // Reads DIR/config.json and the safetensors checkpoint (memory-mapped).
@@ -45,9 +58,11 @@ class DeepseekV3Model {
   const ModelConfig& config() const { return config_; }
   size_t weight_bytes() const;
 
-  // Runs `tokens` at positions [start_position, start_position + n) of one sequence whose
-  // latent cache holds [0, start_position). logits: [n, vocab] if all_logits else [1, vocab]
-  // for the last token.
+  // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
+  // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].
+  void forward(std::span<const ForwardSequence> batch, float* logits) const;
+
+  // One sequence: logits [n, vocab] if all_logits, else [1, vocab] for the last token.
   void forward(std::span<const int32_t> tokens, int64_t start_position,
                const LatentCacheView& cache, bool all_logits, float* logits,
                MlaPath path = MlaPath::Auto) const;
@@ -67,11 +82,11 @@ class DeepseekV3Model {
 // A contiguous latent cache for one sequence (one block of `capacity` positions).
 class SequenceCache {
  public:
-  SequenceCache(const ModelConfig& config, int64_t capacity);
+  SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype = CacheDType::F32);
   const LatentCacheView& view() const { return view_; }
 
  private:
-  std::vector<float> storage_;
+  std::vector<uint8_t> storage_;
   int32_t block_id_ = 0;
   LatentCacheView view_;
 };

@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 
-#include <regex>
 
 #include "base/error.h"
 #include "io/linear_weight.h"
@@ -52,10 +51,12 @@ MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::
 // Tensors a checkpoint may carry that the forward pass does not use: multi-token-prediction
 // layers (indices >= num_hidden_layers) and rotary inv_freq buffers.
 bool ignorable(const std::string& name, const ModelConfig& config) {
-  static const std::regex layer_index(R"(^model\.layers\.(\d+)\.)");
-  std::smatch match;
-  if (config.num_nextn_predict_layers > 0 && std::regex_search(name, match, layer_index))
-    return std::stoll(match[1]) >= config.num_hidden_layers;
+  const std::string prefix = "model.layers.";
+  if (config.num_nextn_predict_layers > 0 && name.starts_with(prefix)) {
+    const size_t end = name.find_first_not_of("0123456789", prefix.size());
+    if (end > prefix.size() && end != std::string::npos && name[end] == '.')
+      return std::stoll(name.substr(prefix.size(), end - prefix.size())) >= config.num_hidden_layers;
+  }
   return name.ends_with("rotary_emb.inv_freq");
 }
 

@@ -3,6 +3,7 @@
 // prefill expands per-head K/V through kv_b_proj, decode absorbs kv_b_proj into the query.
 #pragma once
 #include <optional>
+#include <span>
 
 #include "io/linear_weight.h"
 #include "kernels/latent_cache_view.h"
@@ -23,7 +24,9 @@ struct MlaWeights {
 
 // Which form computes attention: Expanded recomputes per-head K/V for every cached position
 // (cheap per query when many queries share them: prefill); Absorbed works in the latent
-// space (decode). Auto picks by the number of new tokens.
+// space (decode). Both are exact; they differ only in rounding. The engine uses Expanded for
+// every prefill chunk and Absorbed for decode, so a request's numbers do not depend on how it
+// was chunked or batched. Auto: Expanded for more than one new token.
 enum class MlaPath { Auto, Expanded, Absorbed };
 
 struct MlaShape {
@@ -34,16 +37,25 @@ struct MlaShape {
   int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
-struct MlaInput {
-  const float* x = nullptr;  // [n_tokens, hidden], the normed layer input
+// One sequence's slice of a batch: tokens [token_offset, token_offset + n_tokens) of the
+// batch are its positions [start_position, start_position + n_tokens).
+struct MlaSequence {
+  int64_t token_offset = 0;
   int64_t n_tokens = 0;
-  int64_t start_position = 0;  // position of x[0]; the cache holds [0, start_position)
+  int64_t start_position = 0;  // the cache holds [0, start_position)
   LatentCacheView cache;       // capacity >= start_position + n_tokens
+  MlaPath path = MlaPath::Auto;
+};
+
+struct MlaInput {
+  const float* x = nullptr;  // [n_tokens, hidden], the normed layer input of the whole batch
+  int64_t n_tokens = 0;
+  std::span<const MlaSequence> sequences;
   int64_t layer = 0;
 };
 
-// out: [n_tokens, hidden]. Writes the new tokens' latent rows into the cache.
+// out: [n_tokens, hidden]. Writes the new tokens' latent rows into each sequence's cache.
 void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                 const MlaInput& input, MlaPath path, float* out);
+                 const MlaInput& input, float* out);
 
 }  // namespace mlaserve

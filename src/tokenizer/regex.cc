@@ -34,9 +34,11 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   std::vector<std::pair<size_t, size_t>> matches;
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
   size_t offset = 0;
+  uint32_t options = 0;  // the first call checks the subject's UTF-8 once; later calls skip it
   while (offset <= text.size()) {
     const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                               text.size(), offset, 0, data, nullptr);
+                               text.size(), offset, options, data, nullptr);
+    options = PCRE2_NO_UTF_CHECK;
     if (rc < 0) break;  // PCRE2_ERROR_NOMATCH (input is valid UTF-8, so no other error)
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     const size_t begin = ovector[0], end = ovector[1];

@@ -1,0 +1,115 @@
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "base/error.h"
+#include "base/signals.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+
+namespace mlaserve {
+namespace {
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+struct ServeOptions {
+  std::string model_dir, kv_dtype = "bf16";
+  double kv_cache_gb = 0, kv_cache_fraction = 0.25;
+  int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30;
+  SchedulerConfig scheduler;
+  int64_t max_queue = 256;
+  ServerOptions server;
+};
+
+EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model) {
+  EngineConfig config;
+  config.block_size = options.block_size;
+  config.cache_dtype = options.kv_dtype == "fp32" ? CacheDType::F32 : CacheDType::BF16;
+  config.scheduler = options.scheduler;
+  config.max_queue = options.max_queue;
+  config.max_model_len = options.max_model_len > 0 ? std::min(options.max_model_len, model.max_position_embeddings)
+                                                   : model.max_position_embeddings;
+  const int64_t per_token = kv_bytes_per_token(model, config.cache_dtype);
+  const double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
+                                                : options.kv_cache_fraction * double(available_memory_bytes());
+  // More than every sequence at full length is never needed.
+  const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
+  config.kv_cache_tokens = std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;
+  MLA_CHECK(config.kv_cache_tokens >= config.block_size, "the KV cache budget holds no block: raise --kv-cache-gb");
+  spdlog::info("KV cache: {} tokens ({} blocks of {}), {} bytes per token = {} layers x {} latent values x {} bytes ({}), {:.2f} GiB",
+               config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
+               model.num_hidden_layers, model.kv_latent_dim(), cache_dtype_size(config.cache_dtype), options.kv_dtype,
+               double(config.kv_cache_tokens * per_token) / double(1 << 30));
+  return config;
+}
+
+void serve(const ServeOptions& options) {
+  MLA_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
+  spdlog::info("loading model from '{}'", options.model_dir);
+  auto model = DeepseekV3Model::load(options.model_dir);
+  auto tokenizer = Tokenizer::load(options.model_dir);
+  {
+    spdlog::info("warming up");
+    SequenceCache warmup(model->config(), 8);
+    std::vector<float> logits(size_t(model->config().vocab_size));
+    const std::vector<int32_t> tokens = {0, 1, 2, 3};
+    model->forward(tokens, 0, warmup.view(), false, logits.data());
+  }
+  Engine engine(*model, *tokenizer, engine_config(options, model->config()));
+  ServerOptions server_options = options.server;
+  if (server_options.served_model_name.empty())
+    server_options.served_model_name = std::filesystem::path(options.model_dir).filename().string();
+  HttpServer server(engine, server_options);
+  const int port = server.bind();
+  std::promise<void> stopped;
+  on_shutdown_signal([&](int signal) {
+    on_shutdown_signal([](int) {});  // a second signal during shutdown changes nothing
+    spdlog::info("signal {}: finishing running requests (up to {} s), then exiting", signal, options.shutdown_timeout_s);
+    engine.shutdown(std::chrono::seconds(options.shutdown_timeout_s));
+    server.stop();
+    stopped.set_value();
+  });
+  spdlog::info("ready: serving '{}' on http://{}:{}", server_options.served_model_name, server_options.host, port);
+  server.serve();
+  stopped.get_future().wait();
+  spdlog::info("stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--host", options->server.host, "listen address")->capture_default_str();
+  cmd->add_option("--port", options->server.port, "port (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", options->server.api_key, "require Authorization: Bearer KEY on /v1/*");
+  cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
+  cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");
+  cmd->add_option("--kv-cache-fraction", options->kv_cache_fraction, "fraction of available memory for the KV cache")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "bf16 | fp32")->capture_default_str();
+  cmd->add_option("--block-size", options->block_size, "tokens per KV cache block")->capture_default_str();
+  cmd->add_option("--max-num-seqs", options->scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
+  cmd->add_option("--chunked-prefill-size", options->scheduler.chunked_prefill_size, "prefill tokens per step")->capture_default_str();
+  cmd->add_option("--max-queue", options->max_queue, "waiting requests before 429")->capture_default_str();
+  cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
+  cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
+  cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
+  cmd->callback([options] {
+    MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
+              "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");
+    serve(*options);
+  });
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,282 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "engine/generator.h"
+
+namespace mlaserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: text
+// that must be held back because the next token may complete a stop string.
+size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t longest = 0;
+  for (const auto& stop : stops)
+    for (size_t length = std::min(stop.size() - 1, text.size()); length > longest; --length)
+      if (text.compare(text.size() - length, length, stop, 0, length) == 0) {
+        longest = length;
+        break;
+      }
+  return longest;
+}
+
+}  // namespace
+
+int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype) {
+  return config.num_hidden_layers * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype));
+}
+
+struct Engine::Request {
+  EngineRequest spec;
+  Sequence seq;
+  std::shared_ptr<RequestHandle> handle;
+  RequestSampler sampler;
+  TextStreamer streamer;
+  std::string held_text;  // decoded text not yet sent: a possible stop-string prefix
+  int64_t completion_tokens = 0, cached_tokens = -1;
+  Clock::time_point arrival = Clock::now(), last_token;
+  bool done = false;
+
+  Request(EngineRequest request, const Tokenizer& tokenizer)
+      : spec(std::move(request)), handle(std::make_shared<RequestHandle>()),
+        sampler(spec.sampling, spec.prompt), streamer(tokenizer) {}
+};
+
+void RequestHandle::push(StreamEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+std::vector<StreamEvent> RequestHandle::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+Engine::Engine(const DeepseekV3Model& model, const Tokenizer& tokenizer, EngineConfig config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      config_(config),
+      pool_(size_t(config.kv_cache_tokens / config.block_size * config.block_size *
+                   kv_bytes_per_token(model.config(), config.cache_dtype))),
+      blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
+      scheduler_(config.scheduler, blocks_) {
+  if (config_.max_model_len <= 0) config_.max_model_len = model.config().max_position_embeddings;
+  metrics_.kv_blocks_total = blocks_.total_blocks();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
+  const int64_t prompt_length = int64_t(request.prompt.size()), vocab = model_.config().vocab_size;
+  if (prompt_length == 0) throw EngineRejection(400, "the prompt is empty");
+  for (int32_t id : request.prompt)
+    if (id < 0 || id >= vocab) throw EngineRejection(400, fmt::format("token id {} is outside [0, {})", id, vocab));
+  if (request.max_tokens < 1) throw EngineRejection(400, fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
+  if (prompt_length + request.max_tokens > config_.max_model_len)
+    throw EngineRejection(400, fmt::format("This model's maximum context length is {} tokens. However, you requested "
+                                           "{} tokens ({} in the prompt, {} in the completion).",
+                                           config_.max_model_len, prompt_length + request.max_tokens, prompt_length,
+                                           request.max_tokens));
+  if (blocks_.blocks_for(prompt_length + request.max_tokens) > blocks_.total_blocks())
+    throw EngineRejection(400, fmt::format("{} tokens do not fit in the KV cache of {} tokens",
+                                           prompt_length + request.max_tokens, blocks_.total_blocks() * config_.block_size));
+  auto owned = std::make_unique<Request>(std::move(request), tokenizer_);
+  auto handle = owned->handle;
+  {
+    std::lock_guard lock(mutex_);
+    if (!accepting_) throw EngineRejection(503, "the server is shutting down");
+    if (int64_t(incoming_.size()) + metrics_.waiting >= config_.max_queue)
+      throw EngineRejection(429, fmt::format("too many requests waiting (limit {})", config_.max_queue));
+    incoming_.push_back(std::move(owned));
+  }
+  wake_.notify_one();
+  return handle;
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+  }
+  const auto deadline = Clock::now() + grace;
+  while (Clock::now() < deadline && (metrics_.running > 0 || metrics_.waiting > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::admit_incoming() {
+  std::vector<std::unique_ptr<Request>> fresh;
+  {
+    std::lock_guard lock(mutex_);
+    fresh.swap(incoming_);
+  }
+  for (auto& request : fresh) {
+    request->seq.id = next_id_++;
+    request->seq.tokens = request->spec.prompt;
+    request->seq.prompt_length = int64_t(request->spec.prompt.size());
+    metrics_.prompt_tokens += request->seq.prompt_length;
+    scheduler_.add(&request->seq);
+    active_.push_back(std::move(request));
+  }
+}
+
+void Engine::finish(Request& request, const std::string& reason, const std::string& error) {
+  StreamEvent event;
+  event.finished = true;
+  event.finish_reason = reason;
+  event.error = error;
+  event.prompt_tokens = request.seq.prompt_length;
+  event.completion_tokens = request.completion_tokens;
+  event.cached_tokens = std::max<int64_t>(0, request.cached_tokens);
+  request.handle->push(std::move(event));
+  scheduler_.remove(&request.seq);
+  request.done = true;
+  (reason == "abort" ? metrics_.requests_aborted : reason == "error" ? metrics_.requests_failed
+                                                                     : metrics_.requests_finished)++;
+  metrics_.request_latency.observe(seconds_between(request.arrival, Clock::now()));
+}
+
+void Engine::drop_cancelled() {
+  for (auto& request : active_)
+    if (!request->done && request->handle->cancelled()) finish(*request, "abort");
+}
+
+void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
+  const auto now = Clock::now();
+  if (request.completion_tokens == 0)
+    metrics_.time_to_first_token.observe(seconds_between(request.arrival, now));
+  else
+    metrics_.inter_token_latency.observe(seconds_between(request.last_token, now));
+  request.last_token = now;
+  request.seq.tokens.push_back(token);
+  ++request.completion_tokens;
+  ++metrics_.generation_tokens;
+  const EngineRequest& spec = request.spec;
+  StreamEvent event;
+  event.token_ids = {token};
+  if (spec.sampling.logprobs >= 0) event.logprobs = {std::move(logprobs)};
+  std::string reason;
+  const bool stop_token = std::count(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token) > 0 ||
+                          (!spec.ignore_eos && tokenizer_.eos_id() == token);
+  if (stop_token) {
+    event.text = request.held_text + request.streamer.finish();
+    reason = "stop";
+  } else {
+    request.held_text += request.streamer.push(token);
+    size_t stop_at = std::string::npos;
+    for (const auto& stop : spec.stop) stop_at = std::min(stop_at, request.held_text.find(stop));
+    if (stop_at != std::string::npos) {
+      event.text = request.held_text.substr(0, stop_at);
+      reason = "stop";
+    } else {
+      const size_t keep = stop_prefix_suffix(request.held_text, spec.stop);
+      event.text = request.held_text.substr(0, request.held_text.size() - keep);
+      request.held_text.erase(0, request.held_text.size() - keep);
+    }
+  }
+  if (reason.empty() && request.completion_tokens >= spec.max_tokens) {
+    event.text += request.held_text + request.streamer.finish();
+    reason = "length";
+  }
+  if (reason.empty()) {
+    request.handle->push(std::move(event));
+    return;
+  }
+  request.held_text.clear();
+  request.handle->push(std::move(event));
+  finish(request, reason);
+}
+
+void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
+  std::vector<ForwardSequence> batch;
+  for (const ScheduledChunk& chunk : plan) {
+    Sequence& seq = *chunk.seq;
+    LatentCacheView view{pool_.data(), config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
+                         config_.block_size, model_.config().num_hidden_layers, model_.config().kv_latent_dim()};
+    batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
+                     chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
+                     chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
+  }
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<float> logits(size_t(logit_rows(batch) * vocab));
+  auto request_of = [&](const Sequence* seq) -> Request& {
+    return **std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == seq; });
+  };
+  try {
+    model_.forward(batch, logits.data());
+  } catch (const std::exception& e) {
+    spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
+    for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());
+    return;
+  }
+  int64_t row = 0;
+  for (const ScheduledChunk& chunk : plan) {
+    Request& request = request_of(chunk.seq);
+    scheduler_.complete(chunk);
+    if (request.cached_tokens < 0) request.cached_tokens = chunk.start;  // prefix-cache hit of the first admission
+    if (!chunk.needs_logits) continue;
+    try {
+      TokenLogprobs logprobs;
+      const int32_t token = request.sampler.sample(logits.data() + row++ * vocab, vocab, &logprobs);
+      on_token(request, token, std::move(logprobs));
+    } catch (const std::exception& e) {
+      spdlog::error("request failed: {}", e.what());
+      finish(request, "error", e.what());
+    }
+  }
+}
+
+void Engine::update_gauges() {
+  metrics_.running = scheduler_.n_running();
+  metrics_.waiting = scheduler_.n_waiting();
+  metrics_.kv_blocks_used = blocks_.used_blocks();
+  metrics_.prefix_queried_tokens = blocks_.prefix_queried_tokens();
+  metrics_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+  metrics_.preemptions = scheduler_.n_preemptions();
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(active_.empty() ? 200 : 0),
+                     [&] { return stopping_ || !incoming_.empty() || !active_.empty(); });
+      if (stopping_) break;
+    }
+    admit_incoming();
+    drop_cancelled();
+    std::erase_if(active_, [](const auto& request) { return request->done; });
+    const std::vector<ScheduledChunk> plan = scheduler_.schedule();
+    if (!plan.empty()) run_step(plan);
+    std::erase_if(active_, [](const auto& request) { return request->done; });
+    update_gauges();
+  }
+  admit_incoming();  // requests that arrived during shutdown get their final event too
+  for (auto& request : active_)
+    if (!request->done) finish(*request, "abort");
+  active_.clear();
+  update_gauges();
+}
+
+}  // namespace mlaserve

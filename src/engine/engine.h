@@ -1,0 +1,122 @@
+// The serving engine: one thread that owns the paged latent cache and runs the scheduler's
+// steps through the model, sampling each request's tokens, detokenizing them, applying stop
+// strings and limits, and streaming events to the request's handle. HTTP threads submit
+// requests and wait on handles; a handle can be cancelled from any thread and the engine
+// frees the request at its next step.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/metrics.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/deepseek_v3.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mlaserve {
+
+struct EngineConfig {
+  int64_t block_size = 16;             // tokens per cache block
+  int64_t kv_cache_tokens = 0;         // cache capacity in tokens (rounded down to blocks)
+  CacheDType cache_dtype = CacheDType::BF16;
+  SchedulerConfig scheduler;
+  int64_t max_queue = 256;             // waiting requests beyond this are refused (429)
+  int64_t max_model_len = 0;           // prompt + generated tokens; 0: the model's context
+};
+
+// Bytes of latent cache one token costs: layers x (kv_lora_rank + qk_rope_head_dim) x dtype.
+int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype);
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;          // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;    // end the request after one of these
+  bool ignore_eos = false;
+};
+
+struct StreamEvent {
+  std::string text;                   // new text (may be empty while a stop string is pending)
+  std::vector<int32_t> token_ids;     // tokens this event covers
+  std::vector<TokenLogprobs> logprobs;  // one per token when requested
+  bool finished = false;
+  std::string finish_reason;          // stop | length | abort | error
+  std::string error;                  // message when finish_reason is error
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+// A refused request: the HTTP status and a message naming the problem.
+struct EngineRejection : std::runtime_error {
+  EngineRejection(int status_code, const std::string& message) : std::runtime_error(message), status(status_code) {}
+  int status;
+};
+
+class RequestHandle {
+ public:
+  // Events so far, waiting up to `timeout` for the first one.
+  std::vector<StreamEvent> wait(std::chrono::milliseconds timeout);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  friend class Engine;
+  void push(StreamEvent event);
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+ public:
+  Engine(const DeepseekV3Model& model, const Tokenizer& tokenizer, EngineConfig config);
+  ~Engine();
+
+  // Throws EngineRejection (400: invalid, 429: queue full, 503: shutting down).
+  std::shared_ptr<RequestHandle> submit(EngineRequest request);
+  // Stops accepting; lets running requests finish for up to `grace`, then cancels the rest.
+  void shutdown(std::chrono::milliseconds grace);
+
+  const EngineConfig& config() const { return config_; }
+  int64_t max_model_len() const { return config_.max_model_len; }
+  EngineMetrics& metrics() { return metrics_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  struct Request;
+  void loop();
+  void admit_incoming();
+  void drop_cancelled();
+  void run_step(const std::vector<ScheduledChunk>& plan);
+  void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
+  void finish(Request& request, const std::string& reason, const std::string& error = "");
+  void update_gauges();
+
+  const DeepseekV3Model& model_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  std::vector<uint8_t> pool_;  // [n_blocks, n_layers, block_size, latent_dim] of cache_dtype
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  EngineMetrics metrics_;
+
+  std::mutex mutex_;  // guards incoming_, accepting_, stopping_
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Request>> incoming_;
+  bool accepting_ = true, stopping_ = false;
+  std::atomic<int64_t> queued_{0};  // incoming + waiting, for the queue limit
+
+  std::vector<std::unique_ptr<Request>> active_;  // engine thread only
+  int64_t next_id_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace mlaserve

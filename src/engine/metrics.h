@@ -1,0 +1,43 @@
+// Engine metrics, read by the server's /metrics endpoint. Histograms use fixed bucket bounds
+// (seconds) and are safe to update and read from different threads.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace mlaserve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  void observe(double value);
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> cumulative;  // per bound, then +Inf
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct EngineMetrics {
+  std::atomic<int64_t> running{0}, waiting{0};
+  std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
+  std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0};
+  std::atomic<int64_t> prefix_queried_tokens{0}, prefix_hit_tokens{0};
+  std::atomic<int64_t> requests_finished{0}, requests_aborted{0}, requests_failed{0};
+  std::atomic<int64_t> preemptions{0};
+  Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5}};
+  Histogram request_latency{{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+};
+
+}  // namespace mlaserve

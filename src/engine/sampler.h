@@ -1,0 +1,43 @@
+// Per-request sampling state: penalties over the tokens seen so far, a seeded generator, and
+// log-probabilities of the model's raw distribution (before penalties and temperature, as
+// vLLM reports them).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/sampling.h"
+
+namespace mlaserve {
+
+struct SamplingOptions {
+  SamplingParams params;             // temperature, top_k, top_p, min_p
+  float repetition_penalty = 1.0f;   // >1 discourages prompt and output tokens (divides logits)
+  float presence_penalty = 0.0f;     // subtracted once from tokens already generated
+  float frequency_penalty = 0.0f;    // subtracted per occurrence in the output
+  std::optional<uint64_t> seed;      // same seed and prompt: same output
+  int64_t logprobs = -1;             // -1: none; N >= 0: the sampled token's and the top N
+};
+
+struct TokenLogprobs {
+  float logprob = 0.0f;                               // of the sampled token
+  std::vector<std::pair<int32_t, float>> top;         // top N (id, logprob), best first
+};
+
+class RequestSampler {
+ public:
+  RequestSampler(const SamplingOptions& options, std::span<const int32_t> prompt);
+  // Picks the next token from logits [vocab] (modified in place by the penalties).
+  int32_t sample(float* logits, int64_t vocab_size, TokenLogprobs* logprobs);
+
+ private:
+  SamplingOptions options_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> prompt_tokens_;  // distinct, for the repetition penalty
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,91 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace mlaserve {
+
+bool Scheduler::admit(Sequence* seq) {
+  // Room for every known token plus the first token it will generate.
+  const int64_t known = int64_t(seq->tokens.size());
+  auto allocation = blocks_.allocate(seq->tokens, known + 1);
+  if (!allocation) return false;
+  seq->block_table = std::move(allocation->blocks);
+  seq->n_computed = allocation->cached_tokens;
+  seq->prefill_target = known;
+  seq->running = true;
+  running_.push_back(seq);
+  return true;
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  blocks_.release(seq->block_table);
+  seq->n_computed = 0;
+  seq->running = false;
+  ++seq->preemptions;
+  ++preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  // Back to the queue in arrival order, ahead of anything younger.
+  auto position = std::find_if(waiting_.begin(), waiting_.end(),
+                               [&](const Sequence* other) { return other->id > seq->id; });
+  waiting_.insert(position, seq);
+}
+
+bool Scheduler::ensure_decode_slot(Sequence* seq) {
+  const int64_t needed = int64_t(seq->tokens.size());  // positions after this step
+  while (!blocks_.grow(seq->block_table, needed)) {
+    Sequence* youngest = *std::max_element(running_.begin(), running_.end(),
+                                           [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+    preempt(youngest);
+    if (youngest == seq) return false;
+  }
+  return true;
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> plan;
+  int64_t budget = config_.chunked_prefill_size;
+  const std::vector<Sequence*> snapshot = running_;
+  for (Sequence* seq : snapshot) {
+    if (!seq->running) continue;  // preempted earlier in this loop
+    const int64_t known = int64_t(seq->tokens.size());
+    if (seq->n_computed >= seq->prefill_target) {  // decoding: one new token
+      if (ensure_decode_slot(seq)) plan.push_back({seq, seq->n_computed, 1, false, true});
+      continue;
+    }
+    if (budget <= 0) continue;
+    const int64_t count = std::min(budget, known - seq->n_computed);
+    budget -= count;
+    plan.push_back({seq, seq->n_computed, count, true, seq->n_computed + count == known});
+  }
+  // A plan entry may belong to a sequence preempted after it was planned.
+  std::erase_if(plan, [](const ScheduledChunk& chunk) { return !chunk.seq->running; });
+  while (!waiting_.empty() && budget > 0 && n_running() < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    if (!admit(seq)) break;
+    waiting_.pop_front();
+    const int64_t known = int64_t(seq->tokens.size());
+    const int64_t count = std::min(budget, known - seq->n_computed);
+    budget -= count;
+    plan.push_back({seq, seq->n_computed, count, true, seq->n_computed + count == known});
+  }
+  return plan;
+}
+
+void Scheduler::complete(const ScheduledChunk& chunk) {
+  Sequence* seq = chunk.seq;
+  seq->n_computed = chunk.start + chunk.n_tokens;
+  blocks_.publish(seq->block_table, seq->tokens, seq->n_computed);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  if (seq->running) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+    seq->running = false;
+  } else {
+    auto found = std::find(waiting_.begin(), waiting_.end(), seq);
+    if (found != waiting_.end()) waiting_.erase(found);
+  }
+  blocks_.release(seq->block_table);
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,69 @@
+// Continuous batching, as pure logic over sequences and the block manager (no model, no
+// threads). Each step runs every running sequence: one decode token for those past their
+// prompt, a chunk of at most the remaining prefill budget for those still prefilling; then
+// admits waiting sequences FIFO while the budget, max_num_seqs and free blocks allow. When a
+// decoding sequence needs a block and none is free, the youngest running sequence is
+// preempted: its blocks are freed and it waits at the front of the queue to be recomputed
+// (prompt and generated tokens alike).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.h"
+
+namespace mlaserve {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 64;           // running sequences at most
+  int64_t chunked_prefill_size = 512;  // prefill tokens per step, all sequences together
+};
+
+struct Sequence {
+  int64_t id = 0;                  // arrival order; larger is younger
+  std::vector<int32_t> tokens;     // prompt, then generated tokens
+  int64_t prompt_length = 0;
+  int64_t n_computed = 0;          // positions whose latents are in the cache
+  int64_t prefill_target = 0;      // tokens to (re)compute before decoding: len(tokens) at admission
+  std::vector<int32_t> block_table;
+  bool running = false;
+  int64_t preemptions = 0;
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int64_t start;      // first position computed this step (== seq->n_computed)
+  int64_t n_tokens;
+  bool prefill;       // false: one decode token
+  bool needs_logits;  // the chunk ends at the last known token
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {}
+
+  void add(Sequence* seq) { waiting_.push_back(seq); }
+  // Plans one step. Sequences preempted while planning are in waiting again.
+  std::vector<ScheduledChunk> schedule();
+  // After a step: the chunk's positions are computed; full blocks become cached prefixes.
+  void complete(const ScheduledChunk& chunk);
+  // Removes a sequence (finished or cancelled) from either queue and frees its blocks.
+  void remove(Sequence* seq);
+
+  int64_t n_running() const { return int64_t(running_.size()); }
+  int64_t n_waiting() const { return int64_t(waiting_.size()); }
+  int64_t n_preemptions() const { return preemptions_; }
+
+ private:
+  bool admit(Sequence* seq);
+  void preempt(Sequence* seq);
+  bool ensure_decode_slot(Sequence* seq);  // may preempt younger sequences, or seq itself
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,154 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "base/error.h"
+#include "server/openai_protocol.h"
+#include "server/prometheus.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
+  res.status = status;
+  res.set_content(error_body(status, message, param).dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+// Streams a request's events as server-sent events; a client that goes away cancels it.
+void stream_response(httplib::Response& res, std::shared_ptr<RequestHandle> handle,
+                     std::shared_ptr<ParsedRequest> request, std::shared_ptr<ResponseBuilder> builder) {
+  auto finished = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [handle, request, builder, finished](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& payload) {
+          const std::string line = "data: " + payload + "\n\n";
+          return sink.is_writable() && sink.write(line.data(), line.size());
+        };
+        for (const StreamEvent& event : handle->wait(kPollInterval)) {
+          if (event.finish_reason == "error") {
+            write(error_body(500, event.error).dump());
+          } else {
+            for (const auto& chunk : builder->stream_chunks(event))
+              if (!write(chunk)) return handle->cancel(), false;
+          }
+          if (!event.finished) continue;
+          *finished = true;
+          if (request->include_usage && event.finish_reason != "error") write(builder->usage_chunk());
+          write("[DONE]");
+          sink.done();
+          return true;
+        }
+        if (!sink.is_writable()) return handle->cancel(), false;
+        return true;
+      },
+      [handle, finished](bool) {
+        if (!*finished) handle->cancel();  // connection closed before the end
+      });
+}
+
+void complete_response(httplib::Response& res, const std::shared_ptr<RequestHandle>& handle,
+                       ResponseBuilder& builder) {
+  for (;;) {
+    for (const StreamEvent& event : handle->wait(kPollInterval)) {
+      if (event.finish_reason == "error") return send_error(res, 500, "internal error: " + event.error);
+      if (event.finish_reason == "abort") return send_error(res, 503, "the request was cancelled (server shutting down)");
+      builder.add(event);
+      if (event.finished) {
+        res.set_content(builder.final_response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : engine_(engine), options_(std::move(options)), chat_format_(chat_format_of(engine.tokenizer())),
+      server_(std::make_unique<httplib::Server>()) {
+  const int threads = options_.http_threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_keep_alive_timeout(5);
+  server_->set_read_timeout(30);
+  add_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::add_routes() {
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || !req.path.starts_with("/v1/")) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "missing or invalid API key (Authorization: Bearer ...)");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_prometheus(engine_.metrics(), options_.served_model_name), "text/plain; version=0.0.4");
+  });
+  server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", 0},
+                        {"owned_by", "mlaserve"}, {"max_model_len", engine_.max_model_len()}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+  });
+  auto generate = [this](Endpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      try {
+        auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, req.body, engine_.tokenizer(), chat_format_,
+                                                                     options_.served_model_name, engine_.max_model_len()));
+        auto handle = engine_.submit(request->engine);
+        auto builder = std::make_shared<ResponseBuilder>(*request, engine_.tokenizer(), options_.served_model_name);
+        if (request->stream)
+          stream_response(res, handle, request, builder);
+        else
+          complete_response(res, handle, *builder);
+      } catch (const ApiError& e) {
+        send_error(res, e.status, e.what(), e.param);
+      } catch (const EngineRejection& e) {
+        send_error(res, e.status, e.what());
+      } catch (const std::exception& e) {
+        spdlog::error("request failed: {}", e.what());
+        send_error(res, 500, std::string("internal error: ") + e.what());
+      }
+    };
+  };
+  server_->Post("/v1/completions", generate(Endpoint::Completions));
+  server_->Post("/v1/chat/completions", generate(Endpoint::ChatCompletions));
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) return send_error(res, 404, "no route for " + req.method + " " + req.path);
+    if (res.status == 413) return send_error(res, 413, "the request body is too large");
+    send_error(res, res.status, "HTTP error " + std::to_string(res.status));
+  });
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+    std::string message = "unknown";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, 500, "internal error: " + message);
+  });
+}
+
+int HttpServer::bind() {
+  const int port = options_.port == 0 ? server_->bind_to_any_port(options_.host)
+                                      : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  MLA_CHECK(port > 0, "cannot listen on {}:{} (address in use or not local?)", options_.host, options_.port);
+  return port;
+}
+
+void HttpServer::serve() { server_->listen_after_bind(); }
+
+void HttpServer::stop() { server_->stop(); }
+
+}  // namespace mlaserve

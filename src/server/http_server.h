@@ -1,0 +1,43 @@
+// The OpenAI-compatible HTTP front end (cpp-httplib): routes, API key, SSE streaming and
+// errors in OpenAI's shape. Each request runs on one of the server's threads and talks to
+// the engine through its RequestHandle.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace mlaserve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;               // 0: any free port
+  std::string api_key;           // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  std::string served_model_name;
+  int http_threads = 128;        // each streaming response holds one while it runs
+  size_t max_body_bytes = 32u << 20;
+};
+
+class HttpServer {
+ public:
+  HttpServer(Engine& engine, ServerOptions options);
+  ~HttpServer();
+  // Binds; returns the port (useful with port 0). Throws Error when it cannot bind.
+  int bind();
+  void serve();  // blocks until stop()
+  void stop();
+
+ private:
+  void add_routes();
+  Engine& engine_;
+  ServerOptions options_;
+  ChatFormat chat_format_;
+  std::unique_ptr<httplib::Server> server_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,323 @@
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "base/error.h"
+
+namespace mlaserve {
+namespace {
+
+using json = nlohmann::json;
+
+const char* error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable";
+    default: return "server_error";
+  }
+}
+
+// Typed optional fields; a present field of the wrong type or range is an ApiError.
+std::optional<double> number(const json& body, const char* key, double low, double high) {
+  auto found = body.find(key);
+  if (found == body.end() || found->is_null()) return std::nullopt;
+  if (!found->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key);
+  const double value = found->get<double>();
+  if (!(value >= low && value <= high))
+    throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, low, high, found->dump()), key);
+  return value;
+}
+
+std::optional<int64_t> integer(const json& body, const char* key, int64_t low, int64_t high) {
+  auto found = body.find(key);
+  if (found == body.end() || found->is_null()) return std::nullopt;
+  if (!found->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), key);
+  if (found->is_number_unsigned() && found->get<uint64_t>() > uint64_t(high))
+    throw ApiError(400, fmt::format("'{}' must be at most {}, got {}", key, high, found->dump()), key);
+  const int64_t value = found->get<int64_t>();
+  if (value < low || value > high)
+    throw ApiError(400, fmt::format("'{}' must be in [{}, {}], got {}", key, low, high, value), key);
+  return value;
+}
+
+bool boolean(const json& body, const char* key, bool fallback) {
+  auto found = body.find(key);
+  if (found == body.end() || found->is_null()) return fallback;
+  if (!found->is_boolean()) throw ApiError(400, fmt::format("'{}' must be true or false", key), key);
+  return found->get<bool>();
+}
+
+std::vector<std::string> stop_strings(const json& body) {
+  auto found = body.find("stop");
+  if (found == body.end() || found->is_null()) return {};
+  std::vector<std::string> stops;
+  if (found->is_string()) {
+    stops.push_back(found->get<std::string>());
+  } else if (found->is_array()) {
+    for (const auto& item : *found) {
+      if (!item.is_string()) throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+      stops.push_back(item.get<std::string>());
+    }
+  } else {
+    throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+  }
+  std::erase_if(stops, [](const std::string& stop) { return stop.empty(); });
+  return stops;
+}
+
+std::vector<int32_t> token_list(const json& value, const char* param, int64_t vocab_hint) {
+  std::vector<int32_t> ids;
+  for (const auto& item : value) {
+    if (!item.is_number_integer() || item.get<int64_t>() < 0 || item.get<int64_t>() >= vocab_hint)
+      throw ApiError(400, fmt::format("'{}' must hold token ids in [0, {})", param, vocab_hint), param);
+    ids.push_back(item.get<int32_t>());
+  }
+  return ids;
+}
+
+std::string message_text(const json& message, size_t index) {
+  const auto& content = message.contains("content") ? message["content"] : json();
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw ApiError(400, fmt::format("messages[{}].content must be a string or a list of parts", index), "messages");
+  std::string text;
+  for (const auto& part : content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    if (type == "text" && part.contains("text") && part["text"].is_string()) {
+      text += part["text"].get<std::string>();
+    } else if (type == "image_url" || type == "image" || type == "input_image") {
+      throw ApiError(400, "images are not supported: this model's text model is served without its vision tower", "messages");
+    } else {
+      throw ApiError(400, fmt::format("messages[{}].content has an unsupported part of type '{}'", index, type), "messages");
+    }
+  }
+  return text;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer, ChatFormat format) {
+  auto found = body.find("messages");
+  if (found == body.end() || !found->is_array() || found->empty())
+    throw ApiError(400, "'messages' must be a non-empty list", "messages");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < found->size(); ++i) {
+    const json& message = (*found)[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      throw ApiError(400, fmt::format("messages[{}] needs a string 'role'", i), "messages");
+    messages.push_back({message["role"].get<std::string>(), message_text(message, i)});
+  }
+  try {
+    return tokenizer.encode(apply_chat_template(format, messages, true));
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "messages");
+  }
+}
+
+std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokenizer, int64_t vocab_hint) {
+  auto found = body.find("prompt");
+  if (found == body.end()) throw ApiError(400, "'prompt' is required", "prompt");
+  json prompt = *found;
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
+  if (prompt.is_string()) {
+    std::vector<int32_t> ids;
+    if (tokenizer.add_bos()) ids.push_back(*tokenizer.bos_id());
+    const auto encoded = tokenizer.encode(prompt.get<std::string>());
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
+    return ids;
+  }
+  if (prompt.is_array() && std::all_of(prompt.begin(), prompt.end(), [](const json& v) { return v.is_number(); }))
+    return token_list(prompt, "prompt", vocab_hint);
+  throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}", prefix, rng());
+}
+
+}  // namespace
+
+json error_body(int status, const std::string& message, const std::string& param) {
+  return {{"error", {{"message", message}, {"type", error_type(status)},
+                     {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
+}
+
+ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Tokenizer& tokenizer,
+                            ChatFormat chat_format, const std::string& served_model, int64_t max_model_len) {
+  json body;
+  try {
+    body = json::parse(raw);
+  } catch (const json::exception& e) {
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
+    const std::string model = body["model"].get<std::string>();
+    if (!served_model.empty() && model != served_model)
+      throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", model, served_model), "model");
+  }
+  ParsedRequest request;
+  request.endpoint = endpoint;
+  const int64_t vocab_hint = std::numeric_limits<int32_t>::max();
+  EngineRequest& engine = request.engine;
+  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, tokenizer, chat_format)
+                                                        : completion_prompt(body, tokenizer, vocab_hint);
+  const int64_t prompt_length = int64_t(engine.prompt.size());
+  if (prompt_length >= max_model_len)
+    throw ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens.",
+                                    max_model_len, prompt_length), endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
+  auto max_tokens = integer(body, "max_completion_tokens", 1, max_model_len);
+  if (!max_tokens) max_tokens = integer(body, "max_tokens", 1, max_model_len);
+  engine.max_tokens = max_tokens.value_or(max_model_len - prompt_length);
+  if (integer(body, "n", 1, 1).value_or(1) != 1) throw ApiError(400, "only n=1 is supported", "n");
+  if (boolean(body, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
+  SamplingOptions& sampling = engine.sampling;
+  sampling.params.temperature = float(number(body, "temperature", 0.0, 100.0).value_or(1.0));
+  sampling.params.top_p = float(number(body, "top_p", 1e-9, 1.0).value_or(1.0));
+  const int64_t top_k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
+  sampling.params.top_k = top_k < 0 ? 0 : top_k;
+  sampling.params.min_p = float(number(body, "min_p", 0.0, 1.0).value_or(0.0));
+  sampling.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
+  sampling.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
+  sampling.repetition_penalty = float(number(body, "repetition_penalty", 1e-3, 100.0).value_or(1.0));
+  if (auto seed = integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    sampling.seed = uint64_t(*seed);
+  if (endpoint == Endpoint::ChatCompletions) {
+    if (boolean(body, "logprobs", false)) sampling.logprobs = integer(body, "top_logprobs", 0, 20).value_or(0);
+  } else if (auto logprobs = integer(body, "logprobs", 0, 20)) {
+    sampling.logprobs = *logprobs;
+  }
+  request.logprobs = sampling.logprobs >= 0;
+  engine.stop = stop_strings(body);
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    if (!body["stop_token_ids"].is_array()) throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids");
+    engine.stop_token_ids = token_list(body["stop_token_ids"], "stop_token_ids", vocab_hint);
+  }
+  engine.ignore_eos = boolean(body, "ignore_eos", false);
+  request.stream = boolean(body, "stream", false);
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    if (!body["stream_options"].is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    request.include_usage = boolean(body["stream_options"], "include_usage", false);
+  }
+  return request;
+}
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model)
+    : request_(request),
+      tokenizer_(tokenizer),
+      model_(std::move(model)),
+      id_(random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-")),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
+  all_logprobs_ = request.endpoint == Endpoint::ChatCompletions
+                      ? json{{"content", json::array()}}
+                      : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                             {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+}
+
+json ResponseBuilder::chunk_base() const {
+  const bool chat = request_.endpoint == Endpoint::ChatCompletions;
+  return {{"id", id_}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}};
+}
+
+json ResponseBuilder::usage() const {
+  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+}
+
+json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs) {
+  const bool chat = request_.endpoint == Endpoint::ChatCompletions;
+  auto token_text = [&](int32_t id) { return tokenizer_.decode(std::span(&id, 1), false); };
+  auto bytes_of = [](const std::string& text) { return std::vector<int>(text.begin(), text.end()); };
+  json out = chat ? json{{"content", json::array()}}
+                  : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  for (size_t i = 0; i < ids.size() && i < logprobs.size(); ++i) {
+    const std::string text = token_text(ids[i]);
+    if (chat) {
+      json top = json::array();
+      for (const auto& [id, lp] : logprobs[i].top) top.push_back({{"token", token_text(id)}, {"logprob", lp}, {"bytes", bytes_of(token_text(id))}});
+      out["content"].push_back({{"token", text}, {"logprob", logprobs[i].logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+    } else {
+      json top = json::object();
+      for (const auto& [id, lp] : logprobs[i].top) top[token_text(id)] = lp;
+      out["tokens"].push_back(text);
+      out["token_logprobs"].push_back(logprobs[i].logprob);
+      out["top_logprobs"].push_back(top);
+      out["text_offset"].push_back(text_offset_);
+      text_offset_ += int64_t(text.size());
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event) {
+  const bool chat = request_.endpoint == Endpoint::ChatCompletions;
+  std::vector<std::string> chunks;
+  auto dump = [](const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); };
+  if (chat && !sent_role_) {
+    json first = chunk_base();
+    first["choices"] = {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}};
+    chunks.push_back(dump(first));
+    sent_role_ = true;
+  }
+  if (event.finished) {
+    prompt_tokens_ = event.prompt_tokens;
+    completion_tokens_ = event.completion_tokens;
+    cached_tokens_ = event.cached_tokens;
+    finish_reason_ = event.finish_reason;
+  }
+  if (event.text.empty() && !event.finished && !request_.logprobs) return chunks;
+  json choice = {{"index", 0}, {"finish_reason", event.finished ? json(event.finish_reason) : json()}};
+  choice["logprobs"] = request_.logprobs && !event.token_ids.empty() ? logprobs_json(event.token_ids, event.logprobs) : json();
+  if (chat)
+    choice["delta"] = event.text.empty() && event.finished ? json::object() : json{{"content", event.text}};
+  else
+    choice["text"] = event.text;
+  json chunk = chunk_base();
+  chunk["choices"] = json::array({choice});
+  if (request_.include_usage) chunk["usage"] = nullptr;
+  chunks.push_back(dump(chunk));
+  return chunks;
+}
+
+std::string ResponseBuilder::usage_chunk() const {
+  json chunk = chunk_base();
+  chunk["choices"] = json::array();
+  chunk["usage"] = usage();
+  return chunk.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void ResponseBuilder::add(const StreamEvent& event) {
+  if (request_.logprobs && !event.token_ids.empty()) {
+    json piece = logprobs_json(event.token_ids, event.logprobs);
+    for (auto& [key, values] : piece.items())
+      for (auto& value : values) all_logprobs_[key].push_back(value);
+  }
+  text_ += event.text;
+  if (event.finished) {
+    prompt_tokens_ = event.prompt_tokens;
+    completion_tokens_ = event.completion_tokens;
+    cached_tokens_ = event.cached_tokens;
+    finish_reason_ = event.finish_reason;
+  }
+}
+
+json ResponseBuilder::final_response() const {
+  const bool chat = request_.endpoint == Endpoint::ChatCompletions;
+  json choice = {{"index", 0}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
+  if (chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  else
+    choice["text"] = text_;
+  return {{"id", id_}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created_},
+          {"model", model_}, {"choices", json::array({choice})}, {"usage", usage()}};
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,65 @@
+// OpenAI-compatible request parsing and response building for /v1/completions and
+// /v1/chat/completions. Every malformed field is an ApiError naming the parameter.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+
+namespace mlaserve {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status_code, const std::string& message, std::string parameter = "")
+      : std::runtime_error(message), status(status_code), param(std::move(parameter)) {}
+  int status;
+  std::string param;
+};
+
+// {"error": {"message", "type", "param", "code"}} in OpenAI's shape.
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = "");
+
+enum class Endpoint { Completions, ChatCompletions };
+
+struct ParsedRequest {
+  Endpoint endpoint;
+  EngineRequest engine;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // the response carries logprobs
+};
+
+// `body` is the raw HTTP body. served_model: the only model name accepted (empty: any).
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Tokenizer& tokenizer,
+                            ChatFormat chat_format, const std::string& served_model, int64_t max_model_len);
+
+// Accumulates a request's events into response JSON.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model);
+  // SSE "data: ..." payloads for one event (empty when it carries nothing to send).
+  std::vector<std::string> stream_chunks(const StreamEvent& event);
+  // The trailing usage chunk (when include_usage) — call after the final event.
+  std::string usage_chunk() const;
+  // For non-streaming: add an event, then build the whole response.
+  void add(const StreamEvent& event);
+  nlohmann::json final_response() const;
+
+ private:
+  nlohmann::json logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs);
+  nlohmann::json chunk_base() const;
+  nlohmann::json usage() const;
+
+  const ParsedRequest& request_;
+  const Tokenizer& tokenizer_;
+  std::string model_, id_;
+  int64_t created_;
+  bool sent_role_ = false;
+  std::string text_, finish_reason_;
+  int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, text_offset_ = 0;
+  nlohmann::json all_logprobs_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,54 @@
+#include "server/prometheus.h"
+
+#include <fmt/format.h>
+
+namespace mlaserve {
+namespace {
+
+void metric(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
+            double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name, labels, value);
+}
+
+void histogram(std::string& out, const char* name, const char* help, const std::string& labels, const Histogram& h) {
+  const Histogram::Snapshot s = h.snapshot();
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (size_t i = 0; i < s.bounds.size(); ++i)
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, s.bounds[i], s.cumulative[i]);
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels,
+                     s.cumulative.back(), name, labels, s.sum, name, labels, s.count);
+}
+
+}  // namespace
+
+std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
+  const std::string labels = fmt::format("model_name=\"{}\"", model_name);
+  std::string out;
+  metric(out, "mlaserve_num_requests_running", "gauge", "Requests in the running batch.", labels, double(m.running));
+  metric(out, "mlaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.waiting));
+  const double total = double(m.kv_blocks_total);
+  metric(out, "mlaserve_kv_cache_usage_perc", "gauge", "Fraction of latent KV cache blocks in use (0-1).", labels,
+         total > 0 ? double(m.kv_blocks_used) / total : 0.0);
+  metric(out, "mlaserve_prompt_tokens_total", "counter", "Prompt tokens received.", labels, double(m.prompt_tokens));
+  metric(out, "mlaserve_generation_tokens_total", "counter", "Tokens generated.", labels, double(m.generation_tokens));
+  metric(out, "mlaserve_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels,
+         double(m.prefix_queried_tokens));
+  metric(out, "mlaserve_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", labels,
+         double(m.prefix_hit_tokens));
+  const double queried = double(m.prefix_queried_tokens);
+  metric(out, "mlaserve_prefix_cache_hit_rate", "gauge", "Prefix cache hits / queries (tokens).", labels,
+         queried > 0 ? double(m.prefix_hit_tokens) / queried : 0.0);
+  metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
+  out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"
+         "# TYPE mlaserve_request_success_total counter\n";
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"finished\"}} {}\n", labels, int64_t(m.requests_finished));
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, int64_t(m.requests_aborted));
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"error\"}} {}\n", labels, int64_t(m.requests_failed));
+  histogram(out, "mlaserve_time_to_first_token_seconds", "Time to first token.", labels, m.time_to_first_token);
+  histogram(out, "mlaserve_inter_token_latency_seconds", "Time between successive tokens of a request.", labels,
+            m.inter_token_latency);
+  histogram(out, "mlaserve_e2e_request_latency_seconds", "Request latency from arrival to finish.", labels, m.request_latency);
+  return out;
+}
+
+}  // namespace mlaserve

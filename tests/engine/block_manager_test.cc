@@ -1,0 +1,80 @@
+#include "engine/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace mlaserve {
+namespace {
+
+std::vector<int32_t> iota_tokens(int n, int first = 100) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+TEST(BlockManager, AllocateAndReleaseAccountForEveryBlock) {
+  BlockManager blocks(8, 4);
+  auto a = blocks.allocate(iota_tokens(5), 6);  // 6 positions -> 2 blocks
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->blocks.size(), 2u);
+  EXPECT_EQ(a->cached_tokens, 0);
+  EXPECT_EQ(blocks.available_blocks(), 6);
+  EXPECT_FALSE(blocks.allocate(iota_tokens(30), 31));  // 8 blocks needed, 6 left
+  EXPECT_TRUE(blocks.grow(a->blocks, 9));
+  EXPECT_EQ(a->blocks.size(), 3u);
+  blocks.release(a->blocks);
+  EXPECT_EQ(blocks.available_blocks(), 8);
+  EXPECT_TRUE(a->blocks.empty());
+}
+
+TEST(BlockManager, PublishedPrefixIsSharedAndCounted) {
+  BlockManager blocks(16, 4);
+  const auto prompt = iota_tokens(10);
+  auto first = blocks.allocate(prompt, 11);
+  ASSERT_TRUE(first);
+  blocks.publish(first->blocks, prompt, 10);  // blocks 0 and 1 are full
+  auto tokens = iota_tokens(8);
+  tokens.push_back(7);
+  tokens.push_back(8);  // same 8-token prefix, different tail
+  auto second = blocks.allocate(tokens, 11);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->cached_tokens, 8);
+  EXPECT_EQ(second->blocks[0], first->blocks[0]);
+  EXPECT_EQ(second->blocks[1], first->blocks[1]);
+  EXPECT_NE(second->blocks[2], first->blocks[2]);
+  blocks.release(first->blocks);  // shared blocks stay with the second sequence
+  EXPECT_EQ(blocks.used_blocks(), 3);
+  EXPECT_EQ(blocks.prefix_hit_tokens(), 8);
+  EXPECT_EQ(blocks.prefix_queried_tokens(), 20);
+}
+
+TEST(BlockManager, NeverReusesTheBlockOfTheLastToken) {
+  BlockManager blocks(16, 4);
+  const auto prompt = iota_tokens(8);
+  auto first = blocks.allocate(prompt, 9);
+  blocks.publish(first->blocks, prompt, 8);
+  blocks.release(first->blocks);
+  auto again = blocks.allocate(prompt, 9);  // identical prompt: the last token is recomputed
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->cached_tokens, 4);
+}
+
+TEST(BlockManager, EvictsLeastRecentlyUsedCachedBlocks) {
+  BlockManager blocks(4, 2);
+  const auto old_prompt = iota_tokens(5, 0), new_prompt = iota_tokens(5, 50);
+  auto a = blocks.allocate(old_prompt, 5);
+  blocks.publish(a->blocks, old_prompt, 4);
+  blocks.release(a->blocks);  // 2 published blocks cached, 1 free
+  auto b = blocks.allocate(new_prompt, 7);  // needs all 4 blocks: evicts both cached
+  ASSERT_TRUE(b);
+  blocks.publish(b->blocks, new_prompt, 4);
+  blocks.release(b->blocks);
+  auto c = blocks.allocate(old_prompt, 5);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->cached_tokens, 0);  // evicted
+  blocks.release(c->blocks);
+}
+
+}  // namespace
+}  // namespace mlaserve

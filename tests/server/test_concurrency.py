@@ -1,0 +1,65 @@
+"""32 concurrent streaming requests of mixed lengths all complete, each greedy output equal
+to the same request run alone. Usage: test_concurrency.py MLASERVE WORK_DIR"""
+import json
+import os
+import random
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_fixture import Server, make_tiny_model  # noqa: E402
+
+
+def request_body(i):
+    rng = random.Random(i)
+    prompt = [rng.randrange(3, 32000) for _ in range(rng.choice([3, 17, 60, 150, 400]))]
+    return {"prompt": prompt, "max_tokens": rng.choice([4, 9, 20, 33]), "temperature": 0, "ignore_eos": True,
+            "stream": True}
+
+
+def completion_text(server, body):
+    status, events = server.stream("/v1/completions", body)
+    if status != 200 or events[-1] != "[DONE]":
+        raise RuntimeError(f"bad stream: {status} {events[-3:]}")
+    chunks = [json.loads(e) for e in events[:-1]]
+    return "".join(c["choices"][0]["text"] for c in chunks if c["choices"]), chunks[-1]["choices"][0]["finish_reason"]
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    model = make_tiny_model(binary, os.path.join(work, "tiny"))
+    server = Server(binary, model, "--kv-cache-gb", "0.25", "--chunked-prefill-size", "256")
+    failures = []
+    try:
+        bodies = [request_body(i) for i in range(32)]
+        alone = [completion_text(server, body) for body in bodies]
+        results = [None] * 32
+
+        def run(i):
+            try:
+                results[i] = completion_text(server, bodies[i])
+            except Exception as error:  # reported below
+                results[i] = ("ERROR", str(error))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(32)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+        for i in range(32):
+            if results[i] != alone[i]:
+                failures.append(f"request {i}: concurrent {results[i]!r} != alone {alone[i]!r}")
+        if server.metric("mlaserve_generation_tokens_total") < 2 * sum(b["max_tokens"] for b in bodies):
+            failures.append("generation token counter is short")
+    finally:
+        code = server.stop()
+    if code != 0:
+        failures.append(f"server exit code {code} after SIGTERM")
+    for failure in failures:
+        print("FAIL " + failure)
+    print(f"{33 - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Malformed and hostile requests: each is answered correctly, and afterwards the server is
+healthy, idle (no running requests, no cache blocks in use) and back near its idle memory.
+Usage: test_robustness.py MLASERVE WORK_DIR"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_fixture import Server, make_tiny_model, wait_until  # noqa: E402
+
+failures = []
+checks = 0
+
+
+def check(label, condition, detail=""):
+    global checks
+    checks += 1
+    if not condition:
+        failures.append(f"{label}: {detail}")
+
+
+def expect_status(server, label, body, status, needle="", path="/v1/completions"):
+    got, response = server.request("POST", path, body)
+    message = response.get("error", {}).get("message", "") if isinstance(response, dict) else str(response)
+    check(label, got == status and needle in message and (status == 200 or "error" in response),
+          f"status {got}, body {str(response)[:300]}")
+
+
+def bad_requests(server):
+    expect_status(server, "broken JSON", b'{"prompt": "x", ', 400, "not valid JSON")
+    expect_status(server, "body not an object", b'[1, 2]', 400, "JSON object")
+    expect_status(server, "max_tokens wrong type", {"prompt": "x", "max_tokens": "ten"}, 400, "'max_tokens' must be an integer")
+    expect_status(server, "temperature wrong type", {"prompt": "x", "temperature": "hot"}, 400, "'temperature' must be a number")
+    expect_status(server, "huge float max_tokens", b'{"prompt": "x", "max_tokens": 1e300}', 400, "max_tokens")
+    expect_status(server, "huge integer max_tokens", b'{"prompt": "x", "max_tokens": 99999999999999999999999}', 400, "max_tokens")
+    expect_status(server, "huge temperature", b'{"prompt": "x", "temperature": 1e308}', 400, "temperature")
+    expect_status(server, "negative max_tokens", {"prompt": "x", "max_tokens": -5}, 400, "max_tokens")
+    expect_status(server, "unknown model", {"model": "gpt-9", "prompt": "x"}, 400, "does not exist")
+    expect_status(server, "n > 1", {"prompt": "x", "n": 2}, 400, "'n' must be at most 1")
+    expect_status(server, "messages missing", {"model": "tiny"}, 400, "messages", "/v1/chat/completions")
+    expect_status(server, "image content", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+                  400, "images are not supported", "/v1/chat/completions")
+    expect_status(server, "unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "role", "/v1/chat/completions")
+    expect_status(server, "token id out of range", {"prompt": [1, 2, 40000], "max_tokens": 2}, 400, "token id")
+    expect_status(server, "prompt longer than the context", {"prompt": [5] * 5000, "max_tokens": 2}, 400, "maximum context length")
+    expect_status(server, "prompt + max_tokens beyond the context", {"prompt": [5] * 4000, "max_tokens": 500}, 400, "maximum context length")
+    started = time.time()
+    expect_status(server, "1 MB prompt", {"prompt": "lorem ipsum dolor " * 58000, "max_tokens": 4}, 400, "maximum context length")
+    check("1 MB prompt answered promptly", time.time() - started < 60, f"{time.time() - started:.1f} s")
+    expect_status(server, "invalid UTF-8 in the body", b'{"prompt": "caf\xe9 \xff\xfe", "max_tokens": 2}', 400, "not valid JSON")
+    expect_status(server, "unknown route", b'{}', 404, "no route", "/v2/nothing")
+    expect_status(server, "valid request still served", {"prompt": "hello", "max_tokens": 3}, 200)
+
+
+def hang_up_mid_stream(server):
+    aborted_before = server.metric("mlaserve_request_success_total", 'finished_reason="abort"')
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "go", "max_tokens": 3000, "ignore_eos": True, "stream": True})
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    received = b""
+    while received.count(b"data:") < 5:
+        received += sock.recv(4096)
+    sock.close()
+    check("hang-up cancels the request",
+          wait_until(lambda: server.metric("mlaserve_request_success_total", 'finished_reason="abort"') > aborted_before, 20),
+          "no abort recorded")
+
+
+def dropped_connections(server):
+    for i in range(200):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        if i % 3 == 1:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"pro")
+        elif i % 3 == 2:
+            sock.sendall(b"GARBAGE \x00\x01\x02\r\n\r\n")
+        sock.close()
+
+
+def overload(binary, model):
+    server = Server(binary, model, "--max-num-seqs", "2", "--max-queue", "3", "--kv-cache-gb", "0.1")
+    statuses = []
+
+    def one():
+        statuses.append(server.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 60, "ignore_eos": True})[0])
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    check("overload gives 429 beyond --max-queue", statuses.count(429) > 0 and statuses.count(200) >= 2,
+          f"statuses {sorted(statuses)}")
+    check("overload: every request answered", len(statuses) == 16 and set(statuses) <= {200, 429}, str(statuses))
+    check("overloaded server exits 0", server.stop() == 0)
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    model = make_tiny_model(binary, os.path.join(work, "tiny"))
+    server = Server(binary, model, "--kv-cache-gb", "0.25")
+    try:
+        server.request("POST", "/v1/completions", {"prompt": "warm up", "max_tokens": 8})
+        idle_rss = server.rss_kib()
+        bad_requests(server)
+        hang_up_mid_stream(server)
+        dropped_connections(server)
+        check("healthy after", server.request("GET", "/health")[0] == 200)
+        expect_status(server, "served after", {"prompt": "again", "max_tokens": 3}, 200)
+        idle = wait_until(lambda: server.metric("mlaserve_num_requests_running") == 0
+                          and server.metric("mlaserve_kv_cache_usage_perc") == 0, 20)
+        check("idle after (no running request, no cache block in use)", idle)
+        rss = server.rss_kib()
+        check("memory back near idle", rss < idle_rss * 1.25 + 64 * 1024, f"idle {idle_rss} KiB, after {rss} KiB")
+    finally:
+        code = server.stop()
+    check("exit code 0 on SIGTERM", code == 0, str(code))
+    overload(binary, model)
+    for failure in failures:
+        print("FAIL " + failure)
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
