@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   mlaserve::add_logits_command(app);
   mlaserve::add_generate_command(app);
   mlaserve::add_serve_command(app);
+  mlaserve::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
