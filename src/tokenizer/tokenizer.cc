@@ -253,6 +253,15 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view content) const {
   return model_->id_of(content);
 }
 
+std::vector<int32_t> Tokenizer::text_token_ids() const {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id <= model_->max_id(); ++id) {
+    const std::string* bytes = model_->bytes_of(id);
+    if (bytes && !bytes->empty() && !added_token_with_id(id) && sanitize_utf8(*bytes) == *bytes) ids.push_back(id);
+  }
+  return ids;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   const AddedToken* added = added_token_with_id(id);
   return added && added->special;

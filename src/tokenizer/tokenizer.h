@@ -46,6 +46,8 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;
   std::optional<int32_t> token_id(std::string_view content) const;  // added tokens and vocab
   bool is_special(int32_t id) const;
+  // Ids of ordinary vocabulary tokens whose bytes are complete UTF-8 text (no added tokens).
+  std::vector<int32_t> text_token_ids() const;
 
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }

@@ -1,0 +1,133 @@
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "tools/bench/report.h"
+
+namespace mlaserve {
+namespace {
+
+struct BenchServeOptions {
+  BenchOptions bench;
+  RandomDataset dataset;
+  std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf";
+  int64_t max_concurrency = 0, warmup_requests = 0, long_prefill = 0;
+  bool no_progress = false;
+};
+
+std::vector<int64_t> parse_sweep(const std::string& text) {
+  std::vector<int64_t> levels;
+  for (int32_t level : parse_id_list(text)) {
+    MLA_CHECK(level > 0, "--sweep levels must be positive, got {}", level);
+    levels.push_back(level);
+  }
+  return levels;
+}
+
+// Runs one benchmark and prints its block; returns its summary and JSON.
+std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, const Tokenizer& tokenizer,
+                                             const std::vector<BenchPrompt>& prompts, int64_t concurrency,
+                                             const std::string& label) {
+  const RunResult run = run_benchmark(options.bench, tokenizer, prompts, concurrency);
+  const Summary summary = summarize(run);
+  std::fputs(summary_block(summary, label).c_str(), stdout);
+  std::fflush(stdout);
+  return {summary, summary_json(summary, run)};
+}
+
+int bench_serve(BenchServeOptions& options) {
+  MLA_CHECK(options.dataset_name == "random", "--dataset '{}' is not supported (random)", options.dataset_name);
+  MLA_CHECK(options.bench.endpoint == "completions" || options.bench.endpoint == "chat",
+            "--endpoint must be completions or chat");
+  MLA_CHECK(!options.tokenizer_dir.empty(), "bench-serve needs --tokenizer DIR (the served model's tokenizer files)");
+  options.bench.request_rate = options.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(options.request_rate);
+  options.bench.progress = !options.no_progress;
+  auto tokenizer = Tokenizer::load(options.tokenizer_dir);
+  if (options.bench.model.empty()) options.bench.model = discover_model(options.bench);
+  nlohmann::json out;
+  if (options.long_prefill > 0) {
+    RandomDataset one = options.dataset;
+    one.input_len = options.long_prefill, one.output_len = 1, one.range_ratio = 0, one.num_prompts = 1;
+    auto [summary, json] = run_once(options, *tokenizer, make_random_prompts(*tokenizer, one), 1,
+                                    fmt::format("long prefill, {} tokens", options.long_prefill));
+    std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill, summary.ttft_ms.mean);
+    out = json;
+    out["long_prefill_tokens"] = options.long_prefill;
+  } else {
+    RandomDataset all = options.dataset;
+    all.num_prompts += options.warmup_requests;
+    int64_t mismatched = 0;
+    std::vector<BenchPrompt> prompts = make_random_prompts(*tokenizer, all, &mismatched);
+    if (mismatched) spdlog::warn("{} prompts do not re-tokenize to their drawn length", mismatched);
+    if (options.warmup_requests > 0) {
+      BenchOptions quiet = options.bench;
+      quiet.progress = false;
+      run_benchmark(quiet, *tokenizer, {prompts.begin(), prompts.begin() + options.warmup_requests}, 1);
+      prompts.erase(prompts.begin(), prompts.begin() + options.warmup_requests);
+    }
+    const std::vector<int64_t> levels = options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
+    std::vector<Summary> summaries;
+    out["runs"] = nlohmann::json::array();
+    for (int64_t level : levels) {
+      auto [summary, json] = run_once(options, *tokenizer, prompts, level, level > 0 ? fmt::format("concurrency {}", level) : "unbounded");
+      summaries.push_back(summary);
+      out["runs"].push_back(json);
+    }
+    if (!options.sweep.empty()) {
+      const std::string svg_path = options.svg_file.empty() ? "bench-sweep.svg" : options.svg_file;
+      std::ofstream(svg_path) << sweep_svg(summaries, fmt::format("{} on {}", options.bench.model, options.bench.base_url));
+      spdlog::info("wrote the sweep chart to '{}'", svg_path);
+    }
+    if (levels.size() == 1) out = out["runs"][0];
+  }
+  out["config"] = {{"base_url", options.bench.base_url}, {"endpoint", options.bench.endpoint}, {"model", options.bench.model},
+                   {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
+                   {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
+                   {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
+  if (!options.json_file.empty()) {
+    std::ofstream file(options.json_file);
+    file << out.dump(2) << "\n";
+    MLA_CHECK(file.good(), "cannot write '{}'", options.json_file);
+  }
+  const auto all_failed = [](const nlohmann::json& run) { return run["completed"].get<int64_t>() == 0; };
+  const bool failed = out.contains("runs") ? std::all_of(out["runs"].begin(), out["runs"].end(), all_failed) : all_failed(out);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_bench_serve_command(CLI::App& app) {
+  auto options = std::make_shared<BenchServeOptions>();
+  CLI::App* cmd = app.add_subcommand("bench-serve", "benchmark an OpenAI-compatible server (SGLang bench_serving style)");
+  cmd->add_option("--base-url", options->bench.base_url, "server URL")->capture_default_str();
+  cmd->add_option("--endpoint", options->bench.endpoint, "completions | chat")->capture_default_str();
+  cmd->add_option("--model", options->bench.model, "model name in requests (default: the server's first)");
+  cmd->add_option("--tokenizer", options->tokenizer_dir, "directory with the model's tokenizer files")->required();
+  cmd->add_option("--api-key", options->bench.api_key, "Bearer token");
+  cmd->add_option("--dataset", options->dataset_name, "random")->capture_default_str();
+  cmd->add_option("--input-len", options->dataset.input_len, "prompt tokens")->capture_default_str();
+  cmd->add_option("--output-len", options->dataset.output_len, "max tokens to generate")->capture_default_str();
+  cmd->add_option("--range-ratio", options->dataset.range_ratio, "lengths uniform in len*(1 -+ ratio)")->capture_default_str();
+  cmd->add_option("--num-prompts", options->dataset.num_prompts, "requests per run")->capture_default_str();
+  cmd->add_option("--max-concurrency", options->max_concurrency, "requests in flight at most (0: unbounded)")->capture_default_str();
+  cmd->add_option("--request-rate", options->request_rate, "Poisson arrivals per second, or inf")->capture_default_str();
+  cmd->add_option("--seed", options->dataset.seed, "dataset and arrival seed")->capture_default_str();
+  cmd->add_option("--warmup-requests", options->warmup_requests, "requests sent first and not counted")->capture_default_str();
+  cmd->add_flag("--ignore-eos", options->bench.ignore_eos, "ask the server to generate --output-len tokens");
+  cmd->add_option("--timeout", options->bench.timeout_s, "seconds per request")->capture_default_str();
+  cmd->add_option("--json", options->json_file, "write all results and per-request records");
+  cmd->add_option("--sweep", options->sweep, "concurrency levels, e.g. 1,2,4,8,16,32 (draws an SVG chart)");
+  cmd->add_option("--svg", options->svg_file, "chart path for --sweep (default bench-sweep.svg)");
+  cmd->add_option("--long-prefill", options->long_prefill, "measure cold TTFT of one N-token prompt");
+  cmd->add_flag("--no-progress", options->no_progress, "no progress bar");
+  cmd->callback([options] {
+    options->bench.seed = options->dataset.seed;
+    if (bench_serve(*options) != 0) fail("every benchmark request failed (see the errors above)");
+  });
+}
+
+}  // namespace mlaserve

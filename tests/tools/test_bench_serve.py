@@ -1,0 +1,79 @@
+"""bench-serve against mlaserve's own server on the tiny model: token counts equal the
+server's, a sweep writes a chart, a failing server is reported as failing, long prefill.
+Usage: test_bench_serve.py MLASERVE WORK_DIR"""
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from server_fixture import Server, make_tiny_model  # noqa: E402
+
+failures, checks = [], 0
+
+
+def check(label, condition, detail=""):
+    global checks
+    checks += 1
+    print(f"{'ok  ' if condition else 'FAIL'} {label} {detail if not condition else ''}")
+    if not condition:
+        failures.append(label)
+
+
+def bench(binary, url, model, *args):
+    return subprocess.run([binary, "bench-serve", "--base-url", url, "--tokenizer", model, "--no-progress", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    model = make_tiny_model(binary, os.path.join(work, "tiny"))
+    server = Server(binary, model, "--kv-cache-gb", "0.25")
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        prompt_before = server.metric("mlaserve_prompt_tokens_total")
+        generated_before = server.metric("mlaserve_generation_tokens_total")
+        out = os.path.join(work, "run.json")
+        proc = bench(binary, url, model, "--input-len", "48", "--output-len", "12", "--range-ratio", "0.5",
+                     "--num-prompts", "10", "--max-concurrency", "4", "--json", out)
+        check("bench-serve exits 0", proc.returncode == 0, proc.stderr[-500:])
+        result = json.load(open(out))
+        check("all requests completed", result["completed"] == 10 and result["failed"] == 0, str(result.get("errors")))
+        check("output tokens equal the server's count",
+              result["total_output_tokens"] == server.metric("mlaserve_generation_tokens_total") - generated_before)
+        check("input tokens equal the server's count",
+              result["total_input_tokens"] == server.metric("mlaserve_prompt_tokens_total") - prompt_before)
+        check("per-request records carry the server's usage",
+              all(r["usage_from_server"] and r["completion_tokens"] >= 1 for r in result["requests"]))
+        check("the familiar block is printed", "Serving Benchmark Result" in proc.stdout and "Median TTFT (ms)" in proc.stdout)
+        svg = os.path.join(work, "sweep.svg")
+        proc = bench(binary, url, model, "--input-len", "32", "--output-len", "8", "--num-prompts", "8",
+                     "--sweep", "1,2,4", "--svg", svg, "--ignore-eos", "--json", os.path.join(work, "sweep.json"))
+        check("sweep exits 0", proc.returncode == 0, proc.stderr[-500:])
+        tree = ElementTree.parse(svg)
+        text = " ".join(t.text or "" for t in tree.iter("{http://www.w3.org/2000/svg}text"))
+        check("sweep chart labels every concurrency", all(f"c={c}" in text for c in (1, 2, 4)), text[:200])
+        check("sweep JSON has three runs", len(json.load(open(os.path.join(work, "sweep.json")))["runs"]) == 3)
+        proc = bench(binary, url, model, "--input-len", "32", "--output-len", "5000", "--num-prompts", "3",
+                     "--json", os.path.join(work, "errors.json"))
+        errors = json.load(open(os.path.join(work, "errors.json")))
+        check("a failing server is reported: non-zero exit", proc.returncode != 0)
+        check("a failing server is reported: failures counted with the HTTP status",
+              errors["failed"] == 3 and any("HTTP 400" in message for message in errors["errors"]), str(errors["errors"]))
+        long = os.path.join(work, "long.json")
+        proc = bench(binary, url, model, "--long-prefill", "1500", "--json", long)
+        result = json.load(open(long))
+        check("long prefill measures cold TTFT", proc.returncode == 0 and result["long_prefill_tokens"] == 1500 and
+              result["ttft_ms"]["mean"] > 0 and "Cold time to first token" in proc.stdout, proc.stderr[-300:])
+    finally:
+        server.stop()
+    proc = bench(binary, url, model, "--input-len", "8", "--output-len", "2", "--num-prompts", "2")
+    check("an unreachable server is an error", proc.returncode != 0 and "cannot reach" in proc.stderr, proc.stderr[-300:])
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
