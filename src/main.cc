@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   mlaserve::add_serve_command(app);
   mlaserve::add_plan_command(app);
   mlaserve::add_bench_serve_command(app);
+  mlaserve::add_bench_model_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

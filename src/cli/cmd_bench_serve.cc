@@ -58,22 +58,26 @@ int bench_serve(BenchServeOptions& options) {
     out = json;
     out["long_prefill_tokens"] = options.long_prefill;
   } else {
-    RandomDataset all = options.dataset;
-    all.num_prompts += options.warmup_requests;
-    int64_t mismatched = 0;
-    std::vector<BenchPrompt> prompts = make_random_prompts(*tokenizer, all, &mismatched);
-    if (mismatched) spdlog::warn("{} prompts do not re-tokenize to their drawn length", mismatched);
     if (options.warmup_requests > 0) {
+      RandomDataset warmup = options.dataset;
+      warmup.num_prompts = options.warmup_requests;
+      warmup.seed = options.dataset.seed + 1000003;  // prompts of their own: no prefix-cache help
       BenchOptions quiet = options.bench;
       quiet.progress = false;
-      run_benchmark(quiet, *tokenizer, {prompts.begin(), prompts.begin() + options.warmup_requests}, 1);
-      prompts.erase(prompts.begin(), prompts.begin() + options.warmup_requests);
+      run_benchmark(quiet, *tokenizer, make_random_prompts(*tokenizer, warmup), 1);
     }
     const std::vector<int64_t> levels = options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
     std::vector<Summary> summaries;
     out["runs"] = nlohmann::json::array();
-    for (int64_t level : levels) {
-      auto [summary, json] = run_once(options, *tokenizer, prompts, level, level > 0 ? fmt::format("concurrency {}", level) : "unbounded");
+    for (size_t i = 0; i < levels.size(); ++i) {
+      // Fresh prompts per sweep level, so a level never hits the prefix cache of the last.
+      RandomDataset dataset = options.dataset;
+      dataset.seed += i;
+      int64_t mismatched = 0;
+      const std::vector<BenchPrompt> prompts = make_random_prompts(*tokenizer, dataset, &mismatched);
+      if (mismatched) spdlog::warn("{} prompts do not re-tokenize to their drawn length", mismatched);
+      auto [summary, json] = run_once(options, *tokenizer, prompts, levels[i],
+                                      levels[i] > 0 ? fmt::format("concurrency {}", levels[i]) : "unbounded");
       summaries.push_back(summary);
       out["runs"].push_back(json);
     }

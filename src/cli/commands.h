@@ -14,6 +14,7 @@ void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_bench_serve_command(CLI::App& app);
+void add_bench_model_command(CLI::App& app);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);

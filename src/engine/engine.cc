@@ -71,8 +71,8 @@ Engine::Engine(const DeepseekV3Model& model, const Tokenizer& tokenizer, EngineC
     : model_(model),
       tokenizer_(tokenizer),
       config_(config),
-      pool_(size_t(config.kv_cache_tokens / config.block_size * config.block_size *
-                   kv_bytes_per_token(model.config(), config.cache_dtype))),
+      pool_(new uint8_t[size_t(config.kv_cache_tokens / config.block_size * config.block_size *
+                            kv_bytes_per_token(model.config(), config.cache_dtype))]),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
       scheduler_(config.scheduler, blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model.config().max_position_embeddings;
@@ -212,7 +212,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   std::vector<ForwardSequence> batch;
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
-    LatentCacheView view{pool_.data(), config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
+    LatentCacheView view{pool_.get(), config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
                          config_.block_size, model_.config().num_hidden_layers, model_.config().kv_latent_dim()};
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
                      chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,

@@ -103,7 +103,9 @@ class Engine {
   const DeepseekV3Model& model_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
-  std::vector<uint8_t> pool_;  // [n_blocks, n_layers, block_size, latent_dim] of cache_dtype
+  // [n_blocks, n_layers, block_size, latent_dim] of cache_dtype. Left uninitialised: every row
+  // is written before it is read, and untouched pages cost no memory.
+  std::unique_ptr<uint8_t[]> pool_;
   BlockManager blocks_;
   Scheduler scheduler_;
   EngineMetrics metrics_;

@@ -57,6 +57,22 @@ size_t DeepseekV3Model::weight_bytes() const {
   return total;
 }
 
+double DeepseekV3Model::active_weight_bytes_per_token() const {
+  double routed_total = 0, routed_active = 0;
+  for (const auto& layer : weights_.layers) {
+    if (!layer.moe) continue;
+    double layer_experts = 0;
+    for (const auto& expert : layer.moe->experts)
+      layer_experts += double(expert.gate_proj.bytes() + expert.up_proj.bytes() + expert.down_proj.bytes());
+    routed_total += layer_experts;
+    routed_active += layer_experts * double(config_.num_experts_per_tok) / double(layer.moe->experts.size());
+  }
+  const double embedding = double(weights_.embed_tokens.bytes());
+  const double head_if_tied = config_.tie_word_embeddings ? embedding : 0.0;
+  return double(weight_bytes()) - embedding - routed_total + routed_active + head_if_tied +
+         embedding / double(config_.vocab_size);
+}
+
 int64_t logit_rows(std::span<const ForwardSequence> batch) {
   int64_t rows = 0;
   for (const auto& seq : batch)

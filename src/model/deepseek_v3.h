@@ -57,6 +57,9 @@ class DeepseekV3Model {
 
   const ModelConfig& config() const { return config_; }
   size_t weight_bytes() const;
+  // Weight bytes one decoded token reads: everything but the embedding table and the routed
+  // experts, plus num_experts_per_tok average experts per MoE layer, plus one embedding row.
+  double active_weight_bytes_per_token() const;
 
   // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
   // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].

@@ -1,0 +1,30 @@
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "tools/bench/model_bench.h"
+
+namespace mlaserve {
+
+void add_bench_model_command(CLI::App& app) {
+  struct Options {
+    ModelBenchOptions bench;
+    bool json = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench-model", "prefill/decode speed against this machine's measured limits");
+  cmd->add_option("--model", options->bench.model_dir, "model directory")->required();
+  cmd->add_option("-p,--prompt", options->bench.prompt, "prefill tokens")->capture_default_str();
+  cmd->add_option("-n,--generate", options->bench.generate, "decode steps")->capture_default_str();
+  cmd->add_option("--batch", options->bench.batch, "sequences decoding together")->capture_default_str();
+  cmd->add_option("--depth", options->bench.depth, "tokens in the cache before decoding")->capture_default_str();
+  cmd->add_option("-r,--repetitions", options->bench.repetitions, "runs (medians are reported)")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", options->bench.cache_dtype, "bf16 | fp32")->capture_default_str();
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->callback([options] {
+    const nlohmann::json result = run_model_bench(options->bench);
+    std::fputs(options->json ? (result.dump(2) + "\n").c_str() : model_bench_table(result).c_str(), stdout);
+  });
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,93 @@
+#include "tools/bench/machine.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "base/thread_pool.h"
+
+namespace mlaserve {
+namespace {
+
+double seconds(const std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// 8 independent accumulators hide the FMA latency; returns FLOPs done.
+double fma_chains(int64_t iterations) {
+#if defined(__AVX512F__)
+  __m512 acc[8];
+  for (auto& a : acc) a = _mm512_set1_ps(1.0f);
+  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iterations; ++i)
+    for (auto& a : acc) a = _mm512_fmadd_ps(a, mul, add);
+  float sink = 0;
+  for (auto& a : acc) sink += _mm512_reduce_add_ps(a);
+  volatile float keep = sink;
+  (void)keep;
+  return double(iterations) * 8 * 16 * 2;
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
+  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iterations; ++i)
+    for (auto& a : acc) a = _mm256_fmadd_ps(a, mul, add);
+  alignas(32) float lanes[8];
+  __m256 sum = acc[0];
+  for (int k = 1; k < 8; ++k) sum = _mm256_add_ps(sum, acc[k]);
+  _mm256_store_ps(lanes, sum);
+  volatile float keep = lanes[0];
+  (void)keep;
+  return double(iterations) * 8 * 8 * 2;
+#else
+  float acc[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (int64_t i = 0; i < iterations; ++i)
+    for (auto& a : acc) a = a * 0.999999f + 1e-7f;
+  volatile float keep = acc[0];
+  (void)keep;
+  return double(iterations) * 8 * 2;
+#endif
+}
+
+}  // namespace
+
+double measure_triad_bandwidth_gb_s(int repetitions) {
+  constexpr size_t kFloats = size_t(64) << 20;  // 256 MiB per array: far beyond any cache
+  std::unique_ptr<float[]> a(new float[kFloats]), b(new float[kFloats]), c(new float[kFloats]);
+  ThreadPool& pool = thread_pool();
+  auto triad = [&](float scale) {
+    pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {
+      for (int64_t i = begin; i < end; ++i) a[i] = b[i] + scale * c[i];
+    }, 4096);
+  };
+  pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {  // first touch, per thread
+    for (int64_t i = begin; i < end; ++i) a[i] = 0, b[i] = 1, c[i] = 2;
+  }, 4096);
+  double best = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    triad(0.5f + float(r));
+    best = std::max(best, 3.0 * double(kFloats) * sizeof(float) / seconds(start) / 1e9);
+  }
+  return best;
+}
+
+double measure_peak_fma_gflops(int repetitions) {
+  ThreadPool& pool = thread_pool();
+  double best = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    std::vector<double> flops(size_t(pool.size()), 0.0);
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(pool.size(), [&](int64_t begin, int64_t end, int worker) {
+      for (int64_t i = begin; i < end; ++i) flops[size_t(worker)] += fma_chains(20'000'000);
+    });
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / seconds(start) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace mlaserve

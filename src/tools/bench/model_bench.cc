@@ -1,0 +1,138 @@
+#include "tools/bench/model_bench.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "model/deepseek_v3.h"
+#include "tools/bench/machine.h"
+#include "tools/plan/model_spec.h"
+
+namespace mlaserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::vector<int32_t> random_tokens(int64_t count, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  for (auto& token : tokens) token = int32_t(rng() % uint64_t(vocab));
+  return tokens;
+}
+
+// Seconds to prefill `count` tokens into a fresh cache.
+double time_prefill(const DeepseekV3Model& model, int64_t count, CacheDType dtype, uint64_t seed) {
+  SequenceCache cache(model.config(), count, dtype);
+  const auto tokens = random_tokens(count, model.config().vocab_size, seed);
+  std::vector<float> logits(size_t(model.config().vocab_size));
+  const auto start = Clock::now();
+  model.forward(tokens, 0, cache.view(), false, logits.data(), MlaPath::Expanded);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seconds for `steps` decode steps of `batch` sequences, each starting at `depth` tokens.
+double time_decode(const DeepseekV3Model& model, const ModelBenchOptions& options, int64_t batch, CacheDType dtype,
+                   uint64_t seed) {
+  const ModelConfig& config = model.config();
+  const int64_t depth = std::max<int64_t>(1, options.depth);
+  std::vector<std::unique_ptr<SequenceCache>> caches;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<float> logits(size_t(batch * config.vocab_size));
+  for (int64_t b = 0; b < batch; ++b) {
+    caches.push_back(std::make_unique<SequenceCache>(config, depth + options.generate, dtype));
+    tokens.push_back(random_tokens(depth + options.generate, config.vocab_size, seed + uint64_t(b)));
+    model.forward(std::span(tokens[b]).first(size_t(depth)), 0, caches[b]->view(), false, logits.data());
+  }
+  const auto start = Clock::now();
+  for (int64_t step = 0; step < options.generate; ++step) {
+    std::vector<ForwardSequence> sequences;
+    for (int64_t b = 0; b < batch; ++b)
+      sequences.push_back({std::span(tokens[b]).subspan(size_t(depth + step), 1), depth + step, caches[b]->view(),
+                           MlaPath::Absorbed, ForwardSequence::Logits::Last});
+    model.forward(sequences, logits.data());
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+nlohmann::json run_model_bench(const ModelBenchOptions& options) {
+  MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
+            "-p, -n, --batch and --repetitions must be positive");
+  MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
+  const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
+  auto model = DeepseekV3Model::load(options.model_dir);
+  const ModelSpec spec = load_model_spec(options.model_dir);
+  spdlog::info("measuring this machine: memory bandwidth (triad) and peak FMA rate");
+  const double membw = measure_triad_bandwidth_gb_s();
+  const double peak = measure_peak_fma_gflops();
+  std::vector<double> prefill, decode, decode_batch;
+  for (int64_t r = 0; r < options.repetitions; ++r) {
+    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
+                 options.generate, options.generate, options.batch);
+    prefill.push_back(double(options.prompt) / time_prefill(*model, options.prompt, dtype, 7 + uint64_t(r)));
+    decode.push_back(double(options.generate) / time_decode(*model, options, 1, dtype, 11 + uint64_t(r)));
+    decode_batch.push_back(double(options.generate * options.batch) /
+                           time_decode(*model, options, options.batch, dtype, 13 + uint64_t(r)));
+  }
+  const ModelConfig& config = model->config();
+  const double weights_per_token = model->active_weight_bytes_per_token();
+  const double kv_per_token = double(config.num_hidden_layers * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
+                              double(std::max<int64_t>(1, options.depth) + options.generate / 2);
+  const double bytes_per_token = weights_per_token + kv_per_token;
+  // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2.
+  const double attention_flops = double(config.num_hidden_layers) * 2.0 * double(config.num_attention_heads) *
+                                 double(config.qk_head_dim() + config.v_head_dim) * double(options.prompt) / 2.0;
+  const double flops_per_token = 2.0 * double(spec.active_params) + attention_flops;
+  const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
+  return {{"model", options.model_dir}, {"weight_bytes", model->weight_bytes()}, {"total_params", spec.params.total()},
+          {"active_params", spec.active_params}, {"threads", thread_pool().size()}, {"prompt", options.prompt},
+          {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
+          {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
+          {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
+          {"prefill_runs", prefill}, {"decode_runs", decode}, {"decode_batch_runs", decode_batch},
+          {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes_per_token},
+          {"decode_roofline_tok_s", membw * 1e9 / bytes_per_token},
+          {"decode_roofline_pct", 100.0 * decode_tok_s * bytes_per_token / (membw * 1e9)},
+          {"flops_per_prefill_token", flops_per_token},
+          {"prefill_peak_pct", 100.0 * prefill_tok_s * flops_per_token / (peak * 1e9)},
+          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"peak_rss_mb", peak_rss_mb()}};
+}
+
+std::string model_bench_table(const nlohmann::json& r) {
+  std::string out = fmt::format("machine: {:.1f} GB/s triad bandwidth, {:.1f} GFLOP/s fp32 FMA peak, {} threads\n",
+                                r["membw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(), r["threads"].get<int>());
+  out += fmt::format("model: {} ({:.2f} GB of weights, {:.1f}M params, {:.1f}M active), peak RSS {:.0f} MB\n",
+                     r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
+                     r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());
+  out += "| test              |        t/s | roofline |\n|-------------------|-----------:|---------:|\n";
+  out += fmt::format("| pp{:<15} | {:10.2f} | {:6.1f}% of peak FLOP/s\n", r["prompt"].get<int64_t>(),
+                     r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>());
+  out += fmt::format("| tg{:<15} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s)\n",
+                     r["generate"].get<int64_t>(), r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
+                     r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>());
+  out += fmt::format("| tg{} x batch {:<4} | {:10.2f} | {:.2f}x batch 1\n", r["generate"].get<int64_t>(),
+                     r["batch"].get<int64_t>(), r["decode_batch_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>());
+  return out;
+}
+
+}  // namespace mlaserve

@@ -1,0 +1,24 @@
+// bench-model: llama-bench-style speed of a model on this machine, with the machine's own
+// measured bandwidth and FMA peak, so decode is reported as % of the bandwidth roofline and
+// prefill as % of peak FLOP/s. Medians over repetitions.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace mlaserve {
+
+struct ModelBenchOptions {
+  std::string model_dir;
+  int64_t prompt = 512;      // -p: prefill tokens
+  int64_t generate = 128;    // -n: decode steps
+  int64_t batch = 8;         // sequences decoding together for decode_batch_tok_s
+  int64_t depth = 0;         // tokens already in the cache before decoding
+  int64_t repetitions = 3;
+  std::string cache_dtype = "bf16";
+};
+
+nlohmann::json run_model_bench(const ModelBenchOptions& options);  // progress on stderr
+std::string model_bench_table(const nlohmann::json& result);
+
+}  // namespace mlaserve
