@@ -1,6 +1,10 @@
 // A persistent pool of worker threads with static partitioning: parallel_for splits [0, n)
 // into one contiguous range per thread. The calling thread takes part as worker 0.
+// Dispatch is latency-critical (a decode step issues hundreds of small parallel_for calls), so
+// workers spin on an atomic generation counter for a short while before sleeping on a
+// condition variable, and the caller spins for the workers to finish.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,20 +27,22 @@ class ThreadPool {
   int size() const { return n_threads_; }
   // Runs fn over [0, n) in contiguous chunks, at most one per thread; returns when all finish.
   // Chunks are aligned to `grain` items (except the last) so kernels can work in whole blocks.
+  // Not re-entrant: fn must not call parallel_for.
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
 
  private:
   void worker_loop(int worker);
+  bool wait_for_work(uint64_t seen_generation);  // false when stopping
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable work_ready_, work_done_;
+  std::mutex mutex_;  // guards sleeping on work_ready_
+  std::condition_variable work_ready_;
   const RangeFn* task_ = nullptr;
   int64_t task_items_ = 0, task_grain_ = 1;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 // The process-wide pool used by kernels; sized once by set_num_threads (default: all cores).
