@@ -67,25 +67,64 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
   }
 }
 
-void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+namespace {
+
+// One token, one row at a time: decode is memory-bound, so read each row once and widen
+// bf16 in registers.
+void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                       float* y) {
   const int64_t cols = weight.cols;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    float* y_column = y + (r - row_begin);
+    float& out = y[r - row_begin];
     if (weight.format == WeightFormat::F32) {
-      const float* w = static_cast<const float*>(weight.data) + r * cols;
-      for (int64_t t = 0; t < n_tokens; ++t)
-        y_column[t * y_stride] = simd::dot_f32(w, x + t * x_stride, cols);
+      out = simd::dot_f32(static_cast<const float*>(weight.data) + r * cols, x, cols);
     } else if (weight.format == WeightFormat::BF16) {
-      const uint16_t* w = static_cast<const uint16_t*>(weight.data) + r * cols;
-      for (int64_t t = 0; t < n_tokens; ++t)
-        y_column[t * y_stride] = simd::dot_bf16_f32(w, x + t * x_stride, cols);
+      out = simd::dot_bf16_f32(static_cast<const uint16_t*>(weight.data) + r * cols, x, cols);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);
-      for (int64_t t = 0; t < n_tokens; ++t)
-        y_column[t * y_stride] = simd::dot_f32(w, x + t * x_stride, cols);
+      out = simd::dot_f32(w, x, cols);
     }
+  }
+}
+
+}  // namespace
+
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
+  // Several tokens: widen blocks of 4 rows to fp32 once (L1-resident), then 4 rows x 2 tokens
+  // per inner loop; leftover rows and a leftover token go one dot at a time.
+  const int64_t cols = weight.cols;
+  float* scratch = row_scratch(4 * cols);
+  int64_t r = row_begin;
+  for (; r + 4 <= row_end; r += 4) {
+    const float* w[4];
+    for (int k = 0; k < 4; ++k) {
+      if (weight.format == WeightFormat::F32) {
+        w[k] = static_cast<const float*>(weight.data) + (r + k) * cols;
+      } else {
+        dequantize_row(weight, r + k, scratch + k * cols);
+        w[k] = scratch + k * cols;
+      }
+    }
+    int64_t t = 0;
+    for (; t + 2 <= n_tokens; t += 2) {
+      const float* xs[2] = {x + t * x_stride, x + (t + 1) * x_stride};
+      float out[8];
+      simd::dot_4x2(w, xs, cols, out);
+      for (int k = 0; k < 4; ++k) {
+        y[t * y_stride + (r + k - row_begin)] = out[2 * k];
+        y[(t + 1) * y_stride + (r + k - row_begin)] = out[2 * k + 1];
+      }
+    }
+    for (; t < n_tokens; ++t)
+      for (int k = 0; k < 4; ++k) y[t * y_stride + (r + k - row_begin)] = simd::dot_f32(w[k], x + t * x_stride, cols);
+  }
+  for (; r < row_end; ++r) {
+    float* w = scratch;
+    dequantize_row(weight, r, w);
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + (r - row_begin)] = simd::dot_f32(w, x + t * x_stride, cols);
   }
 }
 

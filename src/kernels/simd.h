@@ -83,6 +83,31 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// out[r * 2 + t] = sum_i w[r][i] * x[t][i] for 4 rows and 2 tokens: each x load feeds 4 FMAs
+// and each w load 2, so the block runs on arithmetic rather than loads.
+inline void dot_4x2(const float* const w[4], const float* const x[2], int64_t n, float out[8]) {
+  int64_t i = 0;
+  for (int k = 0; k < 8; ++k) out[k] = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 wr = _mm256_loadu_ps(w[r] + i);
+      acc[2 * r] = _mm256_fmadd_ps(wr, x0, acc[2 * r]);
+      acc[2 * r + 1] = _mm256_fmadd_ps(wr, x1, acc[2 * r + 1]);
+    }
+  }
+  for (int k = 0; k < 8; ++k) out[k] = hsum(acc[k]);
+#endif
+  for (; i < n; ++i)
+    for (int r = 0; r < 4; ++r) {
+      out[2 * r] += w[r][i] * x[0][i];
+      out[2 * r + 1] += w[r][i] * x[1][i];
+    }
+}
+
 // y[i] += alpha * bf16(x[i])
 inline void axpy_bf16(float alpha, const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
