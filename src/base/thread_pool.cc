@@ -26,6 +26,8 @@ std::unique_ptr<ThreadPool>& global_pool() {
   return pool;
 }
 
+thread_local ThreadPool* local_pool = nullptr;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -91,6 +93,7 @@ void ThreadPool::worker_loop(int worker) {
 }
 
 ThreadPool& thread_pool() {
+  if (local_pool) return *local_pool;
   auto& pool = global_pool();
   if (!pool) pool = std::make_unique<ThreadPool>(int(std::thread::hardware_concurrency()));
   return *pool;
@@ -100,5 +103,14 @@ void set_num_threads(int n_threads) {
   global_pool() = std::make_unique<ThreadPool>(n_threads > 0 ? n_threads
                                                              : int(std::thread::hardware_concurrency()));
 }
+
+int default_num_threads() {
+  auto& pool = global_pool();
+  return pool ? pool->size() : int(std::thread::hardware_concurrency());
+}
+
+ScopedThreadPool::ScopedThreadPool(int n_threads) : pool_(n_threads), previous_(local_pool) { local_pool = &pool_; }
+
+ScopedThreadPool::~ScopedThreadPool() { local_pool = previous_; }
 
 }  // namespace mlaserve

@@ -45,8 +45,23 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
 };
 
-// The process-wide pool used by kernels; sized once by set_num_threads (default: all cores).
+// The pool kernels use: this thread's own pool while a ScopedThreadPool is alive on it (each
+// rank of a thread-parallel model has one), else the process-wide pool sized by
+// set_num_threads (default: all cores).
 ThreadPool& thread_pool();
 void set_num_threads(int n_threads);
+int default_num_threads();  // what set_num_threads chose (or the core count)
+
+class ScopedThreadPool {
+ public:
+  explicit ScopedThreadPool(int n_threads);
+  ~ScopedThreadPool();
+  ScopedThreadPool(const ScopedThreadPool&) = delete;
+  ScopedThreadPool& operator=(const ScopedThreadPool&) = delete;
+
+ private:
+  ThreadPool pool_;
+  ThreadPool* previous_;
+};
 
 }  // namespace mlaserve

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "engine/generator.h"
+#include "parallel/thread_parallel.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -16,6 +17,7 @@ void add_generate_command(CLI::App& app) {
     SamplingParams sampling;
     uint64_t seed = 0;
     bool chat = false, ignore_eos = false;
+    ParallelFlags parallel;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("generate", "stream generated text to stdout");
@@ -31,6 +33,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--chat", options->chat, "wrap the prompt in the model's chat template");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
+  add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     MLA_CHECK(!options->prompt.empty() || !options->ids.empty(), "generate needs --prompt or --ids");
     MLA_CHECK(options->max_new_tokens > 0, "--max-new-tokens must be positive");
@@ -52,12 +55,28 @@ void add_generate_command(CLI::App& app) {
     request.seed = options->seed;
     if (!options->ignore_eos && tokenizer->eos_id()) request.stop_token_ids.push_back(*tokenizer->eos_id());
     TextStreamer streamer(*tokenizer);
-    const GenerateStats stats = generate(*model, request, [&](int32_t token) {
+    auto emit = [&](int32_t token) {
       const std::string text = streamer.push(token);
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
       return true;
-    });
+    };
+    GenerateStats stats;
+    if (options->parallel.tp > 1) {
+      MLA_CHECK(int64_t(request.prompt.size()) + request.max_new_tokens <= model->config().max_position_embeddings,
+                "prompt plus new tokens exceed the context length {}", model->config().max_position_embeddings);
+      ParallelOptions parallel;
+      parallel.size = options->parallel.tp;
+      parallel.expert_parallel = options->parallel.ep;
+      parallel.collective_timeout = std::chrono::milliseconds(int64_t(options->parallel.comm_timeout_s * 1000));
+      ThreadParallelModel ranks(*model, parallel);
+      auto caches = ranks.new_sequence(int64_t(request.prompt.size()) + request.max_new_tokens);
+      stats = generate([&](std::span<const int32_t> tokens, int64_t start, float* logits) {
+        ranks.forward(*caches, tokens, start, false, logits);
+      }, model->config().vocab_size, request, emit);
+    } else {
+      stats = generate(*model, request, emit);
+    }
     const std::string rest = streamer.finish();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fflush(stdout);

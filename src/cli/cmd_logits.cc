@@ -4,6 +4,7 @@
 #include "base/npy.h"
 #include "cli/commands.h"
 #include "model/deepseek_v3.h"
+#include "parallel/thread_parallel.h"
 
 namespace mlaserve {
 
@@ -23,10 +24,30 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
+void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
+  cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
+  cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
+  cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
+}
+
+namespace {
+
+ParallelOptions parallel_options(const ParallelFlags& flags) {
+  MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
+  ParallelOptions options;
+  options.size = flags.tp;
+  options.expert_parallel = flags.ep;
+  options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
+  return options;
+}
+
+}  // namespace
+
 void add_logits_command(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, out, mla_path = "auto";
     int64_t chunk = 0;
+    ParallelFlags parallel;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "write float32 logits [tokens, vocab] of one sequence as .npy");
@@ -35,6 +56,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--out", options->out, "output .npy file")->required();
   cmd->add_option("--chunk", options->chunk, "feed the sequence in chunks of N tokens (1: decode path); 0: all at once");
   cmd->add_option("--mla-path", options->mla_path, "auto | expanded | absorbed")->capture_default_str();
+  add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     const std::vector<int32_t> ids = parse_id_list(options->ids);
     const MlaPath path = options->mla_path == "expanded"   ? MlaPath::Expanded
@@ -45,13 +67,21 @@ void add_logits_command(CLI::App& app) {
     const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
     MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,
               model->config().max_position_embeddings);
-    SequenceCache cache(model->config(), n);
     std::vector<float> logits(size_t(n * vocab));
     const int64_t chunk = options->chunk > 0 ? options->chunk : n;
+    std::unique_ptr<ThreadParallelModel> ranks;
+    std::unique_ptr<ThreadParallelModel::Sequence> rank_caches;
+    SequenceCache cache(model->config(), options->parallel.tp > 1 ? 1 : n);
+    if (options->parallel.tp > 1) {
+      ranks = std::make_unique<ThreadParallelModel>(*model, parallel_options(options->parallel));
+      rank_caches = ranks->new_sequence(n);
+    }
     for (int64_t start = 0; start < n; start += chunk) {
-      const int64_t count = std::min(chunk, n - start);
-      model->forward(std::span(ids).subspan(size_t(start), size_t(count)), start, cache.view(), true,
-                     logits.data() + start * vocab, path);
+      const auto part = std::span(ids).subspan(size_t(start), size_t(std::min(chunk, n - start)));
+      if (ranks)
+        ranks->forward(*rank_caches, part, start, true, logits.data() + start * vocab, path);
+      else
+        model->forward(part, start, cache.view(), true, logits.data() + start * vocab, path);
     }
     write_npy_f32(options->out, logits.data(), {n, vocab});
   });

@@ -16,6 +16,14 @@ void add_plan_command(CLI::App& app);
 void add_bench_serve_command(CLI::App& app);
 void add_bench_model_command(CLI::App& app);
 
+// --tp / --ep / --comm-timeout, shared by the commands that run a model.
+struct ParallelFlags {
+  int tp = 1;
+  bool ep = false;
+  double comm_timeout_s = 120;
+};
+void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
+
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);
 

@@ -28,34 +28,41 @@ size_t complete_utf8_prefix(const std::string& bytes) {
 
 }  // namespace
 
-GenerateStats generate(const DeepseekV3Model& model, const GenerateRequest& request,
+GenerateStats generate(const SequenceForward& forward, int64_t vocab_size, const GenerateRequest& request,
                        const std::function<bool(int32_t)>& on_token) {
-  const ModelConfig& config = model.config();
   const int64_t prompt_length = int64_t(request.prompt.size());
   MLA_CHECK(prompt_length > 0, "the prompt is empty");
-  const int64_t capacity = prompt_length + request.max_new_tokens;
-  MLA_CHECK(capacity <= config.max_position_embeddings,
-            "prompt ({} tokens) plus {} new tokens exceeds the context length {}", prompt_length,
-            request.max_new_tokens, config.max_position_embeddings);
-  SequenceCache cache(config, capacity);
-  std::vector<float> logits(size_t(config.vocab_size));
+  std::vector<float> logits(static_cast<size_t>(vocab_size));
   std::mt19937_64 rng(request.seed);
   GenerateStats stats;
   auto start = std::chrono::steady_clock::now();
-  model.forward(request.prompt, 0, cache.view(), false, logits.data());
+  forward(request.prompt, 0, logits.data());
   stats.prefill_tokens = prompt_length;
   stats.prefill_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < request.max_new_tokens; ++step) {
-    const int32_t token = sample_token(logits.data(), config.vocab_size, request.sampling, rng);
+    const int32_t token = sample_token(logits.data(), vocab_size, request.sampling, rng);
     ++stats.decode_tokens;
     const bool stop = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
                                 token) != request.stop_token_ids.end();
     if (!on_token(token) || stop || step + 1 == request.max_new_tokens) break;
-    model.forward(std::span(&token, 1), prompt_length + step, cache.view(), false, logits.data());
+    forward(std::span(&token, 1), prompt_length + step, logits.data());
   }
   stats.decode_seconds = seconds_since(start);
   return stats;
+}
+
+GenerateStats generate(const DeepseekV3Model& model, const GenerateRequest& request,
+                       const std::function<bool(int32_t)>& on_token) {
+  const ModelConfig& config = model.config();
+  const int64_t capacity = int64_t(request.prompt.size()) + request.max_new_tokens;
+  MLA_CHECK(capacity <= config.max_position_embeddings,
+            "prompt ({} tokens) plus {} new tokens exceeds the context length {}", request.prompt.size(),
+            request.max_new_tokens, config.max_position_embeddings);
+  SequenceCache cache(config, capacity);
+  return generate([&](std::span<const int32_t> tokens, int64_t start, float* logits) {
+    model.forward(tokens, start, cache.view(), false, logits);
+  }, config.vocab_size, request, on_token);
 }
 
 std::string TextStreamer::push(int32_t id) {

@@ -27,7 +27,13 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Runs `tokens` at positions [start, start + n) of the one sequence being generated and writes
+// the last token's logits [vocab]: a single model, or one run as ranks.
+using SequenceForward = std::function<void(std::span<const int32_t> tokens, int64_t start, float* logits)>;
+
 // on_token(id) is called for every generated token, in order; returning false stops early.
+GenerateStats generate(const SequenceForward& forward, int64_t vocab_size, const GenerateRequest& request,
+                       const std::function<bool(int32_t)>& on_token);
 GenerateStats generate(const DeepseekV3Model& model, const GenerateRequest& request,
                        const std::function<bool(int32_t)>& on_token);
 

@@ -31,6 +31,24 @@ size_t LinearWeight::bytes() const {
   return 0;
 }
 
+LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
+  MLA_CHECK(0 <= begin && begin < end && end <= rows, "rows [{}, {}) outside a weight of {} rows", begin, end, rows);
+  LinearWeight view = *this;
+  view.row_offset += begin;
+  view.rows = end - begin;
+  return view;
+}
+
+LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
+  MLA_CHECK(0 <= begin && begin < end && end <= cols, "columns [{}, {}) outside a weight of {} columns", begin, end, cols);
+  MLA_CHECK(format != WeightFormat::Int4Group || (col_offset + begin) % group_size == 0,
+            "an INT4 weight can only be split at multiples of its group size {} (column {})", group_size, begin);
+  LinearWeight view = *this;
+  view.col_offset += begin;
+  view.cols = end - begin;
+  return view;
+}
+
 const TensorInfo& WeightLoader::expect(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo& tensor = checkpoint_.get(name);
   MLA_CHECK(tensor.shape == shape, "tensor '{}': expected shape {}, found {}", name,
@@ -79,6 +97,7 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
   LinearWeight weight;
   weight.rows = rows;
   weight.cols = cols;
+  weight.stored_cols = cols;
   switch (tensor.dtype) {
     case DType::F32: weight.format = WeightFormat::F32; break;
     case DType::BF16: weight.format = WeightFormat::BF16; break;
@@ -105,6 +124,7 @@ LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tens
   weight.format = WeightFormat::Fp8Block;
   weight.rows = rows;
   weight.cols = cols;
+  weight.stored_cols = cols;
   weight.data = tensor.data;
   weight.block_rows = block_rows;
   weight.block_cols = block_cols;
@@ -146,6 +166,7 @@ LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t
   weight.format = WeightFormat::Int4Group;
   weight.rows = rows;
   weight.cols = cols;
+  weight.stored_cols = cols;
   weight.data = aligned(packed, 4);
   weight.group_scale = static_cast<const uint16_t*>(aligned(scale, 2));
   weight.group_size = group;

@@ -32,8 +32,15 @@ struct LinearWeight {
   int64_t block_rows = 128, block_cols = 128;
   const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
   int64_t group_size = 32;
+  // A weight may be a view of part of a stored matrix (a tensor-parallel shard): rows
+  // [row_offset, row_offset + rows) and columns [col_offset, col_offset + cols) of a stored
+  // matrix with stored_cols columns. Scales are indexed in stored coordinates.
+  int64_t stored_cols = 0;
+  int64_t row_offset = 0, col_offset = 0;
 
-  size_t bytes() const;  // stored bytes, scales included
+  size_t bytes() const;  // bytes of this view, scales included
+  LinearWeight rows_view(int64_t begin, int64_t end) const;  // output features [begin, end)
+  LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };
 
 // Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each

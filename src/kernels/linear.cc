@@ -10,23 +10,31 @@
 namespace mlaserve {
 namespace {
 
+// Absolute position of (row, 0) of a view in its stored matrix, in elements.
+int64_t element_offset(const LinearWeight& weight, int64_t row) {
+  return (weight.row_offset + row) * weight.stored_cols + weight.col_offset;
+}
+
 void dequantize_fp8_row(const LinearWeight& weight, int64_t row, float* out) {
-  const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + row * weight.cols;
+  const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
   const float* table = fp8_e4m3_table();
-  const int64_t n_col_blocks = (weight.cols + weight.block_cols - 1) / weight.block_cols;
-  const float* scales = weight.block_scale + (row / weight.block_rows) * n_col_blocks;
-  for (int64_t block = 0; block < n_col_blocks; ++block) {
+  const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
+  const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
+  for (int64_t c = 0; c < weight.cols;) {  // one stored 128-column block at a time
+    const int64_t block = (weight.col_offset + c) / weight.block_cols;
+    const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
     const float scale = scales[block];
-    const int64_t begin = block * weight.block_cols;
-    const int64_t end = std::min(weight.cols, begin + weight.block_cols);
-    for (int64_t c = begin; c < end; ++c) out[c] = table[codes[c]] * scale;
+    for (; c < end; ++c) out[c] = table[codes[c]] * scale;
   }
 }
 
 void dequantize_int4_row(const LinearWeight& weight, int64_t row, float* out) {
-  const uint32_t* words = static_cast<const uint32_t*>(weight.data) + row * (weight.cols / 8);
+  const int64_t stored_row = weight.row_offset + row;
+  const uint32_t* words = static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) +
+                          weight.col_offset / 8;
   const int64_t n_groups = weight.cols / weight.group_size;
-  const uint16_t* scales = weight.group_scale + row * n_groups;
+  const uint16_t* scales = weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                           weight.col_offset / weight.group_size;
   for (int64_t group = 0; group < n_groups; ++group) {
     const float scale = bf16_to_f32(scales[group]);
     const int64_t begin = group * weight.group_size;
@@ -49,16 +57,16 @@ float* row_scratch(int64_t cols) {
 void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
   switch (weight.format) {
     case WeightFormat::F32:
-      std::memcpy(out, static_cast<const float*>(weight.data) + row * weight.cols,
+      std::memcpy(out, static_cast<const float*>(weight.data) + element_offset(weight, row),
                   size_t(weight.cols) * 4);
       return;
     case WeightFormat::BF16: {
-      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + row * weight.cols;
+      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + element_offset(weight, row);
       for (int64_t c = 0; c < weight.cols; ++c) out[c] = bf16_to_f32(values[c]);
       return;
     }
     case WeightFormat::F16: {
-      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + row * weight.cols;
+      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + element_offset(weight, row);
       for (int64_t c = 0; c < weight.cols; ++c) out[c] = f16_to_f32(values[c]);
       return;
     }
@@ -77,9 +85,9 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   for (int64_t r = row_begin; r < row_end; ++r) {
     float& out = y[r - row_begin];
     if (weight.format == WeightFormat::F32) {
-      out = simd::dot_f32(static_cast<const float*>(weight.data) + r * cols, x, cols);
+      out = simd::dot_f32(static_cast<const float*>(weight.data) + element_offset(weight, r), x, cols);
     } else if (weight.format == WeightFormat::BF16) {
-      out = simd::dot_bf16_f32(static_cast<const uint16_t*>(weight.data) + r * cols, x, cols);
+      out = simd::dot_bf16_f32(static_cast<const uint16_t*>(weight.data) + element_offset(weight, r), x, cols);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);
@@ -102,7 +110,7 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
     const float* w[4];
     for (int k = 0; k < 4; ++k) {
       if (weight.format == WeightFormat::F32) {
-        w[k] = static_cast<const float*>(weight.data) + (r + k) * cols;
+        w[k] = static_cast<const float*>(weight.data) + element_offset(weight, r + k);
       } else {
         dequantize_row(weight, r + k, scratch + k * cols);
         w[k] = scratch + k * cols;

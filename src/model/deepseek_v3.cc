@@ -19,21 +19,36 @@ MlaShape mla_shape_of(const ModelConfig& config) {
 
 }  // namespace
 
-DeepseekV3Model::DeepseekV3Model(const std::string& model_dir, ModelConfig config)
-    : config_(std::move(config)),
-      checkpoint_(model_dir),
-      loader_(checkpoint_, config_),
-      weights_(load_deepseek_v3_weights(checkpoint_, config_, loader_)),
+DeepseekV3Model::Storage::Storage(const std::string& model_dir, const ModelConfig& model_config)
+    : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
+
+DeepseekV3Model::DeepseekV3Model(std::shared_ptr<Storage> storage, DeepseekV3Weights weights)
+    : storage_(std::move(storage)),
+      config_(storage_->config),
+      weights_(std::move(weights)),
       rope_(config_),
       mla_shape_(mla_shape_of(config_)),
-      router_(RouterParams::from_config(config_)) {}
+      router_(RouterParams::from_config(config_)),
+      vocab_end_(config_.vocab_size) {}
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir) {
-  ModelConfig config = load_model_config(model_dir);
-  auto model = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(model_dir, std::move(config)));
+  auto storage = std::make_shared<Storage>(model_dir, load_model_config(model_dir));
+  DeepseekV3Weights weights = load_deepseek_v3_weights(storage->checkpoint, storage->config, storage->loader);
+  auto model = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(std::move(storage), std::move(weights)));
   spdlog::info("loaded {} from '{}': {} layers, {:.2f} GB of weights", model->config_.model_type,
                model_dir, model->config_.num_hidden_layers, double(model->weight_bytes()) / 1e9);
   return model;
+}
+
+std::unique_ptr<DeepseekV3Model> DeepseekV3Model::shard(const ShardSpec& spec, Communicator* comm) const {
+  auto shard = std::unique_ptr<DeepseekV3Model>(
+      new DeepseekV3Model(storage_, shard_deepseek_v3_weights(weights_, config_, spec)));
+  shard->mla_shape_.n_heads = config_.num_attention_heads / spec.size;
+  shard->comm_ = spec.size > 1 ? comm : nullptr;
+  const int64_t slice = (config_.vocab_size + spec.size - 1) / spec.size;
+  shard->vocab_begin_ = std::min(config_.vocab_size, slice * spec.rank);
+  shard->vocab_end_ = std::min(config_.vocab_size, slice * (spec.rank + 1));
+  return shard;
 }
 
 size_t DeepseekV3Model::weight_bytes() const {
@@ -101,19 +116,19 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   }
   std::vector<float> residual(size_t(n_tokens * hidden));  // [n_tokens, hidden]
   std::vector<float> normed(residual.size()), mixed(residual.size());
-  int64_t row = 0;
-  for (const auto& seq : batch)
-    for (int32_t token : seq.tokens) {
-      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token,
-                config_.vocab_size);
-      dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
-    }
+  embed(batch, residual.data());
+  // Sharded: each rank adds its heads' / columns' / experts' partial sums; one all-reduce after
+  // attention and one after the FFN make every rank's residual stream whole again.
+  auto reduce = [&](std::vector<float>& partial) {
+    if (comm_) comm_->all_reduce_sum(partial.data(), int64_t(partial.size()));
+  };
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const DecoderLayerWeights& layer = weights_.layers[i];
     rms_norm(residual.data(), hidden, layer.input_layernorm, n_tokens, hidden,
              config_.rms_norm_eps, normed.data(), hidden);
     mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i},
                 mixed.data());
+    reduce(mixed);
     for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
     rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n_tokens, hidden,
              config_.rms_norm_eps, normed.data(), hidden);
@@ -121,13 +136,51 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
       moe_forward(router_, *layer.moe, normed.data(), n_tokens, mixed.data());
     else
       mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
+    reduce(mixed);
     for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
   }
   const int64_t n_out = int64_t(logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden,
              config_.rms_norm_eps, normed.data() + r * hidden, hidden);
-  linear(weights_.lm_head, normed.data(), n_out, logits);
+  project_logits(normed.data(), n_out, logits);
+}
+
+// Vocabulary-parallel embedding: a rank fills the rows of tokens in its slice (zeros
+// elsewhere) and the all-reduce assembles the whole lookup.
+void DeepseekV3Model::embed(std::span<const ForwardSequence> batch, float* residual) const {
+  const int64_t hidden = config_.hidden_size;
+  int64_t row = 0;
+  for (const auto& seq : batch)
+    for (int32_t token : seq.tokens) {
+      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token,
+                config_.vocab_size);
+      float* out = residual + hidden * row++;
+      if (token >= vocab_begin_ && token < vocab_end_)
+        dequantize_row(weights_.embed_tokens, token - vocab_begin_, out);
+      else
+        std::fill(out, out + hidden, 0.0f);
+    }
+  if (comm_) comm_->all_reduce_sum(residual, row * hidden);
+}
+
+// Vocabulary-parallel LM head: every rank computes its slice of the logits (padded to equal
+// slices) and an all-gather assembles [n_rows, vocab] on every rank.
+void DeepseekV3Model::project_logits(const float* normed, int64_t n_rows, float* logits) const {
+  if (!comm_) return linear(weights_.lm_head, normed, n_rows, logits);
+  const int64_t vocab = config_.vocab_size, ranks = comm_->size();
+  const int64_t slice = (vocab + ranks - 1) / ranks, local_rows = vocab_end_ - vocab_begin_;
+  std::vector<float> local(size_t(n_rows * slice), 0.0f), gathered(size_t(ranks * n_rows * slice));
+  std::vector<float> packed(size_t(n_rows * std::max<int64_t>(local_rows, 1)));
+  if (local_rows > 0) linear(weights_.lm_head, normed, n_rows, packed.data());
+  for (int64_t t = 0; t < n_rows; ++t)
+    std::copy_n(packed.data() + t * local_rows, local_rows, local.data() + t * slice);
+  comm_->all_gather(local.data(), n_rows * slice, gathered.data());
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t t = 0; t < n_rows; ++t) {
+      const int64_t begin = r * slice, count = std::max<int64_t>(0, std::min(vocab, begin + slice) - begin);
+      std::copy_n(gathered.data() + (r * n_rows + t) * slice, count, logits + t * vocab + begin);
+    }
 }
 
 void DeepseekV3Model::forward(std::span<const int32_t> tokens, int64_t start_position,

@@ -14,6 +14,7 @@
 #include "kernels/rope.h"
 #include "model/mla.h"
 #include "model/moe.h"
+#include "parallel/communicator.h"
 
 namespace mlaserve {
 
@@ -50,10 +51,26 @@ struct ForwardSequence {
 // Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
 int64_t logit_rows(std::span<const ForwardSequence> batch);
 
+// Which part of the model a rank holds: attention heads, dense/shared MLP and (without expert
+// parallelism) routed-expert intermediate columns split `size` ways; with expert parallelism
+// whole experts split `size` ways; embedding and LM head split by vocabulary.
+struct ShardSpec {
+  int rank = 0;
+  int size = 1;
+  bool expert_parallel = false;
+};
+
+// This rank's slices of every weight (views into the same mapped checkpoint).
+DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
+                                            const ShardSpec& spec);
+
 class DeepseekV3Model {
  public:
   // Reads DIR/config.json and the safetensors checkpoint (memory-mapped).
   static std::unique_ptr<DeepseekV3Model> load(const std::string& model_dir);
+  // This rank's shard, sharing the mapped checkpoint; its forward runs the collectives on
+  // `comm` (which must outlive it). Throws Error when the heads do not divide by the size.
+  std::unique_ptr<DeepseekV3Model> shard(const ShardSpec& spec, Communicator* comm) const;
 
   const ModelConfig& config() const { return config_; }
   size_t weight_bytes() const;
@@ -71,15 +88,25 @@ class DeepseekV3Model {
                MlaPath path = MlaPath::Auto) const;
 
  private:
-  DeepseekV3Model(const std::string& model_dir, ModelConfig config);
+  // The mapped checkpoint and the buffers the loader converted: shared by every shard.
+  struct Storage {
+    Storage(const std::string& model_dir, const ModelConfig& config);
+    ModelConfig config;
+    Checkpoint checkpoint;
+    WeightLoader loader;
+  };
+  DeepseekV3Model(std::shared_ptr<Storage> storage, DeepseekV3Weights weights);
+  void embed(std::span<const ForwardSequence> batch, float* residual) const;
+  void project_logits(const float* normed, int64_t n_rows, float* logits) const;
 
+  std::shared_ptr<Storage> storage_;
   ModelConfig config_;
-  Checkpoint checkpoint_;
-  WeightLoader loader_;
   DeepseekV3Weights weights_;
   RotaryEmbedding rope_;
   MlaShape mla_shape_;
   RouterParams router_;
+  Communicator* comm_ = nullptr;             // null: a single rank
+  int64_t vocab_begin_ = 0, vocab_end_ = 0;  // this rank's rows of embed_tokens and lm_head
 };
 
 // A contiguous latent cache for one sequence (one block of `capacity` positions).

@@ -39,7 +39,7 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   std::vector<float> gathered, expert_out;
   for (int64_t e = 0; e < router.n_experts; ++e) {
     const auto& assigned = tokens_of[e];
-    if (assigned.empty()) continue;
+    if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
     const int64_t count = int64_t(assigned.size());
     gathered.resize(size_t(count * hidden));
     expert_out.resize(size_t(count * hidden));

@@ -1,5 +1,6 @@
 // Gated MLP and routed Mixture-of-Experts (DeepSeek-V3 DeepseekV3MLP / DeepseekV3MoE).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct MoeWeights {
   const float* e_score_correction_bias = nullptr;  // [n_routed_experts], noaux_tc only
   std::vector<MlpWeights> experts;                // n_routed_experts
   std::optional<MlpWeights> shared_experts;       // intermediate = n_shared * moe_intermediate
+  int64_t first_owned_expert = 0;                 // expert parallelism: this rank runs experts
+  int64_t end_owned_expert = INT64_MAX;           // [first_owned_expert, end_owned_expert)
 };
 
 // out = down(silu(gate x) * up x); x, out: [n_tokens, hidden].

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "test_util.h"
 
 namespace mlaserve {
@@ -31,6 +32,7 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t
   t.weight.format = format;
   t.weight.rows = rows;
   t.weight.cols = cols;
+  t.weight.stored_cols = cols;
   if (format == WeightFormat::F32 || format == WeightFormat::BF16 || format == WeightFormat::F16) {
     const size_t size = format == WeightFormat::F32 ? 4 : 2;
     t.bytes.resize(t.values.size() * size);
@@ -111,6 +113,38 @@ TEST_P(LinearTest, TransposedRowsMatchReference) {
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 5; r < 29; ++r) want[c] += coef[r] * t.values[r * cols + c];
   EXPECT_TRUE(testing::relative_close(y, want, 1e-5));
+}
+
+// A shard view (rows [r0, r1), columns [c0, c1)) computes the same as the slice of the whole.
+TEST_P(LinearTest, ViewsComputeTheSlice) {
+  const int64_t rows = 150, cols = 288, tokens = 3;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 21);
+  const int64_t r0 = 17, r1 = 141, c0 = 96, c1 = 224;  // FP8 view crosses a 128-column block
+  const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
+  const std::vector<float> x = testing::random_vector(size_t(tokens * (c1 - c0)), 5);
+  std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+  linear(view, x.data(), tokens, y.data());
+  for (int64_t n = 0; n < tokens; ++n)
+    for (int64_t r = r0; r < r1; ++r) {
+      double sum = 0;
+      for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * x[n * (c1 - c0) + (c - c0)];
+      want[n * (r1 - r0) + (r - r0)] = float(sum);
+    }
+  EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << weight_format_name(GetParam());
+  std::vector<float> single(size_t(r1 - r0));
+  linear(view, x.data(), 1, single.data());
+  EXPECT_TRUE(testing::relative_close(single, std::vector<float>(want.begin(), want.begin() + (r1 - r0)), 1e-5));
+}
+
+TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {
+  LinearWeight weight;
+  weight.format = WeightFormat::Int4Group;
+  weight.rows = 4;
+  weight.cols = weight.stored_cols = 128;
+  weight.group_size = 32;
+  EXPECT_NO_THROW(weight.cols_view(64, 128));
+  EXPECT_THROW(weight.cols_view(40, 128), Error);
+  EXPECT_THROW(weight.rows_view(2, 9), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearTest,

@@ -1,0 +1,25 @@
+// Collectives between the ranks that hold one model's shards. Implementations: ranks as
+// threads of one process (thread_communicator.h); MPI processes are the next step.
+// Every collective either completes on all ranks or throws Error on all of them: a rank that
+// fails aborts the group, and a rank that never arrives makes the others time out.
+#pragma once
+#include <cstdint>
+
+namespace mlaserve {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[i] = sum over ranks of data[i], summed in rank order (identical on every rank).
+  virtual void all_reduce_sum(float* data, int64_t count) = 0;
+  // gathered[r * count + i] = rank r's local[i].
+  virtual void all_gather(const float* local, int64_t count, float* gathered) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Wakes every rank waiting in a collective with an error (call when this rank fails).
+  virtual void abort() = 0;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,89 @@
+#include "parallel/thread_parallel.h"
+
+#include <spdlog/spdlog.h>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "parallel/thread_communicator.h"
+
+namespace mlaserve {
+
+ThreadParallelModel::ThreadParallelModel(const DeepseekV3Model& full, const ParallelOptions& options)
+    : config_(full.config()), errors_(size_t(options.size)) {
+  MLA_CHECK(options.size >= 1, "the tensor-parallel size must be at least 1, got {}", options.size);
+  comms_ = make_thread_communicators(options.size, options.collective_timeout);
+  for (int rank = 0; rank < options.size; ++rank)
+    shards_.push_back(full.shard({rank, options.size, options.expert_parallel}, comms_[size_t(rank)].get()));
+  const int total = options.threads > 0 ? options.threads : default_num_threads();
+  const int per_rank = std::max(1, total / options.size);
+  spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.size,
+               options.expert_parallel ? "expert" : "tensor", per_rank, config_.num_attention_heads / options.size);
+  for (int rank = 0; rank < options.size; ++rank) threads_.emplace_back([this, rank, per_rank] { rank_loop(rank, per_rank); });
+}
+
+ThreadParallelModel::~ThreadParallelModel() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  for (auto& thread : threads_) thread.join();
+}
+
+void ThreadParallelModel::rank_loop(int rank, int threads) {
+  ScopedThreadPool pool(threads);
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock lock(mutex_);
+      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+    }
+    std::string error;
+    try {
+      (*job)(rank);
+    } catch (const std::exception& e) {
+      error = e.what();
+      comms_[size_t(rank)]->abort();  // the other ranks must not wait for this one
+    }
+    std::lock_guard lock(mutex_);
+    errors_[size_t(rank)] = error;
+    if (--pending_ == 0) work_done_.notify_all();
+  }
+}
+
+void ThreadParallelModel::run_on_all_ranks(const std::function<void(int)>& job) {
+  std::unique_lock lock(mutex_);
+  job_ = &job;
+  pending_ = size();
+  ++generation_;
+  work_ready_.notify_all();
+  work_done_.wait(lock, [&] { return pending_ == 0; });
+  // Report the rank that failed first-hand rather than those its abort woke up.
+  std::string first_error;
+  for (const auto& error : errors_)
+    if (!error.empty() && (first_error.empty() || first_error.find("aborted") != std::string::npos)) first_error = error;
+  MLA_CHECK(first_error.empty(), "{}", first_error);
+}
+
+std::unique_ptr<ThreadParallelModel::Sequence> ThreadParallelModel::new_sequence(int64_t capacity) const {
+  auto sequence = std::make_unique<Sequence>();
+  for (int rank = 0; rank < size(); ++rank) sequence->caches.push_back(std::make_unique<SequenceCache>(config_, capacity));
+  return sequence;
+}
+
+void ThreadParallelModel::forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position,
+                                  bool all_logits, float* logits, MlaPath path) {
+  const size_t rows = all_logits ? tokens.size() : 1;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(size()));
+  for (int rank = 1; rank < size(); ++rank) scratch[size_t(rank)].resize(rows * size_t(config_.vocab_size));
+  run_on_all_ranks([&](int rank) {
+    float* out = rank == 0 ? logits : scratch[size_t(rank)].data();
+    shards_[size_t(rank)]->forward(tokens, start_position, sequence.caches[size_t(rank)]->view(), all_logits, out, path);
+  });
+}
+
+}  // namespace mlaserve

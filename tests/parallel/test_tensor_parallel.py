@@ -1,0 +1,80 @@
+"""A model split over thread ranks gives the single-rank answers: logits (prefill and the
+decode path) for tensor and expert parallelism, a 12-head config at TP 1, 2, 3, 4 and 6,
+greedy generation of 64 tokens, and a clear error for a head count that does not divide.
+Usage: test_tensor_parallel.py MLASERVE WORK_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+TOLERANCE = 1e-5  # F32/BF16 weights: only the summation order of the all-reduces differs
+failures, checks = [], 0
+
+
+def run(binary, *args):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=600)
+
+
+def make(binary, directory, dtype, override, preset="tiny"):
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", "3", "--override",
+                        json.dumps(override), directory], check=True, capture_output=True)
+    return directory
+
+
+def logits(binary, model, ids, out, *flags):
+    proc = run(binary, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out, *flags)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-500:])
+    return np.load(out).astype(np.float64)
+
+
+def check(label, ok, detail=""):
+    global checks
+    checks += 1
+    print(f"{'ok  ' if ok else 'FAIL'} {label} {detail}")
+    if not ok:
+        failures.append(label)
+
+
+def compare(label, got, want):
+    error = np.abs(got - want).max() / np.abs(want).max()
+    check(label, error <= TOLERANCE and (got.argmax(-1) == want.argmax(-1)).all(), f"(rel error {error:.1e})")
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    ids = np.random.default_rng(0).integers(0, 32000, size=20).tolist()
+    tiny = make(binary, os.path.join(work, "tiny-f32"), "f32", {})
+    base = logits(binary, tiny, ids, os.path.join(work, "a.npy"))
+    compare("tiny f32, TP 2", logits(binary, tiny, ids, os.path.join(work, "b.npy"), "--tp", "2"), base)
+    compare("tiny f32, EP 2", logits(binary, tiny, ids, os.path.join(work, "b.npy"), "--tp", "2", "--ep"), base)
+    compare("tiny f32, TP 4 (decode path, chunk 1)",
+            logits(binary, tiny, ids, os.path.join(work, "b.npy"), "--tp", "4", "--chunk", "1"), base)
+    twelve = make(binary, os.path.join(work, "twelve-heads"), "f32", {"num_attention_heads": 12, "num_key_value_heads": 12})
+    base12 = logits(binary, twelve, ids, os.path.join(work, "c.npy"))
+    for tp in (2, 3, 4, 6):
+        compare(f"12 heads, TP {tp}", logits(binary, twelve, ids, os.path.join(work, "d.npy"), "--tp", str(tp)), base12)
+    bad = run(binary, "logits", "--model", twelve, "--ids", "1,2", "--out", os.path.join(work, "e.npy"), "--tp", "5")
+    check("12 heads at TP 5 is a clear error", bad.returncode == 1 and "not divisible by the tensor-parallel size 5" in bad.stderr,
+          bad.stderr[-200:])
+    int4 = make(binary, os.path.join(work, "tiny-int4"), "int4", {})
+    compare("tiny int4 experts, TP 2", logits(binary, int4, ids, os.path.join(work, "f.npy"), "--tp", "2"),
+            logits(binary, int4, ids, os.path.join(work, "g.npy")))
+    mini = make(binary, os.path.join(work, "mini-bf16"), "bf16", {}, preset="mini")
+    compare("mini bf16, EP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2", "--ep"),
+            logits(binary, mini, ids[:8], os.path.join(work, "i.npy")))
+    prompt = ",".join(map(str, ids[:6]))
+    single = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos")
+    split = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos", "--tp", "2")
+    check("greedy generation of 64 tokens: TP 2 == 1 rank", single.returncode == 0 and split.stdout == single.stdout
+          and len(single.stdout) > 0, f"{split.stdout[:60]!r} vs {single.stdout[:60]!r}")
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
