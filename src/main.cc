@@ -9,9 +9,11 @@
 #include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "parallel/mpi_world.h"
 
 int main(int argc, char** argv) {
   mlaserve::block_shutdown_signals();  // before any thread starts
+  mlaserve::init_mpi_if_launched(&argc, &argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve"));
   spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
   CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
@@ -32,10 +34,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const mlaserve::Error& e) {
     spdlog::error("{}", e.what());
+    if (mlaserve::launched_by_mpi()) mlaserve::abort_mpi_job();  // end every rank, not just this one
     return 1;
   } catch (const std::exception& e) {
     spdlog::error("internal error: {}", e.what());
+    if (mlaserve::launched_by_mpi()) mlaserve::abort_mpi_job();
     return 2;
   }
+  mlaserve::finalize_mpi();
   return 0;
 }

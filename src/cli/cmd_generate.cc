@@ -4,8 +4,8 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/model_runner.h"
 #include "engine/generator.h"
-#include "parallel/thread_parallel.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -54,29 +54,24 @@ void add_generate_command(CLI::App& app) {
     request.sampling = options->sampling;
     request.seed = options->seed;
     if (!options->ignore_eos && tokenizer->eos_id()) request.stop_token_ids.push_back(*tokenizer->eos_id());
+    const int64_t capacity = int64_t(request.prompt.size()) + request.max_new_tokens;
+    MLA_CHECK(capacity <= model->config().max_position_embeddings,
+              "prompt ({} tokens) plus {} new tokens exceed the context length {}", request.prompt.size(),
+              request.max_new_tokens, model->config().max_position_embeddings);
+    auto runner = SequenceRunner::create(*model, options->parallel, capacity);
+    const bool output = runner->writes_output();
     TextStreamer streamer(*tokenizer);
-    auto emit = [&](int32_t token) {
-      const std::string text = streamer.push(token);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-      return true;
-    };
-    GenerateStats stats;
-    if (options->parallel.tp > 1) {
-      MLA_CHECK(int64_t(request.prompt.size()) + request.max_new_tokens <= model->config().max_position_embeddings,
-                "prompt plus new tokens exceed the context length {}", model->config().max_position_embeddings);
-      ParallelOptions parallel;
-      parallel.size = options->parallel.tp;
-      parallel.expert_parallel = options->parallel.ep;
-      parallel.collective_timeout = std::chrono::milliseconds(int64_t(options->parallel.comm_timeout_s * 1000));
-      ThreadParallelModel ranks(*model, parallel);
-      auto caches = ranks.new_sequence(int64_t(request.prompt.size()) + request.max_new_tokens);
-      stats = generate([&](std::span<const int32_t> tokens, int64_t start, float* logits) {
-        ranks.forward(*caches, tokens, start, false, logits);
-      }, model->config().vocab_size, request, emit);
-    } else {
-      stats = generate(*model, request, emit);
-    }
+    const GenerateStats stats = generate(
+        [&](std::span<const int32_t> tokens, int64_t start, float* logits) { runner->forward(tokens, start, false, logits); },
+        model->config().vocab_size, request, [&](int32_t token) {
+          const std::string text = streamer.push(token);
+          if (output) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+          }
+          return true;
+        });
+    if (!output) return;
     const std::string rest = streamer.finish();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fflush(stdout);
@@ -84,6 +79,9 @@ void add_generate_command(CLI::App& app) {
     spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", stats.prefill_tokens,
                  double(stats.prefill_tokens) / stats.prefill_seconds, stats.decode_tokens,
                  decode_steps > 0 ? double(decode_steps) / stats.decode_seconds : 0.0);
+    if (runner->ranks() > 1)
+      spdlog::info("{} ranks; collectives took {:.1f}% of the time on rank 0 (waiting for other ranks included)",
+                   runner->ranks(), 100.0 * runner->collective_seconds() / (stats.prefill_seconds + stats.decode_seconds));
   });
 }
 

@@ -3,8 +3,8 @@
 #include "base/error.h"
 #include "base/npy.h"
 #include "cli/commands.h"
+#include "cli/model_runner.h"
 #include "model/deepseek_v3.h"
-#include "parallel/thread_parallel.h"
 
 namespace mlaserve {
 
@@ -29,19 +29,6 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
 }
-
-namespace {
-
-ParallelOptions parallel_options(const ParallelFlags& flags) {
-  MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
-  ParallelOptions options;
-  options.size = flags.tp;
-  options.expert_parallel = flags.ep;
-  options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
-  return options;
-}
-
-}  // namespace
 
 void add_logits_command(CLI::App& app) {
   struct Options {
@@ -69,21 +56,12 @@ void add_logits_command(CLI::App& app) {
               model->config().max_position_embeddings);
     std::vector<float> logits(size_t(n * vocab));
     const int64_t chunk = options->chunk > 0 ? options->chunk : n;
-    std::unique_ptr<ThreadParallelModel> ranks;
-    std::unique_ptr<ThreadParallelModel::Sequence> rank_caches;
-    SequenceCache cache(model->config(), options->parallel.tp > 1 ? 1 : n);
-    if (options->parallel.tp > 1) {
-      ranks = std::make_unique<ThreadParallelModel>(*model, parallel_options(options->parallel));
-      rank_caches = ranks->new_sequence(n);
-    }
+    auto runner = SequenceRunner::create(*model, options->parallel, n);
     for (int64_t start = 0; start < n; start += chunk) {
       const auto part = std::span(ids).subspan(size_t(start), size_t(std::min(chunk, n - start)));
-      if (ranks)
-        ranks->forward(*rank_caches, part, start, true, logits.data() + start * vocab, path);
-      else
-        model->forward(part, start, cache.view(), true, logits.data() + start * vocab, path);
+      runner->forward(part, start, true, logits.data() + start * vocab, path);
     }
-    write_npy_f32(options->out, logits.data(), {n, vocab});
+    if (runner->writes_output()) write_npy_f32(options->out, logits.data(), {n, vocab});
   });
 }
 

@@ -20,6 +20,8 @@ class Communicator {
   virtual void barrier() = 0;
   // Wakes every rank waiting in a collective with an error (call when this rank fails).
   virtual void abort() = 0;
+  // Seconds this rank has spent inside collectives (waiting for the others included).
+  virtual double collective_seconds() const = 0;
 };
 
 }  // namespace mlaserve

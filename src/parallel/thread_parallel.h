@@ -31,6 +31,7 @@ class ThreadParallelModel {
 
   const ModelConfig& config() const { return config_; }
   int size() const { return int(shards_.size()); }
+  double collective_seconds(int rank) const { return comms_[size_t(rank)]->collective_seconds(); }
 
   struct Sequence {
     std::vector<std::unique_ptr<SequenceCache>> caches;  // one per rank

@@ -121,6 +121,17 @@ Plan make_plan(const PlanInput& raw_input) {
   const double free = std::max(0.0, budget.free_bytes);
   plan.max_kv_tokens = int64_t(free / (double(plan.kv_bytes_per_token) * double(std::min(in.tp, in.devices))));
   plan.max_concurrency = int64_t(free / budget.bytes_per_sequence);
+  plan.weight_bytes_per_rank = plan.weight_bytes / double(in.devices);
+  if (in.devices > 1) {
+    // Per decoded token, each rank: an all-reduce of the hidden state (bf16) after attention
+    // and after the FFN of every layer plus one for the embedding, a ring moving 2(N-1)/N of
+    // the message; and an all-gather of fp32 logits, (N-1)/N of the vocabulary.
+    const double n = double(in.devices), ring = 2.0 * (n - 1.0) / n;
+    const double hidden_bytes = double(m.hidden_size) * 2.0;
+    const double vocab = double(m.params.embedding) / double(m.hidden_size);
+    plan.comm_bytes_per_token_per_rank =
+        (2.0 * double(m.num_layers) + 1.0) * hidden_bytes * ring + vocab * 4.0 * (n - 1.0) / n;
+  }
   plan.decode_tok_s_single = 1.0 / decode_step_seconds(plan, m, 1.0);
   plan.decode_tok_s_batch = double(in.concurrency) / decode_step_seconds(plan, m, double(in.concurrency));
   plan.prefill_tok_s = prefill_tokens_per_second(plan, m);
@@ -148,7 +159,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
       {"weight_bytes", plan.weight_bytes}, {"active_weight_bytes_per_token", plan.active_weight_bytes},
       {"kv_bytes_per_token", plan.kv_bytes_per_token}, {"state_bytes_per_sequence", plan.state_bytes_per_sequence},
       {"kda_recurrent_state_bytes", m.recurrent_state_bytes_per_sequence()}, {"kda_conv_state_bytes", m.conv_state_bytes_per_sequence()},
-      {"memory_per_device_gb", plan.memory_per_device_gb}, {"usable_memory_per_device_gb", plan.usable_per_device_gb},
+      {"memory_per_device_gb", plan.memory_per_device_gb}, {"weight_bytes_per_rank", plan.weight_bytes_per_rank},
+      {"comm_bytes_per_token_per_rank", plan.comm_bytes_per_token_per_rank}, {"usable_memory_per_device_gb", plan.usable_per_device_gb},
       {"fits", plan.fits}, {"nodes", plan.nodes}, {"nodes_needed", plan.nodes_needed},
       {"max_kv_tokens", plan.max_kv_tokens}, {"max_concurrency", plan.max_concurrency},
       {"decode_tok_s_single", plan.decode_tok_s_single}, {"decode_tok_s_batch", plan.decode_tok_s_batch},
@@ -177,6 +189,8 @@ std::string plan_to_table(const Plan& plan) {
                                         plan.weight_bytes / double(1ull << 30), plan.active_weight_bytes / 1e9));
   row(out, "KV bytes per token (MLA latent, bf16):", fmt::format("{} ({:.1f} KB)", plan.kv_bytes_per_token, plan.kv_bytes_per_token / 1e3));
   row(out, "State bytes per sequence (KDA):", fmt::format("{:.1f} MiB", plan.state_bytes_per_sequence / double(1 << 20)));
+  row(out, "Weights per rank / comm per token per rank:", fmt::format("{:.1f} GB / {:.2f} MB", plan.weight_bytes_per_rank / 1e9,
+                                                                    plan.comm_bytes_per_token_per_rank / 1e6));
   row(out, "Memory per device (needed / usable):", fmt::format("{:.1f} / {:.1f} GB", plan.memory_per_device_gb, plan.usable_per_device_gb));
   row(out, "Fits:", fmt::format("{} ({} node(s) given, {} needed for {} x {} tokens)", plan.fits ? "yes" : "NO", plan.nodes,
                                 plan.nodes_needed, in.concurrency, in.context));

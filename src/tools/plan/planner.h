@@ -49,6 +49,8 @@ struct Plan {
   int64_t nodes = 0, nodes_needed = 0;
   int64_t max_kv_tokens = 0, max_concurrency = 0;
   double decode_tok_s_single = 0, decode_tok_s_batch = 0, prefill_tok_s = 0;
+  double weight_bytes_per_rank = 0;       // weights split evenly (TP over heads/columns, EP)
+  double comm_bytes_per_token_per_rank = 0;  // ring all-reduce/all-gather traffic, one decoded token
   double price_per_hour = 0;        // all devices
   std::optional<double> tok_s_per_dollar_hour, measured_vs_roofline;
   double roofline_tok_s_per_dollar_hour = 0;

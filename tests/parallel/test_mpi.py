@@ -1,0 +1,81 @@
+"""mpirun -np 2: each process is one rank. Logits (TP and EP) match one rank, greedy
+generation is identical, a mismatched world size and a rank that dies end the job with an
+error instead of a hang. Usage: test_mpi.py MLASERVE WORK_DIR"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+os.environ.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+failures, checks = [], 0
+
+
+def check(label, ok, detail=""):
+    global checks
+    checks += 1
+    print(f"{'ok  ' if ok else 'FAIL'} {label}" + ("" if ok else f": {detail}"))
+    if not ok:
+        failures.append(label)
+
+
+def mpirun(n, *args, timeout=300):
+    return subprocess.run(["mpirun", "--oversubscribe", "-np", str(n), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    if shutil.which("mpirun") is None:
+        print("FAIL mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
+        print("0 passed, 1 failed")
+        sys.exit(1)
+    os.makedirs(work, exist_ok=True)
+    model = os.path.join(work, "tiny-f32")
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "f32", "--seed", "4", model], check=True,
+                       capture_output=True)
+    ids = ",".join(map(str, np.random.default_rng(1).integers(0, 32000, size=16)))
+    single = os.path.join(work, "single.npy")
+    subprocess.run([binary, "logits", "--model", model, "--ids", ids, "--out", single], check=True, capture_output=True)
+    want = np.load(single).astype(np.float64)
+    for label, flags in (("TP 2", []), ("EP 2", ["--ep"]), ("TP 2, decode path", ["--chunk", "1"])):
+        out = os.path.join(work, "mpi.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        proc = mpirun(2, binary, "logits", "--model", model, "--ids", ids, "--out", out, *flags)
+        ok = proc.returncode == 0 and os.path.exists(out)
+        error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
+        check(f"mpirun -np 2 logits, {label} (rel error {error:.1e})", ok and error <= 1e-5, proc.stderr[-300:])
+    prompt = "5,100,2000,7"
+    alone = subprocess.run([binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos"],
+                           capture_output=True, text=True)
+    ranks = mpirun(2, binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos")
+    check("mpirun -np 2 generate: 64 greedy tokens identical, printed once", ranks.returncode == 0 and
+          ranks.stdout == alone.stdout and len(alone.stdout) > 0, f"{ranks.stdout[:80]!r} vs {alone.stdout[:80]!r}")
+    bad = mpirun(3, binary, "logits", "--model", model, "--ids", "1,2", "--out", os.path.join(work, "x.npy"), "--tp", "2")
+    check("mismatched world size is an error", bad.returncode != 0 and "does not match the MPI world size 3" in bad.stderr,
+          bad.stderr[-300:])
+    # A rank killed mid-run: the job must end with an error, not hang.
+    job = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", binary, "generate", "--model", model, "--ids", prompt,
+                            "-n", "4000", "--ignore-eos"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    victims = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+    if victims:
+        os.kill(int(victims[-1]), signal.SIGKILL)
+    try:
+        code = job.wait(90)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        code = None
+    check("a rank that dies ends the job with an error", victims != [] and code not in (None, 0), f"exit {code}")
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
