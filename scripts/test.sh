@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLASERVE_SANITIZE=ON \
+# -O1 without debug info: ASan/UBSan still see every bad access, and the tree compiles in
+# half the time of RelWithDebInfo on 2 cores.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 -DMLASERVE_SANITIZE=ON \
       -DMLASERVE_TESTS=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)" --target mlaserve
 scripts/build.sh -DMLASERVE_TESTS=ON -DMLASERVE_SANITIZED_BINARY="$PWD/build-asan/mlaserve"
