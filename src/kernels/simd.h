@@ -8,7 +8,15 @@
 namespace mlaserve::simd {
 
 #if defined(__AVX512F__)
-inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+// Through memory: GCC 12's AVX-512 lane extracts (and _mm512_reduce_add_ps, built on them)
+// warn -Wuninitialized from inside its own headers; this runs once per dot product.
+inline float hsum(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float sum = 0.0f;
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
 inline float hsum(__m256 v) {

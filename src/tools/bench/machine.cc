@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/thread_pool.h"
+#include "kernels/simd.h"
 
 namespace mlaserve {
 namespace {
@@ -24,7 +25,7 @@ double fma_chains(int64_t iterations) {
   for (int64_t i = 0; i < iterations; ++i)
     for (auto& a : acc) a = _mm512_fmadd_ps(a, mul, add);
   float sink = 0;
-  for (auto& a : acc) sink += _mm512_reduce_add_ps(a);
+  for (auto& a : acc) sink += simd::hsum(a);
   volatile float keep = sink;
   (void)keep;
   return double(iterations) * 8 * 16 * 2;
