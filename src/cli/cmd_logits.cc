@@ -24,12 +24,6 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
   return ids;
 }
 
-void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
-  cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
-  cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
-  cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
-}
-
 void add_logits_command(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, out, mla_path = "auto";

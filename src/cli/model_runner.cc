@@ -64,6 +64,12 @@ class MpiRunner : public SequenceRunner {
 
 }  // namespace
 
+void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
+  cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
+  cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
+  cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
+}
+
 std::unique_ptr<SequenceRunner> SequenceRunner::create(const DeepseekV3Model& model, const ParallelFlags& flags,
                                                        int64_t capacity) {
   MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");

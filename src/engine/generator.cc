@@ -52,19 +52,6 @@ GenerateStats generate(const SequenceForward& forward, int64_t vocab_size, const
   return stats;
 }
 
-GenerateStats generate(const DeepseekV3Model& model, const GenerateRequest& request,
-                       const std::function<bool(int32_t)>& on_token) {
-  const ModelConfig& config = model.config();
-  const int64_t capacity = int64_t(request.prompt.size()) + request.max_new_tokens;
-  MLA_CHECK(capacity <= config.max_position_embeddings,
-            "prompt ({} tokens) plus {} new tokens exceeds the context length {}", request.prompt.size(),
-            request.max_new_tokens, config.max_position_embeddings);
-  SequenceCache cache(config, capacity);
-  return generate([&](std::span<const int32_t> tokens, int64_t start, float* logits) {
-    model.forward(tokens, start, cache.view(), false, logits);
-  }, config.vocab_size, request, on_token);
-}
-
 std::string TextStreamer::push(int32_t id) {
   pending_ += tokenizer_.decode(std::span(&id, 1));
   const size_t complete = complete_utf8_prefix(pending_);

@@ -34,8 +34,6 @@ using SequenceForward = std::function<void(std::span<const int32_t> tokens, int6
 // on_token(id) is called for every generated token, in order; returning false stops early.
 GenerateStats generate(const SequenceForward& forward, int64_t vocab_size, const GenerateRequest& request,
                        const std::function<bool(int32_t)>& on_token);
-GenerateStats generate(const DeepseekV3Model& model, const GenerateRequest& request,
-                       const std::function<bool(int32_t)>& on_token);
 
 // Turns a stream of token ids into text, holding back bytes of an unfinished UTF-8 character
 // so that every emitted chunk is valid UTF-8.

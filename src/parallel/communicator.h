@@ -3,6 +3,7 @@
 // Every collective either completes on all ranks or throws Error on all of them: a rank that
 // fails aborts the group, and a rank that never arrives makes the others time out.
 #pragma once
+#include <chrono>
 #include <cstdint>
 
 namespace mlaserve {
@@ -22,6 +23,19 @@ class Communicator {
   virtual void abort() = 0;
   // Seconds this rank has spent inside collectives (waiting for the others included).
   virtual double collective_seconds() const = 0;
+};
+
+// Adds the duration of its scope to `total` (for collective_seconds()).
+class CollectiveTimer {
+ public:
+  explicit CollectiveTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace mlaserve

@@ -31,7 +31,7 @@ class MpiCommunicator : public Communicator {
   // Reduce to rank 0, then broadcast: every process gets the very same bits (an allreduce
   // by recursive doubling may sum in a different order on different ranks).
   void all_reduce_sum(float* data, int64_t count) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     MLA_CHECK(count <= INT32_MAX, "all-reduce of {} floats exceeds MPI's count limit", count);
     if (rank_ == 0)
       MPI_Reduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -41,12 +41,12 @@ class MpiCommunicator : public Communicator {
   }
 
   void all_gather(const float* local, int64_t count, float* gathered) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     MPI_Allgather(local, int(count), MPI_FLOAT, gathered, int(count), MPI_FLOAT, MPI_COMM_WORLD);
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
   }
 
@@ -54,12 +54,6 @@ class MpiCommunicator : public Communicator {
   void abort() override { abort_mpi_job(); }
 
  private:
-  struct Timer {
-    explicit Timer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-    ~Timer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-    double& total_;
-    std::chrono::steady_clock::time_point start_;
-  };
   int rank_ = 0, size_ = 1;
   double seconds_ = 0;
 };

@@ -58,7 +58,7 @@ class ThreadCommunicator : public Communicator {
   double collective_seconds() const override { return seconds_; }
 
   void all_reduce_sum(float* data, int64_t count) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     // Publish, wait, sum every rank's buffer in rank order, wait (nobody overwrites a buffer
     // another rank still reads), then write the sum back.
     group_->pointers[size_t(rank_)] = data;
@@ -73,7 +73,7 @@ class ThreadCommunicator : public Communicator {
   }
 
   void all_gather(const float* local, int64_t count, float* gathered) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     group_->pointers[size_t(rank_)] = local;
     group_->arrive_and_wait(rank_);
     for (int r = 0; r < group_->size; ++r)
@@ -82,7 +82,7 @@ class ThreadCommunicator : public Communicator {
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
-    const Timer timer(seconds_);
+    const CollectiveTimer timer(seconds_);
     if (rank_ == root) group_->pointers[size_t(root)] = data;
     group_->arrive_and_wait(rank_);
     if (rank_ != root) std::memcpy(data, group_->pointers[size_t(root)], size_t(bytes));
@@ -93,12 +93,6 @@ class ThreadCommunicator : public Communicator {
   void abort() override { group_->abort(); }
 
  private:
-  struct Timer {  // adds the scope's duration to `total`
-    explicit Timer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-    ~Timer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-    double& total_;
-    std::chrono::steady_clock::time_point start_;
-  };
   std::shared_ptr<Group> group_;
   int rank_;
   std::vector<float> sum_;
