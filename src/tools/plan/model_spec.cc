@@ -51,6 +51,8 @@ void count_deepseek_v3(const json& c, ModelSpec& spec) {
   spec.moe_layers = spec.num_layers - dense_layers;
   spec.kv_lora_rank = kv_rank;
   spec.qk_rope_head_dim = rope;
+  spec.qk_head_dim = nope + rope;
+  spec.v_head_dim = v;
   spec.n_routed_experts = get(c, "n_routed_experts", 0);
   spec.experts_per_token = get(c, "num_experts_per_tok", 0);
   const int64_t moe_width = get(c, "moe_intermediate_size", 0);
@@ -89,6 +91,8 @@ void count_kimi_linear(const json& c, ModelSpec& spec) {
   if (c.value("mla_use_output_gate", false)) mla += heads * v * hidden;
   spec.kv_lora_rank = kv_rank;
   spec.qk_rope_head_dim = rope;
+  spec.qk_head_dim = nope + rope;
+  spec.v_head_dim = v;
   const int64_t dense_layers = std::min(get(c, "first_k_dense_replace", 0), spec.num_layers);
   spec.moe_layers = spec.num_layers - dense_layers;
   spec.n_routed_experts = get(c, "num_experts", 0);

@@ -25,6 +25,7 @@ struct ModelSpec {
   int64_t hidden_size = 0, num_layers = 0, num_attention_heads = 0;
   int64_t mla_layers = 0, kda_layers = 0, moe_layers = 0;
   int64_t kv_lora_rank = 0, qk_rope_head_dim = 0;
+  int64_t qk_head_dim = 0, v_head_dim = 0;  // per MLA head: nope + rope, and value
   int64_t kda_heads = 0, kda_head_dim = 0, kda_conv_kernel = 0;
   int64_t n_routed_experts = 0, experts_per_token = 0, params_per_expert = 0;
   std::string native_weights;  // bf16 | fp8 | int4:G | mxfp4, from quantization_config

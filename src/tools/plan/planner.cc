@@ -57,8 +57,7 @@ double prefill_tokens_per_second(const Plan& plan, const ModelSpec& m) {
   const Hardware& hw = plan.input.hardware;
   // 2 FLOPs per active weight, plus causal attention: MLA expanded form at average depth C/2,
   // KDA chunked form ~ 4 d^2 per head and token.
-  const double nope_rope_v = 128.0 + 64.0 + 128.0;
-  const double attention = double(m.mla_layers) * 2.0 * double(m.num_attention_heads) * nope_rope_v *
+  const double attention = double(m.mla_layers) * 2.0 * double(m.num_attention_heads) * double(m.qk_head_dim + m.v_head_dim) *
                                double(plan.input.context) / 2.0 +
                            double(m.kda_layers) * double(m.kda_heads) * 4.0 * double(m.kda_head_dim * m.kda_head_dim);
   const double peak = (plan.format.format == "fp8" && hw.fp8_tflops > 0 ? hw.fp8_tflops : hw.bf16_tflops) * 1e12;
