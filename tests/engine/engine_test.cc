@@ -24,7 +24,7 @@ std::vector<int32_t> run_to_end(const std::shared_ptr<RequestHandle>& handle) {
 EngineRequest greedy(int i) {
   EngineRequest request;
   for (int t = 0; t < 5 + 7 * i; ++t) request.prompt.push_back(int32_t(i < 8 ? t * 31 % 500 : (t * 17 + i) % 500));
-  request.max_tokens = 6 + i % 5;
+  request.max_tokens = 24 + i % 5;  // long enough that running sequences outgrow the full pool
   request.ignore_eos = true;
   return request;
 }
