@@ -38,6 +38,14 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::release(const void* begin, size_t bytes) const {
+  const auto page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (uintptr_t(begin) + page - 1) / page * page, end = (uintptr_t(begin) + bytes) / page * page;
+  if (!contains(begin) || end <= first) return;
+  // Read-only private file pages: MADV_DONTNEED only unmaps them, the file keeps the bytes.
+  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MLA_CHECK(in.good(), "cannot open '{}'", path);

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
@@ -92,21 +93,30 @@ void ThreadPool::worker_loop(int worker) {
   }
 }
 
+// The cores this process may use: all of them, or under mpirun its share of them among the
+// ranks on this machine (spinning workers and busy-polling MPI collapse when oversubscribed).
+int cores_for_this_process() {
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const char* local_ranks = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local_ranks) local_ranks = std::getenv("MPI_LOCALNRANKS");
+  const int sharing = local_ranks ? std::max(1, std::atoi(local_ranks)) : 1;
+  return std::max(1, cores / sharing);
+}
+
 ThreadPool& thread_pool() {
   if (local_pool) return *local_pool;
   auto& pool = global_pool();
-  if (!pool) pool = std::make_unique<ThreadPool>(int(std::thread::hardware_concurrency()));
+  if (!pool) pool = std::make_unique<ThreadPool>(cores_for_this_process());
   return *pool;
 }
 
 void set_num_threads(int n_threads) {
-  global_pool() = std::make_unique<ThreadPool>(n_threads > 0 ? n_threads
-                                                             : int(std::thread::hardware_concurrency()));
+  global_pool() = std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : cores_for_this_process());
 }
 
 int default_num_threads() {
   auto& pool = global_pool();
-  return pool ? pool->size() : int(std::thread::hardware_concurrency());
+  return pool ? pool->size() : cores_for_this_process();
 }
 
 ScopedThreadPool::ScopedThreadPool(int n_threads) : pool_(n_threads), previous_(local_pool) { local_pool = &pool_; }

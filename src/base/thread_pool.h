@@ -47,7 +47,7 @@ class ThreadPool {
 
 // The pool kernels use: this thread's own pool while a ScopedThreadPool is alive on it (each
 // rank of a thread-parallel model has one), else the process-wide pool sized by
-// set_num_threads (default: all cores).
+// set_num_threads (default: all cores, or under mpirun this rank's share of them).
 ThreadPool& thread_pool();
 void set_num_threads(int n_threads);
 int default_num_threads();  // what set_num_threads chose (or the core count)

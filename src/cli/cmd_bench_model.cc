@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_runner.h"
 #include "tools/bench/model_bench.h"
 
 namespace mlaserve {
@@ -10,6 +11,7 @@ void add_bench_model_command(CLI::App& app) {
   struct Options {
     ModelBenchOptions bench;
     bool json = false;
+    ParallelFlags parallel;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench-model", "prefill/decode speed against this machine's measured limits");
@@ -21,8 +23,15 @@ void add_bench_model_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", options->bench.repetitions, "runs (medians are reported)")->capture_default_str();
   cmd->add_option("--kv-cache-dtype", options->bench.cache_dtype, "bf16 | fp32")->capture_default_str();
   cmd->add_flag("--json", options->json, "print one JSON object");
+  add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
-    const nlohmann::json result = run_model_bench(options->bench);
+    auto model = load_causal_lm(options->bench.model_dir);
+    if (is_mpi_follower()) return follow_rank_zero(*model, options->parallel);
+    nlohmann::json result;
+    {
+      auto executor = create_model_executor(*model, options->parallel);
+      result = run_model_bench(options->bench, *model, *executor);
+    }
     std::fputs(options->json ? (result.dump(2) + "\n").c_str() : model_bench_table(result).c_str(), stdout);
   });
 }

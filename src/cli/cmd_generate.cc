@@ -37,7 +37,7 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([options] {
     MLA_CHECK(!options->prompt.empty() || !options->ids.empty(), "generate needs --prompt or --ids");
     MLA_CHECK(options->max_new_tokens > 0, "--max-new-tokens must be positive");
-    auto model = DeepseekV3Model::load(options->model_dir);
+    auto model = load_causal_lm(options->model_dir);
     auto tokenizer = Tokenizer::load(options->model_dir);
     GenerateRequest request;
     if (!options->ids.empty()) {

@@ -44,7 +44,7 @@ void add_logits_command(CLI::App& app) {
                          : options->mla_path == "absorbed" ? MlaPath::Absorbed
                          : options->mla_path == "auto"     ? MlaPath::Auto
                                                            : (fail("unknown --mla-path '{}'", options->mla_path), MlaPath::Auto);
-    auto model = DeepseekV3Model::load(options->model_dir);
+    auto model = load_causal_lm(options->model_dir);
     const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
     MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,
               model->config().max_position_embeddings);

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/signals.h"
 #include "cli/commands.h"
+#include "cli/model_runner.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
 
@@ -29,9 +30,11 @@ struct ServeOptions {
   SchedulerConfig scheduler;
   int64_t max_queue = 256;
   ServerOptions server;
+  ParallelFlags parallel;
 };
 
-EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model) {
+// Every rank keeps a full latent cache, so with R ranks on this machine the budget is split R ways.
+EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model, int ranks) {
   EngineConfig config;
   config.block_size = options.block_size;
   config.cache_dtype = options.kv_dtype == "fp32" ? CacheDType::F32 : CacheDType::BF16;
@@ -41,7 +44,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
                                                    : model.max_position_embeddings;
   const int64_t per_token = kv_bytes_per_token(model, config.cache_dtype);
   const double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
-                                                : options.kv_cache_fraction * double(available_memory_bytes());
+                                                : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
   // More than every sequence at full length is never needed.
   const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
   config.kv_cache_tokens = std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;
@@ -56,16 +59,15 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
 void serve(const ServeOptions& options) {
   MLA_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   spdlog::info("loading model from '{}'", options.model_dir);
-  auto model = DeepseekV3Model::load(options.model_dir);
-  auto tokenizer = Tokenizer::load(options.model_dir);
-  {
-    spdlog::info("warming up");
-    SequenceCache warmup(model->config(), 8);
-    std::vector<float> logits(size_t(model->config().vocab_size));
-    const std::vector<int32_t> tokens = {0, 1, 2, 3};
-    model->forward(tokens, 0, warmup.view(), false, logits.data());
+  auto model = load_causal_lm(options.model_dir);
+  if (is_mpi_follower()) {
+    on_shutdown_signal([](int) {});  // rank 0 decides when to stop, and tells this rank
+    return follow_rank_zero(*model, options.parallel);
   }
-  Engine engine(*model, *tokenizer, engine_config(options, model->config()));
+  auto tokenizer = Tokenizer::load(options.model_dir);
+  auto executor = create_model_executor(*model, options.parallel);
+  spdlog::info("running the model on {}; warming up", executor->describe());
+  Engine engine(*executor, *tokenizer, engine_config(options, model->config(), executor->ranks()));
   ServerOptions server_options = options.server;
   if (server_options.served_model_name.empty())
     server_options.served_model_name = std::filesystem::path(options.model_dir).filename().string();
@@ -105,6 +107,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
+  add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
               "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");

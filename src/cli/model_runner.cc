@@ -1,29 +1,39 @@
 #include "cli/model_runner.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
 #include "parallel/mpi_world.h"
+#include "parallel/rank_commands.h"
 #include "parallel/thread_parallel.h"
 
 namespace mlaserve {
 namespace {
 
+ParallelOptions parallel_options(const ParallelFlags& flags) {
+  ParallelOptions options;
+  options.size = flags.tp;
+  options.expert_parallel = flags.ep;
+  options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
+  return options;
+}
+
 class SingleRunner : public SequenceRunner {
  public:
-  SingleRunner(const DeepseekV3Model& model, int64_t capacity) : model_(model), cache_(model.config(), capacity) {}
+  SingleRunner(const CausalLM& model, int64_t capacity) : model_(model), cache_(model.config(), capacity) {}
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     model_.forward(tokens, start, cache_.view(), all_logits, logits, path);
   }
 
  private:
-  const DeepseekV3Model& model_;
+  const CausalLM& model_;
   SequenceCache cache_;
 };
 
 class ThreadRunner : public SequenceRunner {
  public:
-  ThreadRunner(const DeepseekV3Model& model, const ParallelOptions& options, int64_t capacity)
+  ThreadRunner(const CausalLM& model, const ParallelOptions& options, int64_t capacity)
       : ranks_(model, options), sequence_(ranks_.new_sequence(capacity)) {}
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     ranks_.forward(*sequence_, tokens, start, all_logits, logits, path);
@@ -36,19 +46,22 @@ class ThreadRunner : public SequenceRunner {
   std::unique_ptr<ThreadParallelModel::Sequence> sequence_;
 };
 
+// This process's shard of the model under mpirun.
+std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& flags, Communicator& comm) {
+  MLA_CHECK(flags.tp == 1 || flags.tp == comm.size(), "--tp {} does not match the MPI world size {} (mpirun -np)",
+            flags.tp, comm.size());
+  if (comm.rank() == 0)
+    spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm.size(), flags.ep ? "expert" : "tensor",
+                 model.config().num_attention_heads / comm.size());
+  return model.shard({comm.rank(), comm.size(), flags.ep}, &comm);
+}
+
 // Under mpirun every process runs the same command on its own shard and latent cache; the
 // all-gathered logits are identical everywhere, so every rank samples the same tokens.
 class MpiRunner : public SequenceRunner {
  public:
-  MpiRunner(const DeepseekV3Model& model, const ParallelFlags& flags, int64_t capacity)
-      : comm_(make_mpi_communicator()), cache_(model.config(), capacity) {
-    MLA_CHECK(flags.tp == 1 || flags.tp == comm_->size(),
-              "--tp {} does not match the MPI world size {} (mpirun -np)", flags.tp, comm_->size());
-    shard_ = model.shard({comm_->rank(), comm_->size(), flags.ep}, comm_.get());
-    if (comm_->rank() == 0)
-      spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm_->size(), flags.ep ? "expert" : "tensor",
-                   model.config().num_attention_heads / comm_->size());
-  }
+  MpiRunner(const CausalLM& model, const ParallelFlags& flags, int64_t capacity)
+      : comm_(make_mpi_communicator()), cache_(model.config(), capacity), shard_(mpi_shard(model, flags, *comm_)) {}
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     shard_->forward(tokens, start, cache_.view(), all_logits, logits, path);
   }
@@ -59,10 +72,85 @@ class MpiRunner : public SequenceRunner {
  private:
   std::unique_ptr<Communicator> comm_;
   SequenceCache cache_;
-  std::unique_ptr<DeepseekV3Model> shard_;
+  std::unique_ptr<CausalLM> shard_;
+};
+
+class ThreadRanksExecutor : public ModelExecutor {
+ public:
+  ThreadRanksExecutor(const CausalLM& model, const ParallelOptions& options) : ranks_(model, options) {}
+  const ModelConfig& config() const override { return ranks_.config(); }
+  int ranks() const override { return ranks_.size(); }
+  std::string describe() const override { return fmt::format("{} ranks (threads)", ranks_.size()); }
+  void* allocate_cache(size_t bytes) override {
+    for (int rank = 0; rank < ranks_.size(); ++rank) {
+      pools_.emplace_back(new uint8_t[bytes]);
+      pool_addresses_.push_back(pools_.back().get());
+    }
+    return pool_addresses_[0];
+  }
+  void forward(std::span<const ForwardSequence> batch, float* logits) override {
+    ranks_.forward(batch, logits, pool_addresses_);
+  }
+
+ private:
+  ThreadParallelModel ranks_;
+  std::vector<std::unique_ptr<uint8_t[]>> pools_;
+  std::vector<void*> pool_addresses_;
+};
+
+// Rank 0 of an MPI job: every command it runs is first broadcast to the followers.
+class MpiLeaderExecutor : public ModelExecutor {
+ public:
+  MpiLeaderExecutor(const CausalLM& model, const ParallelFlags& flags)
+      : comm_(make_mpi_communicator()), shard_(mpi_shard(model, flags, *comm_)) {}
+  ~MpiLeaderExecutor() override { send_stop(*comm_); }
+  const ModelConfig& config() const override { return shard_->config(); }
+  int ranks() const override { return comm_->size(); }
+  std::string describe() const override { return fmt::format("{} MPI ranks", comm_->size()); }
+  void* allocate_cache(size_t bytes) override {
+    send_allocate_cache(*comm_, int64_t(bytes));
+    pool_.reset(new uint8_t[bytes]);
+    return pool_.get();
+  }
+  void forward(std::span<const ForwardSequence> batch, float* logits) override {
+    send_forward(*comm_, batch);
+    shard_->forward(batch, logits);
+  }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<CausalLM> shard_;
+  std::unique_ptr<uint8_t[]> pool_;
 };
 
 }  // namespace
+
+std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, const ParallelFlags& flags) {
+  MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
+  if (launched_by_mpi()) return std::make_unique<MpiLeaderExecutor>(model, flags);
+  if (flags.tp == 1) return std::make_unique<SingleRankExecutor>(model);
+  return std::make_unique<ThreadRanksExecutor>(model, parallel_options(flags));
+}
+
+bool is_mpi_follower() { return launched_by_mpi() && make_mpi_communicator()->rank() != 0; }
+
+void follow_rank_zero(const CausalLM& model, const ParallelFlags& flags) {
+  auto comm = make_mpi_communicator();
+  auto shard = mpi_shard(model, flags, *comm);
+  std::unique_ptr<uint8_t[]> pool;
+  std::vector<float> logits;
+  for (;;) {
+    RankCommand command = receive_rank_command(*comm, pool.get());
+    if (command.kind == RankCommandKind::Stop) return;
+    if (command.kind == RankCommandKind::AllocateCache) {
+      pool.reset(new uint8_t[size_t(command.cache_bytes)]);
+      continue;
+    }
+    MLA_CHECK(command.kind == RankCommandKind::Forward && pool, "unexpected command {} from rank 0", int64_t(command.kind));
+    logits.resize(size_t(logit_rows(command.batch) * shard->config().vocab_size));
+    shard->forward(command.batch, logits.data());
+  }
+}
 
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
@@ -70,16 +158,12 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
 }
 
-std::unique_ptr<SequenceRunner> SequenceRunner::create(const DeepseekV3Model& model, const ParallelFlags& flags,
+std::unique_ptr<SequenceRunner> SequenceRunner::create(const CausalLM& model, const ParallelFlags& flags,
                                                        int64_t capacity) {
   MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
   if (launched_by_mpi()) return std::make_unique<MpiRunner>(model, flags, capacity);
   if (flags.tp == 1) return std::make_unique<SingleRunner>(model, capacity);
-  ParallelOptions options;
-  options.size = flags.tp;
-  options.expert_parallel = flags.ep;
-  options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
-  return std::make_unique<ThreadRunner>(model, options, capacity);
+  return std::make_unique<ThreadRunner>(model, parallel_options(flags), capacity);
 }
 
 }  // namespace mlaserve

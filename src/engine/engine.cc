@@ -67,23 +67,45 @@ std::vector<StreamEvent> RequestHandle::wait(std::chrono::milliseconds timeout) 
   return out;
 }
 
-Engine::Engine(const DeepseekV3Model& model, const Tokenizer& tokenizer, EngineConfig config)
-    : model_(model),
+Engine::Engine(ModelExecutor& executor, const Tokenizer& tokenizer, EngineConfig config)
+    : Engine(nullptr, &executor, tokenizer, config) {}
+
+Engine::Engine(const CausalLM& model, const Tokenizer& tokenizer, EngineConfig config)
+    : Engine(std::make_unique<SingleRankExecutor>(model), nullptr, tokenizer, config) {}
+
+Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer,
+               EngineConfig config)
+    : owned_executor_(std::move(owned)),
+      executor_(external ? *external : *owned_executor_),
+      model_config_(executor_.config()),
       tokenizer_(tokenizer),
       config_(config),
-      pool_(new uint8_t[size_t(config.kv_cache_tokens / config.block_size * config.block_size *
-                            kv_bytes_per_token(model.config(), config.cache_dtype))]),
+      pool_(executor_.allocate_cache(size_t(config.kv_cache_tokens / config.block_size * config.block_size *
+                                           kv_bytes_per_token(model_config_, config.cache_dtype)))),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
       scheduler_(config.scheduler, blocks_) {
-  if (config_.max_model_len <= 0) config_.max_model_len = model.config().max_position_embeddings;
+  if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   metrics_.kv_blocks_total = blocks_.total_blocks();
+  warm_up();
   thread_ = std::thread([this] { loop(); });
+}
+
+// One short pass through every layer so the first request does not pay for faulting in the
+// weights' pages. It writes cache block 0, which every later use rewrites before reading.
+void Engine::warm_up() {
+  const int32_t block = 0;
+  const std::vector<int32_t> tokens(size_t(std::min<int64_t>(4, config_.block_size)), 0);
+  const LatentCacheView view{pool_, config_.cache_dtype, &block, 1, config_.block_size,
+                             model_config_.num_hidden_layers, model_config_.kv_latent_dim()};
+  const ForwardSequence seq{tokens, 0, view, MlaPath::Auto, ForwardSequence::Logits::Last};
+  std::vector<float> logits(size_t(model_config_.vocab_size));
+  executor_.forward(std::span(&seq, 1), logits.data());
 }
 
 Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
 
 std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
-  const int64_t prompt_length = int64_t(request.prompt.size()), vocab = model_.config().vocab_size;
+  const int64_t prompt_length = int64_t(request.prompt.size()), vocab = model_config_.vocab_size;
   if (prompt_length == 0) throw EngineRejection(400, "the prompt is empty");
   for (int32_t id : request.prompt)
     if (id < 0 || id >= vocab) throw EngineRejection(400, fmt::format("token id {} is outside [0, {})", id, vocab));
@@ -212,19 +234,19 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   std::vector<ForwardSequence> batch;
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
-    LatentCacheView view{pool_.get(), config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
-                         config_.block_size, model_.config().num_hidden_layers, model_.config().kv_latent_dim()};
+    LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
+                         config_.block_size, model_config_.num_hidden_layers, model_config_.kv_latent_dim()};
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
                      chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
   }
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = model_config_.vocab_size;
   std::vector<float> logits(size_t(logit_rows(batch) * vocab));
   auto request_of = [&](const Sequence* seq) -> Request& {
     return **std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == seq; });
   };
   try {
-    model_.forward(batch, logits.data());
+    executor_.forward(batch, logits.data());
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
     for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());

@@ -15,9 +15,9 @@
 
 #include "engine/block_manager.h"
 #include "engine/metrics.h"
+#include "engine/model_executor.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "model/deepseek_v3.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -77,7 +77,10 @@ class RequestHandle {
 
 class Engine {
  public:
-  Engine(const DeepseekV3Model& model, const Tokenizer& tokenizer, EngineConfig config);
+  // Runs batches through `executor` (which must outlive the engine), after one warm-up pass.
+  Engine(ModelExecutor& executor, const Tokenizer& tokenizer, EngineConfig config);
+  // The model on one rank.
+  Engine(const CausalLM& model, const Tokenizer& tokenizer, EngineConfig config);
   ~Engine();
 
   // Throws EngineRejection (400: invalid, 429: queue full, 503: shutting down).
@@ -100,12 +103,15 @@ class Engine {
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
 
-  const DeepseekV3Model& model_;
+  Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer, EngineConfig config);
+  void warm_up();
+
+  std::unique_ptr<ModelExecutor> owned_executor_;  // the single-rank constructor's
+  ModelExecutor& executor_;
+  const ModelConfig& model_config_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
-  // [n_blocks, n_layers, block_size, latent_dim] of cache_dtype. Left uninitialised: every row
-  // is written before it is read, and untouched pages cost no memory.
-  std::unique_ptr<uint8_t[]> pool_;
+  void* pool_;  // rank 0's [n_blocks, n_layers, block_size, latent_dim] of cache_dtype
   BlockManager blocks_;
   Scheduler scheduler_;
   EngineMetrics metrics_;

@@ -49,6 +49,67 @@ LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
   return view;
 }
 
+namespace {
+
+// Copies `rows` runs of `run` bytes, source run r at `source + r * stride`, to `out`.
+void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + size_t(r) * run, source + size_t(r) * stride, run);
+}
+
+}  // namespace
+
+LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<uint8_t>>& storage,
+                             const Checkpoint* source) {
+  const bool fp8 = view.format == WeightFormat::Fp8Block, int4 = view.format == WeightFormat::Int4Group;
+  if (view.cols == view.stored_cols) return view;
+  if (fp8 && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
+  LinearWeight out = view;
+  out.stored_cols = view.cols;
+  out.row_offset = out.col_offset = 0;
+  const auto* data = static_cast<const uint8_t*>(view.data);
+  std::vector<uint8_t>& buffer = storage.emplace_back();
+  auto release = [&](const void* stored, size_t row_bytes, int64_t first_row, int64_t rows) {
+    if (source) source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
+  };
+  if (int4) {  // 8 columns a word; scales one bf16 per group
+    const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
+    const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
+    buffer.resize(size_t(view.rows) * (words * 4 + groups * 2));
+    gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
+                stored_words * 4, words * 4, buffer.data());
+    uint8_t* scales = buffer.data() + size_t(view.rows) * words * 4;
+    gather_runs(reinterpret_cast<const uint8_t*>(view.group_scale) +
+                    (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / view.group_size)) * 2,
+                view.rows, stored_groups * 2, groups * 2, scales);
+    release(view.data, stored_words * 4, view.row_offset, view.rows);
+    out.data = buffer.data();
+    out.group_scale = reinterpret_cast<const uint16_t*>(scales);
+    return out;
+  }
+  const size_t element = view.format == WeightFormat::F32 ? 4 : view.format == WeightFormat::Fp8Block ? 1 : 2;
+  size_t scale_bytes = 0, block_row_count = 0, block_count = 0, stored_blocks = 0;
+  if (fp8) {
+    block_row_count = size_t((view.rows + view.block_rows - 1) / view.block_rows);
+    block_count = size_t((view.cols + view.block_cols - 1) / view.block_cols);
+    stored_blocks = size_t((view.stored_cols + view.block_cols - 1) / view.block_cols);
+    scale_bytes = block_row_count * block_count * 4;
+  }
+  const size_t data_bytes = size_t(view.rows * view.cols) * element;
+  buffer.resize((data_bytes + 3) / 4 * 4 + scale_bytes);
+  gather_runs(data + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element, view.rows,
+              size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer.data());
+  release(view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
+  out.data = buffer.data();
+  if (fp8) {
+    uint8_t* scales = buffer.data() + (data_bytes + 3) / 4 * 4;
+    gather_runs(reinterpret_cast<const uint8_t*>(view.block_scale) +
+                    (size_t(view.row_offset / view.block_rows) * stored_blocks + size_t(view.col_offset / view.block_cols)) * 4,
+                int64_t(block_row_count), stored_blocks * 4, block_count * 4, scales);
+    out.block_scale = reinterpret_cast<const float*>(scales);
+  }
+  return out;
+}
+
 const TensorInfo& WeightLoader::expect(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo& tensor = checkpoint_.get(name);
   MLA_CHECK(tensor.shape == shape, "tensor '{}': expected shape {}, found {}", name,

@@ -43,6 +43,14 @@ struct LinearWeight {
   LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };
 
+// A column view's rows are scattered over the stored matrix, so a rank that reads it touches
+// every page of the whole matrix. This copies the view's own bytes (and scales) into a buffer
+// appended to `storage` and releases the stored rows' pages of `source` (the mapped
+// checkpoint), so the rank's memory holds its shard only. Views that are already contiguous,
+// and FP8 views not aligned to the scale blocks, are returned unchanged.
+LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<uint8_t>>& storage,
+                             const Checkpoint* source = nullptr);
+
 // Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each
 // against what the config implies; owns the few small tensors it had to convert.
 class WeightLoader {

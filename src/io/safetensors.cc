@@ -96,6 +96,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
   }
 }
 
+void Checkpoint::release_pages(const void* begin, size_t bytes) const {
+  for (const auto& file : files_)
+    if (file->file().contains(begin)) file->file().release(begin, bytes);
+}
+
 Checkpoint::Checkpoint(const std::string& directory) : directory_(directory) {
   namespace fs = std::filesystem;
   const fs::path dir(directory);

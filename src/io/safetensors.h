@@ -32,6 +32,7 @@ class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);  // throws Error naming file and problem
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const MappedFile& file() const { return *file_; }
 
  private:
   std::unique_ptr<MappedFile> file_;
@@ -49,6 +50,8 @@ class Checkpoint {
   std::vector<std::string> unused_names() const;
   const std::map<std::string, const TensorInfo*>& all() const { return tensors_; }
   const std::string& directory() const { return directory_; }
+  // MappedFile::release for bytes that lie in one of the checkpoint's files (else nothing).
+  void release_pages(const void* begin, size_t bytes) const;
 
  private:
   std::string directory_;

@@ -40,9 +40,11 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_
   return model;
 }
 
-std::unique_ptr<DeepseekV3Model> DeepseekV3Model::shard(const ShardSpec& spec, Communicator* comm) const {
-  auto shard = std::unique_ptr<DeepseekV3Model>(
-      new DeepseekV3Model(storage_, shard_deepseek_v3_weights(weights_, config_, spec)));
+std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communicator* comm) const {
+  std::deque<std::vector<uint8_t>> copies;
+  DeepseekV3Weights weights = shard_deepseek_v3_weights(weights_, config_, spec, copies, &storage_->checkpoint);
+  auto shard = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(storage_, std::move(weights)));
+  shard->shard_copies_ = std::move(copies);
   shard->mla_shape_.n_heads = config_.num_attention_heads / spec.size;
   shard->comm_ = spec.size > 1 ? comm : nullptr;
   const int64_t slice = (config_.vocab_size + spec.size - 1) / spec.size;
@@ -86,14 +88,6 @@ double DeepseekV3Model::active_weight_bytes_per_token() const {
   const double head_if_tied = config_.tie_word_embeddings ? embedding : 0.0;
   return double(weight_bytes()) - embedding - routed_total + routed_active + head_if_tied +
          embedding / double(config_.vocab_size);
-}
-
-int64_t logit_rows(std::span<const ForwardSequence> batch) {
-  int64_t rows = 0;
-  for (const auto& seq : batch)
-    rows += seq.logits == ForwardSequence::Logits::All ? int64_t(seq.tokens.size())
-            : seq.logits == ForwardSequence::Logits::Last ? 1 : 0;
-  return rows;
 }
 
 void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {
@@ -181,25 +175,6 @@ void DeepseekV3Model::project_logits(const float* normed, int64_t n_rows, float*
       const int64_t begin = r * slice, count = std::max<int64_t>(0, std::min(vocab, begin + slice) - begin);
       std::copy_n(gathered.data() + (r * n_rows + t) * slice, count, logits + t * vocab + begin);
     }
-}
-
-void DeepseekV3Model::forward(std::span<const int32_t> tokens, int64_t start_position,
-                              const LatentCacheView& cache, bool all_logits, float* logits,
-                              MlaPath path) const {
-  const ForwardSequence seq{tokens, start_position, cache, path,
-                            all_logits ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last};
-  forward(std::span(&seq, 1), logits);
-}
-
-SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype)
-    : storage_(size_t(capacity * config.num_hidden_layers * config.kv_latent_dim()) * cache_dtype_size(dtype)) {
-  view_.pool = storage_.data();
-  view_.dtype = dtype;
-  view_.block_table = &block_id_;
-  view_.n_blocks = 1;
-  view_.block_size = capacity;
-  view_.n_layers = config.num_hidden_layers;
-  view_.latent_dim = config.kv_latent_dim();
 }
 
 }  // namespace mlaserve

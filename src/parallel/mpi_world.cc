@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "base/error.h"
 
@@ -45,9 +46,20 @@ class MpiCommunicator : public Communicator {
     MPI_Allgather(local, int(count), MPI_FLOAT, gathered, int(count), MPI_FLOAT, MPI_COMM_WORLD);
   }
 
+  // Non-blocking, then polled: a follower waits here for rank 0's next command for as long
+  // as the server is idle, and a blocking MPI_Bcast would spin a core all that time. After a
+  // short spin it sleeps between polls.
   void broadcast(void* data, int64_t bytes, int root) override {
     const CollectiveTimer timer(seconds_);
-    MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+    MLA_CHECK(bytes <= INT32_MAX, "broadcast of {} bytes exceeds MPI's count limit", bytes);
+    MPI_Request request;
+    MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &request);
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (std::chrono::steady_clock::now() > spin_until) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
@@ -63,7 +75,10 @@ class MpiCommunicator : public Communicator {
 void init_mpi_if_launched(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);  // only the main thread calls MPI
+  // One thread at a time calls MPI, but not always the main one: serve's engine thread runs
+  // the forward passes (and their collectives) on rank 0.
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  MLA_CHECK(provided >= MPI_THREAD_SERIALIZED, "this MPI library does not support MPI_THREAD_SERIALIZED");
   initialised = true;
 }
 

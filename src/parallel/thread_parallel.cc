@@ -8,7 +8,7 @@
 
 namespace mlaserve {
 
-ThreadParallelModel::ThreadParallelModel(const DeepseekV3Model& full, const ParallelOptions& options)
+ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOptions& options)
     : config_(full.config()), errors_(size_t(options.size)) {
   MLA_CHECK(options.size >= 1, "the tensor-parallel size must be at least 1, got {}", options.size);
   comms_ = make_thread_communicators(options.size, options.collective_timeout);
@@ -77,12 +77,23 @@ std::unique_ptr<ThreadParallelModel::Sequence> ThreadParallelModel::new_sequence
 
 void ThreadParallelModel::forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position,
                                   bool all_logits, float* logits, MlaPath path) {
-  const size_t rows = all_logits ? tokens.size() : 1;
+  const ForwardSequence seq{tokens, start_position, sequence.caches[0]->view(), path,
+                            all_logits ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last};
+  std::vector<void*> pools;
+  for (const auto& cache : sequence.caches) pools.push_back(cache->view().pool);
+  forward(std::span(&seq, 1), logits, pools);
+}
+
+void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float* logits,
+                                  std::span<void* const> rank_pools) {
+  MLA_CHECK(int(rank_pools.size()) == size(), "{} cache pools for {} ranks", rank_pools.size(), size());
+  const size_t rows = size_t(logit_rows(batch));
   std::vector<std::vector<float>> scratch(static_cast<size_t>(size()));
   for (int rank = 1; rank < size(); ++rank) scratch[size_t(rank)].resize(rows * size_t(config_.vocab_size));
   run_on_all_ranks([&](int rank) {
-    float* out = rank == 0 ? logits : scratch[size_t(rank)].data();
-    shards_[size_t(rank)]->forward(tokens, start_position, sequence.caches[size_t(rank)]->view(), all_logits, out, path);
+    std::vector<ForwardSequence> own(batch.begin(), batch.end());
+    for (auto& seq : own) seq.cache.pool = rank_pools[size_t(rank)];
+    shards_[size_t(rank)]->forward(own, rank == 0 ? logits : scratch[size_t(rank)].data());
   });
 }
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/deepseek_v3.h"
+#include "model/causal_lm.h"
 #include "parallel/communicator.h"
 
 namespace mlaserve {
@@ -26,7 +26,7 @@ struct ParallelOptions {
 
 class ThreadParallelModel {
  public:
-  ThreadParallelModel(const DeepseekV3Model& full, const ParallelOptions& options);
+  ThreadParallelModel(const CausalLM& full, const ParallelOptions& options);
   ~ThreadParallelModel();
 
   const ModelConfig& config() const { return config_; }
@@ -37,9 +37,12 @@ class ThreadParallelModel {
     std::vector<std::unique_ptr<SequenceCache>> caches;  // one per rank
   };
   std::unique_ptr<Sequence> new_sequence(int64_t capacity) const;
-  // As DeepseekV3Model::forward for one sequence; rank 0's logits land in `logits`.
+  // As CausalLM::forward for one sequence; rank 0's logits land in `logits`.
   void forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position, bool all_logits,
                float* logits, MlaPath path = MlaPath::Auto);
+  // The batch on every rank, rank r reading and writing its latent cache in rank_pools[r]
+  // (same layout and block tables as the pool the batch's views name); rank 0's logits.
+  void forward(std::span<const ForwardSequence> batch, float* logits, std::span<void* const> rank_pools);
 
  private:
   void run_on_all_ranks(const std::function<void(int rank)>& job);
@@ -47,7 +50,7 @@ class ThreadParallelModel {
 
   ModelConfig config_;
   std::vector<std::unique_ptr<Communicator>> comms_;
-  std::vector<std::unique_ptr<DeepseekV3Model>> shards_;
+  std::vector<std::unique_ptr<CausalLM>> shards_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable work_ready_, work_done_;

@@ -32,7 +32,7 @@ EngineRequest greedy(int i) {
 TEST(Engine, BatchedGreedyEqualsAlone) {
   testing::TempDir dir;
   testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
-  auto model = DeepseekV3Model::load(dir.path());
+  auto model = load_causal_lm(dir.path());
   auto tokenizer = Tokenizer::load(dir.path());
   EngineConfig config;
   config.block_size = 4;
@@ -58,7 +58,7 @@ TEST(Engine, BatchedGreedyEqualsAlone) {
 TEST(Engine, RejectsWhatCanNeverRun) {
   testing::TempDir dir;
   testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
-  auto model = DeepseekV3Model::load(dir.path());
+  auto model = load_causal_lm(dir.path());
   auto tokenizer = Tokenizer::load(dir.path());
   EngineConfig config;
   config.kv_cache_tokens = 64;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <deque>
 #include <random>
 
 #include "base/dtype.h"
@@ -134,6 +136,28 @@ TEST_P(LinearTest, ViewsComputeTheSlice) {
   std::vector<float> single(size_t(r1 - r0));
   linear(view, x.data(), 1, single.data());
   EXPECT_TRUE(testing::relative_close(single, std::vector<float>(want.begin(), want.begin() + (r1 - r0)), 1e-5));
+}
+
+// A compacted copy of a column view computes the same numbers from its own bytes, for views
+// aligned to FP8 scale blocks (copied) and not (kept as views).
+TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
+  const int64_t rows = 300, cols = 512, tokens = 2;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 23);
+  for (const auto& [r0, r1, c0, c1] : {std::array<int64_t, 4>{128, 256, 128, 384}, {17, 141, 96, 224}}) {
+    const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
+    std::deque<std::vector<uint8_t>> storage;
+    const LinearWeight packed = compact_columns(view, storage);
+    const bool copied = !storage.empty();
+    EXPECT_EQ(copied, GetParam() != WeightFormat::Fp8Block || r0 % 128 == 0) << weight_format_name(GetParam());
+    if (copied) {
+      EXPECT_EQ(packed.stored_cols, c1 - c0);
+    }
+    const std::vector<float> x = testing::random_vector(size_t(tokens * (c1 - c0)), 9);
+    std::vector<float> want(size_t(tokens * (r1 - r0))), got(want.size());
+    linear(view, x.data(), tokens, want.data());
+    linear(packed, x.data(), tokens, got.data());
+    EXPECT_EQ(got, want) << weight_format_name(GetParam()) << " rows " << r0 << " cols " << c0;
+  }
 }
 
 TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {

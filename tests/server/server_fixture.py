@@ -10,9 +10,10 @@ import time
 
 
 class Server:
-    def __init__(self, binary, model_dir, *extra_args):
+    def __init__(self, binary, model_dir, *extra_args, launcher=()):
+        """launcher: a command the server runs under, e.g. ("mpirun", "-np", "2")."""
         self.log_lines = []
-        self.proc = subprocess.Popen([binary, "serve", "--model", model_dir, "--port", "0", *extra_args],
+        self.proc = subprocess.Popen([*launcher, binary, "serve", "--model", model_dir, "--port", "0", *extra_args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
         self.port = None
         ready = threading.Event()

@@ -11,7 +11,6 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "model/deepseek_v3.h"
 #include "tools/bench/machine.h"
 #include "tools/plan/model_spec.h"
 
@@ -33,36 +32,58 @@ std::vector<int32_t> random_tokens(int64_t count, int64_t vocab, uint64_t seed) 
   return tokens;
 }
 
-// Seconds to prefill `count` tokens into a fresh cache.
-double time_prefill(const DeepseekV3Model& model, int64_t count, CacheDType dtype, uint64_t seed) {
-  SequenceCache cache(model.config(), count, dtype);
-  const auto tokens = random_tokens(count, model.config().vocab_size, seed);
-  std::vector<float> logits(size_t(model.config().vocab_size));
+// Latent caches for the benchmark's sequences: one pool block of `capacity` positions each,
+// allocated once on every rank of the executor.
+class BenchCaches {
+ public:
+  BenchCaches(ModelExecutor& executor, int64_t n_sequences, int64_t capacity, CacheDType dtype)
+      : config_(executor.config()), capacity_(capacity), dtype_(dtype), block_ids_(size_t(n_sequences)) {
+    for (size_t b = 0; b < block_ids_.size(); ++b) block_ids_[b] = int32_t(b);
+    pool_ = executor.allocate_cache(size_t(n_sequences * capacity * config_.num_hidden_layers * config_.kv_latent_dim()) *
+                                    cache_dtype_size(dtype));
+  }
+  LatentCacheView view(int64_t sequence) const {
+    return {pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.num_hidden_layers, config_.kv_latent_dim()};
+  }
+
+ private:
+  const ModelConfig& config_;
+  int64_t capacity_;
+  CacheDType dtype_;
+  std::vector<int32_t> block_ids_;
+  void* pool_ = nullptr;
+};
+
+// Seconds to prefill `count` tokens into sequence 0's cache.
+double time_prefill(ModelExecutor& executor, const BenchCaches& caches, int64_t count, uint64_t seed) {
+  const auto tokens = random_tokens(count, executor.config().vocab_size, seed);
+  std::vector<float> logits(size_t(executor.config().vocab_size));
+  const ForwardSequence seq{tokens, 0, caches.view(0), MlaPath::Expanded, ForwardSequence::Logits::Last};
   const auto start = Clock::now();
-  model.forward(tokens, 0, cache.view(), false, logits.data(), MlaPath::Expanded);
+  executor.forward(std::span(&seq, 1), logits.data());
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // Seconds for `steps` decode steps of `batch` sequences, each starting at `depth` tokens.
-double time_decode(const DeepseekV3Model& model, const ModelBenchOptions& options, int64_t batch, CacheDType dtype,
+double time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, int64_t batch,
                    uint64_t seed) {
-  const ModelConfig& config = model.config();
+  const ModelConfig& config = executor.config();
   const int64_t depth = std::max<int64_t>(1, options.depth);
-  std::vector<std::unique_ptr<SequenceCache>> caches;
   std::vector<std::vector<int32_t>> tokens;
   std::vector<float> logits(size_t(batch * config.vocab_size));
   for (int64_t b = 0; b < batch; ++b) {
-    caches.push_back(std::make_unique<SequenceCache>(config, depth + options.generate, dtype));
     tokens.push_back(random_tokens(depth + options.generate, config.vocab_size, seed + uint64_t(b)));
-    model.forward(std::span(tokens[b]).first(size_t(depth)), 0, caches[b]->view(), false, logits.data());
+    const ForwardSequence prefill{std::span(tokens[b]).first(size_t(depth)), 0, caches.view(b), MlaPath::Expanded,
+                                  ForwardSequence::Logits::Last};
+    executor.forward(std::span(&prefill, 1), logits.data());
   }
   const auto start = Clock::now();
   for (int64_t step = 0; step < options.generate; ++step) {
     std::vector<ForwardSequence> sequences;
     for (int64_t b = 0; b < batch; ++b)
-      sequences.push_back({std::span(tokens[b]).subspan(size_t(depth + step), 1), depth + step, caches[b]->view(),
+      sequences.push_back({std::span(tokens[b]).subspan(size_t(depth + step), 1), depth + step, caches.view(b),
                            MlaPath::Absorbed, ForwardSequence::Logits::Last});
-    model.forward(sequences, logits.data());
+    executor.forward(sequences, logits.data());
   }
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -75,27 +96,28 @@ double peak_rss_mb() {
 
 }  // namespace
 
-nlohmann::json run_model_bench(const ModelBenchOptions& options) {
+nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
   MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
             "-p, -n, --batch and --repetitions must be positive");
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
-  auto model = DeepseekV3Model::load(options.model_dir);
   const ModelSpec spec = load_model_spec(options.model_dir);
   spdlog::info("measuring this machine: memory bandwidth (triad) and peak FMA rate");
   const double membw = measure_triad_bandwidth_gb_s();
   const double peak = measure_peak_fma_gflops();
+  const int64_t capacity = std::max(options.prompt, std::max<int64_t>(1, options.depth) + options.generate);
+  const BenchCaches caches(executor, options.batch, capacity, dtype);
   std::vector<double> prefill, decode, decode_batch;
   for (int64_t r = 0; r < options.repetitions; ++r) {
     spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
                  options.generate, options.generate, options.batch);
-    prefill.push_back(double(options.prompt) / time_prefill(*model, options.prompt, dtype, 7 + uint64_t(r)));
-    decode.push_back(double(options.generate) / time_decode(*model, options, 1, dtype, 11 + uint64_t(r)));
+    prefill.push_back(double(options.prompt) / time_prefill(executor, caches, options.prompt, 7 + uint64_t(r)));
+    decode.push_back(double(options.generate) / time_decode(executor, caches, options, 1, 11 + uint64_t(r)));
     decode_batch.push_back(double(options.generate * options.batch) /
-                           time_decode(*model, options, options.batch, dtype, 13 + uint64_t(r)));
+                           time_decode(executor, caches, options, options.batch, 13 + uint64_t(r)));
   }
-  const ModelConfig& config = model->config();
-  const double weights_per_token = model->active_weight_bytes_per_token();
+  const ModelConfig& config = model.config();
+  const double weights_per_token = model.active_weight_bytes_per_token();
   const double kv_per_token = double(config.num_hidden_layers * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   const double bytes_per_token = weights_per_token + kv_per_token;
@@ -104,8 +126,9 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options) {
                                  double(config.qk_head_dim() + config.v_head_dim) * double(options.prompt) / 2.0;
   const double flops_per_token = 2.0 * double(spec.active_params) + attention_flops;
   const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
-  return {{"model", options.model_dir}, {"weight_bytes", model->weight_bytes()}, {"total_params", spec.params.total()},
-          {"active_params", spec.active_params}, {"threads", thread_pool().size()}, {"prompt", options.prompt},
+  return {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
+          {"active_params", spec.active_params}, {"threads", thread_pool().size()},
+          {"ranks", executor.ranks()}, {"prompt", options.prompt},
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
@@ -119,8 +142,9 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options) {
 }
 
 std::string model_bench_table(const nlohmann::json& r) {
-  std::string out = fmt::format("machine: {:.1f} GB/s triad bandwidth, {:.1f} GFLOP/s fp32 FMA peak, {} threads\n",
-                                r["membw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(), r["threads"].get<int>());
+  std::string out = fmt::format("machine: {:.1f} GB/s triad bandwidth, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} rank(s)\n",
+                                r["membw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(), r["threads"].get<int>(),
+                                r["ranks"].get<int>());
   out += fmt::format("model: {} ({:.2f} GB of weights, {:.1f}M params, {:.1f}M active), peak RSS {:.0f} MB\n",
                      r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
                      r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());

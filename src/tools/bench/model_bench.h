@@ -6,6 +6,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "engine/model_executor.h"
+
 namespace mlaserve {
 
 struct ModelBenchOptions {
@@ -18,7 +20,9 @@ struct ModelBenchOptions {
   std::string cache_dtype = "bf16";
 };
 
-nlohmann::json run_model_bench(const ModelBenchOptions& options);  // progress on stderr
+// Runs on `executor` (one rank or several); `model` is the whole model, for its byte counts.
+nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model,
+                               ModelExecutor& executor);  // progress on stderr
 std::string model_bench_table(const nlohmann::json& result);
 
 }  // namespace mlaserve

@@ -1,0 +1,42 @@
+// How the engine runs a batch: the model on one rank, or shards of it on several ranks
+// (threads of this process, or MPI processes driven by rank 0). Every rank keeps its own
+// full copy of the latent cache pool (the latent is shared by all heads, so a rank that holds
+// some heads still needs all of it) at the same block offsets, so the engine's one block
+// table serves every rank.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+
+#include "model/causal_lm.h"
+
+namespace mlaserve {
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int ranks() const { return 1; }
+  // What runs the model, for the start-up log.
+  virtual std::string describe() const = 0;
+  // Gives every rank a cache pool of `bytes`; returns rank 0's: the pool the engine's views name.
+  virtual void* allocate_cache(size_t bytes) = 0;
+  // Runs the batch on every rank, each in its own pool; logits: [logit_rows(batch), vocab].
+  virtual void forward(std::span<const ForwardSequence> batch, float* logits) = 0;
+};
+
+// The whole model on this thread's kernel pool.
+class SingleRankExecutor : public ModelExecutor {
+ public:
+  explicit SingleRankExecutor(const CausalLM& model) : model_(model) {}
+  const ModelConfig& config() const override { return model_.config(); }
+  std::string describe() const override { return "1 rank"; }
+  void* allocate_cache(size_t bytes) override;
+  void forward(std::span<const ForwardSequence> batch, float* logits) override { model_.forward(batch, logits); }
+
+ private:
+  const CausalLM& model_;
+  std::unique_ptr<uint8_t[]> pool_;
+};
+
+}  // namespace mlaserve

@@ -1,0 +1,74 @@
+// What the engine, the parallel runners and the tools need of a causal language model,
+// whatever its family: a batched forward over sequences that each own a latent cache, and a
+// way to cut the model into one rank's shard. load_causal_lm picks the family from config.json.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+
+#include "io/model_config.h"
+#include "kernels/latent_cache_view.h"
+#include "model/mla.h"
+#include "parallel/communicator.h"
+
+namespace mlaserve {
+
+// One sequence's part of a forward batch.
+struct ForwardSequence {
+  enum class Logits { None, Last, All };
+  std::span<const int32_t> tokens;  // its new tokens
+  int64_t start_position = 0;       // position of tokens[0]; the cache holds [0, start_position)
+  LatentCacheView cache;
+  MlaPath path = MlaPath::Auto;
+  Logits logits = Logits::Last;     // a prefill chunk that does not end the prompt needs none
+};
+
+// Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
+int64_t logit_rows(std::span<const ForwardSequence> batch);
+
+// Which part of the model a rank holds: attention heads, dense/shared MLP and (without expert
+// parallelism) routed-expert intermediate columns split `size` ways; with expert parallelism
+// whole experts split `size` ways; embedding and LM head split by vocabulary.
+struct ShardSpec {
+  int rank = 0;
+  int size = 1;
+  bool expert_parallel = false;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual size_t weight_bytes() const = 0;
+  // Weight bytes one decoded token reads (the active experts' share of the routed experts).
+  virtual double active_weight_bytes_per_token() const = 0;
+
+  // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
+  // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].
+  virtual void forward(std::span<const ForwardSequence> batch, float* logits) const = 0;
+
+  // This rank's shard, sharing the mapped checkpoint; its forward runs the collectives on
+  // `comm` (which must outlive it). Throws Error when the heads do not divide by the size.
+  virtual std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const = 0;
+
+  // One sequence: logits [n, vocab] if all_logits, else [1, vocab] for the last token.
+  void forward(std::span<const int32_t> tokens, int64_t start_position, const LatentCacheView& cache,
+               bool all_logits, float* logits, MlaPath path = MlaPath::Auto) const;
+};
+
+// Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family.
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
+
+// A contiguous latent cache for one sequence (one block of `capacity` positions).
+class SequenceCache {
+ public:
+  SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype = CacheDType::F32);
+  const LatentCacheView& view() const { return view_; }
+
+ private:
+  std::vector<uint8_t> storage_;
+  int32_t block_id_ = 0;
+  LatentCacheView view_;
+};
+
+}  // namespace mlaserve
