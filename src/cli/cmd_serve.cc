@@ -51,7 +51,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   MLA_CHECK(config.kv_cache_tokens >= config.block_size, "the KV cache budget holds no block: raise --kv-cache-gb");
   spdlog::info("KV cache: {} tokens ({} blocks of {}), {} bytes per token = {} layers x {} latent values x {} bytes ({}), {:.2f} GiB",
                config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
-               model.num_hidden_layers, model.kv_latent_dim(), cache_dtype_size(config.cache_dtype), options.kv_dtype,
+               model.cache_layers(), model.kv_latent_dim(), cache_dtype_size(config.cache_dtype), options.kv_dtype,
                double(config.kv_cache_tokens * per_token) / double(1 << 30));
   return config;
 }

@@ -32,7 +32,7 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
 }  // namespace
 
 int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype) {
-  return config.num_hidden_layers * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype));
+  return config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype));
 }
 
 struct Engine::Request {
@@ -96,7 +96,7 @@ void Engine::warm_up() {
   const int32_t block = 0;
   const std::vector<int32_t> tokens(size_t(std::min<int64_t>(4, config_.block_size)), 0);
   const LatentCacheView view{pool_, config_.cache_dtype, &block, 1, config_.block_size,
-                             model_config_.num_hidden_layers, model_config_.kv_latent_dim()};
+                             model_config_.cache_layers(), model_config_.kv_latent_dim()};
   const ForwardSequence seq{tokens, 0, view, MlaPath::Auto, ForwardSequence::Logits::Last};
   std::vector<float> logits(size_t(model_config_.vocab_size));
   executor_.forward(std::span(&seq, 1), logits.data());
@@ -235,7 +235,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
-                         config_.block_size, model_config_.num_hidden_layers, model_config_.kv_latent_dim()};
+                         config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim()};
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
                      chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});

@@ -153,6 +153,10 @@ const float* WeightLoader::vector(const std::string& name, int64_t size) {
   return to_f32(expect(name, {size}));
 }
 
+const float* WeightLoader::array(const std::string& name, const std::vector<int64_t>& shape) {
+  return to_f32(expect(name, shape));
+}
+
 LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t cols) {
   const TensorInfo& tensor = expect(name, {rows, cols});
   LinearWeight weight;

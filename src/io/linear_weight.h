@@ -64,6 +64,8 @@ class WeightLoader {
   LinearWeight dense(const std::string& name, int64_t rows, int64_t cols);
   // A 1-D float vector (norm weights, biases), converted to f32.
   const float* vector(const std::string& name, int64_t size);
+  // A float tensor of exactly `shape` (e.g. A_log [1, 1, H, 1], conv weights [C, 1, K]) as f32.
+  const float* array(const std::string& name, const std::vector<int64_t>& shape);
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
 
  private:

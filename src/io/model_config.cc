@@ -1,5 +1,6 @@
 #include "io/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -177,7 +178,54 @@ void validate(const ModelConfig& config, const json& json_config) {
   MLA_CHECK(config.rms_norm_eps > 0, "config.json: 'rms_norm_eps' must be positive");
 }
 
+// Kimi Linear spells some DeepSeek-V3 keys differently; read them into the same fields.
+void parse_kimi_linear(const json& json_config, ModelConfig& config) {
+  const json* linear = find_key(json_config, "linear_attn_config");
+  MLA_CHECK(linear && linear->is_object(), "config.json: kimi_linear needs 'linear_attn_config'");
+  KdaConfig kda;
+  kda.num_heads = get_int(*linear, "num_heads");
+  kda.head_dim = get_int(*linear, "head_dim");
+  kda.short_conv_kernel_size = get_int(*linear, "short_conv_kernel_size", 4);
+  MLA_CHECK(kda.num_heads > 0 && kda.head_dim > 0 && kda.short_conv_kernel_size >= 1,
+            "config.json: linear_attn_config num_heads, head_dim and short_conv_kernel_size must be positive");
+  MLA_CHECK(!get_bool(*linear, "use_full_rank_gate", false) && !find_key(*linear, "gate_lower_bound"),
+            "config.json: Kimi K3's KDA gates (use_full_rank_gate, gate_lower_bound) are not supported yet");
+  kda.is_mla_layer.assign(size_t(config.num_hidden_layers), false);
+  const json* full = find_key(*linear, "full_attn_layers");
+  MLA_CHECK(full && full->is_array(), "config.json: linear_attn_config.full_attn_layers must be a list");
+  for (const json& layer : *full) {
+    MLA_CHECK(layer.is_number_integer() && layer.get<int64_t>() >= 1 && layer.get<int64_t>() <= config.num_hidden_layers,
+              "config.json: full_attn_layers entry {} is not a layer number in [1, {}]", layer.dump(),
+              config.num_hidden_layers);
+    kda.is_mla_layer[size_t(layer.get<int64_t>() - 1)] = true;
+  }
+  config.kda = kda;
+  config.mla_use_nope = get_bool(json_config, "mla_use_nope", false);
+  MLA_CHECK(!get_bool(json_config, "mla_use_output_gate", false) && !find_key(json_config, "attn_res_block_size") &&
+                !find_key(json_config, "routed_expert_hidden_size"),
+            "config.json: Kimi K3 additions (MLA output gate, attention residuals, latent MoE) are not supported yet");
+  config.n_routed_experts = get_int(json_config, "num_experts", 0);
+  config.n_shared_experts = get_int(json_config, "num_shared_experts", 0);
+  config.num_experts_per_tok = get_int(json_config, "num_experts_per_token", 0);
+  config.n_group = get_int(json_config, "num_expert_group", 1);
+  config.norm_topk_prob = get_bool(json_config, "moe_renormalize", true);
+  const std::string activation = get_string(json_config, "moe_router_activation_func", "sigmoid");
+  MLA_CHECK(activation == "sigmoid", "config.json: moe_router_activation_func '{}' is not supported (sigmoid)",
+            activation);
+  config.scoring_func = ScoringFunc::Sigmoid;
+  config.topk_method = TopkMethod::NoAuxTc;  // e_score_correction_bias chooses, the raw scores weigh
+}
+
 }  // namespace
+
+int64_t KdaConfig::kda_layers() const {
+  return int64_t(std::count(is_mla_layer.begin(), is_mla_layer.end(), false));
+}
+
+int64_t KdaConfig::state_floats() const {
+  const int64_t width = num_heads * head_dim;
+  return kda_layers() * (3 * width * (short_conv_kernel_size - 1) + num_heads * head_dim * head_dim);
+}
 
 double yarn_get_mscale(double scale, double mscale) {
   return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
@@ -196,8 +244,11 @@ ModelConfig parse_model_config(const json& json_config) {
   MLA_CHECK(json_config.is_object(), "config.json: not a JSON object");
   ModelConfig config;
   config.model_type = get_string(json_config, "model_type", "");
-  MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2",
-            "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2)",
+  MLA_CHECK(config.model_type != "kimi_k3",
+            "config.json: model_type 'kimi_k3' (Kimi K3) is not supported yet: its KDA gate, latent MoE, SiTU and "
+            "attention residuals are not implemented (kimi_linear is)");
+  MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2" || config.model_type == "kimi_linear",
+            "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2, kimi_linear)",
             config.model_type);
   config.vocab_size = get_int(json_config, "vocab_size");
   config.hidden_size = get_int(json_config, "hidden_size");
@@ -229,6 +280,7 @@ ModelConfig parse_model_config(const json& json_config) {
   config.bos_token_id = get_optional_token(json_config, "bos_token_id");
   config.eos_token_id = get_optional_token(json_config, "eos_token_id");
   if (const json* quant = find_key(json_config, "quantization_config")) parse_quantization(*quant, config);
+  if (config.model_type == "kimi_linear") parse_kimi_linear(json_config, config);
   validate(config, json_config);
   return config;
 }

@@ -1,8 +1,10 @@
-// config.json -> ModelConfig for DeepseekV3ForCausalLM (model_type deepseek_v3 and kimi_k2).
+// config.json -> ModelConfig for DeepseekV3ForCausalLM (model_type deepseek_v3 and kimi_k2)
+// and KimiLinearForCausalLM (kimi_linear: KDA + MLA hybrid).
 // Field names are Hugging Face's config keys; each comment says what the key changes.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -21,8 +23,18 @@ struct YarnScaling {
   double mscale_all_dim = 0.0;                    // attention factor denominator and softmax scale
 };
 
+// Kimi Linear's linear_attn_config: which layers are KDA and their shape.
+struct KdaConfig {
+  std::vector<bool> is_mla_layer;  // from full_attn_layers (1-based in config.json)
+  int64_t num_heads = 0;           // KDA heads
+  int64_t head_dim = 0;            // per-head key and value width
+  int64_t short_conv_kernel_size = 4;
+  int64_t kda_layers() const;
+  int64_t state_floats() const;    // one sequence, all KDA layers: conv windows + recurrent state
+};
+
 struct ModelConfig {
-  std::string model_type;           // deepseek_v3 | kimi_k2
+  std::string model_type;           // deepseek_v3 | kimi_k2 | kimi_linear
   int64_t vocab_size = 0;           // rows of embed_tokens and lm_head
   int64_t hidden_size = 0;          // residual stream width
   int64_t intermediate_size = 0;    // dense MLP width (first_k_dense_replace layers)
@@ -54,9 +66,18 @@ struct ModelConfig {
   WeightQuant quant = WeightQuant::None;  // quantization_config.quant_method
   int64_t fp8_block_out = 128, fp8_block_in = 128;  // quantization_config.weight_block_size
   int64_t int4_group_size = 32;      // compressed-tensors weights.group_size
+  std::optional<KdaConfig> kda;      // kimi_linear only
+  bool mla_use_nope = false;         // kimi_linear: the 64-wide "rope" slices are not rotated
+
+  bool is_kimi_linear() const { return kda.has_value(); }
+  // Recurrent state one sequence carries (KDA conv windows and S matrices, fp32); 0 for MLA-only models.
+  int64_t recurrent_state_bytes() const { return kda ? kda->state_floats() * 4 : 0; }
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t kv_latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }  // cached per token
+  // Layers with a latent cache: every layer, or Kimi Linear's MLA layers (cache rows are
+  // indexed by the MLA layer's ordinal among them).
+  int64_t cache_layers() const { return kda ? num_hidden_layers - kda->kda_layers() : num_hidden_layers; }
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
   double softmax_scale() const;  // qk_head_dim^-1/2, times mscale(factor, mscale_all_dim)^2
 };

@@ -23,8 +23,14 @@ struct LatentCacheView {
   int64_t block_size = 0;
   int64_t n_layers = 0;
   int64_t latent_dim = 0;  // kv_lora_rank + qk_rope_head_dim
+  // Models with recurrent layers (Kimi Linear's KDA): this sequence's state lives at
+  // pool + state_offset bytes (relative to the pool, so every rank's copy resolves it). -1: none.
+  int64_t state_offset = -1;
 
   int64_t capacity() const { return n_blocks * block_size; }
+  float* state() const {
+    return state_offset < 0 ? nullptr : reinterpret_cast<float*>(static_cast<uint8_t*>(pool) + state_offset);
+  }
   // Element index of (layer, position) in the pool.
   int64_t offset(int64_t layer, int64_t position) const {
     const int64_t block = block_table[position / block_size];

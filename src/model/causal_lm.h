@@ -59,7 +59,8 @@ class CausalLM {
 // Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
 
-// A contiguous latent cache for one sequence (one block of `capacity` positions).
+// A contiguous latent cache for one sequence (one block of `capacity` positions), followed by
+// its recurrent state for models that have one. Fp32 storage is 4-byte aligned.
 class SequenceCache {
  public:
   SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype = CacheDType::F32);

@@ -9,30 +9,6 @@
 namespace mlaserve {
 namespace {
 
-MlpWeights load_mlp(WeightLoader& loader, const std::string& prefix, int64_t hidden, int64_t width) {
-  return MlpWeights{loader.linear(prefix + ".gate_proj", width, hidden),
-                    loader.linear(prefix + ".up_proj", width, hidden),
-                    loader.linear(prefix + ".down_proj", hidden, width)};
-}
-
-MlaWeights load_mla(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
-  const int64_t hidden = config.hidden_size, heads = config.num_attention_heads;
-  MlaWeights mla;
-  if (config.q_lora_rank) {
-    mla.q_a_proj = loader.linear(prefix + ".q_a_proj", *config.q_lora_rank, hidden);
-    mla.q_a_layernorm = loader.vector(prefix + ".q_a_layernorm.weight", *config.q_lora_rank);
-    mla.q_b_proj = loader.linear(prefix + ".q_b_proj", heads * config.qk_head_dim(), *config.q_lora_rank);
-  } else {
-    mla.q_proj = loader.linear(prefix + ".q_proj", heads * config.qk_head_dim(), hidden);
-  }
-  mla.kv_a_proj_with_mqa = loader.linear(prefix + ".kv_a_proj_with_mqa", config.kv_latent_dim(), hidden);
-  mla.kv_a_layernorm = loader.vector(prefix + ".kv_a_layernorm.weight", config.kv_lora_rank);
-  mla.kv_b_proj = loader.linear(prefix + ".kv_b_proj",
-                                heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
-  mla.o_proj = loader.linear(prefix + ".o_proj", hidden, heads * config.v_head_dim);
-  return mla;
-}
-
 MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
   const int64_t hidden = config.hidden_size;
   MoeWeights moe;
@@ -41,10 +17,10 @@ MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::
     moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias",
                                                 config.n_routed_experts);
   for (int64_t e = 0; e < config.n_routed_experts; ++e)
-    moe.experts.push_back(load_mlp(loader, fmt::format("{}.experts.{}", prefix, e), hidden,
+    moe.experts.push_back(load_mlp_weights(loader, fmt::format("{}.experts.{}", prefix, e), hidden,
                                    config.moe_intermediate_size));
   if (config.n_shared_experts > 0)
-    moe.shared_experts = load_mlp(loader, prefix + ".shared_experts", hidden,
+    moe.shared_experts = load_mlp_weights(loader, prefix + ".shared_experts", hidden,
                                   config.n_shared_experts * config.moe_intermediate_size);
   return moe;
 }
@@ -73,11 +49,11 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
     DecoderLayerWeights layer;
     layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
     layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
-    layer.self_attn = load_mla(loader, config, prefix + ".self_attn");
+    layer.self_attn = load_mla_weights(loader, config, prefix + ".self_attn");
     if (config.is_moe_layer(i))
       layer.moe = load_moe(loader, config, prefix + ".mlp");
     else
-      layer.mlp = load_mlp(loader, prefix + ".mlp", hidden, config.intermediate_size);
+      layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
     weights.layers.push_back(std::move(layer));
   }
   weights.norm = loader.vector("model.norm.weight", hidden);

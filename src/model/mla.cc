@@ -27,12 +27,13 @@ std::vector<float> project_queries(const MlaShape& shape, const MlaWeights& weig
              q_a.data(), q_lora_rank);
     linear(*weights.q_b_proj, q_a.data(), n_tokens, q.data());
   }
-  for (const MlaSequence& seq : input.sequences)
-    for (int64_t t = 0; t < seq.n_tokens; ++t)
-      for (int64_t h = 0; h < shape.n_heads; ++h)
-        rope.apply(q.data() + ((seq.token_offset + t) * shape.n_heads + h) * qk_head_dim +
-                       shape.qk_nope_head_dim,
-                   seq.start_position + t);
+  if (shape.use_rope)
+    for (const MlaSequence& seq : input.sequences)
+      for (int64_t t = 0; t < seq.n_tokens; ++t)
+        for (int64_t h = 0; h < shape.n_heads; ++h)
+          rope.apply(q.data() + ((seq.token_offset + t) * shape.n_heads + h) * qk_head_dim +
+                         shape.qk_nope_head_dim,
+                     seq.start_position + t);
   return q;
 }
 
@@ -47,7 +48,7 @@ void write_latents(const MlaShape& shape, const MlaWeights& weights, const Rotar
       float* row = latent.data() + (seq.token_offset + t) * latent_dim;
       rms_norm(row, latent_dim, weights.kv_a_layernorm, 1, shape.kv_lora_rank, shape.norm_eps, row,
                latent_dim);
-      rope.apply(row + shape.kv_lora_rank, seq.start_position + t);
+      if (shape.use_rope) rope.apply(row + shape.kv_lora_rank, seq.start_position + t);
       seq.cache.store(input.layer, seq.start_position + t, row);
     }
 }
@@ -151,6 +152,24 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
       attend_absorbed(shape, weights, seq, input.layer, seq_q, seq_attn);
   }
   linear(weights.o_proj, attn.data(), input.n_tokens, out);
+}
+
+MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
+  const int64_t hidden = config.hidden_size, heads = config.num_attention_heads;
+  MlaWeights mla;
+  if (config.q_lora_rank) {
+    mla.q_a_proj = loader.linear(prefix + ".q_a_proj", *config.q_lora_rank, hidden);
+    mla.q_a_layernorm = loader.vector(prefix + ".q_a_layernorm.weight", *config.q_lora_rank);
+    mla.q_b_proj = loader.linear(prefix + ".q_b_proj", heads * config.qk_head_dim(), *config.q_lora_rank);
+  } else {
+    mla.q_proj = loader.linear(prefix + ".q_proj", heads * config.qk_head_dim(), hidden);
+  }
+  mla.kv_a_proj_with_mqa = loader.linear(prefix + ".kv_a_proj_with_mqa", config.kv_latent_dim(), hidden);
+  mla.kv_a_layernorm = loader.vector(prefix + ".kv_a_layernorm.weight", config.kv_lora_rank);
+  mla.kv_b_proj = loader.linear(prefix + ".kv_b_proj",
+                                heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
+  mla.o_proj = loader.linear(prefix + ".o_proj", hidden, heads * config.v_head_dim);
+  return mla;
 }
 
 }  // namespace mlaserve

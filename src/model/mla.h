@@ -4,6 +4,7 @@
 #pragma once
 #include <optional>
 #include <span>
+#include <string>
 
 #include "io/linear_weight.h"
 #include "kernels/latent_cache_view.h"
@@ -33,6 +34,7 @@ struct MlaShape {
   int64_t hidden_size, n_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   double norm_eps;      // q_a_layernorm / kv_a_layernorm eps
   float softmax_scale;  // qk_head_dim^-1/2 (times the YaRN mscale^2)
+  bool use_rope = true;  // false: Kimi Linear's mla_use_nope, the pe slices stay unrotated
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
 };
@@ -53,6 +55,10 @@ struct MlaInput {
   std::span<const MlaSequence> sequences;
   int64_t layer = 0;
 };
+
+// prefix.{q_proj | q_a_proj, q_a_layernorm, q_b_proj}, kv_a_proj_with_mqa, kv_a_layernorm,
+// kv_b_proj, o_proj, shaped by the config.
+MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, const std::string& prefix);
 
 // out: [n_tokens, hidden]. Writes the new tokens' latent rows into each sequence's cache.
 void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,

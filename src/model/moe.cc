@@ -53,4 +53,10 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   }
 }
 
+MlpWeights load_mlp_weights(WeightLoader& loader, const std::string& prefix, int64_t hidden, int64_t width) {
+  return MlpWeights{loader.linear(prefix + ".gate_proj", width, hidden),
+                    loader.linear(prefix + ".up_proj", width, hidden),
+                    loader.linear(prefix + ".down_proj", hidden, width)};
+}
+
 }  // namespace mlaserve

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "io/linear_weight.h"
@@ -23,6 +24,9 @@ struct MoeWeights {
   int64_t first_owned_expert = 0;                 // expert parallelism: this rank runs experts
   int64_t end_owned_expert = INT64_MAX;           // [first_owned_expert, end_owned_expert)
 };
+
+// prefix.{gate,up,down}_proj of an MLP of `width` (checked against the checkpoint).
+MlpWeights load_mlp_weights(WeightLoader& loader, const std::string& prefix, int64_t hidden, int64_t width);
 
 // out = down(silu(gate x) * up x); x, out: [n_tokens, hidden].
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out);

@@ -177,6 +177,14 @@ class TensorPlan {
   }
   void mlp(const std::string& prefix, int64_t width, bool routed_expert);
   void attention(const std::string& prefix);
+  void kda(const std::string& prefix);
+  void moe(const std::string& prefix);
+  void f32_tensor(const std::string& name, std::vector<int64_t> shape, Init init) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    add_dense(tensors_, matrix(name, 1, count, init), DType::F32, true);
+    tensors_.back().shape = std::move(shape);
+  }
   DType base_dtype() const { return options_.dtype == StorageDType::F32 ? DType::F32 : DType::BF16; }
 
   const MakeModelOptions& options_;
@@ -222,6 +230,43 @@ void TensorPlan::attention(const std::string& prefix) {
          inv_sqrt(o_width) / std::sqrt(2.0 * double(config_.num_hidden_layers)), false);
 }
 
+// Kimi Linear's KimiDeltaAttention tensors (HF names and shapes).
+void TensorPlan::kda(const std::string& prefix) {
+  const KdaConfig& kda = *config_.kda;
+  const int64_t hidden = config_.hidden_size, width = kda.num_heads * kda.head_dim, dim = kda.head_dim;
+  const double in_std = 1.0 / std::sqrt(double(hidden));
+  for (const char* name : {"q", "k", "v"}) {
+    linear(fmt::format("{}.{}_proj", prefix, name), width, hidden, in_std, false);
+    f32_tensor(fmt::format("{}.{}_conv1d.weight", prefix, name), {width, 1, kda.short_conv_kernel_size}, {0.0, 0.5});
+  }
+  f32_tensor(prefix + ".A_log", {1, 1, kda.num_heads, 1}, {1.0, 0.8});  // decay rates exp(A_log) around e
+  linear(prefix + ".f_a_proj", dim, hidden, in_std, false);
+  linear(prefix + ".f_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
+  f32_tensor(prefix + ".dt_bias", {width}, {-1.0, 0.5});
+  linear(prefix + ".b_proj", kda.num_heads, hidden, in_std, false);
+  linear(prefix + ".g_a_proj", dim, hidden, in_std, false);
+  linear(prefix + ".g_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
+  norm(prefix + ".o_norm.weight", dim);
+  linear(prefix + ".o_proj", hidden, width, 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers)), false);
+}
+
+// Kimi Linear's block_sparse_moe: gate (+ bias), experts w1/w3/w2, shared_experts.
+void TensorPlan::moe(const std::string& prefix) {
+  const int64_t hidden = config_.hidden_size, width = config_.moe_intermediate_size;
+  add_dense(tensors_, matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
+            base_dtype(), false);
+  add_dense(tensors_, matrix(prefix + ".gate.e_score_correction_bias", 1, config_.n_routed_experts, {0.0, 0.1}),
+            DType::F32, true);
+  const double residual_std = 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers));
+  for (int64_t e = 0; e < config_.n_routed_experts; ++e) {
+    const std::string expert = fmt::format("{}.experts.{}", prefix, e);
+    linear(expert + ".w1", width, hidden, 1.0 / std::sqrt(double(hidden)), true);
+    linear(expert + ".w3", width, hidden, 1.0 / std::sqrt(double(hidden)), true);
+    linear(expert + ".w2", hidden, width, residual_std, true);
+  }
+  if (config_.n_shared_experts > 0) mlp(prefix + ".shared_experts", config_.n_shared_experts * width, false);
+}
+
 std::vector<TensorToWrite> TensorPlan::build() {
   const int64_t hidden = config_.hidden_size;
   add_dense(tensors_, matrix("model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}),
@@ -230,9 +275,16 @@ std::vector<TensorToWrite> TensorPlan::build() {
     const std::string prefix = fmt::format("model.layers.{}", i);
     norm(prefix + ".input_layernorm.weight", hidden);
     norm(prefix + ".post_attention_layernorm.weight", hidden);
-    attention(prefix + ".self_attn");
+    if (config_.is_kimi_linear() && !config_.kda->is_mla_layer[size_t(i)])
+      kda(prefix + ".self_attn");
+    else
+      attention(prefix + ".self_attn");
     if (!config_.is_moe_layer(i)) {
       mlp(prefix + ".mlp", config_.intermediate_size, false);
+      continue;
+    }
+    if (config_.is_kimi_linear()) {
+      moe(prefix + ".block_sparse_moe");
       continue;
     }
     add_dense(tensors_, matrix(prefix + ".mlp.gate.weight", config_.n_routed_experts, hidden,

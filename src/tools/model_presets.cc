@@ -35,9 +35,52 @@ nlohmann::json common_config() {
           {"torch_dtype", "bfloat16"}};
 }
 
+// Kimi Linear in miniature: 4 layers, MLA (no rope) on layers 2 and 4, KDA on 1 and 3 with
+// 4 heads of 32, a dense first layer, then 16 sigmoid-routed experts, top-4, 1 shared.
+nlohmann::json kimi_linear_tiny() {
+  return {{"architectures", {"KimiLinearForCausalLM"}},
+          {"model_type", "kimi_linear"},
+          {"vocab_size", 32000},
+          {"hidden_size", 256},
+          {"intermediate_size", 512},
+          {"moe_intermediate_size", 64},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 4},
+          {"q_lora_rank", nullptr},
+          {"kv_lora_rank", 64},
+          {"qk_nope_head_dim", 32},
+          {"qk_rope_head_dim", 16},
+          {"v_head_dim", 32},
+          {"mla_use_nope", true},
+          {"first_k_dense_replace", 1},
+          {"moe_layer_freq", 1},
+          {"num_experts", 16},
+          {"num_experts_per_token", 4},
+          {"num_shared_experts", 1},
+          {"num_expert_group", 1},
+          {"topk_group", 1},
+          {"use_grouped_topk", false},
+          {"moe_renormalize", true},
+          {"moe_router_activation_func", "sigmoid"},
+          {"routed_scaling_factor", 2.446},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"max_position_embeddings", 4096},
+          {"tie_word_embeddings", false},
+          {"hidden_act", "silu"},
+          {"bos_token_id", 0},
+          {"eos_token_id", 1},
+          {"torch_dtype", "bfloat16"},
+          {"linear_attn_config",
+           {{"full_attn_layers", {2, 4}}, {"kda_layers", {1, 3}}, {"num_heads", 4}, {"head_dim", 32},
+            {"short_conv_kernel_size", 4}}}};
+}
+
 }  // namespace
 
 nlohmann::json model_preset(const std::string& name) {
+  if (name == "kimi-linear-tiny") return kimi_linear_tiny();
   nlohmann::json config = common_config();
   auto set_shape = [&](int hidden, int layers, int heads, int q_lora, int kv_lora, int nope, int rope,
                        int v, int moe_width, int dense_width) {
@@ -60,7 +103,7 @@ nlohmann::json model_preset(const std::string& name) {
   else if (name == "small")
     set_shape(2048, 12, 16, 768, 512, 128, 64, 128, 768, 5632);
   else
-    fail("unknown preset '{}' (tiny, mini, small)", name);
+    fail("unknown preset '{}' (tiny, mini, small, kimi-linear-tiny)", name);
   return config;
 }
 

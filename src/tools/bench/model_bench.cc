@@ -39,11 +39,11 @@ class BenchCaches {
   BenchCaches(ModelExecutor& executor, int64_t n_sequences, int64_t capacity, CacheDType dtype)
       : config_(executor.config()), capacity_(capacity), dtype_(dtype), block_ids_(size_t(n_sequences)) {
     for (size_t b = 0; b < block_ids_.size(); ++b) block_ids_[b] = int32_t(b);
-    pool_ = executor.allocate_cache(size_t(n_sequences * capacity * config_.num_hidden_layers * config_.kv_latent_dim()) *
+    pool_ = executor.allocate_cache(size_t(n_sequences * capacity * config_.cache_layers() * config_.kv_latent_dim()) *
                                     cache_dtype_size(dtype));
   }
   LatentCacheView view(int64_t sequence) const {
-    return {pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.num_hidden_layers, config_.kv_latent_dim()};
+    return {pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.cache_layers(), config_.kv_latent_dim()};
   }
 
  private:
@@ -118,7 +118,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   }
   const ModelConfig& config = model.config();
   const double weights_per_token = model.active_weight_bytes_per_token();
-  const double kv_per_token = double(config.num_hidden_layers * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
+  const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   const double bytes_per_token = weights_per_token + kv_per_token;
   // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2.

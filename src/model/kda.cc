@@ -1,0 +1,89 @@
+#include "model/kda.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/kda.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+
+namespace mlaserve {
+namespace {
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// Causal depthwise convolution then SiLU over one sequence's rows of `projected`
+// ([n, channels] with row stride `stride`), in place; `window` holds the kernel-1 rows before
+// them and is advanced to the last kernel-1 inputs.
+void short_conv_silu(float* projected, int64_t stride, int64_t n, int64_t channels, const float* weight,
+                     int64_t kernel, float* window) {
+  const int64_t history = kernel - 1;
+  std::vector<float> inputs(size_t((history + n) * channels));  // [history + n, channels]
+  std::memcpy(inputs.data(), window, size_t(history * channels) * sizeof(float));
+  for (int64_t t = 0; t < n; ++t)
+    std::memcpy(inputs.data() + (history + t) * channels, projected + t * stride, size_t(channels) * sizeof(float));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < channels; ++c) {
+      float sum = 0.0f;
+      for (int64_t tap = 0; tap < kernel; ++tap) sum += weight[c * kernel + tap] * inputs[size_t((t + tap) * channels + c)];
+      projected[t * stride + c] = silu(sum);
+    }
+  std::memcpy(window, inputs.data() + n * channels, size_t(history * channels) * sizeof(float));
+}
+
+}  // namespace
+
+void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* x, int64_t n_tokens,
+                 std::span<const KdaSequence> sequences, float* out) {
+  const int64_t width = shape.width(), heads = shape.n_heads, dim = shape.head_dim;
+  const int64_t history = shape.conv_kernel - 1;
+  std::vector<float> q(size_t(n_tokens * width)), k(q.size()), v(q.size()), f(q.size()), gate(q.size());
+  std::vector<float> low(size_t(n_tokens * dim)), beta(size_t(n_tokens * heads));
+  linear(weights.q_proj, x, n_tokens, q.data());
+  linear(weights.k_proj, x, n_tokens, k.data());
+  linear(weights.v_proj, x, n_tokens, v.data());
+  linear(weights.f_a_proj, x, n_tokens, low.data());
+  linear(weights.f_b_proj, low.data(), n_tokens, f.data());
+  linear(weights.g_a_proj, x, n_tokens, low.data());
+  linear(weights.g_b_proj, low.data(), n_tokens, gate.data());
+  linear(weights.b_proj, x, n_tokens, beta.data());
+  for (auto& b : beta) b = sigmoid(b);
+  for (int64_t t = 0; t < n_tokens; ++t)  // log decay per channel
+    for (int64_t c = 0; c < width; ++c) {
+      float& value = f[size_t(t * width + c)];
+      value = -std::exp(weights.A_log[c / dim]) * softplus(value + weights.dt_bias[c]);
+    }
+  const float q_scale = 1.0f / std::sqrt(float(dim));
+  std::vector<float> o(q.size());
+  for (const KdaSequence& seq : sequences) {
+    const int64_t first = seq.token_offset;
+    float* conv_windows = seq.state;
+    short_conv_silu(q.data() + first * width, width, seq.n_tokens, width, weights.q_conv1d, shape.conv_kernel, conv_windows);
+    short_conv_silu(k.data() + first * width, width, seq.n_tokens, width, weights.k_conv1d, shape.conv_kernel,
+                    conv_windows + history * width);
+    short_conv_silu(v.data() + first * width, width, seq.n_tokens, width, weights.v_conv1d, shape.conv_kernel,
+                    conv_windows + 2 * history * width);
+    float* recurrent = seq.state + 3 * history * width;  // [H, K, V]
+    // Heads are independent: each worker runs whole heads through every token in order.
+    thread_pool().parallel_for(heads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t h = begin; h < end; ++h)
+        for (int64_t t = first; t < first + seq.n_tokens; ++t) {
+          const size_t at = size_t(t * width + h * dim);
+          l2_normalize(q.data() + at, dim, q_scale);
+          l2_normalize(k.data() + at, dim, 1.0f);
+          kda_recurrent_step(recurrent + h * dim * dim, q.data() + at, k.data() + at, v.data() + at, f.data() + at,
+                             beta[size_t(t * heads + h)], dim, dim, o.data() + at);
+        }
+    });
+  }
+  // o_norm: per-head RMSNorm times sigmoid of the output gate (FusedRMSNormGated).
+  rms_norm(o.data(), dim, weights.o_norm, n_tokens * heads, dim, shape.norm_eps, o.data(), dim);
+  for (size_t i = 0; i < o.size(); ++i) o[i] *= sigmoid(gate[i]);
+  linear(weights.o_proj, o.data(), n_tokens, out);
+}
+
+}  // namespace mlaserve

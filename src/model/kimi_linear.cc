@@ -1,0 +1,217 @@
+#include "model/kimi_linear.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+
+namespace mlaserve {
+namespace {
+
+KdaWeights load_kda(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
+  const KdaConfig& kda = *config.kda;
+  const int64_t hidden = config.hidden_size, width = kda.num_heads * kda.head_dim, dim = kda.head_dim;
+  const int64_t kernel = kda.short_conv_kernel_size;
+  KdaWeights w;
+  w.q_proj = loader.linear(prefix + ".q_proj", width, hidden);
+  w.k_proj = loader.linear(prefix + ".k_proj", width, hidden);
+  w.v_proj = loader.linear(prefix + ".v_proj", width, hidden);
+  w.q_conv1d = loader.array(prefix + ".q_conv1d.weight", {width, 1, kernel});
+  w.k_conv1d = loader.array(prefix + ".k_conv1d.weight", {width, 1, kernel});
+  w.v_conv1d = loader.array(prefix + ".v_conv1d.weight", {width, 1, kernel});
+  w.A_log = loader.array(prefix + ".A_log", {1, 1, kda.num_heads, 1});
+  w.f_a_proj = loader.linear(prefix + ".f_a_proj", dim, hidden);
+  w.f_b_proj = loader.linear(prefix + ".f_b_proj", width, dim);
+  w.dt_bias = loader.vector(prefix + ".dt_bias", width);
+  w.b_proj = loader.linear(prefix + ".b_proj", kda.num_heads, hidden);
+  w.g_a_proj = loader.linear(prefix + ".g_a_proj", dim, hidden);
+  w.g_b_proj = loader.linear(prefix + ".g_b_proj", width, dim);
+  w.o_norm = loader.vector(prefix + ".o_norm.weight", dim);
+  w.o_proj = loader.linear(prefix + ".o_proj", hidden, width);
+  return w;
+}
+
+// block_sparse_moe: router gate (+ e_score_correction_bias), experts.{e}.w1 (gate) / w3 (up) /
+// w2 (down), shared_experts.{gate,up,down}_proj.
+MoeWeights load_block_sparse_moe(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
+  const int64_t hidden = config.hidden_size, width = config.moe_intermediate_size;
+  MoeWeights moe;
+  moe.gate = loader.dense(prefix + ".gate.weight", config.n_routed_experts, hidden);
+  moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias", config.n_routed_experts);
+  for (int64_t e = 0; e < config.n_routed_experts; ++e) {
+    const std::string expert = fmt::format("{}.experts.{}", prefix, e);
+    moe.experts.push_back({loader.linear(expert + ".w1", width, hidden), loader.linear(expert + ".w3", width, hidden),
+                           loader.linear(expert + ".w2", hidden, width)});
+  }
+  if (config.n_shared_experts > 0)
+    moe.shared_experts = load_mlp_weights(loader, prefix + ".shared_experts", hidden, config.n_shared_experts * width);
+  return moe;
+}
+
+KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config, WeightLoader& loader) {
+  const int64_t hidden = config.hidden_size;
+  KimiLinearWeights weights;
+  weights.embed_tokens = loader.dense("model.embed_tokens.weight", config.vocab_size, hidden);
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string prefix = fmt::format("model.layers.{}", i);
+    KimiLinearLayerWeights layer;
+    layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
+    layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
+    if (config.kda->is_mla_layer[size_t(i)])
+      layer.self_attn = load_mla_weights(loader, config, prefix + ".self_attn");
+    else
+      layer.self_attn = load_kda(loader, config, prefix + ".self_attn");
+    if (config.is_moe_layer(i))
+      layer.moe = load_block_sparse_moe(loader, config, prefix + ".block_sparse_moe");
+    else
+      layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
+    weights.layers.push_back(std::move(layer));
+  }
+  weights.norm = loader.vector("model.norm.weight", hidden);
+  weights.lm_head = config.tie_word_embeddings ? weights.embed_tokens : loader.linear("lm_head", config.vocab_size, hidden);
+  for (const auto& name : checkpoint.unused_names())
+    MLA_CHECK(name.ends_with("rotary_emb.inv_freq"), "unexpected tensor '{}' (shape {}) not used by {}", name,
+              checkpoint.all().at(name)->shape_string(), config.model_type);
+  return weights;
+}
+
+size_t mlp_bytes(const MlpWeights& mlp) { return mlp.gate_proj.bytes() + mlp.up_proj.bytes() + mlp.down_proj.bytes(); }
+
+}  // namespace
+
+KimiLinearModel::Storage::Storage(const std::string& model_dir, const ModelConfig& model_config)
+    : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
+
+KimiLinearModel::KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWeights weights)
+    : storage_(std::move(storage)),
+      config_(storage_->config),
+      weights_(std::move(weights)),
+      rope_(config_),
+      mla_shape_{config_.hidden_size,      config_.num_attention_heads, config_.kv_lora_rank,
+                 config_.qk_nope_head_dim, config_.qk_rope_head_dim,    config_.v_head_dim,
+                 1e-6,                     float(config_.softmax_scale()), !config_.mla_use_nope},
+      kda_shape_{config_.hidden_size, config_.kda->num_heads, config_.kda->head_dim,
+                 config_.kda->short_conv_kernel_size, config_.rms_norm_eps},
+      router_(RouterParams::from_config(config_)) {
+  int64_t mla = 0, kda = 0;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
+    ordinal_.push_back(config_.kda->is_mla_layer[size_t(i)] ? mla++ : kda++);
+}
+
+std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_dir) {
+  auto storage = std::make_shared<Storage>(model_dir, load_model_config(model_dir));
+  KimiLinearWeights weights = load_weights(storage->checkpoint, storage->config, storage->loader);
+  auto model = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(std::move(storage), std::move(weights)));
+  spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.1f} MiB of KDA state per sequence",
+               model->config_.model_type, model_dir, model->config_.num_hidden_layers, model->config_.kda->kda_layers(),
+               model->config_.cache_layers(), double(model->weight_bytes()) / 1e9,
+               double(model->config_.recurrent_state_bytes()) / double(1 << 20));
+  return model;
+}
+
+std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communicator*) const {
+  MLA_CHECK(spec.size == 1, "tensor/expert parallelism is not implemented for {} yet: run it on one rank", config_.model_type);
+  return std::unique_ptr<CausalLM>(new KimiLinearModel(storage_, weights_));
+}
+
+size_t KimiLinearModel::weight_bytes() const {
+  size_t total = weights_.embed_tokens.bytes() + (config_.tie_word_embeddings ? 0 : weights_.lm_head.bytes());
+  for (const auto& layer : weights_.layers) {
+    if (const auto* mla = std::get_if<MlaWeights>(&layer.self_attn)) {
+      for (const auto* w : {&mla->kv_a_proj_with_mqa, &mla->kv_b_proj, &mla->o_proj}) total += w->bytes();
+      for (const auto& w : {mla->q_proj, mla->q_a_proj, mla->q_b_proj})
+        if (w) total += w->bytes();
+    } else {
+      const auto& kda = std::get<KdaWeights>(layer.self_attn);
+      for (const auto* w : {&kda.q_proj, &kda.k_proj, &kda.v_proj, &kda.f_a_proj, &kda.f_b_proj, &kda.b_proj,
+                            &kda.g_a_proj, &kda.g_b_proj, &kda.o_proj})
+        total += w->bytes();
+    }
+    if (layer.mlp) total += mlp_bytes(*layer.mlp);
+    if (layer.moe) {
+      total += layer.moe->gate.bytes();
+      for (const auto& expert : layer.moe->experts) total += mlp_bytes(expert);
+      if (layer.moe->shared_experts) total += mlp_bytes(*layer.moe->shared_experts);
+    }
+  }
+  return total;
+}
+
+double KimiLinearModel::active_weight_bytes_per_token() const {
+  double routed_total = 0, routed_active = 0;
+  for (const auto& layer : weights_.layers) {
+    if (!layer.moe) continue;
+    double experts = 0;
+    for (const auto& expert : layer.moe->experts) experts += double(mlp_bytes(expert));
+    routed_total += experts;
+    routed_active += experts * double(config_.num_experts_per_tok) / double(layer.moe->experts.size());
+  }
+  const double embedding = double(weights_.embed_tokens.bytes());
+  return double(weight_bytes()) - embedding - routed_total + routed_active +
+         (config_.tie_word_embeddings ? embedding : 0.0) + embedding / double(config_.vocab_size);
+}
+
+void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,
+                          std::span<const MlaSequence> mla_sequences, float* out) const {
+  const auto& attn = weights_.layers[size_t(layer)].self_attn;
+  if (const auto* mla = std::get_if<MlaWeights>(&attn))
+    return mla_forward(mla_shape_, *mla, rope_, MlaInput{normed, n_tokens, mla_sequences, ordinal_[size_t(layer)]}, out);
+  std::vector<KdaSequence> sequences;
+  for (size_t s = 0; s < batch.size(); ++s)
+    sequences.push_back({mla_sequences[s].token_offset, mla_sequences[s].n_tokens,
+                         batch[s].cache.state() + ordinal_[size_t(layer)] * kda_shape_.state_floats()});
+  kda_forward(kda_shape_, std::get<KdaWeights>(attn), normed, n_tokens, sequences, out);
+}
+
+void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits) const {
+  const int64_t hidden = config_.hidden_size;
+  std::vector<MlaSequence> sequences;
+  std::vector<int64_t> logit_tokens;
+  int64_t n_tokens = 0;
+  for (const auto& seq : batch) {
+    const int64_t count = int64_t(seq.tokens.size());
+    MLA_CHECK(count > 0, "forward needs at least one token per sequence");
+    MLA_CHECK(seq.start_position + count <= seq.cache.capacity(), "sequence of {} tokens exceeds its cache capacity {}",
+              seq.start_position + count, seq.cache.capacity());
+    MLA_CHECK(seq.cache.state(), "{} needs a recurrent state with each sequence's cache", config_.model_type);
+    // A sequence computed from its first token starts from a zero state.
+    if (seq.start_position == 0) std::memset(seq.cache.state(), 0, size_t(config_.recurrent_state_bytes()));
+    sequences.push_back({n_tokens, count, seq.start_position, seq.cache, seq.path});
+    if (seq.logits == ForwardSequence::Logits::All)
+      for (int64_t t = 0; t < count; ++t) logit_tokens.push_back(n_tokens + t);
+    else if (seq.logits == ForwardSequence::Logits::Last)
+      logit_tokens.push_back(n_tokens + count - 1);
+    n_tokens += count;
+  }
+  std::vector<float> residual(size_t(n_tokens * hidden)), normed(residual.size()), mixed(residual.size());
+  int64_t row = 0;
+  for (const auto& seq : batch)
+    for (int32_t token : seq.tokens) {
+      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token, config_.vocab_size);
+      dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
+    }
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
+    rms_norm(residual.data(), hidden, layer.input_layernorm, n_tokens, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    mix(i, normed.data(), n_tokens, batch, sequences, mixed.data());
+    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
+    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n_tokens, hidden, config_.rms_norm_eps,
+             normed.data(), hidden);
+    if (layer.moe)
+      moe_forward(router_, *layer.moe, normed.data(), n_tokens, mixed.data());
+    else
+      mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
+    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
+  }
+  const int64_t n_out = int64_t(logit_tokens.size());
+  for (int64_t r = 0; r < n_out; ++r)
+    rms_norm(residual.data() + logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
+             normed.data() + r * hidden, hidden);
+  linear(weights_.lm_head, normed.data(), n_out, logits);
+}
+
+}  // namespace mlaserve
