@@ -43,8 +43,19 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   config.max_model_len = options.max_model_len > 0 ? std::min(options.max_model_len, model.max_position_embeddings)
                                                    : model.max_position_embeddings;
   const int64_t per_token = kv_bytes_per_token(model, config.cache_dtype);
-  const double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
-                                                : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
+  double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
+                                          : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
+  // Recurrent (KDA) state: one slot per running sequence, taken from the same budget.
+  const double state_bytes = double(options.scheduler.max_num_seqs * model.recurrent_state_bytes());
+  if (state_bytes > 0) {
+    spdlog::info("KDA state: {:.2f} MiB per sequence x {} sequences (--max-num-seqs) = {:.2f} GiB",
+                 double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs,
+                 state_bytes / double(1 << 30));
+    MLA_CHECK(state_bytes < budget, "the KDA state of {} sequences ({:.2f} GiB) does not fit the cache budget of "
+              "{:.2f} GiB: lower --max-num-seqs or raise --kv-cache-gb", options.scheduler.max_num_seqs,
+              state_bytes / double(1 << 30), budget / double(1 << 30));
+    budget -= state_bytes;
+  }
   // More than every sequence at full length is never needed.
   const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
   config.kv_cache_tokens = std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;

@@ -29,6 +29,11 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
   return longest;
 }
 
+SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state) {
+  config.recurrent_state = recurrent_state;
+  return config;
+}
+
 }  // namespace
 
 int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype) {
@@ -80,10 +85,12 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       model_config_(executor_.config()),
       tokenizer_(tokenizer),
       config_(config),
-      pool_(executor_.allocate_cache(size_t(config.kv_cache_tokens / config.block_size * config.block_size *
-                                           kv_bytes_per_token(model_config_, config.cache_dtype)))),
+      latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
+                     kv_bytes_per_token(model_config_, config.cache_dtype) + 63) / 64 * 64),
+      state_bytes_(model_config_.recurrent_state_bytes()),
+      pool_(executor_.allocate_cache(size_t(latent_bytes_ + config.scheduler.max_num_seqs * state_bytes_))),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
-      scheduler_(config.scheduler, blocks_) {
+      scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0), blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();
@@ -96,7 +103,8 @@ void Engine::warm_up() {
   const int32_t block = 0;
   const std::vector<int32_t> tokens(size_t(std::min<int64_t>(4, config_.block_size)), 0);
   const LatentCacheView view{pool_, config_.cache_dtype, &block, 1, config_.block_size,
-                             model_config_.cache_layers(), model_config_.kv_latent_dim()};
+                             model_config_.cache_layers(), model_config_.kv_latent_dim(),
+                             state_bytes_ > 0 ? latent_bytes_ : -1};
   const ForwardSequence seq{tokens, 0, view, MlaPath::Auto, ForwardSequence::Logits::Last};
   std::vector<float> logits(size_t(model_config_.vocab_size));
   executor_.forward(std::span(&seq, 1), logits.data());
@@ -236,6 +244,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
                          config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim()};
+    if (seq.state_slot >= 0) view.state_offset = latent_bytes_ + seq.state_slot * state_bytes_;
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
                      chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});

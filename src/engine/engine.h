@@ -111,7 +111,10 @@ class Engine {
   const ModelConfig& model_config_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
-  void* pool_;  // rank 0's [n_blocks, n_layers, block_size, latent_dim] of cache_dtype
+  // Rank 0's pool: [n_blocks, n_layers, block_size, latent_dim] of cache_dtype (latent_bytes_,
+  // padded to 64), then max_num_seqs recurrent-state slots of state_bytes_ (KDA models).
+  int64_t latent_bytes_, state_bytes_;
+  void* pool_;
   BlockManager blocks_;
   Scheduler scheduler_;
   EngineMetrics metrics_;

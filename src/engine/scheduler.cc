@@ -4,11 +4,20 @@
 
 namespace mlaserve {
 
+Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {
+  if (config_.recurrent_state)
+    for (int64_t slot = config_.max_num_seqs - 1; slot >= 0; --slot) free_state_slots_.push_back(int32_t(slot));
+}
+
 bool Scheduler::admit(Sequence* seq) {
   // Room for every known token plus the first token it will generate.
   const int64_t known = int64_t(seq->tokens.size());
-  auto allocation = blocks_.allocate(seq->tokens, known + 1);
+  auto allocation = blocks_.allocate(config_.recurrent_state ? std::span<const int32_t>() : std::span(seq->tokens), known + 1);
   if (!allocation) return false;
+  if (config_.recurrent_state) {
+    seq->state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+  }
   seq->block_table = std::move(allocation->blocks);
   seq->n_computed = allocation->cached_tokens;
   seq->prefill_target = known;
@@ -17,13 +26,19 @@ bool Scheduler::admit(Sequence* seq) {
   return true;
 }
 
+void Scheduler::stop_running(Sequence* seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  seq->running = false;
+  if (seq->state_slot >= 0) free_state_slots_.push_back(seq->state_slot);
+  seq->state_slot = -1;
+}
+
 void Scheduler::preempt(Sequence* seq) {
   blocks_.release(seq->block_table);
   seq->n_computed = 0;
-  seq->running = false;
   ++seq->preemptions;
   ++preemptions_;
-  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  stop_running(seq);
   // Back to the queue in arrival order, ahead of anything younger.
   auto position = std::find_if(waiting_.begin(), waiting_.end(),
                                [&](const Sequence* other) { return other->id > seq->id; });
@@ -79,8 +94,7 @@ void Scheduler::complete(const ScheduledChunk& chunk) {
 
 void Scheduler::remove(Sequence* seq) {
   if (seq->running) {
-    running_.erase(std::find(running_.begin(), running_.end(), seq));
-    seq->running = false;
+    stop_running(seq);
   } else {
     auto found = std::find(waiting_.begin(), waiting_.end(), seq);
     if (found != waiting_.end()) waiting_.erase(found);

@@ -17,6 +17,10 @@ namespace mlaserve {
 struct SchedulerConfig {
   int64_t max_num_seqs = 64;           // running sequences at most
   int64_t chunked_prefill_size = 512;  // prefill tokens per step, all sequences together
+  // Models with recurrent layers (KDA): each running sequence holds one of max_num_seqs state
+  // slots, and admission reuses no cached prefix (the state after a prefix is not kept), so a
+  // preempted or new sequence is computed from its first token.
+  bool recurrent_state = false;
 };
 
 struct Sequence {
@@ -28,6 +32,7 @@ struct Sequence {
   std::vector<int32_t> block_table;
   bool running = false;
   int64_t preemptions = 0;
+  int32_t state_slot = -1;         // recurrent_state: the slot this running sequence holds
 };
 
 struct ScheduledChunk {
@@ -40,7 +45,7 @@ struct ScheduledChunk {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(config), blocks_(blocks) {}
+  Scheduler(SchedulerConfig config, BlockManager& blocks);
 
   void add(Sequence* seq) { waiting_.push_back(seq); }
   // Plans one step. Sequences preempted while planning are in waiting again.
@@ -58,11 +63,13 @@ class Scheduler {
   bool admit(Sequence* seq);
   void preempt(Sequence* seq);
   bool ensure_decode_slot(Sequence* seq);  // may preempt younger sequences, or seq itself
+  void stop_running(Sequence* seq);         // leaves running_, returns its state slot
 
   SchedulerConfig config_;
   BlockManager& blocks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
+  std::vector<int32_t> free_state_slots_;
   int64_t preemptions_ = 0;
 };
 

@@ -106,7 +106,7 @@ std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_
   auto storage = std::make_shared<Storage>(model_dir, load_model_config(model_dir));
   KimiLinearWeights weights = load_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(std::move(storage), std::move(weights)));
-  spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.1f} MiB of KDA state per sequence",
+  spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.2f} MiB of KDA state per sequence",
                model->config_.model_type, model_dir, model->config_.num_hidden_layers, model->config_.kda->kda_layers(),
                model->config_.cache_layers(), double(model->weight_bytes()) / 1e9,
                double(model->config_.recurrent_state_bytes()) / double(1 << 20));

@@ -55,6 +55,32 @@ TEST(Engine, BatchedGreedyEqualsAlone) {
   EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
 }
 
+// Kimi Linear: each running sequence holds a KDA state slot; a preempted sequence is
+// recomputed from its first token into a zeroed state, so batching and preemption do not
+// change its tokens. No prefix is reused (the state after a cached prefix is not kept).
+TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
+  auto model = load_causal_lm(dir.path());
+  auto tokenizer = Tokenizer::load(dir.path());
+  EngineConfig config;
+  config.block_size = 4;
+  config.kv_cache_tokens = 4 * 40;
+  config.scheduler.chunked_prefill_size = 32;
+  config.scheduler.max_num_seqs = 6;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    Engine engine(*model, *tokenizer, config);
+    for (int i = 0; i < 12; ++i) alone.push_back(run_to_end(engine.submit(greedy(i))));
+  }
+  Engine engine(*model, *tokenizer, config);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 12; ++i) handles.push_back(engine.submit(greedy(i)));
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
+  EXPECT_GT(engine.metrics().preemptions.load(), 0);
+  EXPECT_EQ(engine.metrics().prefix_hit_tokens.load(), 0);
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   testing::TempDir dir;
   testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
