@@ -13,6 +13,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::BF16: return "bf16";
     case WeightFormat::Fp8Block: return "fp8";
     case WeightFormat::Int4Group: return "int4";
+    case WeightFormat::Mxfp4: return "mxfp4";
   }
   return "?";
 }
@@ -27,6 +28,7 @@ size_t LinearWeight::bytes() const {
       return count + size_t((rows + block_rows - 1) / block_rows) *
                          size_t((cols + block_cols - 1) / block_cols) * 4;
     case WeightFormat::Int4Group: return count / 2 + count / size_t(group_size) * 2;
+    case WeightFormat::Mxfp4: return count / 2 + count / 32;
   }
   return 0;
 }
@@ -41,8 +43,9 @@ LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
 
 LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
   MLA_CHECK(0 <= begin && begin < end && end <= cols, "columns [{}, {}) outside a weight of {} columns", begin, end, cols);
-  MLA_CHECK(format != WeightFormat::Int4Group || (col_offset + begin) % group_size == 0,
-            "an INT4 weight can only be split at multiples of its group size {} (column {})", group_size, begin);
+  MLA_CHECK((format != WeightFormat::Int4Group && format != WeightFormat::Mxfp4) || (col_offset + begin) % group_size == 0,
+            "a {} weight can only be split at multiples of its group size {} (column {})", weight_format_name(format),
+            group_size, begin);
   LinearWeight view = *this;
   view.col_offset += begin;
   view.cols = end - begin;
@@ -84,6 +87,20 @@ LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<ui
     release(view.data, stored_words * 4, view.row_offset, view.rows);
     out.data = buffer.data();
     out.group_scale = reinterpret_cast<const uint16_t*>(scales);
+    return out;
+  }
+  if (view.format == WeightFormat::Mxfp4) {  // 2 columns a byte; one E8M0 byte per 32 columns
+    const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
+    const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
+    buffer.resize(size_t(view.rows) * (bytes + groups));
+    gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
+                bytes, buffer.data());
+    uint8_t* scales = buffer.data() + size_t(view.rows) * bytes;
+    gather_runs(view.e8m0_scale + size_t(view.row_offset) * stored_groups + size_t(view.col_offset / 32), view.rows,
+                stored_groups, groups, scales);
+    release(view.data, stored_bytes, view.row_offset, view.rows);
+    out.data = buffer.data();
+    out.e8m0_scale = scales;
     return out;
   }
   const size_t element = view.format == WeightFormat::F32 ? 4 : view.format == WeightFormat::Fp8Block ? 1 : 2;
@@ -151,6 +168,15 @@ const void* WeightLoader::aligned(const TensorInfo& tensor, size_t alignment) {
 
 const float* WeightLoader::vector(const std::string& name, int64_t size) {
   return to_f32(expect(name, {size}));
+}
+
+const float* WeightLoader::leading(const std::string& name, int64_t count) {
+  const TensorInfo& tensor = checkpoint_.get(name);
+  int64_t long_dims = 0;
+  for (int64_t d : tensor.shape) long_dims += d != 1;
+  MLA_CHECK(long_dims <= 1 && tensor.numel() >= count, "tensor '{}': expected a vector of at least {} values, found shape {}",
+            name, count, tensor.shape_string());
+  return to_f32(tensor);
 }
 
 const float* WeightLoader::array(const std::string& name, const std::vector<int64_t>& shape) {
@@ -238,8 +264,28 @@ LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t
   return weight;
 }
 
+LinearWeight WeightLoader::mxfp4(const std::string& prefix, int64_t rows, int64_t cols) {
+  MLA_CHECK(cols % 32 == 0, "'{}': in_features {} is not a multiple of the MXFP4 group 32", prefix, cols);
+  const TensorInfo& packed = expect(prefix + ".weight_packed", {rows, cols / 2});
+  MLA_CHECK(packed.dtype == DType::U8, "tensor '{}.weight_packed': dtype {} where U8 is expected", prefix,
+            dtype_name(packed.dtype));
+  const TensorInfo& scale = expect(prefix + ".weight_scale", {rows, cols / 32});
+  MLA_CHECK(scale.dtype == DType::U8, "tensor '{}.weight_scale': dtype {} where U8 (E8M0) is expected", prefix,
+            dtype_name(scale.dtype));
+  LinearWeight weight;
+  weight.format = WeightFormat::Mxfp4;
+  weight.rows = rows;
+  weight.cols = cols;
+  weight.stored_cols = cols;
+  weight.data = packed.data;
+  weight.e8m0_scale = scale.data;
+  weight.group_size = 32;
+  return weight;
+}
+
 LinearWeight WeightLoader::linear(const std::string& prefix, int64_t rows, int64_t cols) {
-  if (checkpoint_.contains(prefix + ".weight_packed")) return int4(prefix, rows, cols);
+  if (checkpoint_.contains(prefix + ".weight_packed"))
+    return config_.quant == WeightQuant::Mxfp4 ? mxfp4(prefix, rows, cols) : int4(prefix, rows, cols);
   const std::string name = prefix + ".weight";
   const TensorInfo& tensor = checkpoint_.get(name);
   if (tensor.dtype == DType::F8_E4M3) {

@@ -17,6 +17,7 @@ enum class WeightFormat {
   BF16,
   Fp8Block,   // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
   Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
+  Mxfp4,      // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
 };
 
 const char* weight_format_name(WeightFormat format);
@@ -26,12 +27,14 @@ struct LinearWeight {
   int64_t rows = 0;  // out_features
   int64_t cols = 0;  // in_features
   // F32/F16/BF16/Fp8Block: [rows, cols] of the element type; Int4Group: int32 [rows, cols / 8],
-  // element c of a row in bits 4*(c%8) of word c/8, stored as q + 8 (q in [-8, 7]).
+  // element c of a row in bits 4*(c%8) of word c/8, stored as q + 8 (q in [-8, 7]); Mxfp4:
+  // uint8 [rows, cols / 2], element c in the low nibble of byte c/2 when c is even.
   const void* data = nullptr;
   const float* block_scale = nullptr;  // Fp8Block: [ceil(rows/block_rows), ceil(cols/block_cols)]
   int64_t block_rows = 128, block_cols = 128;
   const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
-  int64_t group_size = 32;
+  const uint8_t* e8m0_scale = nullptr;    // Mxfp4: [rows, cols / 32], scale 2^(s - 127)
+  int64_t group_size = 32;                // Int4Group's group; Mxfp4: always 32
   // A weight may be a view of part of a stored matrix (a tensor-parallel shard): rows
   // [row_offset, row_offset + rows) and columns [col_offset, col_offset + cols) of a stored
   // matrix with stored_cols columns. Scales are indexed in stored coordinates.
@@ -64,6 +67,9 @@ class WeightLoader {
   LinearWeight dense(const std::string& name, int64_t rows, int64_t cols);
   // A 1-D float vector (norm weights, biases), converted to f32.
   const float* vector(const std::string& name, int64_t size);
+  // The first `count` values of a float tensor whose dimensions are all 1 but one, of at least
+  // `count` (Kimi K3 stores A_log with 128 entries for 96 heads).
+  const float* leading(const std::string& name, int64_t count);
   // A float tensor of exactly `shape` (e.g. A_log [1, 1, H, 1], conv weights [C, 1, K]) as f32.
   const float* array(const std::string& name, const std::vector<int64_t>& shape);
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
@@ -76,6 +82,7 @@ class WeightLoader {
   const void* aligned(const TensorInfo& tensor, size_t alignment);
   LinearWeight fp8(const std::string& prefix, const TensorInfo& weight, int64_t rows, int64_t cols);
   LinearWeight int4(const std::string& prefix, int64_t rows, int64_t cols);
+  LinearWeight mxfp4(const std::string& prefix, int64_t rows, int64_t cols);
 
   Checkpoint& checkpoint_;
   const ModelConfig& config_;

@@ -95,8 +95,13 @@ void parse_quantization(const json& quant, ModelConfig& config) {
             "config.json: quantization_config.quant_method '{}' is not supported "
             "(fp8, compressed-tensors)", method);
   const std::string format = get_string(quant, "format", "");
+  if (format == "mxfp4-pack-quantized") {  // E2M1 nibbles with an E8M0 scale per 32 (OCP MX)
+    config.quant = WeightQuant::Mxfp4;
+    return;
+  }
   MLA_CHECK(format == "pack-quantized",
-            "config.json: quantization_config.format '{}' is not supported (pack-quantized)", format);
+            "config.json: quantization_config.format '{}' is not supported (pack-quantized, mxfp4-pack-quantized)",
+            format);
   const json* groups = find_key(quant, "config_groups");
   MLA_CHECK(groups && groups->is_object() && !groups->empty(),
             "config.json: quantization_config.config_groups is missing");
@@ -170,9 +175,9 @@ void validate(const ModelConfig& config, const json& json_config) {
   }
   MLA_CHECK(get_int(json_config, "moe_layer_freq", 1) == 1,
             "config.json: moe_layer_freq other than 1 is not supported");
-  MLA_CHECK(get_string(json_config, "hidden_act", "silu") == "silu",
-            "config.json: hidden_act '{}' is not supported (silu)",
-            get_string(json_config, "hidden_act", ""));
+  const std::string act = get_string(json_config, "hidden_act", "silu");
+  MLA_CHECK(act == "silu" || (act == "situ" && config.is_kimi_linear()),
+            "config.json: hidden_act '{}' is not supported (silu; situ for Kimi K3)", act);
   MLA_CHECK(!get_bool(json_config, "attention_bias", false),
             "config.json: attention_bias true is not supported");
   MLA_CHECK(config.rms_norm_eps > 0, "config.json: 'rms_norm_eps' must be positive");
@@ -188,8 +193,8 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
   kda.short_conv_kernel_size = get_int(*linear, "short_conv_kernel_size", 4);
   MLA_CHECK(kda.num_heads > 0 && kda.head_dim > 0 && kda.short_conv_kernel_size >= 1,
             "config.json: linear_attn_config num_heads, head_dim and short_conv_kernel_size must be positive");
-  MLA_CHECK(!get_bool(*linear, "use_full_rank_gate", false) && !find_key(*linear, "gate_lower_bound"),
-            "config.json: Kimi K3's KDA gates (use_full_rank_gate, gate_lower_bound) are not supported yet");
+  kda.use_full_rank_gate = get_bool(*linear, "use_full_rank_gate", false);
+  if (find_key(*linear, "gate_lower_bound")) kda.gate_lower_bound = get_double(*linear, "gate_lower_bound", 0.0);
   kda.is_mla_layer.assign(size_t(config.num_hidden_layers), false);
   const json* full = find_key(*linear, "full_attn_layers");
   MLA_CHECK(full && full->is_array(), "config.json: linear_attn_config.full_attn_layers must be a list");
@@ -201,9 +206,21 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
   }
   config.kda = kda;
   config.mla_use_nope = get_bool(json_config, "mla_use_nope", false);
-  MLA_CHECK(!get_bool(json_config, "mla_use_output_gate", false) && !find_key(json_config, "attn_res_block_size") &&
-                !find_key(json_config, "routed_expert_hidden_size"),
-            "config.json: Kimi K3 additions (MLA output gate, attention residuals, latent MoE) are not supported yet");
+  config.mla_use_output_gate = get_bool(json_config, "mla_use_output_gate", false);
+  if (find_key(json_config, "routed_expert_hidden_size")) {
+    config.routed_expert_hidden_size = get_int(json_config, "routed_expert_hidden_size");
+    MLA_CHECK(*config.routed_expert_hidden_size > 0, "config.json: 'routed_expert_hidden_size' must be positive");
+  }
+  config.latent_moe_use_norm = get_bool(json_config, "latent_moe_use_norm", false);
+  if (find_key(json_config, "attn_res_block_size")) {
+    config.attn_res_block_size = get_int(json_config, "attn_res_block_size");
+    MLA_CHECK(*config.attn_res_block_size > 0, "config.json: 'attn_res_block_size' must be positive");
+  }
+  const std::string act = get_string(json_config, "hidden_act", "silu");
+  MLA_CHECK(act == "silu" || act == "situ", "config.json: hidden_act '{}' is not supported (silu, situ)", act);
+  config.situ = act == "situ";
+  config.activation_situ_beta = get_double(json_config, "activation_situ_beta", 4.0);
+  config.activation_situ_linear_beta = get_double(json_config, "activation_situ_linear_beta", 25.0);
   config.n_routed_experts = get_int(json_config, "num_experts", 0);
   config.n_shared_experts = get_int(json_config, "num_shared_experts", 0);
   config.num_experts_per_tok = get_int(json_config, "num_experts_per_token", 0);
@@ -240,13 +257,18 @@ double ModelConfig::softmax_scale() const {
   return scale;
 }
 
-ModelConfig parse_model_config(const json& json_config) {
-  MLA_CHECK(json_config.is_object(), "config.json: not a JSON object");
+ModelConfig parse_model_config(const json& outer_config) {
+  MLA_CHECK(outer_config.is_object(), "config.json: not a JSON object");
+  // Kimi K3 (KimiK3ForConditionalGeneration) wraps a kimi_linear text model in text_config;
+  // its vision tower is not run, and its tensors live under "language_model.".
+  const bool k3 = get_string(outer_config, "model_type", "") == "kimi_k3";
+  const json* text_config = k3 ? find_key(outer_config, "text_config") : nullptr;
+  MLA_CHECK(!k3 || (text_config && text_config->is_object()), "config.json: kimi_k3 needs a 'text_config' object");
+  const json& json_config = k3 ? *text_config : outer_config;
   ModelConfig config;
   config.model_type = get_string(json_config, "model_type", "");
-  MLA_CHECK(config.model_type != "kimi_k3",
-            "config.json: model_type 'kimi_k3' (Kimi K3) is not supported yet: its KDA gate, latent MoE, SiTU and "
-            "attention residuals are not implemented (kimi_linear is)");
+  MLA_CHECK(!k3 || config.model_type == "kimi_linear", "config.json: kimi_k3's text_config.model_type must be "
+            "kimi_linear, got '{}'", config.model_type);
   MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2" || config.model_type == "kimi_linear",
             "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2, kimi_linear)",
             config.model_type);
@@ -281,6 +303,10 @@ ModelConfig parse_model_config(const json& json_config) {
   config.eos_token_id = get_optional_token(json_config, "eos_token_id");
   if (const json* quant = find_key(json_config, "quantization_config")) parse_quantization(*quant, config);
   if (config.model_type == "kimi_linear") parse_kimi_linear(json_config, config);
+  if (k3) {
+    config.model_type = "kimi_k3";
+    config.weight_prefix = "language_model.";
+  }
   validate(config, json_config);
   return config;
 }

@@ -12,7 +12,7 @@ namespace mlaserve {
 
 enum class ScoringFunc { Sigmoid, Softmax };
 enum class TopkMethod { NoAuxTc, Greedy, GroupLimitedGreedy };
-enum class WeightQuant { None, Fp8Block, Int4Group };
+enum class WeightQuant { None, Fp8Block, Int4Group, Mxfp4 };
 
 struct YarnScaling {
   double factor = 1.0;                            // context extension factor s
@@ -29,6 +29,8 @@ struct KdaConfig {
   int64_t num_heads = 0;           // KDA heads
   int64_t head_dim = 0;            // per-head key and value width
   int64_t short_conv_kernel_size = 4;
+  bool use_full_rank_gate = false;         // K3: output gate g_proj(x) instead of g_b(g_a(x))
+  std::optional<double> gate_lower_bound;  // K3: g = lb * sigmoid(exp(A_log) * f), not -exp(A_log) * softplus(f)
   int64_t kda_layers() const;
   int64_t state_floats() const;    // one sequence, all KDA layers: conv windows + recurrent state
 };
@@ -68,6 +70,13 @@ struct ModelConfig {
   int64_t int4_group_size = 32;      // compressed-tensors weights.group_size
   std::optional<KdaConfig> kda;      // kimi_linear only
   bool mla_use_nope = false;         // kimi_linear: the 64-wide "rope" slices are not rotated
+  bool mla_use_output_gate = false;  // K3: MLA output *= sigmoid(g_proj(x)) before o_proj
+  std::optional<int64_t> routed_expert_hidden_size;  // K3 LatentMoE width (routed experts run there)
+  bool latent_moe_use_norm = false;  // K3: RMSNorm of the routed sum in the latent space
+  bool situ = false;                 // hidden_act "situ" (K3)
+  double activation_situ_beta = 4.0, activation_situ_linear_beta = 25.0;
+  std::optional<int64_t> attn_res_block_size;  // K3 attention residuals: layers per block
+  std::string weight_prefix;         // "language_model." for kimi_k3 (a multimodal wrapper)
 
   bool is_kimi_linear() const { return kda.has_value(); }
   // Recurrent state one sequence carries (KDA conv windows and S matrices, fp32); 0 for MLA-only models.

@@ -1,5 +1,6 @@
 #include "kernels/linear.h"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -45,6 +46,23 @@ void dequantize_int4_row(const LinearWeight& weight, int64_t row, float* out) {
   }
 }
 
+// OCP MX: E2M1 code -> value (bit 3 the sign), times 2^(scale - 127) per 32 columns.
+void dequantize_mxfp4_row(const LinearWeight& weight, int64_t row, float* out) {
+  static constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const int64_t stored_row = weight.row_offset + row;
+  const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+  const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
+  for (int64_t group = 0; group < weight.cols / 32; ++group) {
+    const float scale = std::ldexp(1.0f, int(scales[group]) - 127);
+    for (int64_t c = group * 32; c < group * 32 + 32; c += 2) {
+      const uint8_t byte = bytes[c / 2];
+      out[c] = kE2M1[byte & 0xf] * scale;
+      out[c + 1] = kE2M1[byte >> 4] * scale;
+    }
+  }
+}
+
 // A per-thread row buffer for formats that are dequantized before the dot product.
 float* row_scratch(int64_t cols) {
   thread_local std::vector<float> scratch;
@@ -72,6 +90,7 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
     }
     case WeightFormat::Fp8Block: dequantize_fp8_row(weight, row, out); return;
     case WeightFormat::Int4Group: dequantize_int4_row(weight, row, out); return;
+    case WeightFormat::Mxfp4: dequantize_mxfp4_row(weight, row, out); return;
   }
 }
 

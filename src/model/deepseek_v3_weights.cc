@@ -76,7 +76,7 @@ namespace mlaserve {
 namespace {
 
 int64_t split_alignment(const LinearWeight& weight) {
-  return weight.format == WeightFormat::Int4Group ? weight.group_size : 1;
+  return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
 // Gate/up rows and down columns [i0, i1) of the intermediate dimension.

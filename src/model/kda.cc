@@ -48,14 +48,19 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
   linear(weights.v_proj, x, n_tokens, v.data());
   linear(weights.f_a_proj, x, n_tokens, low.data());
   linear(weights.f_b_proj, low.data(), n_tokens, f.data());
-  linear(weights.g_a_proj, x, n_tokens, low.data());
-  linear(weights.g_b_proj, low.data(), n_tokens, gate.data());
+  if (weights.g_proj) {
+    linear(*weights.g_proj, x, n_tokens, gate.data());
+  } else {
+    linear(weights.g_a_proj, x, n_tokens, low.data());
+    linear(weights.g_b_proj, low.data(), n_tokens, gate.data());
+  }
   linear(weights.b_proj, x, n_tokens, beta.data());
   for (auto& b : beta) b = sigmoid(b);
   for (int64_t t = 0; t < n_tokens; ++t)  // log decay per channel
     for (int64_t c = 0; c < width; ++c) {
       float& value = f[size_t(t * width + c)];
-      value = -std::exp(weights.A_log[c / dim]) * softplus(value + weights.dt_bias[c]);
+      const float rate = std::exp(weights.A_log[c / dim]), pre = value + weights.dt_bias[c];
+      value = shape.gate_lower_bound ? *shape.gate_lower_bound * sigmoid(rate * pre) : -rate * softplus(pre);
     }
   const float q_scale = 1.0f / std::sqrt(float(dim));
   std::vector<float> o(q.size());

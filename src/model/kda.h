@@ -1,8 +1,11 @@
 // Kimi Delta Attention layer (Kimi Linear's KimiDeltaAttention): q/k/v projections through
 // a causal depthwise short convolution and SiLU, a per-channel forget gate
-// g = -exp(A_log[h]) * softplus(f_b(f_a(x)) + dt_bias), beta = sigmoid(b_proj(x)), the gated
-// delta-rule recurrence per head, then RMSNorm(o_norm) * sigmoid(g_b(g_a(x))) and o_proj.
+// g = -exp(A_log[h]) * softplus(f_b(f_a(x)) + dt_bias) (Kimi K3 with gate_lower_bound lb:
+// g = lb * sigmoid(exp(A_log[h]) * (f_b(f_a(x)) + dt_bias))), beta = sigmoid(b_proj(x)), the
+// gated delta-rule recurrence per head, then RMSNorm(o_norm) * sigmoid(gate) with gate =
+// g_b(g_a(x)) (K3 use_full_rank_gate: g_proj(x)), and o_proj.
 #pragma once
+#include <optional>
 #include <span>
 
 #include "io/linear_weight.h"
@@ -19,8 +22,9 @@ struct KdaWeights {
   LinearWeight f_b_proj;                // [H * head_dim, head_dim]
   const float* dt_bias = nullptr;       // [H * head_dim]
   LinearWeight b_proj;                  // [H, hidden]
-  LinearWeight g_a_proj;                // [head_dim, hidden]
+  LinearWeight g_a_proj;                // [head_dim, hidden] (no full-rank gate)
   LinearWeight g_b_proj;                // [H * head_dim, head_dim]
+  std::optional<LinearWeight> g_proj;   // K3 full-rank output gate [H * head_dim, hidden]
   const float* o_norm = nullptr;        // [head_dim]
   LinearWeight o_proj;                  // [hidden, H * head_dim]
 };
@@ -28,6 +32,7 @@ struct KdaWeights {
 struct KdaShape {
   int64_t hidden_size, n_heads, head_dim, conv_kernel;
   double norm_eps;  // o_norm: rms_norm_eps
+  std::optional<float> gate_lower_bound;  // K3
   int64_t width() const { return n_heads * head_dim; }
   // Floats of one sequence's state for one layer: q, k, v conv windows, then S [H, K, V].
   int64_t state_floats() const { return 3 * width() * (conv_kernel - 1) + n_heads * head_dim * head_dim; }

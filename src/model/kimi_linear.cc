@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
+#include "kernels/simd.h"
 
 namespace mlaserve {
 namespace {
@@ -23,13 +26,18 @@ KdaWeights load_kda(WeightLoader& loader, const ModelConfig& config, const std::
   w.q_conv1d = loader.array(prefix + ".q_conv1d.weight", {width, 1, kernel});
   w.k_conv1d = loader.array(prefix + ".k_conv1d.weight", {width, 1, kernel});
   w.v_conv1d = loader.array(prefix + ".v_conv1d.weight", {width, 1, kernel});
-  w.A_log = loader.array(prefix + ".A_log", {1, 1, kda.num_heads, 1});
+  w.A_log = kda.gate_lower_bound ? loader.leading(prefix + ".A_log", kda.num_heads)
+                                 : loader.array(prefix + ".A_log", {1, 1, kda.num_heads, 1});
   w.f_a_proj = loader.linear(prefix + ".f_a_proj", dim, hidden);
   w.f_b_proj = loader.linear(prefix + ".f_b_proj", width, dim);
   w.dt_bias = loader.vector(prefix + ".dt_bias", width);
   w.b_proj = loader.linear(prefix + ".b_proj", kda.num_heads, hidden);
-  w.g_a_proj = loader.linear(prefix + ".g_a_proj", dim, hidden);
-  w.g_b_proj = loader.linear(prefix + ".g_b_proj", width, dim);
+  if (kda.use_full_rank_gate) {
+    w.g_proj = loader.linear(prefix + ".g_proj", width, hidden);
+  } else {
+    w.g_a_proj = loader.linear(prefix + ".g_a_proj", dim, hidden);
+    w.g_b_proj = loader.linear(prefix + ".g_b_proj", width, dim);
+  }
   w.o_norm = loader.vector(prefix + ".o_norm.weight", dim);
   w.o_proj = loader.linear(prefix + ".o_proj", hidden, width);
   return w;
@@ -37,28 +45,56 @@ KdaWeights load_kda(WeightLoader& loader, const ModelConfig& config, const std::
 
 // block_sparse_moe: router gate (+ e_score_correction_bias), experts.{e}.w1 (gate) / w3 (up) /
 // w2 (down), shared_experts.{gate,up,down}_proj.
+GluActivation activation_of(const ModelConfig& config) {
+  return {config.situ, float(config.activation_situ_beta), float(config.activation_situ_linear_beta)};
+}
+
+MlpWeights load_mlp(WeightLoader& loader, const ModelConfig& config, const std::string& prefix, int64_t width) {
+  MlpWeights mlp = load_mlp_weights(loader, prefix, config.hidden_size, width);
+  mlp.activation = activation_of(config);
+  return mlp;
+}
+
+// K3 LatentMoE: the experts read and write routed_expert_hidden_size-wide vectors.
 MoeWeights load_block_sparse_moe(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
   const int64_t hidden = config.hidden_size, width = config.moe_intermediate_size;
+  const int64_t expert_io = config.routed_expert_hidden_size.value_or(hidden);
   MoeWeights moe;
+  if (config.routed_expert_hidden_size) {
+    LatentMoeWeights latent;
+    latent.routed_expert_down_proj = loader.linear(prefix + ".routed_expert_down_proj", expert_io, hidden);
+    if (config.latent_moe_use_norm) latent.routed_expert_norm = loader.vector(prefix + ".routed_expert_norm.weight", expert_io);
+    latent.routed_expert_up_proj = loader.linear(prefix + ".routed_expert_up_proj", hidden, expert_io);
+    latent.norm_eps = config.rms_norm_eps;
+    moe.latent = latent;
+  }
   moe.gate = loader.dense(prefix + ".gate.weight", config.n_routed_experts, hidden);
   moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias", config.n_routed_experts);
   for (int64_t e = 0; e < config.n_routed_experts; ++e) {
     const std::string expert = fmt::format("{}.experts.{}", prefix, e);
-    moe.experts.push_back({loader.linear(expert + ".w1", width, hidden), loader.linear(expert + ".w3", width, hidden),
-                           loader.linear(expert + ".w2", hidden, width)});
+    moe.experts.push_back({loader.linear(expert + ".w1", width, expert_io), loader.linear(expert + ".w3", width, expert_io),
+                           loader.linear(expert + ".w2", expert_io, width), activation_of(config)});
   }
-  if (config.n_shared_experts > 0)
-    moe.shared_experts = load_mlp_weights(loader, prefix + ".shared_experts", hidden, config.n_shared_experts * width);
+  if (config.n_shared_experts > 0) moe.shared_experts = load_mlp(loader, config, prefix + ".shared_experts", config.n_shared_experts * width);
   return moe;
+}
+
+AttnResWeights load_attn_res(WeightLoader& loader, const std::string& prefix, int64_t hidden) {
+  return {loader.vector(prefix + "_res_norm.weight", hidden), loader.array(prefix + "_res_proj.weight", {1, hidden})};
 }
 
 KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config, WeightLoader& loader) {
   const int64_t hidden = config.hidden_size;
+  const std::string& root = config.weight_prefix;
   KimiLinearWeights weights;
-  weights.embed_tokens = loader.dense("model.embed_tokens.weight", config.vocab_size, hidden);
+  weights.embed_tokens = loader.dense(root + "model.embed_tokens.weight", config.vocab_size, hidden);
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    const std::string prefix = fmt::format("model.layers.{}", i);
+    const std::string prefix = fmt::format("{}model.layers.{}", root, i);
     KimiLinearLayerWeights layer;
+    if (config.attn_res_block_size) {
+      layer.attention_res = load_attn_res(loader, prefix + ".self_attention", hidden);
+      layer.mlp_res = load_attn_res(loader, prefix + ".mlp", hidden);
+    }
     layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
     layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
     if (config.kda->is_mla_layer[size_t(i)])
@@ -68,11 +104,13 @@ KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config
     if (config.is_moe_layer(i))
       layer.moe = load_block_sparse_moe(loader, config, prefix + ".block_sparse_moe");
     else
-      layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
+      layer.mlp = load_mlp(loader, config, prefix + ".mlp", config.intermediate_size);
     weights.layers.push_back(std::move(layer));
   }
-  weights.norm = loader.vector("model.norm.weight", hidden);
-  weights.lm_head = config.tie_word_embeddings ? weights.embed_tokens : loader.linear("lm_head", config.vocab_size, hidden);
+  if (config.attn_res_block_size) weights.final_res = load_attn_res(loader, root + "model.final", hidden);
+  weights.norm = loader.vector(root + "model.norm.weight", hidden);
+  weights.lm_head =
+      config.tie_word_embeddings ? weights.embed_tokens : loader.linear(root + "lm_head", config.vocab_size, hidden);
   for (const auto& name : checkpoint.unused_names())
     MLA_CHECK(name.ends_with("rotary_emb.inv_freq"), "unexpected tensor '{}' (shape {}) not used by {}", name,
               checkpoint.all().at(name)->shape_string(), config.model_type);
@@ -95,7 +133,8 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWei
                  config_.qk_nope_head_dim, config_.qk_rope_head_dim,    config_.v_head_dim,
                  1e-6,                     float(config_.softmax_scale()), !config_.mla_use_nope},
       kda_shape_{config_.hidden_size, config_.kda->num_heads, config_.kda->head_dim,
-                 config_.kda->short_conv_kernel_size, config_.rms_norm_eps},
+                 config_.kda->short_conv_kernel_size, config_.rms_norm_eps,
+                 config_.kda->gate_lower_bound ? std::optional<float>(float(*config_.kda->gate_lower_bound)) : std::nullopt},
       router_(RouterParams::from_config(config_)) {
   int64_t mla = 0, kda = 0;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
@@ -167,6 +206,95 @@ void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, 
   kda_forward(kda_shape_, std::get<KdaWeights>(attn), normed, n_tokens, sequences, out);
 }
 
+namespace {
+
+// Kimi K3's attention residuals: per token, a softmax over the candidates c of
+// <RMSNorm(c), res_norm * res_proj> (RMSNorm without weight, eps rms_norm_eps) mixes the
+// candidates themselves. out: [n_tokens, hidden].
+void attn_res_mix(const AttnResWeights& weights, const std::vector<const float*>& candidates, int64_t n_tokens,
+                  int64_t hidden, double eps, float* out) {
+  std::vector<float> query(static_cast<size_t>(hidden)), scores(candidates.size());
+  for (int64_t d = 0; d < hidden; ++d) query[size_t(d)] = weights.res_norm[d] * weights.res_proj[d];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float best = -INFINITY;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const float* v = candidates[c] + t * hidden;
+      double square = 0, dot = 0;
+      for (int64_t d = 0; d < hidden; ++d) {
+        square += double(v[d]) * v[d];
+        dot += double(v[d]) * query[size_t(d)];
+      }
+      scores[c] = float(dot / std::sqrt(square / double(hidden) + eps));
+      best = std::max(best, scores[c]);
+    }
+    float total = 0;
+    for (float& score : scores) total += score = std::exp(score - best);
+    float* mixed = out + t * hidden;
+    std::fill(mixed, mixed + hidden, 0.0f);
+    for (size_t c = 0; c < candidates.size(); ++c) simd::axpy(scores[c] / total, candidates[c] + t * hidden, mixed, hidden);
+  }
+}
+
+}  // namespace
+
+void KimiLinearModel::feed_forward(int64_t layer, const float* normed, int64_t n_tokens, float* out) const {
+  const KimiLinearLayerWeights& weights = weights_.layers[size_t(layer)];
+  if (weights.moe)
+    moe_forward(router_, *weights.moe, normed, n_tokens, out);
+  else
+    mlp_forward(*weights.mlp, normed, n_tokens, out);
+}
+
+// The plain residual stream: h += mixer(norm(h)); h += ffn(norm(h)).
+void KimiLinearModel::run_layers(const Pass& pass, std::vector<float>& residual) const {
+  const int64_t hidden = config_.hidden_size, n = pass.n_tokens;
+  std::vector<float> normed(residual.size()), out(residual.size());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
+    rms_norm(residual.data(), hidden, layer.input_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    mix(i, normed.data(), n, pass.batch, pass.sequences, out.data());
+    for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
+    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    feed_forward(i, normed.data(), n, out.data());
+    for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
+  }
+}
+
+// Attention residuals (attn_res_block_size): each sublayer reads a mix of the bank (the
+// embedding, then the sum of each completed block's sublayer outputs) and the current block's
+// partial sum; the final norm reads one more mix. `residual` holds the embedding on entry and
+// the final mix on return.
+void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& residual) const {
+  const int64_t hidden = config_.hidden_size, n = pass.n_tokens, block = *config_.attn_res_block_size;
+  std::vector<std::vector<float>> bank = {residual};
+  std::vector<float> partial(residual.size(), 0.0f), normed(residual.size()), out(residual.size());
+  bool partial_started = false;
+  auto mix_into_residual = [&](const AttnResWeights& weights) {
+    std::vector<const float*> candidates;
+    for (const auto& sum : bank) candidates.push_back(sum.data());
+    if (partial_started) candidates.push_back(partial.data());
+    attn_res_mix(weights, candidates, n, hidden, config_.rms_norm_eps, residual.data());
+  };
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
+    mix_into_residual(*layer.attention_res);
+    rms_norm(residual.data(), hidden, layer.input_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    mix(i, normed.data(), n, pass.batch, pass.sequences, out.data());
+    for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
+    partial_started = true;
+    mix_into_residual(*layer.mlp_res);
+    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    feed_forward(i, normed.data(), n, out.data());
+    for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
+    if ((i + 1) % block == 0) {
+      bank.push_back(partial);
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      partial_started = false;
+    }
+  }
+  mix_into_residual(*weights_.final_res);
+}
+
 void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits) const {
   const int64_t hidden = config_.hidden_size;
   std::vector<MlaSequence> sequences;
@@ -187,26 +315,19 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
       logit_tokens.push_back(n_tokens + count - 1);
     n_tokens += count;
   }
-  std::vector<float> residual(size_t(n_tokens * hidden)), normed(residual.size()), mixed(residual.size());
+  std::vector<float> residual(size_t(n_tokens * hidden));
   int64_t row = 0;
   for (const auto& seq : batch)
     for (int32_t token : seq.tokens) {
       MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token, config_.vocab_size);
       dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
     }
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
-    rms_norm(residual.data(), hidden, layer.input_layernorm, n_tokens, hidden, config_.rms_norm_eps, normed.data(), hidden);
-    mix(i, normed.data(), n_tokens, batch, sequences, mixed.data());
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
-    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n_tokens, hidden, config_.rms_norm_eps,
-             normed.data(), hidden);
-    if (layer.moe)
-      moe_forward(router_, *layer.moe, normed.data(), n_tokens, mixed.data());
-    else
-      mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
-  }
+  const Pass pass{batch, sequences, n_tokens};
+  if (config_.attn_res_block_size)
+    run_layers_attn_res(pass, residual);
+  else
+    run_layers(pass, residual);
+  std::vector<float> normed(residual.size());
   const int64_t n_out = int64_t(logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,

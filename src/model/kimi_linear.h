@@ -2,6 +2,9 @@
 // run MLA without rotary embedding (mla_use_nope), every other layer Kimi Delta Attention;
 // a dense MLP for the first first_k_dense_replace layers, sigmoid-routed MoE with shared
 // experts after (block_sparse_moe, experts w1/w3/w2). HF semantics, fp32 activations.
+// Kimi K3 (model_type kimi_k3, the text model under "language_model.") adds the KDA gate with
+// a lower bound and full-rank output gate, MLA's output gate, LatentMoE, SiTU and attention
+// residuals.
 // Each sequence carries its KDA state beside its latent cache (LatentCacheView::state).
 #pragma once
 #include <deque>
@@ -18,7 +21,14 @@
 
 namespace mlaserve {
 
+// Kimi K3's attention residuals: the query that mixes the residual bank before a sublayer.
+struct AttnResWeights {
+  const float* res_norm = nullptr;  // [hidden]
+  const float* res_proj = nullptr;  // [1, hidden]
+};
+
 struct KimiLinearLayerWeights {
+  std::optional<AttnResWeights> attention_res, mlp_res;  // K3: self_attention_res_*, mlp_res_*
   const float* input_layernorm = nullptr;
   const float* post_attention_layernorm = nullptr;
   std::variant<MlaWeights, KdaWeights> self_attn;
@@ -29,6 +39,7 @@ struct KimiLinearLayerWeights {
 struct KimiLinearWeights {
   LinearWeight embed_tokens;
   std::vector<KimiLinearLayerWeights> layers;
+  std::optional<AttnResWeights> final_res;  // K3: model.final_res_*, before the final norm
   const float* norm = nullptr;
   LinearWeight lm_head;
 };
@@ -53,6 +64,15 @@ class KimiLinearModel : public CausalLM {
     WeightLoader loader;
   };
   KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWeights weights);
+  // One forward pass's sequences, for the layer loops.
+  struct Pass {
+    std::span<const ForwardSequence> batch;
+    std::span<const MlaSequence> sequences;
+    int64_t n_tokens;
+  };
+  void run_layers(const Pass& pass, std::vector<float>& residual) const;
+  void run_layers_attn_res(const Pass& pass, std::vector<float>& residual) const;
+  void feed_forward(int64_t layer, const float* normed, int64_t n_tokens, float* out) const;
   void mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,
            std::span<const MlaSequence> mla_sequences, float* out) const;
 

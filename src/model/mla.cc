@@ -1,6 +1,7 @@
 #include "model/mla.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -151,6 +152,11 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
     else
       attend_absorbed(shape, weights, seq, input.layer, seq_q, seq_attn);
   }
+  if (weights.g_proj) {  // Kimi K3's output gate: attn *= sigmoid(g_proj(x))
+    std::vector<float> gate(attn.size());
+    linear(*weights.g_proj, input.x, input.n_tokens, gate.data());
+    for (size_t i = 0; i < attn.size(); ++i) attn[i] /= 1.0f + std::exp(-gate[i]);
+  }
   linear(weights.o_proj, attn.data(), input.n_tokens, out);
 }
 
@@ -169,6 +175,7 @@ MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, con
   mla.kv_b_proj = loader.linear(prefix + ".kv_b_proj",
                                 heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
   mla.o_proj = loader.linear(prefix + ".o_proj", hidden, heads * config.v_head_dim);
+  if (config.mla_use_output_gate) mla.g_proj = loader.linear(prefix + ".g_proj", heads * config.v_head_dim, hidden);
   return mla;
 }
 

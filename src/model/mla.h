@@ -21,6 +21,7 @@ struct MlaWeights {
   const float* kv_a_layernorm = nullptr;  // [kv_lora_rank]
   LinearWeight kv_b_proj;                // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
   LinearWeight o_proj;                   // [hidden, H * v_head_dim]
+  std::optional<LinearWeight> g_proj;    // Kimi K3 output gate [H * v_head_dim, hidden]
 };
 
 // Which form computes attention: Expanded recomputes per-head K/V for every cached position

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/linear.h"
+#include "kernels/norm.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -13,9 +14,40 @@ void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, fl
   std::vector<float> gate(size_t(n_tokens * width)), up(size_t(n_tokens * width));
   linear(weights.gate_proj, x, n_tokens, gate.data());
   linear(weights.up_proj, x, n_tokens, up.data());
-  for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  const GluActivation& act = weights.activation;
+  if (act.situ) {
+    for (size_t i = 0; i < gate.size(); ++i)
+      gate[i] = act.beta * std::tanh(gate[i] / act.beta) / (1.0f + std::exp(-gate[i])) *
+                (act.linear_beta * std::tanh(up[i] / act.linear_beta));
+  } else {
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
   linear(weights.down_proj, gate.data(), n_tokens, out);
 }
+
+namespace {
+
+// sum_k w_k expert_k(x) over the experts this rank owns, accumulated into out; x, out:
+// [n_tokens, width] with width the experts' input width.
+void run_routed_experts(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
+                        const float* x, int64_t width, float* out) {
+  // Each active expert runs once on all its tokens, so its weights are read once per step.
+  std::vector<float> gathered, expert_out;
+  for (int64_t e = 0; e < int64_t(tokens_of.size()); ++e) {
+    const auto& assigned = tokens_of[size_t(e)];
+    if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
+    const int64_t count = int64_t(assigned.size());
+    gathered.resize(size_t(count * width));
+    expert_out.resize(size_t(count * width));
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(gathered.data() + i * width, x + assigned[size_t(i)].first * width, size_t(width) * sizeof(float));
+    mlp_forward(weights.experts[size_t(e)], gathered.data(), count, expert_out.data());
+    for (int64_t i = 0; i < count; ++i)
+      simd::axpy(assigned[size_t(i)].second, expert_out.data() + i * width, out + assigned[size_t(i)].first * width, width);
+  }
+}
+
+}  // namespace
 
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
                  int64_t n_tokens, float* out) {
@@ -35,22 +67,16 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
     mlp_forward(*weights.shared_experts, x, n_tokens, out);
   else
     std::fill(out, out + n_tokens * hidden, 0.0f);
-  // Each active expert runs once on all its tokens, so its weights are read once per step.
-  std::vector<float> gathered, expert_out;
-  for (int64_t e = 0; e < router.n_experts; ++e) {
-    const auto& assigned = tokens_of[e];
-    if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
-    const int64_t count = int64_t(assigned.size());
-    gathered.resize(size_t(count * hidden));
-    expert_out.resize(size_t(count * hidden));
-    for (int64_t i = 0; i < count; ++i)
-      std::memcpy(gathered.data() + i * hidden, x + assigned[i].first * hidden,
-                  size_t(hidden) * sizeof(float));
-    mlp_forward(weights.experts[e], gathered.data(), count, expert_out.data());
-    for (int64_t i = 0; i < count; ++i)
-      simd::axpy(assigned[i].second, expert_out.data() + i * hidden,
-                 out + assigned[i].first * hidden, hidden);
-  }
+  if (!weights.latent) return run_routed_experts(weights, tokens_of, x, hidden, out);
+  const LatentMoeWeights& latent = *weights.latent;
+  const int64_t width = latent.routed_expert_down_proj.rows;
+  std::vector<float> h(size_t(n_tokens * width)), routed(h.size(), 0.0f), back(size_t(n_tokens * hidden));
+  linear(latent.routed_expert_down_proj, x, n_tokens, h.data());
+  run_routed_experts(weights, tokens_of, h.data(), width, routed.data());
+  if (latent.routed_expert_norm)
+    rms_norm(routed.data(), width, latent.routed_expert_norm, n_tokens, width, latent.norm_eps, routed.data(), width);
+  linear(latent.routed_expert_up_proj, routed.data(), n_tokens, back.data());
+  for (size_t i = 0; i < back.size(); ++i) out[i] += back[i];
 }
 
 MlpWeights load_mlp_weights(WeightLoader& loader, const std::string& prefix, int64_t hidden, int64_t width) {

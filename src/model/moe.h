@@ -10,10 +10,30 @@
 
 namespace mlaserve {
 
+// The gated activation of an MLP: act(gate x) * up'(up x). SiLU with up' = identity
+// (DeepSeek-V3, Kimi Linear), or Kimi K3's SiTU (hidden_act "situ"), in fp32:
+// act(g) = beta tanh(g / beta) sigmoid(g), up'(u) = linear_beta tanh(u / linear_beta)
+// (activation_situ_beta, activation_situ_linear_beta).
+struct GluActivation {
+  bool situ = false;
+  float beta = 4.0f, linear_beta = 25.0f;
+};
+
 struct MlpWeights {
   LinearWeight gate_proj;  // [intermediate, hidden]
   LinearWeight up_proj;    // [intermediate, hidden]
   LinearWeight down_proj;  // [hidden, intermediate]
+  GluActivation activation = {};
+};
+
+// Kimi K3's LatentMoE: the routed experts run in a narrower space. h = down(x); the weighted
+// sum of the experts on h is RMSNorm'd (routed_expert_norm, when latent_moe_use_norm), then up()
+// back to hidden. The router and the shared experts read x itself.
+struct LatentMoeWeights {
+  LinearWeight routed_expert_down_proj;  // [latent, hidden]
+  const float* routed_expert_norm = nullptr;  // [latent] or null
+  LinearWeight routed_expert_up_proj;    // [hidden, latent]
+  double norm_eps = 1e-6;
 };
 
 struct MoeWeights {
@@ -23,6 +43,7 @@ struct MoeWeights {
   std::optional<MlpWeights> shared_experts;       // intermediate = n_shared * moe_intermediate
   int64_t first_owned_expert = 0;                 // expert parallelism: this rank runs experts
   int64_t end_owned_expert = INT64_MAX;           // [first_owned_expert, end_owned_expert)
+  std::optional<LatentMoeWeights> latent;         // Kimi K3
 };
 
 // prefix.{gate,up,down}_proj of an MLP of `width` (checked against the checkpoint).

@@ -23,6 +23,7 @@ struct TestWeight {
   std::vector<uint8_t> bytes;
   std::vector<float> block_scale;
   std::vector<uint16_t> group_scale;
+  std::vector<uint8_t> scales_u8;
 };
 
 TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t seed) {
@@ -62,6 +63,25 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t
         t.values[r * cols + c] = fp8_e4m3_to_f32(code) * t.block_scale[(r / 128) * block_cols + c / 128];
       }
     t.weight.block_scale = t.block_scale.data();
+  } else if (format == WeightFormat::Mxfp4) {
+    // E2M1 from the OCP MX definition: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0;
+    // exponent 0 is subnormal (0 or 0.5). Scales E8M0: 2^(s - 127).
+    auto e2m1 = [](int code) {
+      const int exponent = (code >> 1) & 3, mantissa = code & 1;
+      const float magnitude = exponent == 0 ? 0.5f * float(mantissa) : std::ldexp(1.0f + 0.5f * float(mantissa), exponent - 1);
+      return code & 8 ? -magnitude : magnitude;
+    };
+    t.scales_u8.resize(size_t(rows * cols / 32));
+    for (auto& scale : t.scales_u8) scale = uint8_t(120 + byte(rng) % 12);
+    t.bytes.resize(size_t(rows * cols / 2));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int code = byte(rng) % 16;
+        t.bytes[(r * cols + c) / 2] |= uint8_t(code << (4 * (c % 2)));  // low nibble: even column
+        t.values[r * cols + c] = e2m1(code) * std::ldexp(1.0f, int(t.scales_u8[(r * cols + c) / 32]) - 127);
+      }
+    t.weight.e8m0_scale = t.scales_u8.data();
+    t.weight.group_size = 32;
   } else {  // Int4Group, group 32
     const int64_t group = 32;
     t.group_scale.resize(size_t(rows * cols / group));
@@ -173,7 +193,7 @@ TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearTest,
                          ::testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16,
-                                           WeightFormat::Fp8Block, WeightFormat::Int4Group),
+                                           WeightFormat::Fp8Block, WeightFormat::Int4Group, WeightFormat::Mxfp4),
                          [](const auto& param_info) { return std::string(weight_format_name(param_info.param)); });
 
 }  // namespace
