@@ -20,7 +20,7 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "tiny | mini | small")->capture_default_str();
   cmd->add_option("--config", options->config_file, "a config.json to use instead of a preset");
   cmd->add_option("--override", options->override_json, "JSON object merged into the config");
-  cmd->add_option("--dtype", options->dtype, "f32 | bf16 | fp8 | int4 (int4: routed experts)")->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "f32 | bf16 | fp8 | int4 | mxfp4 (int4, mxfp4: routed experts)")->capture_default_str();
   cmd->add_option("--group-size", options->group_size, "INT4 group size")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
   cmd->add_option("--shard-mb", options->shard_mb, "max shard size in MB (0: one file)")->capture_default_str();

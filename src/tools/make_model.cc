@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -159,6 +160,40 @@ void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std:
                  }});
 }
 
+// compressed-tensors mxfp4-pack-quantized: per 32 columns the E8M0 scale 2^(s-127) that
+// brings max |w| within E2M1's 6, then each value's nearest E2M1 code (low nibble: even column).
+void add_mxfp4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix) {
+  MLA_CHECK(m.cols % 32 == 0, "MXFP4 needs in_features divisible by 32, '{}' has {}", prefix, m.cols);
+  static constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  auto quantize_row = [m](int64_t r, uint8_t* packed, uint8_t* scales) {
+    std::vector<float> values(static_cast<size_t>(m.cols));
+    m.row(r, values.data());
+    for (int64_t g = 0; g < m.cols / 32; ++g) {
+      float max_abs = 0.0f;
+      for (int64_t c = g * 32; c < g * 32 + 32; ++c) max_abs = std::max(max_abs, std::fabs(values[size_t(c)]));
+      const int exponent = max_abs > 0 ? int(std::ceil(std::log2(max_abs / 6.0f))) : -127;
+      const int stored = std::clamp(exponent + 127, 0, 254);
+      if (scales) scales[g] = uint8_t(stored);
+      if (!packed) continue;
+      const float scale = std::ldexp(1.0f, stored - 127);
+      for (int64_t c = g * 32; c < g * 32 + 32; ++c) {
+        const float v = values[size_t(c)] / scale;
+        int best = 0;
+        for (int code = 1; code < 8; ++code)
+          if (std::fabs(std::fabs(v) - kE2M1[code]) < std::fabs(std::fabs(v) - kE2M1[best])) best = code;
+        const uint8_t nibble = uint8_t(best | (v < 0 && best != 0 ? 8 : 0));
+        packed[c / 2] = c % 2 ? uint8_t(packed[c / 2] | (nibble << 4)) : nibble;
+      }
+    }
+  };
+  out.push_back({prefix + ".weight_packed", DType::U8, {m.rows, m.cols / 2}, [m, quantize_row](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) { quantize_row(r, bytes + r * (m.cols / 2), nullptr); });
+                 }});
+  out.push_back({prefix + ".weight_scale", DType::U8, {m.rows, m.cols / 32}, [m, quantize_row](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) { quantize_row(r, nullptr, bytes + r * (m.cols / 32)); });
+                 }});
+}
+
 class TensorPlan {
  public:
   TensorPlan(const MakeModelOptions& options, const ModelConfig& config)
@@ -198,6 +233,8 @@ void TensorPlan::linear(const std::string& prefix, int64_t rows, int64_t cols, d
     add_fp8(tensors_, m, prefix);
   else if (options_.dtype == StorageDType::Int4 && routed_expert)
     add_int4(tensors_, m, prefix, options_.int4_group_size);
+  else if (options_.dtype == StorageDType::Mxfp4 && routed_expert)
+    add_mxfp4(tensors_, m, prefix);
   else
     add_dense(tensors_, m, base_dtype(), false);
 }
@@ -228,6 +265,7 @@ void TensorPlan::attention(const std::string& prefix) {
   const int64_t o_width = heads * config_.v_head_dim;
   linear(prefix + ".o_proj", hidden, o_width,
          inv_sqrt(o_width) / std::sqrt(2.0 * double(config_.num_hidden_layers)), false);
+  if (config_.mla_use_output_gate) linear(prefix + ".g_proj", o_width, hidden, inv_sqrt(hidden), false);
 }
 
 // Kimi Linear's KimiDeltaAttention tensors (HF names and shapes).
@@ -239,13 +277,19 @@ void TensorPlan::kda(const std::string& prefix) {
     linear(fmt::format("{}.{}_proj", prefix, name), width, hidden, in_std, false);
     f32_tensor(fmt::format("{}.{}_conv1d.weight", prefix, name), {width, 1, kda.short_conv_kernel_size}, {0.0, 0.5});
   }
-  f32_tensor(prefix + ".A_log", {1, 1, kda.num_heads, 1}, {1.0, 0.8});  // decay rates exp(A_log) around e
+  // Decay rates exp(A_log) around e; K3 stores 128 entries whatever its head count.
+  f32_tensor(prefix + ".A_log", {1, 1, kda.gate_lower_bound ? std::max<int64_t>(128, kda.num_heads) : kda.num_heads, 1},
+             {1.0, 0.8});
   linear(prefix + ".f_a_proj", dim, hidden, in_std, false);
   linear(prefix + ".f_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
   f32_tensor(prefix + ".dt_bias", {width}, {-1.0, 0.5});
   linear(prefix + ".b_proj", kda.num_heads, hidden, in_std, false);
-  linear(prefix + ".g_a_proj", dim, hidden, in_std, false);
-  linear(prefix + ".g_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
+  if (kda.use_full_rank_gate) {
+    linear(prefix + ".g_proj", width, hidden, in_std, false);
+  } else {
+    linear(prefix + ".g_a_proj", dim, hidden, in_std, false);
+    linear(prefix + ".g_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
+  }
   norm(prefix + ".o_norm.weight", dim);
   linear(prefix + ".o_proj", hidden, width, 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers)), false);
 }
@@ -258,21 +302,38 @@ void TensorPlan::moe(const std::string& prefix) {
   add_dense(tensors_, matrix(prefix + ".gate.e_score_correction_bias", 1, config_.n_routed_experts, {0.0, 0.1}),
             DType::F32, true);
   const double residual_std = 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers));
+  const int64_t expert_io = config_.routed_expert_hidden_size.value_or(hidden);
+  if (config_.routed_expert_hidden_size) {  // K3 LatentMoE
+    linear(prefix + ".routed_expert_down_proj", expert_io, hidden, 1.0 / std::sqrt(double(hidden)), false);
+    if (config_.latent_moe_use_norm) norm(prefix + ".routed_expert_norm.weight", expert_io);
+    linear(prefix + ".routed_expert_up_proj", hidden, expert_io, 1.0 / std::sqrt(double(expert_io)), false);
+  }
   for (int64_t e = 0; e < config_.n_routed_experts; ++e) {
     const std::string expert = fmt::format("{}.experts.{}", prefix, e);
-    linear(expert + ".w1", width, hidden, 1.0 / std::sqrt(double(hidden)), true);
-    linear(expert + ".w3", width, hidden, 1.0 / std::sqrt(double(hidden)), true);
-    linear(expert + ".w2", hidden, width, residual_std, true);
+    linear(expert + ".w1", width, expert_io, 1.0 / std::sqrt(double(expert_io)), true);
+    linear(expert + ".w3", width, expert_io, 1.0 / std::sqrt(double(expert_io)), true);
+    linear(expert + ".w2", expert_io, width, residual_std, true);
   }
   if (config_.n_shared_experts > 0) mlp(prefix + ".shared_experts", config_.n_shared_experts * width, false);
 }
 
 std::vector<TensorToWrite> TensorPlan::build() {
   const int64_t hidden = config_.hidden_size;
-  add_dense(tensors_, matrix("model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}),
+  const std::string& root = config_.weight_prefix;
+  // K3 attention residuals: the pseudo-query (res_norm * res_proj) of one mix.
+  auto attn_res = [&](const std::string& prefix) {
+    norm(prefix + "_res_norm.weight", hidden);
+    add_dense(tensors_, matrix(prefix + "_res_proj.weight", 1, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
+              base_dtype(), false);
+  };
+  add_dense(tensors_, matrix(root + "model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}),
             base_dtype(), false);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string prefix = fmt::format("model.layers.{}", i);
+    const std::string prefix = fmt::format("{}model.layers.{}", root, i);
+    if (config_.attn_res_block_size) {
+      attn_res(prefix + ".self_attention");
+      attn_res(prefix + ".mlp");
+    }
     norm(prefix + ".input_layernorm.weight", hidden);
     norm(prefix + ".post_attention_layernorm.weight", hidden);
     if (config_.is_kimi_linear() && !config_.kda->is_mla_layer[size_t(i)])
@@ -299,13 +360,23 @@ std::vector<TensorToWrite> TensorPlan::build() {
     if (config_.n_shared_experts > 0)
       mlp(prefix + ".mlp.shared_experts", config_.n_shared_experts * config_.moe_intermediate_size, false);
   }
-  norm("model.norm.weight", hidden);
+  if (config_.attn_res_block_size) attn_res(root + "model.final");
+  norm(root + "model.norm.weight", hidden);
   if (!config_.tie_word_embeddings)
-    linear("lm_head", config_.vocab_size, hidden, 1.0 / std::sqrt(double(hidden)), false);
+    linear(root + "lm_head", config_.vocab_size, hidden, 1.0 / std::sqrt(double(hidden)), false);
   return std::move(tensors_);
 }
 
 json quantization_config(const MakeModelOptions& options) {
+  if (options.dtype == StorageDType::Mxfp4) {
+    json weights = {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"strategy", "group"},
+                    {"group_size", 32}, {"scale_dtype", "torch.uint8"}};
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "mxfp4-pack-quantized"},
+            {"config_groups", {{"group_0", {{"format", "mxfp4-pack-quantized"}, {"targets", {"Linear"}}, {"weights", weights}}}}},
+            {"ignore", {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|down)_proj.*", "re:.*lm_head.*",
+                        "re:.*routed_expert_(down|up)_proj.*"}}};
+  }
   if (options.dtype == StorageDType::Fp8)
     return {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
             {"weight_block_size", {128, 128}}};
@@ -326,14 +397,17 @@ StorageDType storage_dtype_from_name(const std::string& name) {
   if (name == "bf16") return StorageDType::BF16;
   if (name == "fp8") return StorageDType::Fp8;
   if (name == "int4") return StorageDType::Int4;
-  fail("unknown --dtype '{}' (f32, bf16, fp8, int4)", name);
+  if (name == "mxfp4") return StorageDType::Mxfp4;
+  fail("unknown --dtype '{}' (f32, bf16, fp8, int4, mxfp4)", name);
 }
 
 void make_model(const MakeModelOptions& options) {
   json config = options.config;
-  config.erase("quantization_config");
-  if (options.dtype == StorageDType::Fp8 || options.dtype == StorageDType::Int4)
-    config["quantization_config"] = quantization_config(options);
+  // Kimi K3 keeps the text model's keys, quantization included, in text_config.
+  json& text = config.value("model_type", "") == "kimi_k3" && config.contains("text_config") ? config["text_config"] : config;
+  text.erase("quantization_config");
+  if (options.dtype != StorageDType::F32 && options.dtype != StorageDType::BF16)
+    text["quantization_config"] = quantization_config(options);
   const ModelConfig parsed = parse_model_config(config);
   const auto tensors = TensorPlan(options, parsed).build();
   std::filesystem::create_directories(options.out_dir);

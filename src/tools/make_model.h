@@ -8,11 +8,11 @@
 
 namespace mlaserve {
 
-enum class StorageDType { F32, BF16, Fp8, Int4 };
-StorageDType storage_dtype_from_name(const std::string& name);  // f32 | bf16 | fp8 | int4
+enum class StorageDType { F32, BF16, Fp8, Int4, Mxfp4 };
+StorageDType storage_dtype_from_name(const std::string& name);  // f32 | bf16 | fp8 | int4 | mxfp4
 
 struct MakeModelOptions {
-  nlohmann::json config;  // a DeepseekV3 config.json (preset or user file)
+  nlohmann::json config;  // a DeepseekV3 / Kimi Linear / Kimi K3 config.json (preset or user file)
   StorageDType dtype = StorageDType::BF16;
   int64_t int4_group_size = 32;
   uint64_t seed = 0;

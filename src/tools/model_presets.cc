@@ -77,10 +77,31 @@ nlohmann::json kimi_linear_tiny() {
             {"short_conv_kernel_size", 4}}}};
 }
 
+// Kimi K3 in miniature, every K3 feature on: 5 layers (MLA on 2 and 5, KDA on 1, 3, 4) with
+// the lower-bound KDA gate and full-rank output gates, q LoRA, MLA output gate, LatentMoE
+// (experts in a 128-wide latent space, normed sum), SiTU, attention residuals in blocks of 2
+// (so the last block is partial), routed scaling 1. Use --dtype mxfp4 for MXFP4 experts.
+nlohmann::json kimi_k3_tiny() {
+  nlohmann::json text = kimi_linear_tiny();
+  text.merge_patch({{"num_hidden_layers", 5}, {"q_lora_rank", 96}, {"mla_use_output_gate", true},
+                    {"routed_expert_hidden_size", 128}, {"latent_moe_use_norm", true}, {"hidden_act", "situ"},
+                    {"activation_situ_beta", 4.0}, {"activation_situ_linear_beta", 25.0}, {"attn_res_block_size", 2},
+                    {"routed_scaling_factor", 1.0}, {"num_shared_experts", 2},
+                    {"linear_attn_config", {{"full_attn_layers", {2, 5}}, {"kda_layers", {1, 3, 4}},
+                                            {"use_full_rank_gate", true}, {"gate_lower_bound", -5.0}}}});
+  return {{"architectures", {"KimiK3ForConditionalGeneration"}},
+          {"model_type", "kimi_k3"},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 0},
+          {"eos_token_id", 1},
+          {"text_config", text}};
+}
+
 }  // namespace
 
 nlohmann::json model_preset(const std::string& name) {
   if (name == "kimi-linear-tiny") return kimi_linear_tiny();
+  if (name == "kimi-k3-tiny") return kimi_k3_tiny();
   nlohmann::json config = common_config();
   auto set_shape = [&](int hidden, int layers, int heads, int q_lora, int kv_lora, int nope, int rope,
                        int v, int moe_width, int dense_width) {
@@ -103,7 +124,7 @@ nlohmann::json model_preset(const std::string& name) {
   else if (name == "small")
     set_shape(2048, 12, 16, 768, 512, 128, 64, 128, 768, 5632);
   else
-    fail("unknown preset '{}' (tiny, mini, small, kimi-linear-tiny)", name);
+    fail("unknown preset '{}' (tiny, mini, small, kimi-linear-tiny, kimi-k3-tiny)", name);
   return config;
 }
 

@@ -6,6 +6,6 @@
 
 namespace mlaserve {
 
-nlohmann::json model_preset(const std::string& name);  // tiny | mini | small | kimi-linear-tiny; throws otherwise
+nlohmann::json model_preset(const std::string& name);  // tiny | mini | small | kimi-linear-tiny | kimi-k3-tiny
 
 }  // namespace mlaserve

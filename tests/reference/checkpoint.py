@@ -74,6 +74,16 @@ class Weights:
 
     def linear(self, prefix):
         """Dequantised [out, in] weight of a linear layer, whatever its stored format."""
+        if self.has(prefix + ".weight_packed") and self.tensors[prefix + ".weight_packed"][0] == "U8":
+            # compressed-tensors MXFP4: E2M1 nibbles (low nibble = even column, bit 3 = sign),
+            # one E8M0 scale 2^(s - 127) per 32 columns
+            dtype, shape, raw = self.tensors[prefix + ".weight_packed"]
+            packed = np.frombuffer(raw, np.uint8).reshape(shape)
+            codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape[0], -1)
+            magnitude = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])[codes & 7]
+            values = np.where(codes & 8, -magnitude, magnitude)
+            exponents = np.frombuffer(self.tensors[prefix + ".weight_scale"][2], np.uint8).reshape(shape[0], -1)
+            return values * np.repeat(2.0 ** (exponents.astype(np.float64) - 127), 32, axis=1)
         if self.has(prefix + ".weight_packed"):  # compressed-tensors INT4, offset-coded nibbles
             dtype, shape, raw = self.tensors[prefix + ".weight_packed"]
             words = np.frombuffer(raw, "<u4").reshape(shape)

@@ -1,13 +1,14 @@
-"""Float64 reference forward pass of KimiLinearForCausalLM, written from the semantics in the
-Kimi Linear issue and flash-linear-attention's naive recurrent KDA (not from mlaserve):
-logits [tokens, vocab] of one causal sequence."""
+"""Float64 reference forward pass of KimiLinearForCausalLM and of Kimi K3's text model
+(kimi_k3: KDA lower-bound gate, full-rank gates, MLA output gate, LatentMoE, SiTU, attention
+residuals, MXFP4 experts), written from the semantics in the Kimi Linear / K3 issue and
+flash-linear-attention's naive recurrent KDA (not from mlaserve): logits [tokens, vocab]."""
 import json
 import os
 
 import numpy as np
 
 from checkpoint import Weights
-from deepseek_v3_ref import mlp, rms_norm, route, silu
+from deepseek_v3_ref import rms_norm, route, silu
 
 
 def sigmoid(x):
@@ -16,6 +17,19 @@ def sigmoid(x):
 
 def softplus(x):
     return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def glu(cfg, gate, up):
+    """SiLU-GLU, or K3's SiTU: beta tanh(g / beta) sigmoid(g) * beta_lin tanh(u / beta_lin)."""
+    if cfg.get("hidden_act", "silu") == "situ":
+        beta, beta_lin = cfg.get("activation_situ_beta", 4.0), cfg.get("activation_situ_linear_beta", 25.0)
+        return beta * np.tanh(gate / beta) * sigmoid(gate) * beta_lin * np.tanh(up / beta_lin)
+    return silu(gate) * up
+
+
+def mlp(w, cfg, p, x, names=("gate_proj", "up_proj", "down_proj")):
+    gate, up, down = (w.linear(p + n) for n in names)
+    return glu(cfg, x @ gate.T, x @ up.T) @ down.T
 
 
 def l2norm(x):
@@ -38,8 +52,12 @@ def kda(w, cfg, p, x):
     k = short_conv(w, p + "k_conv1d.weight", x @ w.linear(p + "k_proj").T).reshape(t, heads, dim)
     v = short_conv(w, p + "v_conv1d.weight", x @ w.linear(p + "v_proj").T).reshape(t, heads, dim)
     f = (x @ w.linear(p + "f_a_proj").T) @ w.linear(p + "f_b_proj").T + w.get(p + "dt_bias")
-    a_log = w.get(p + "A_log").reshape(-1)[:heads]
-    g = -np.exp(a_log)[None, :, None] * softplus(f.reshape(t, heads, dim))
+    a_log = w.get(p + "A_log").reshape(-1)[:heads]  # K3 stores 128 entries
+    rate = np.exp(a_log)[None, :, None]
+    if lin.get("gate_lower_bound") is not None:  # K3: a bounded sigmoid, not -rate * softplus
+        g = lin["gate_lower_bound"] * sigmoid(rate * f.reshape(t, heads, dim))
+    else:
+        g = -rate * softplus(f.reshape(t, heads, dim))
     beta = sigmoid(x @ w.linear(p + "b_proj").T)  # [T, H]
     q, k = l2norm(q) * dim ** -0.5, l2norm(k)
     state = np.zeros((heads, dim, dim))  # S[h][key channel, value channel]
@@ -49,7 +67,10 @@ def kda(w, cfg, p, x):
             state[h] *= np.exp(g[i, h])[:, None]
             state[h] += np.outer(k[i, h], beta[i, h] * (v[i, h] - state[h].T @ k[i, h]))
             o[i, h] = state[h].T @ q[i, h]
-    gate = (x @ w.linear(p + "g_a_proj").T) @ w.linear(p + "g_b_proj").T
+    if lin.get("use_full_rank_gate"):
+        gate = x @ w.linear(p + "g_proj").T
+    else:
+        gate = (x @ w.linear(p + "g_a_proj").T) @ w.linear(p + "g_b_proj").T
     o = rms_norm(o, w.get(p + "o_norm.weight"), cfg.get("rms_norm_eps", 1e-6)) * sigmoid(gate.reshape(t, heads, dim))
     return o.reshape(t, heads * dim) @ w.linear(p + "o_proj").T
 
@@ -72,6 +93,8 @@ def mla_nope(w, cfg, p, x):
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     out = (probs @ kv[..., nope:]).transpose(1, 0, 2).reshape(t, heads * vdim)
+    if cfg.get("mla_use_output_gate"):
+        out = out * sigmoid(x @ w.linear(p + "g_proj").T)
     return out @ w.linear(p + "o_proj").T
 
 
@@ -79,31 +102,59 @@ def block_sparse_moe(w, cfg, p, x):
     routing = {"n_group": 1, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
                "num_experts_per_tok": cfg["num_experts_per_token"], "norm_topk_prob": cfg.get("moe_renormalize", True),
                "routed_scaling_factor": cfg.get("routed_scaling_factor", 1.0)}
-    logits = x @ w.get(p + "gate.weight").T
+    logits = x @ w.get(p + "gate.weight").T  # the router reads x even with LatentMoE
     bias = w.get(p + "gate.e_score_correction_bias")
-    out = np.zeros_like(x)
+    latent = cfg.get("routed_expert_hidden_size") is not None
+    expert_in = x @ w.linear(p + "routed_expert_down_proj").T if latent else x
+    routed = np.zeros_like(expert_in)
     for t in range(x.shape[0]):
         ids, weights = route(routing, logits[t], bias)
         for e, weight in zip(ids, weights):
-            e_p = f"{p}experts.{e}."
-            hidden = silu(x[t] @ w.linear(e_p + "w1").T) * (x[t] @ w.linear(e_p + "w3").T)
-            out[t] += weight * (hidden @ w.linear(e_p + "w2").T)
+            routed[t] += weight * mlp(w, cfg, f"{p}experts.{e}.", expert_in[t:t + 1], ("w1", "w3", "w2"))[0]
+    if latent:
+        if cfg.get("latent_moe_use_norm"):
+            routed = rms_norm(routed, w.get(p + "routed_expert_norm.weight"), cfg.get("rms_norm_eps", 1e-6))
+        routed = routed @ w.linear(p + "routed_expert_up_proj").T
     if cfg.get("num_shared_experts", 0):
-        out += mlp(w, p + "shared_experts.", x)
-    return out
+        routed += mlp(w, cfg, p + "shared_experts.", x)
+    return routed
+
+
+def attn_res(w, cfg, name, candidates):
+    """Softmax over the candidates of <RMSNorm(c) (no weight), res_norm * res_proj>, mixing them."""
+    query = w.get(name + "_res_norm.weight") * w.get(name + "_res_proj.weight")[0]
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    stacked = np.stack(candidates)  # [C, T, hidden]
+    scores = (stacked / np.sqrt((stacked ** 2).mean(-1, keepdims=True) + eps)) @ query  # [C, T]
+    weights = np.exp(scores - scores.max(0))
+    weights /= weights.sum(0)
+    return (weights[..., None] * stacked).sum(0)
 
 
 def forward(model_dir, ids):
-    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    outer = json.load(open(os.path.join(model_dir, "config.json")))
+    k3 = outer.get("model_type") == "kimi_k3"
+    cfg, root = (outer["text_config"], "language_model.") if k3 else (outer, "")
     w = Weights(model_dir)
     eps = cfg.get("rms_norm_eps", 1e-6)
     full_attn = set(cfg["linear_attn_config"]["full_attn_layers"])  # 1-based
-    h = w.get("model.embed_tokens.weight")[ids]
+    block = cfg.get("attn_res_block_size")
+    h = w.get(root + "model.embed_tokens.weight")[ids]
+    bank, partial = [h], None  # attention residuals: block sums, and the current block's
     for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        x = rms_norm(h, w.get(p + "input_layernorm.weight"), eps)
-        h = h + (mla_nope(w, cfg, p + "self_attn.", x) if i + 1 in full_attn else kda(w, cfg, p + "self_attn.", x))
-        x = rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
+        p = f"{root}model.layers.{i}."
+        mixer_in = attn_res(w, cfg, p + "self_attention", bank + ([partial] if partial is not None else [])) if block else h
+        x = rms_norm(mixer_in, w.get(p + "input_layernorm.weight"), eps)
+        out = mla_nope(w, cfg, p + "self_attn.", x) if i + 1 in full_attn else kda(w, cfg, p + "self_attn.", x)
+        partial = out if partial is None else partial + out
+        h = h + out
+        ffn_in = attn_res(w, cfg, p + "mlp", bank + [partial]) if block else h
+        x = rms_norm(ffn_in, w.get(p + "post_attention_layernorm.weight"), eps)
         dense = i < cfg.get("first_k_dense_replace", 0)
-        h = h + (mlp(w, p + "mlp.", x) if dense else block_sparse_moe(w, cfg, p + "block_sparse_moe.", x))
-    return rms_norm(h, w.get("model.norm.weight"), eps) @ w.linear("lm_head").T
+        out = mlp(w, cfg, p + "mlp.", x) if dense else block_sparse_moe(w, cfg, p + "block_sparse_moe.", x)
+        partial, h = partial + out, h + out
+        if block and (i + 1) % block == 0:
+            bank, partial = bank + [partial], None
+    if block:
+        h = attn_res(w, cfg, root + "model.final", bank + ([partial] if partial is not None else []))
+    return rms_norm(h, w.get(root + "model.norm.weight"), eps) @ w.linear(root + "lm_head").T

@@ -25,6 +25,11 @@ CASES = {
         []),
     "kimi-linear bf16": ("kimi-linear-tiny", "bf16", {}, []),
     "kimi-linear int4 experts": ("kimi-linear-tiny", "int4", {}, []),
+    "kimi-k3 f32 (every K3 feature)": ("kimi-k3-tiny", "f32", {}, []),
+    "kimi-k3 f32, decode path (chunk 1)": ("kimi-k3-tiny", "f32", {}, ["--chunk", "1"]),
+    "kimi-k3 MXFP4 experts": ("kimi-k3-tiny", "mxfp4", {}, []),
+    "kimi-k3 MXFP4, blocks of 3, no latent norm": (
+        "kimi-k3-tiny", "mxfp4", {"text_config": {"attn_res_block_size": 3, "latent_moe_use_norm": False}}, []),
 }
 failures = []
 
