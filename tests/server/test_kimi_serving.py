@@ -1,0 +1,79 @@
+"""Kimi Linear and Kimi K3 (MXFP4 experts) through the same server and API as DeepSeek-V3:
+concurrent greedy completions equal the same requests one at a time (KDA state slots under
+continuous batching and preemption), streaming chat works, an image is refused by name.
+Usage: test_kimi_serving.py MLASERVE WORK_DIR"""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+from server_fixture import Server
+
+failures, checks = [], 0
+PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def fibonacci(n):",
+           "Delta rules and gates", "Zebra", "A long prompt " * 8, "x"]
+
+
+def check(label, ok, detail=""):
+    global checks
+    checks += 1
+    print(f"{'ok  ' if ok else 'FAIL'} {label}" + ("" if ok else f": {detail}"))
+    if not ok:
+        failures.append(label)
+
+
+def complete(server, prompt):
+    status, body = server.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0,
+                                                              "ignore_eos": True})
+    return body["choices"][0]["text"] if status == 200 else f"HTTP {status}: {body}"
+
+
+def serve_checks(binary, model, label, cache_gb):
+    # 3 running sequences and about 140 tokens of latent cache beside their KDA state: 8
+    # concurrent requests queue, and running ones are preempted.
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--max-num-seqs", "3", "--chunked-prefill-size", "16",
+                    "--block-size", "4")
+    try:
+        alone = [complete(server, p) for p in PROMPTS]
+        check(f"{label}: every prompt answered", all(not a.startswith("HTTP") for a in alone), str(alone))
+        together = {}
+        threads = [threading.Thread(target=lambda p=p: together.__setitem__(p, complete(server, p))) for p in PROMPTS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(f"{label}: 8 concurrent greedy completions == one at a time", [together[p] for p in PROMPTS] == alone,
+              f"{[together[p] for p in PROMPTS]} vs {alone}")
+        preempted = server.metric("mlaserve_num_preemptions_total")
+        check(f"{label}: preemption happened ({preempted:.0f})", preempted > 0)
+        status, events = server.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                                "max_tokens": 8, "stream": True})
+        text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events
+                       if e != "[DONE]" and json.loads(e)["choices"])
+        check(f"{label}: streaming chat completion", status == 200 and events[-1] == "[DONE]" and len(text) > 0,
+              f"{status} {events[-3:]}")
+        status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
+        check(f"{label}: an image is refused naming the vision tower",
+              status == 400 and "vision tower" in body["error"]["message"], f"{status} {body}")
+    finally:
+        check(f"{label}: SIGTERM exits 0", server.stop() == 0)
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    for preset, dtype, cache_gb in (("kimi-linear-tiny", "bf16", 0.00016), ("kimi-k3-tiny", "mxfp4", 0.00022)):
+        model = os.path.join(work, preset)
+        if not os.path.exists(os.path.join(model, "config.json")):
+            subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", "11", model],
+                           check=True, capture_output=True)
+        serve_checks(binary, model, preset, cache_gb)
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
