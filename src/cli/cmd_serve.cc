@@ -26,7 +26,7 @@ int64_t available_memory_bytes() {
 struct ServeOptions {
   std::string model_dir, kv_dtype = "bf16";
   double kv_cache_gb = 0, kv_cache_fraction = 0.25;
-  int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30;
+  int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30, state_snapshots = -1;
   SchedulerConfig scheduler;
   int64_t max_queue = 256;
   ServerOptions server;
@@ -45,14 +45,18 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   const int64_t per_token = kv_bytes_per_token(model, config.cache_dtype);
   double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
                                           : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
-  // Recurrent (KDA) state: one slot per running sequence, taken from the same budget.
-  const double state_bytes = double(options.scheduler.max_num_seqs * model.recurrent_state_bytes());
+  // Recurrent (KDA) state: one slot per running sequence plus the prefix-cache snapshots,
+  // taken from the same budget.
+  config.state_snapshots = options.state_snapshots >= 0 ? options.state_snapshots : options.scheduler.max_num_seqs;
+  const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots;
+  const double state_bytes = double(state_slots * model.recurrent_state_bytes());
   if (state_bytes > 0) {
-    spdlog::info("KDA state: {:.2f} MiB per sequence x {} sequences (--max-num-seqs) = {:.2f} GiB",
+    spdlog::info("KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
+                 "(--state-snapshots)) = {:.2f} GiB",
                  double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs,
-                 state_bytes / double(1 << 30));
-    MLA_CHECK(state_bytes < budget, "the KDA state of {} sequences ({:.2f} GiB) does not fit the cache budget of "
-              "{:.2f} GiB: lower --max-num-seqs or raise --kv-cache-gb", options.scheduler.max_num_seqs,
+                 config.state_snapshots, state_bytes / double(1 << 30));
+    MLA_CHECK(state_bytes < budget, "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
+              "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb", state_slots,
               state_bytes / double(1 << 30), budget / double(1 << 30));
     budget -= state_bytes;
   }
@@ -118,6 +122,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
+  cmd->add_option("--state-snapshots", options->state_snapshots,
+                  "KDA models: recurrent-state snapshots kept for prefix caching (default: --max-num-seqs)");
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,

@@ -91,6 +91,9 @@ class ThreadRanksExecutor : public ModelExecutor {
   void forward(std::span<const ForwardSequence> batch, float* logits) override {
     ranks_.forward(batch, logits, pool_addresses_);
   }
+  void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override {
+    for (void* pool : pool_addresses_) copy_within(pool, from, to, bytes);
+  }
 
  private:
   ThreadParallelModel ranks_;
@@ -115,6 +118,10 @@ class MpiLeaderExecutor : public ModelExecutor {
   void forward(std::span<const ForwardSequence> batch, float* logits) override {
     send_forward(*comm_, batch);
     shard_->forward(batch, logits);
+  }
+  void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override {
+    send_copy_in_cache(*comm_, from, to, bytes);
+    copy_within(pool_.get(), from, to, bytes);
   }
 
  private:
@@ -144,6 +151,10 @@ void follow_rank_zero(const CausalLM& model, const ParallelFlags& flags) {
     if (command.kind == RankCommandKind::Stop) return;
     if (command.kind == RankCommandKind::AllocateCache) {
       pool.reset(new uint8_t[size_t(command.cache_bytes)]);
+      continue;
+    }
+    if (command.kind == RankCommandKind::CopyInCache) {
+      copy_within(pool.get(), command.copy_from, command.copy_to, command.cache_bytes);
       continue;
     }
     MLA_CHECK(command.kind == RankCommandKind::Forward && pool, "unexpected command {} from rank 0", int64_t(command.kind));

@@ -36,6 +36,16 @@ std::vector<int32_t> BlockManager::lookup(std::span<const int32_t> tokens, int64
   return hits;
 }
 
+int64_t BlockManager::cached_prefix_blocks(std::span<const int32_t> tokens) const {
+  return int64_t(lookup(tokens, std::max<int64_t>(0, (int64_t(tokens.size()) - 1) / block_size_)).size());
+}
+
+uint64_t BlockManager::prefix_hash(std::span<const int32_t> tokens, int64_t n_blocks) const {
+  uint64_t hash = 0;
+  for (int64_t b = 0; b < n_blocks; ++b) hash = chain_hash(hash, tokens.subspan(size_t(b * block_size_), size_t(block_size_)));
+  return hash;
+}
+
 int32_t BlockManager::take_block() {
   int32_t id;
   if (!free_.empty()) {

@@ -38,6 +38,12 @@ class BlockManager {
   // Drops the sequence's references; its published blocks stay cached, the rest are freed.
   void release(std::vector<int32_t>& table);
 
+  // How many leading full blocks of `tokens` allocate() would reuse now (it never reuses the
+  // block holding the last token).
+  int64_t cached_prefix_blocks(std::span<const int32_t> tokens) const;
+  // The chained hash that names the first n_blocks full blocks of `tokens` as a prefix.
+  uint64_t prefix_hash(std::span<const int32_t> tokens, int64_t n_blocks) const;
+
   int64_t prefix_queried_tokens() const { return queried_tokens_; }
   int64_t prefix_hit_tokens() const { return hit_tokens_; }
 

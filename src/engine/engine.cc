@@ -29,8 +29,10 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
   return longest;
 }
 
-SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state) {
+SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
+                                 std::function<int64_t(std::span<const int32_t>, int64_t)> restorable_blocks) {
   config.recurrent_state = recurrent_state;
+  if (recurrent_state) config.restorable_blocks = std::move(restorable_blocks);
   return config;
 }
 
@@ -88,9 +90,15 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
                      kv_bytes_per_token(model_config_, config.cache_dtype) + 63) / 64 * 64),
       state_bytes_(model_config_.recurrent_state_bytes()),
-      pool_(executor_.allocate_cache(size_t(latent_bytes_ + config.scheduler.max_num_seqs * state_bytes_))),
+      snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
+      pool_(executor_.allocate_cache(
+          size_t(latent_bytes_ + (config.scheduler.max_num_seqs + snapshots_.capacity()) * state_bytes_))),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
-      scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0), blocks_) {
+      scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0,
+                                  [this](std::span<const int32_t> tokens, int64_t cached) {
+                                    return restorable_blocks(tokens, cached);
+                                  }),
+                 blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();
@@ -108,6 +116,31 @@ void Engine::warm_up() {
   const ForwardSequence seq{tokens, 0, view, MlaPath::Auto, ForwardSequence::Logits::Last};
   std::vector<float> logits(size_t(model_config_.vocab_size));
   executor_.forward(std::span(&seq, 1), logits.data());
+}
+
+// Of the first `cached_blocks` blocks of `tokens` (cached in the block pool), how many end
+// where a state snapshot was kept: a KDA model can only resume from there.
+int64_t Engine::restorable_blocks(std::span<const int32_t> tokens, int64_t cached_blocks) {
+  for (int64_t k = cached_blocks; k > 0; --k)
+    if (snapshots_.find(blocks_.prefix_hash(tokens, k), k * config_.block_size)) return k;
+  return 0;
+}
+
+void Engine::restore_state(Sequence& seq) {
+  const int64_t blocks = seq.restore_tokens / config_.block_size;
+  const auto snapshot = snapshots_.find(blocks_.prefix_hash(seq.tokens, blocks), seq.restore_tokens);
+  MLA_CHECK(snapshot.has_value(), "internal: the state snapshot after {} tokens is gone", seq.restore_tokens);
+  executor_.copy_in_cache(snapshot_offset(*snapshot), state_offset(seq.state_slot), state_bytes_);
+  seq.restore_tokens = 0;
+}
+
+// After a prefill chunk that ends on a block boundary, keep the state there (once per prefix).
+void Engine::keep_state_snapshot(const ScheduledChunk& chunk) {
+  const int64_t end = chunk.start + chunk.n_tokens;
+  if (!chunk.prefill || end % config_.block_size != 0) return;
+  const Sequence& seq = *chunk.seq;
+  const auto slot = snapshots_.slot_to_write(blocks_.prefix_hash(seq.tokens, end / config_.block_size), end);
+  if (slot) executor_.copy_in_cache(state_offset(seq.state_slot), snapshot_offset(*slot), state_bytes_);
 }
 
 Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
@@ -244,7 +277,8 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
                          config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim()};
-    if (seq.state_slot >= 0) view.state_offset = latent_bytes_ + seq.state_slot * state_bytes_;
+    if (seq.state_slot >= 0) view.state_offset = state_offset(seq.state_slot);
+    if (seq.restore_tokens > 0) restore_state(seq);
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
                      chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
@@ -265,6 +299,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   for (const ScheduledChunk& chunk : plan) {
     Request& request = request_of(chunk.seq);
     scheduler_.complete(chunk);
+    if (state_bytes_ > 0) keep_state_snapshot(chunk);
     if (request.cached_tokens < 0) request.cached_tokens = chunk.start;  // prefix-cache hit of the first admission
     if (!chunk.needs_logits) continue;
     try {

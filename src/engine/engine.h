@@ -18,6 +18,7 @@
 #include "engine/model_executor.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/state_snapshots.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -29,6 +30,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int64_t max_queue = 256;             // waiting requests beyond this are refused (429)
   int64_t max_model_len = 0;           // prompt + generated tokens; 0: the model's context
+  int64_t state_snapshots = -1;        // KDA models: prefix-cache state snapshots kept (-1: max_num_seqs)
 };
 
 // Bytes of latent cache one token costs: layers x (kv_lora_rank + qk_rope_head_dim) x dtype.
@@ -105,6 +107,11 @@ class Engine {
 
   Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer, EngineConfig config);
   void warm_up();
+  int64_t state_offset(int64_t slot) const { return latent_bytes_ + slot * state_bytes_; }
+  int64_t snapshot_offset(int64_t snapshot) const { return state_offset(config_.scheduler.max_num_seqs + snapshot); }
+  int64_t restorable_blocks(std::span<const int32_t> tokens, int64_t cached_blocks);
+  void restore_state(Sequence& seq);
+  void keep_state_snapshot(const ScheduledChunk& chunk);
 
   std::unique_ptr<ModelExecutor> owned_executor_;  // the single-rank constructor's
   ModelExecutor& executor_;
@@ -112,8 +119,10 @@ class Engine {
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   // Rank 0's pool: [n_blocks, n_layers, block_size, latent_dim] of cache_dtype (latent_bytes_,
-  // padded to 64), then max_num_seqs recurrent-state slots of state_bytes_ (KDA models).
+  // padded to 64), then (KDA models) max_num_seqs state slots of state_bytes_, then the
+  // prefix-cache state snapshots.
   int64_t latent_bytes_, state_bytes_;
+  StateSnapshots snapshots_;
   void* pool_;
   BlockManager blocks_;
   Scheduler scheduler_;

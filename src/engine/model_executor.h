@@ -23,7 +23,13 @@ class ModelExecutor {
   virtual void* allocate_cache(size_t bytes) = 0;
   // Runs the batch on every rank, each in its own pool; logits: [logit_rows(batch), vocab].
   virtual void forward(std::span<const ForwardSequence> batch, float* logits) = 0;
+  // Copies bytes [from, from + bytes) of every rank's pool to [to, to + bytes) of the same pool
+  // (recurrent-state snapshots).
+  virtual void copy_in_cache(int64_t from, int64_t to, int64_t bytes) = 0;
 };
+
+// memmove inside one pool.
+void copy_within(void* pool, int64_t from, int64_t to, int64_t bytes);
 
 // The whole model on this thread's kernel pool.
 class SingleRankExecutor : public ModelExecutor {
@@ -33,6 +39,7 @@ class SingleRankExecutor : public ModelExecutor {
   std::string describe() const override { return "1 rank"; }
   void* allocate_cache(size_t bytes) override;
   void forward(std::span<const ForwardSequence> batch, float* logits) override { model_.forward(batch, logits); }
+  void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
 
  private:
   const CausalLM& model_;

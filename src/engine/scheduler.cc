@@ -12,11 +12,18 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(con
 bool Scheduler::admit(Sequence* seq) {
   // Room for every known token plus the first token it will generate.
   const int64_t known = int64_t(seq->tokens.size());
-  auto allocation = blocks_.allocate(config_.recurrent_state ? std::span<const int32_t>() : std::span(seq->tokens), known + 1);
+  std::span<const int32_t> reusable = seq->tokens;
+  if (config_.recurrent_state) {  // only as far as a state snapshot reaches
+    const int64_t cached = blocks_.cached_prefix_blocks(seq->tokens);
+    const int64_t restorable = cached > 0 && config_.restorable_blocks ? config_.restorable_blocks(seq->tokens, cached) : 0;
+    reusable = reusable.first(restorable > 0 ? size_t(restorable * blocks_.block_size() + 1) : 0);
+  }
+  auto allocation = blocks_.allocate(reusable, known + 1);
   if (!allocation) return false;
   if (config_.recurrent_state) {
     seq->state_slot = free_state_slots_.back();
     free_state_slots_.pop_back();
+    seq->restore_tokens = allocation->cached_tokens;
   }
   seq->block_table = std::move(allocation->blocks);
   seq->n_computed = allocation->cached_tokens;
@@ -31,6 +38,7 @@ void Scheduler::stop_running(Sequence* seq) {
   seq->running = false;
   if (seq->state_slot >= 0) free_state_slots_.push_back(seq->state_slot);
   seq->state_slot = -1;
+  seq->restore_tokens = 0;
 }
 
 void Scheduler::preempt(Sequence* seq) {
@@ -56,6 +64,15 @@ bool Scheduler::ensure_decode_slot(Sequence* seq) {
   return true;
 }
 
+int64_t Scheduler::prefill_count(const Sequence* seq, int64_t budget) const {
+  const int64_t known = int64_t(seq->tokens.size()), block = blocks_.block_size();
+  int64_t end = std::min(known, seq->n_computed + budget);
+  // Recurrent state: a chunk that does not finish the prompt ends on a block boundary, where
+  // the engine can keep a snapshot (unless the budget is smaller than a block).
+  if (config_.recurrent_state && end < known && config_.chunked_prefill_size >= block) end = end / block * block;
+  return std::max<int64_t>(0, end - seq->n_computed);
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> plan;
   int64_t budget = config_.chunked_prefill_size;
@@ -68,7 +85,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       continue;
     }
     if (budget <= 0) continue;
-    const int64_t count = std::min(budget, known - seq->n_computed);
+    const int64_t count = prefill_count(seq, budget);
+    if (count == 0) continue;
     budget -= count;
     plan.push_back({seq, seq->n_computed, count, true, seq->n_computed + count == known});
   }
@@ -79,9 +97,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (!admit(seq)) break;
     waiting_.pop_front();
     const int64_t known = int64_t(seq->tokens.size());
-    const int64_t count = std::min(budget, known - seq->n_computed);
+    const int64_t count = prefill_count(seq, budget);
     budget -= count;
-    plan.push_back({seq, seq->n_computed, count, true, seq->n_computed + count == known});
+    if (count > 0) plan.push_back({seq, seq->n_computed, count, true, seq->n_computed + count == known});
   }
   return plan;
 }

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "engine/block_manager.h"
@@ -18,9 +20,13 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 64;           // running sequences at most
   int64_t chunked_prefill_size = 512;  // prefill tokens per step, all sequences together
   // Models with recurrent layers (KDA): each running sequence holds one of max_num_seqs state
-  // slots, and admission reuses no cached prefix (the state after a prefix is not kept), so a
-  // preempted or new sequence is computed from its first token.
+  // slots. A cached prefix is reused only up to a block boundary where a snapshot of the state
+  // was kept (restorable_blocks: of the first n cached blocks of these tokens, how many lead to
+  // a snapshot); otherwise a new or preempted sequence is computed from its first token.
+  // Prefill chunks that do not finish the prompt end on block boundaries, where snapshots are
+  // taken.
   bool recurrent_state = false;
+  std::function<int64_t(std::span<const int32_t> tokens, int64_t cached_blocks)> restorable_blocks = nullptr;
 };
 
 struct Sequence {
@@ -33,6 +39,7 @@ struct Sequence {
   bool running = false;
   int64_t preemptions = 0;
   int32_t state_slot = -1;         // recurrent_state: the slot this running sequence holds
+  int64_t restore_tokens = 0;      // recurrent_state: load the snapshot after this many tokens first
 };
 
 struct ScheduledChunk {
@@ -64,6 +71,7 @@ class Scheduler {
   void preempt(Sequence* seq);
   bool ensure_decode_slot(Sequence* seq);  // may preempt younger sequences, or seq itself
   void stop_running(Sequence* seq);         // leaves running_, returns its state slot
+  int64_t prefill_count(const Sequence* seq, int64_t budget) const;  // tokens of its next prefill chunk
 
   SchedulerConfig config_;
   BlockManager& blocks_;

@@ -24,6 +24,10 @@ void send_allocate_cache(Communicator& comm, int64_t bytes) {
 
 void send_stop(Communicator& comm) { send(comm, {int64_t(RankCommandKind::Stop)}); }
 
+void send_copy_in_cache(Communicator& comm, int64_t from, int64_t to, int64_t bytes) {
+  send(comm, {int64_t(RankCommandKind::CopyInCache), bytes, from, to});
+}
+
 void send_forward(Communicator& comm, std::span<const ForwardSequence> batch) {
   std::vector<int64_t> message = {int64_t(RankCommandKind::Forward), int64_t(batch.size())};
   for (const ForwardSequence& seq : batch) {
@@ -47,6 +51,11 @@ RankCommand receive_rank_command(Communicator& comm, void* pool) {
   comm.broadcast(words.data(), length * int64_t(sizeof(int64_t)), 0);
   command.kind = RankCommandKind(words[0]);
   if (command.kind == RankCommandKind::AllocateCache) command.cache_bytes = words.at(1);
+  if (command.kind == RankCommandKind::CopyInCache) {
+    command.cache_bytes = words.at(1);
+    command.copy_from = words.at(2);
+    command.copy_to = words.at(3);
+  }
   if (command.kind != RankCommandKind::Forward) return command;
   // Block tables and tokens, narrowed back to int32 in one buffer the batch's spans view.
   command.ids.reserve(words.size());

@@ -56,8 +56,8 @@ TEST(Engine, BatchedGreedyEqualsAlone) {
 }
 
 // Kimi Linear: each running sequence holds a KDA state slot; a preempted sequence is
-// recomputed from its first token into a zeroed state, so batching and preemption do not
-// change its tokens. No prefix is reused (the state after a cached prefix is not kept).
+// recomputed from its first token into a zeroed state, or from a cached prefix whose state
+// snapshot was kept, so batching, preemption and prefix reuse do not change its tokens.
 TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
@@ -78,7 +78,7 @@ TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   for (int i = 0; i < 12; ++i) handles.push_back(engine.submit(greedy(i)));
   for (int i = 0; i < 12; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
   EXPECT_GT(engine.metrics().preemptions.load(), 0);
-  EXPECT_EQ(engine.metrics().prefix_hit_tokens.load(), 0);
+  EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
 }
 
 TEST(Engine, RejectsWhatCanNeverRun) {

@@ -98,5 +98,46 @@ TEST(Scheduler, RemoveFreesEverything) {
   EXPECT_EQ(scheduler.n_running(), 0);
 }
 
+// Recurrent state: running sequences hold distinct state slots, returned when they stop; a
+// prefill chunk that does not finish its prompt ends on a block boundary; a cached prefix is
+// reused only as far as restorable_blocks allows, and the sequence is told to restore there.
+TEST(Scheduler, RecurrentStateSlotsBoundariesAndRestores) {
+  BlockManager blocks(64, 4);
+  SchedulerConfig config{2, 10};
+  config.recurrent_state = true;
+  int64_t restorable = 0;
+  config.restorable_blocks = [&](std::span<const int32_t>, int64_t cached) { return std::min(cached, restorable); };
+  Scheduler scheduler(config, blocks);
+  Sequence a = make_sequence(0, 23), b = make_sequence(1, 5), c = make_sequence(2, 5);
+  for (Sequence* seq : {&a, &b, &c}) scheduler.add(seq);
+  auto plan = scheduler.schedule();
+  ASSERT_EQ(plan.size(), 1u);  // b waits: the budget of 10 went to a's first chunk
+  EXPECT_EQ(plan[0].n_tokens, 8);  // 10 rounded down to a block boundary
+  run(scheduler, plan);
+  plan = scheduler.schedule();
+  EXPECT_EQ(plan[0].start, 8);
+  EXPECT_EQ(plan[0].n_tokens, 8);
+  ASSERT_EQ(plan.size(), 1u);  // b's whole prompt (5) does not fit the 2 tokens left
+  EXPECT_GE(a.state_slot, 0);
+  run(scheduler, plan);
+  run(scheduler, scheduler.schedule());
+  EXPECT_EQ(scheduler.n_running(), 2);
+  EXPECT_NE(a.state_slot, b.state_slot);
+  EXPECT_GE(b.state_slot, 0);
+  EXPECT_EQ(c.state_slot, -1);  // waiting: max_num_seqs 2
+  const int32_t freed = a.state_slot;
+  scheduler.remove(&a);
+  Sequence again = make_sequence(0, 23);  // a's prompt: its first 5 blocks are cached
+  restorable = 3;
+  scheduler.add(&again);
+  run(scheduler, scheduler.schedule());
+  EXPECT_EQ(c.state_slot, freed);  // c came first in the queue
+  scheduler.remove(&c);
+  plan = scheduler.schedule();
+  EXPECT_EQ(again.n_computed, 12);  // 3 restorable blocks of the 5 cached
+  EXPECT_EQ(again.restore_tokens, 12);
+  EXPECT_GE(again.state_slot, 0);
+}
+
 }  // namespace
 }  // namespace mlaserve

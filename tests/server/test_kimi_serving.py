@@ -1,6 +1,8 @@
 """Kimi Linear and Kimi K3 (MXFP4 experts) through the same server and API as DeepSeek-V3:
 concurrent greedy completions equal the same requests one at a time (KDA state slots under
-continuous batching and preemption), streaming chat works, an image is refused by name.
+continuous batching and preemption); a prompt split across two requests (the second reusing
+the first's cached blocks and KDA state snapshot) gives the logprobs of one request on a fresh
+server; streaming chat works; an image is refused by name.
 Usage: test_kimi_serving.py MLASERVE WORK_DIR"""
 import json
 import os
@@ -29,9 +31,34 @@ def complete(server, prompt):
     return body["choices"][0]["text"] if status == 200 else f"HTTP {status}: {body}"
 
 
+def split_prompt_checks(binary, model, label, cache_gb):
+    first = "Prefix caching with recurrent state " * 4
+    whole = first + "and then some more words"
+    body = {"prompt": whole, "max_tokens": 6, "temperature": 0, "logprobs": 3, "ignore_eos": True}
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16")
+    try:
+        server.request("POST", "/v1/completions", {"prompt": first, "max_tokens": 1})
+        status, split = server.request("POST", "/v1/completions", body)
+        hits = server.metric("mlaserve_prefix_cache_hits_total")
+    finally:
+        server.stop()
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16")
+    try:
+        status_alone, alone = server.request("POST", "/v1/completions", body)
+    finally:
+        server.stop()
+    ok = status == 200 and status_alone == 200
+    got = split["choices"][0]["logprobs"] if ok else {}
+    want = alone["choices"][0]["logprobs"] if ok else {}
+    same_tokens = ok and got["tokens"] == want["tokens"]
+    error = max(abs(a - b) for a, b in zip(got["token_logprobs"], want["token_logprobs"])) if same_tokens else 1.0
+    check(f"{label}: prompt split over two requests reuses {hits:.0f} cached tokens and matches one request "
+          f"(max logprob difference {error:.1e})", hits > 0 and same_tokens and error <= 1e-4, f"{got} vs {want}")
+
+
 def serve_checks(binary, model, label, cache_gb):
-    # 3 running sequences and about 140 tokens of latent cache beside their KDA state: 8
-    # concurrent requests queue, and running ones are preempted.
+    # 3 running sequences and a small latent cache: 8 concurrent requests queue, and running
+    # ones are preempted.
     server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--max-num-seqs", "3", "--chunked-prefill-size", "16",
                     "--block-size", "4")
     try:
@@ -65,12 +92,14 @@ def serve_checks(binary, model, label, cache_gb):
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    for preset, dtype, cache_gb in (("kimi-linear-tiny", "bf16", 0.00016), ("kimi-k3-tiny", "mxfp4", 0.00022)):
+    # 3 running + 3 snapshot state slots, and about 140 tokens of latent cache.
+    for preset, dtype, cache_gb in (("kimi-linear-tiny", "bf16", 0.000277), ("kimi-k3-tiny", "mxfp4", 0.000394)):
         model = os.path.join(work, preset)
         if not os.path.exists(os.path.join(model, "config.json")):
             subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", "11", model],
                            check=True, capture_output=True)
         serve_checks(binary, model, preset, cache_gb)
+        split_prompt_checks(binary, model, preset, 0.01)
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
