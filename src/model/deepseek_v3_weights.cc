@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "io/linear_weight.h"
 #include "model/deepseek_v3.h"
+#include "model/shard_layers.h"
 #include "parallel/shard_plan.h"
 
 namespace mlaserve {
@@ -73,49 +74,6 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
 }  // namespace mlaserve
 
 namespace mlaserve {
-namespace {
-
-int64_t split_alignment(const LinearWeight& weight) {
-  return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
-}
-
-// Gate/up rows and down columns [i0, i1) of the intermediate dimension.
-MlpWeights shard_mlp(const MlpWeights& mlp, const ShardSpec& spec, std::deque<std::vector<uint8_t>>& storage,
-                     const Checkpoint* source) {
-  const Range part = even_split(mlp.gate_proj.rows, spec.size, spec.rank, split_alignment(mlp.down_proj));
-  MLA_CHECK(part.size() > 0, "an MLP of width {} cannot be split {} ways", mlp.gate_proj.rows, spec.size);
-  return MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
-                    compact_columns(mlp.down_proj.cols_view(part.begin, part.end), storage, source)};
-}
-
-MlaWeights shard_mla(const MlaWeights& mla, const ModelConfig& config, const Range& heads,
-                     std::deque<std::vector<uint8_t>>& storage,
-                     const Checkpoint* source) {
-  const int64_t qk = config.qk_head_dim(), kv = config.qk_nope_head_dim + config.v_head_dim, v = config.v_head_dim;
-  MlaWeights out = mla;  // q_a_proj, kv_a_proj_with_mqa and the norms are replicated
-  if (mla.q_proj) out.q_proj = mla.q_proj->rows_view(heads.begin * qk, heads.end * qk);
-  if (mla.q_b_proj) out.q_b_proj = mla.q_b_proj->rows_view(heads.begin * qk, heads.end * qk);
-  out.kv_b_proj = mla.kv_b_proj.rows_view(heads.begin * kv, heads.end * kv);
-  out.o_proj = compact_columns(mla.o_proj.cols_view(heads.begin * v, heads.end * v), storage, source);
-  return out;
-}
-
-MoeWeights shard_moe(const MoeWeights& moe, const ShardSpec& spec, std::deque<std::vector<uint8_t>>& storage,
-                     const Checkpoint* source) {
-  MoeWeights out = moe;  // the router and its bias are replicated: every rank routes alike
-  if (spec.expert_parallel) {
-    const Range experts = even_split(int64_t(moe.experts.size()), spec.size, spec.rank);
-    out.first_owned_expert = experts.begin;
-    out.end_owned_expert = experts.end;
-  } else {
-    for (auto& expert : out.experts) expert = shard_mlp(expert, spec, storage, source);
-  }
-  if (moe.shared_experts) out.shared_experts = shard_mlp(*moe.shared_experts, spec, storage, source);
-  return out;
-}
-
-}  // namespace
-
 DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
                                             const ShardSpec& spec, std::deque<std::vector<uint8_t>>& storage,
                      const Checkpoint* source) {
@@ -125,6 +83,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
   MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size, spec.size);
   const int64_t slice = (config.vocab_size + spec.size - 1) / spec.size;
   const Range vocab{std::min(config.vocab_size, slice * spec.rank), std::min(config.vocab_size, slice * (spec.rank + 1))};
+  const ShardContext context{spec, storage, source};
   DeepseekV3Weights out;
   out.norm = full.norm;
   if (vocab.size() > 0) {
@@ -133,9 +92,9 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
   }
   for (const auto& layer : full.layers) {
     DecoderLayerWeights sharded = layer;
-    sharded.self_attn = shard_mla(layer.self_attn, config, heads, storage, source);
-    if (layer.mlp) sharded.mlp = shard_mlp(*layer.mlp, spec, storage, source);
-    if (layer.moe) sharded.moe = shard_moe(*layer.moe, spec, storage, source);
+    sharded.self_attn = shard_mla_weights(layer.self_attn, config, heads, context);
+    if (layer.mlp) sharded.mlp = shard_mlp_weights(*layer.mlp, context);
+    if (layer.moe) sharded.moe = shard_moe_weights(*layer.moe, context);
     out.layers.push_back(std::move(sharded));
   }
   return out;

@@ -11,6 +11,7 @@
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/simd.h"
+#include "model/shard_layers.h"
 
 namespace mlaserve {
 namespace {
@@ -152,9 +153,27 @@ std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_
   return model;
 }
 
-std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communicator*) const {
-  MLA_CHECK(spec.size == 1, "tensor/expert parallelism is not implemented for {} yet: run it on one rank", config_.model_type);
-  return std::unique_ptr<CausalLM>(new KimiLinearModel(storage_, weights_));
+std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communicator* comm) const {
+  MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
+  const Range mla_heads = heads_of_rank(config_.num_attention_heads, spec.size, spec.rank);
+  const Range kda_heads = heads_of_rank(config_.kda->num_heads, spec.size, spec.rank);
+  std::deque<std::vector<uint8_t>> copies;
+  const ShardContext context{spec, copies, &storage_->checkpoint};
+  KimiLinearWeights weights = weights_;
+  for (auto& layer : weights.layers) {
+    if (auto* mla = std::get_if<MlaWeights>(&layer.self_attn))
+      *mla = shard_mla_weights(*mla, config_, mla_heads, context);
+    else
+      layer.self_attn = shard_kda_weights(std::get<KdaWeights>(layer.self_attn), kda_shape_, kda_heads, context);
+    if (layer.mlp) layer.mlp = shard_mlp_weights(*layer.mlp, context);
+    if (layer.moe) layer.moe = shard_moe_weights(*layer.moe, context);
+  }
+  auto shard = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(storage_, std::move(weights)));
+  shard->shard_copies_ = std::move(copies);
+  shard->mla_shape_.n_heads = mla_heads.size();
+  shard->kda_shape_.n_heads = kda_heads.size();
+  shard->comm_ = spec.size > 1 ? comm : nullptr;
+  return shard;
 }
 
 size_t KimiLinearModel::weight_bytes() const {
@@ -197,13 +216,16 @@ double KimiLinearModel::active_weight_bytes_per_token() const {
 void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,
                           std::span<const MlaSequence> mla_sequences, float* out) const {
   const auto& attn = weights_.layers[size_t(layer)].self_attn;
-  if (const auto* mla = std::get_if<MlaWeights>(&attn))
-    return mla_forward(mla_shape_, *mla, rope_, MlaInput{normed, n_tokens, mla_sequences, ordinal_[size_t(layer)]}, out);
-  std::vector<KdaSequence> sequences;
-  for (size_t s = 0; s < batch.size(); ++s)
-    sequences.push_back({mla_sequences[s].token_offset, mla_sequences[s].n_tokens,
-                         batch[s].cache.state() + ordinal_[size_t(layer)] * kda_shape_.state_floats()});
-  kda_forward(kda_shape_, std::get<KdaWeights>(attn), normed, n_tokens, sequences, out);
+  if (const auto* mla = std::get_if<MlaWeights>(&attn)) {
+    mla_forward(mla_shape_, *mla, rope_, MlaInput{normed, n_tokens, mla_sequences, ordinal_[size_t(layer)]}, out);
+  } else {
+    std::vector<KdaSequence> sequences;
+    for (size_t s = 0; s < batch.size(); ++s)
+      sequences.push_back({mla_sequences[s].token_offset, mla_sequences[s].n_tokens,
+                           batch[s].cache.state() + ordinal_[size_t(layer)] * kda_shape_.state_floats()});
+    kda_forward(kda_shape_, std::get<KdaWeights>(attn), normed, n_tokens, sequences, out);
+  }
+  if (comm_) comm_->all_reduce_sum(out, n_tokens * config_.hidden_size);
 }
 
 namespace {
@@ -240,9 +262,10 @@ void attn_res_mix(const AttnResWeights& weights, const std::vector<const float*>
 void KimiLinearModel::feed_forward(int64_t layer, const float* normed, int64_t n_tokens, float* out) const {
   const KimiLinearLayerWeights& weights = weights_.layers[size_t(layer)];
   if (weights.moe)
-    moe_forward(router_, *weights.moe, normed, n_tokens, out);
+    moe_forward(router_, *weights.moe, normed, n_tokens, out, comm_);
   else
     mlp_forward(*weights.mlp, normed, n_tokens, out);
+  if (comm_) comm_->all_reduce_sum(out, n_tokens * config_.hidden_size);
 }
 
 // The plain residual stream: h += mixer(norm(h)); h += ffn(norm(h)).

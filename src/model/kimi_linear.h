@@ -53,7 +53,9 @@ class KimiLinearModel : public CausalLM {
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits) const override;
   using CausalLM::forward;
-  // Not yet: KDA heads would split like MLA heads; refused with a clear error.
+  // KDA and MLA heads split alike (TP 8 of 96 heads: 12 each), MLP/MoE as for DeepSeek-V3;
+  // embedding, LM head, norms, routers, LatentMoE projections and attention residuals are
+  // replicated. One all-reduce after each mixer and each FFN (and the LatentMoE sum).
   std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const override;
 
  private:
@@ -77,8 +79,10 @@ class KimiLinearModel : public CausalLM {
            std::span<const MlaSequence> mla_sequences, float* out) const;
 
   std::shared_ptr<Storage> storage_;
+  std::deque<std::vector<uint8_t>> shard_copies_;  // a shard's compacted column slices
   ModelConfig config_;
   KimiLinearWeights weights_;
+  Communicator* comm_ = nullptr;  // null: a single rank
   RotaryEmbedding rope_;  // never applied (mla_use_nope); MLA's interface takes one
   MlaShape mla_shape_;
   KdaShape kda_shape_;

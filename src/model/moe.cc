@@ -50,7 +50,7 @@ void run_routed_experts(const MoeWeights& weights, const std::vector<std::vector
 }  // namespace
 
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
-                 int64_t n_tokens, float* out) {
+                 int64_t n_tokens, float* out, Communicator* comm) {
   const int64_t hidden = weights.gate.cols, top_k = router.top_k;
   std::vector<float> logits(size_t(n_tokens * router.n_experts));  // [n_tokens, n_experts]
   linear(weights.gate, x, n_tokens, logits.data());
@@ -73,6 +73,8 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   std::vector<float> h(size_t(n_tokens * width)), routed(h.size(), 0.0f), back(size_t(n_tokens * hidden));
   linear(latent.routed_expert_down_proj, x, n_tokens, h.data());
   run_routed_experts(weights, tokens_of, h.data(), width, routed.data());
+  if (comm) comm->all_reduce_sum(routed.data(), int64_t(routed.size()));
+  if (comm && comm->rank() != 0) return;
   if (latent.routed_expert_norm)
     rms_norm(routed.data(), width, latent.routed_expert_norm, n_tokens, width, latent.norm_eps, routed.data(), width);
   linear(latent.routed_expert_up_proj, routed.data(), n_tokens, back.data());

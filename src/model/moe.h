@@ -7,6 +7,7 @@
 
 #include "io/linear_weight.h"
 #include "kernels/moe_router.h"
+#include "parallel/communicator.h"
 
 namespace mlaserve {
 
@@ -52,8 +53,10 @@ MlpWeights load_mlp_weights(WeightLoader& loader, const std::string& prefix, int
 // out = down(silu(gate x) * up x); x, out: [n_tokens, hidden].
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out);
 
-// out = sum_k w_k expert_k(x) + shared(x), experts chosen per token by the router.
+// out = sum_k w_k expert_k(x) + shared(x), experts chosen per token by the router. Sharded,
+// out is this rank's partial sum; with LatentMoE the routed latent sum is all-reduced on
+// `comm` before its norm, and only rank 0 adds the (then identical) up-projection.
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
-                 int64_t n_tokens, float* out);
+                 int64_t n_tokens, float* out, Communicator* comm = nullptr);
 
 }  // namespace mlaserve

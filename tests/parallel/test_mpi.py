@@ -51,6 +51,18 @@ def main():
         ok = proc.returncode == 0 and os.path.exists(out)
         error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
         check(f"mpirun -np 2 logits, {label} (rel error {error:.1e})", ok and error <= 1e-5, proc.stderr[-300:])
+    k3 = os.path.join(work, "kimi-k3-f32")
+    if not os.path.exists(os.path.join(k3, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", "kimi-k3-tiny", "--dtype", "f32", "--seed", "4", k3], check=True,
+                       capture_output=True)
+    subprocess.run([binary, "logits", "--model", k3, "--ids", ids, "--out", single], check=True, capture_output=True)
+    want_k3 = np.load(single).astype(np.float64)
+    out = os.path.join(work, "mpi_k3.npy")
+    proc = mpirun(2, binary, "logits", "--model", k3, "--ids", ids, "--out", out)
+    ok = proc.returncode == 0 and os.path.exists(out)
+    error = np.abs(np.load(out) - want_k3).max() / np.abs(want_k3).max() if ok else 1.0
+    check(f"mpirun -np 2 logits, Kimi K3 (KDA + MLA heads split; rel error {error:.1e})", ok and error <= 1e-5,
+          proc.stderr[-300:])
     prompt = "5,100,2000,7"
     alone = subprocess.run([binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos"],
                            capture_output=True, text=True)

@@ -1,5 +1,6 @@
 """A model split over thread ranks gives the single-rank answers: logits (prefill and the
-decode path) for tensor and expert parallelism, a 12-head config at TP 1, 2, 3, 4 and 6,
+decode path) for tensor and expert parallelism, a 12-head config at TP 1, 2, 3, 4 and 6 (also
+Kimi Linear and Kimi K3 with MXFP4 experts, KDA and MLA heads split alike),
 greedy generation of 64 tokens, and a clear error for a head count that does not divide.
 Usage: test_tensor_parallel.py MLASERVE WORK_DIR"""
 import json
@@ -67,6 +68,23 @@ def main():
     mini = make(binary, os.path.join(work, "mini-bf16"), "bf16", {}, preset="mini")
     compare("mini bf16, EP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2", "--ep"),
             logits(binary, mini, ids[:8], os.path.join(work, "i.npy")))
+    kimi = make(binary, os.path.join(work, "kimi-linear-f32"), "f32", {}, preset="kimi-linear-tiny")
+    base_kimi = logits(binary, kimi, ids, os.path.join(work, "j.npy"))
+    compare("kimi-linear f32, TP 2", logits(binary, kimi, ids, os.path.join(work, "k.npy"), "--tp", "2"), base_kimi)
+    compare("kimi-linear f32, TP 4 (decode path, chunk 1)",
+            logits(binary, kimi, ids, os.path.join(work, "k.npy"), "--tp", "4", "--chunk", "1"), base_kimi)
+    k3 = make(binary, os.path.join(work, "kimi-k3-mxfp4"), "mxfp4", {}, preset="kimi-k3-tiny")
+    base_k3 = logits(binary, k3, ids, os.path.join(work, "l.npy"))
+    compare("kimi-k3 mxfp4, TP 2", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "2"), base_k3)
+    compare("kimi-k3 mxfp4, EP 4", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "4", "--ep"), base_k3)
+    # Kimi K3's case: 12 KDA and 12 MLA heads per rank (96 at TP 8), here 12 heads in all.
+    twelve_k3 = make(binary, os.path.join(work, "kimi-k3-12-heads"), "f32",
+                     {"text_config": {"num_attention_heads": 12, "num_key_value_heads": 12,
+                                      "linear_attn_config": {"num_heads": 12}}}, preset="kimi-k3-tiny")
+    base_twelve_k3 = logits(binary, twelve_k3, ids, os.path.join(work, "n.npy"))
+    for tp in (2, 3, 4, 6):
+        compare(f"kimi-k3 12 heads, TP {tp}", logits(binary, twelve_k3, ids, os.path.join(work, "o.npy"), "--tp", str(tp),
+                                                    "--ep"), base_twelve_k3)
     prompt = ",".join(map(str, ids[:6]))
     single = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos")
     split = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos", "--tp", "2")

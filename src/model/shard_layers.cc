@@ -1,0 +1,72 @@
+#include "model/shard_layers.h"
+
+#include "base/error.h"
+
+namespace mlaserve {
+namespace {
+
+int64_t split_alignment(const LinearWeight& weight) {
+  return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
+}
+
+// Gate/up rows and down columns [i0, i1) of the intermediate dimension.
+}  // namespace
+
+MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context) {
+  const ShardSpec& spec = context.spec;
+  const Range part = even_split(mlp.gate_proj.rows, spec.size, spec.rank, split_alignment(mlp.down_proj));
+  MLA_CHECK(part.size() > 0, "an MLP of width {} cannot be split {} ways", mlp.gate_proj.rows, spec.size);
+  return MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
+                    compact_columns(mlp.down_proj.cols_view(part.begin, part.end), context.storage, context.source),
+                    mlp.activation};
+}
+
+MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, const Range& heads,
+                             const ShardContext& context) {
+  const int64_t qk = config.qk_head_dim(), kv = config.qk_nope_head_dim + config.v_head_dim, v = config.v_head_dim;
+  MlaWeights out = mla;  // q_a_proj, kv_a_proj_with_mqa and the norms are replicated
+  if (mla.q_proj) out.q_proj = mla.q_proj->rows_view(heads.begin * qk, heads.end * qk);
+  if (mla.q_b_proj) out.q_b_proj = mla.q_b_proj->rows_view(heads.begin * qk, heads.end * qk);
+  out.kv_b_proj = mla.kv_b_proj.rows_view(heads.begin * kv, heads.end * kv);
+  out.o_proj = compact_columns(mla.o_proj.cols_view(heads.begin * v, heads.end * v), context.storage, context.source);
+  if (mla.g_proj) out.g_proj = mla.g_proj->rows_view(heads.begin * v, heads.end * v);
+  return out;
+}
+
+MoeWeights shard_moe_weights(const MoeWeights& moe, const ShardContext& context) {
+  const ShardSpec& spec = context.spec;
+  MoeWeights out = moe;  // LatentMoE's projections and norm are replicated too  // the router and its bias are replicated: every rank routes alike
+  if (spec.expert_parallel) {
+    const Range experts = even_split(int64_t(moe.experts.size()), spec.size, spec.rank);
+    out.first_owned_expert = experts.begin;
+    out.end_owned_expert = experts.end;
+  } else {
+    for (auto& expert : out.experts) expert = shard_mlp_weights(expert, context);
+  }
+  if (moe.shared_experts) out.shared_experts = shard_mlp_weights(*moe.shared_experts, context);
+  return out;
+}
+
+
+KdaWeights shard_kda_weights(const KdaWeights& kda, const KdaShape& shape, const Range& heads, const ShardContext& context) {
+  const int64_t first = heads.begin * shape.head_dim, end = heads.end * shape.head_dim;
+  KdaWeights out = kda;
+  out.q_conv1d = kda.q_conv1d + first * shape.conv_kernel;
+  out.k_conv1d = kda.k_conv1d + first * shape.conv_kernel;
+  out.v_conv1d = kda.v_conv1d + first * shape.conv_kernel;
+  out.q_proj = kda.q_proj.rows_view(first, end);
+  out.k_proj = kda.k_proj.rows_view(first, end);
+  out.v_proj = kda.v_proj.rows_view(first, end);
+  out.f_b_proj = kda.f_b_proj.rows_view(first, end);
+  out.b_proj = kda.b_proj.rows_view(heads.begin, heads.end);
+  if (kda.g_proj)
+    out.g_proj = kda.g_proj->rows_view(first, end);
+  else
+    out.g_b_proj = kda.g_b_proj.rows_view(first, end);
+  out.o_proj = compact_columns(kda.o_proj.cols_view(first, end), context.storage, context.source);
+  out.A_log = kda.A_log + heads.begin;
+  out.dt_bias = kda.dt_bias + first;
+  return out;
+}
+
+}  // namespace mlaserve
