@@ -9,6 +9,7 @@
 #include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "kernels/mla_decode.h"
 #include "parallel/mpi_world.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +20,14 @@ int main(int argc, char** argv) {
   CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
   app.require_subcommand(1);
   int threads = 0;
+  std::string mla_kernel = "auto";
   app.add_option("--threads", threads, "worker threads (default: all cores)");
-  app.parse_complete_callback([&] { mlaserve::set_num_threads(threads); });
+  app.add_option("--mla-kernel", mla_kernel,
+                 "MLA decode kernel for head counts other than 4, 8, 16k: auto | padded | generic")->capture_default_str();
+  app.parse_complete_callback([&] {
+    mlaserve::set_num_threads(threads);
+    mlaserve::set_mla_decode_kernel(mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()));
+  });
   mlaserve::add_make_model_command(app);
   mlaserve::add_logits_command(app);
   mlaserve::add_generate_command(app);

@@ -48,39 +48,4 @@ void causal_attention(const CausalAttentionParams& params) {
   });
 }
 
-void mla_absorbed_attention(const MlaAbsorbedParams& params) {
-  const int64_t rank = params.kv_lora_rank, rope = params.qk_rope_head_dim;
-  const LatentCacheView& cache = params.cache;
-  const bool bf16 = cache.dtype == CacheDType::BF16;
-  // Score of one cached row: q_latent . c + q_pe . k_pe, read in the cache's dtype.
-  auto score = [&](const float* q_latent, const float* q_pe, int64_t position) {
-    if (bf16) {
-      const uint16_t* row = cache.bf16_row(params.layer, position);
-      return simd::dot_bf16_f32(row, q_latent, rank) + simd::dot_bf16_f32(row + rank, q_pe, rope);
-    }
-    const float* row = cache.f32_row(params.layer, position);
-    return simd::dot_f32(q_latent, row, rank) + simd::dot_f32(q_pe, row + rank, rope);
-  };
-  thread_pool().parallel_for(params.n_queries * params.n_heads, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(params.first_position + params.n_queries));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t query = item / params.n_heads;
-      const int64_t n_visible = params.first_position + query + 1;
-      const float* q_latent = params.q_latent + item * rank;
-      const float* q_pe = params.q_pe + item * rope;
-      for (int64_t position = 0; position < n_visible; ++position)
-        scores[position] = params.softmax_scale * score(q_latent, q_pe, position);
-      softmax_in_place(scores.data(), n_visible);
-      float* out = params.out_latent + item * rank;
-      std::fill(out, out + rank, 0.0f);
-      for (int64_t position = 0; position < n_visible; ++position) {
-        if (bf16)
-          simd::axpy_bf16(scores[position], cache.bf16_row(params.layer, position), out, rank);
-        else
-          simd::axpy(scores[position], cache.f32_row(params.layer, position), out, rank);
-      }
-    }
-  });
-}
-
 }  // namespace mlaserve

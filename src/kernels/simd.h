@@ -116,6 +116,27 @@ inline void dot_4x2(const float* const w[4], const float* const x[2], int64_t n,
     }
 }
 
+// y[r][i] += sum_t alpha[r][t] * x[t][i] for 4 outputs r and n_x inputs t (a weighted sum of
+// rows into 4 accumulators): each x load feeds 4 FMAs and the accumulators stay in registers.
+inline void weighted_rows_4(const float* const alpha[4], const float* const* x, int64_t n_x, float* const y[4],
+                            int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) {
+    __m256 acc[4];
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_loadu_ps(y[r] + i);
+    for (int64_t t = 0; t < n_x; ++t) {
+      const __m256 xt = _mm256_loadu_ps(x[t] + i);
+      for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(alpha[r][t]), xt, acc[r]);
+    }
+    for (int r = 0; r < 4; ++r) _mm256_storeu_ps(y[r] + i, acc[r]);
+  }
+#endif
+  for (; i < n; ++i)
+    for (int r = 0; r < 4; ++r)
+      for (int64_t t = 0; t < n_x; ++t) y[r][i] += alpha[r][t] * x[t][i];
+}
+
 // y[i] += alpha * bf16(x[i])
 inline void axpy_bf16(float alpha, const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;

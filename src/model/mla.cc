@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/mla_decode.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 

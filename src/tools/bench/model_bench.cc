@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/mla_decode.h"
 #include "tools/bench/machine.h"
 #include "tools/plan/model_spec.h"
 
@@ -129,6 +130,8 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   return {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
           {"ranks", executor.ranks()}, {"prompt", options.prompt},
+          {"mla_decode_kernel", mla_decode_kernel_name(mla_decode_plan(config.num_attention_heads / executor.ranks(),
+                                                                       mla_decode_kernel()))},
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},

@@ -1,0 +1,245 @@
+#include "kernels/mla_decode.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/simd.h"
+
+namespace mlaserve {
+namespace {
+
+std::atomic<MlaDecodeKernel> chosen_kernel{MlaDecodeKernel::Auto};
+
+// p[i] = exp(p[i] - max) / sum, in place.
+void softmax_in_place(float* p, int64_t n) {
+  const float max_score = *std::max_element(p, p + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = std::exp(p[i] - max_score);
+    sum += p[i];
+  }
+  const float inverse = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) p[i] *= inverse;
+}
+
+// Cached row `position` as fp32: in place for an fp32 cache, else widened into `buffer`.
+const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float* buffer) {
+  if (p.cache.dtype == CacheDType::F32) return p.cache.f32_row(p.layer, position);
+  const uint16_t* row = p.cache.bf16_row(p.layer, position);
+  for (int64_t i = 0; i < p.kv_lora_rank + p.qk_rope_head_dim; ++i) buffer[i] = bf16_to_f32(row[i]);
+  return buffer;
+}
+
+// One block of B heads of one query over positions [begin, end): running max, sum of
+// exp(score - max) and the unnormalised sum of exp(score - max) * c, per head.
+template <int B>
+struct Partial {
+  float max[B], sum[B];
+  float* acc;  // [B, kv_lora_rank]
+};
+
+template <int B>
+void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int64_t begin, int64_t end,
+                  Partial<B>& part) {
+  constexpr int64_t kTile = 32;  // scores of a tile first, so a new maximum rescales once per tile
+  const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim, width = rank + rope;
+  thread_local std::vector<float> rows, queries;
+  rows.resize(size_t(kTile * width));
+  queries.resize(size_t(B * width));  // each head's [q_latent | q_pe], one dot product per row
+  for (int h = 0; h < B; ++h) {
+    const int64_t item = query * p.n_heads + head0 + h;
+    std::memcpy(queries.data() + h * width, p.q_latent + item * rank, size_t(rank) * sizeof(float));
+    std::memcpy(queries.data() + h * width + rank, p.q_pe + item * rope, size_t(rope) * sizeof(float));
+  }
+  float scores[B][kTile];
+  const float* tile_rows[kTile];
+  std::fill(part.max, part.max + B, -INFINITY);
+  std::fill(part.sum, part.sum + B, 0.0f);
+  std::fill(part.acc, part.acc + B * rank, 0.0f);
+  for (int64_t tile = begin; tile < end; tile += kTile) {
+    const int64_t n = std::min(kTile, end - tile);
+    for (int64_t i = 0; i < n; ++i) tile_rows[i] = row_f32(p, tile + i, rows.data() + i * width);
+    // 4 heads x 2 rows per register block: each row load feeds 4 FMAs.
+    for (int h = 0; h < B; h += 4) {
+      const float* q[4] = {&queries[size_t(h * width)], &queries[size_t((h + 1) * width)],
+                           &queries[size_t((h + 2) * width)], &queries[size_t((h + 3) * width)]};
+      for (int64_t i = 0; i < n; i += 2) {
+        const float* x[2] = {tile_rows[i], tile_rows[std::min(i + 1, n - 1)]};
+        float dots[8];
+        simd::dot_4x2(q, x, width, dots);
+        for (int r = 0; r < 4; ++r) {
+          scores[h + r][i] = p.softmax_scale * dots[2 * r];
+          if (i + 1 < n) scores[h + r][i + 1] = p.softmax_scale * dots[2 * r + 1];
+        }
+      }
+    }
+    for (int h = 0; h < B; ++h) {
+      const float tile_max = *std::max_element(scores[h], scores[h] + n);
+      if (tile_max > part.max[h]) {
+        const float correction = std::exp(part.max[h] - tile_max);  // 0 on the first tile
+        part.sum[h] *= correction;
+        for (int64_t d = 0; d < rank; ++d) part.acc[h * rank + d] *= correction;
+        part.max[h] = tile_max;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        scores[h][i] = std::exp(scores[h][i] - part.max[h]);  // now the weight
+        part.sum[h] += scores[h][i];
+      }
+    }
+    for (int h = 0; h < B; h += 4) {
+      const float* weights[4] = {scores[h], scores[h + 1], scores[h + 2], scores[h + 3]};
+      float* acc[4] = {part.acc + h * rank, part.acc + (h + 1) * rank, part.acc + (h + 2) * rank, part.acc + (h + 3) * rank};
+      simd::weighted_rows_4(weights, tile_rows, n, acc, rank);
+    }
+  }
+}
+
+template <int B>
+void blocked(const MlaAbsorbedParams& p) {
+  const int64_t rank = p.kv_lora_rank, n_blocks = p.n_heads / B;
+  const int64_t longest = p.first_position + p.n_queries;
+  // Positions split over the threads (flash-decoding) when the cache is long enough.
+  const int64_t parts = std::clamp<int64_t>(longest / 256, 1, thread_pool().size());
+  const int64_t items = p.n_queries * n_blocks * parts;
+  std::vector<Partial<B>> partials(static_cast<size_t>(items));
+  std::vector<float> accumulators(size_t(items * B * rank));
+  thread_pool().parallel_for(items, [&](int64_t first, int64_t last, int) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t part = item % parts, block = item / parts % n_blocks, query = item / parts / n_blocks;
+      const int64_t n_visible = p.first_position + query + 1;
+      const int64_t begin = n_visible * part / parts, end = n_visible * (part + 1) / parts;
+      partials[size_t(item)].acc = accumulators.data() + item * B * rank;
+      blocked_part<B>(p, query, block * B, begin, end, partials[size_t(item)]);
+    }
+  });
+  // Merge the parts: rescale each to the common maximum, then normalise.
+  for (int64_t query = 0; query < p.n_queries; ++query)
+    for (int64_t block = 0; block < n_blocks; ++block)
+      for (int h = 0; h < B; ++h) {
+        const int64_t first_item = (query * n_blocks + block) * parts;
+        float max = -INFINITY, sum = 0.0f;
+        for (int64_t part = 0; part < parts; ++part) max = std::max(max, partials[size_t(first_item + part)].max[h]);
+        float* out = p.out_latent + (query * p.n_heads + block * B + h) * rank;
+        std::fill(out, out + rank, 0.0f);
+        for (int64_t part = 0; part < parts; ++part) {
+          const Partial<B>& partial = partials[size_t(first_item + part)];
+          if (partial.sum[h] == 0.0f) continue;  // an empty part
+          const float scale = std::exp(partial.max[h] - max);
+          sum += partial.sum[h] * scale;
+          simd::axpy(scale, partial.acc + h * rank, out, rank);
+        }
+        const float inverse = 1.0f / sum;
+        for (int64_t d = 0; d < rank; ++d) out[d] *= inverse;
+      }
+}
+
+// Padded: the queries of n_heads heads with zero heads appended up to a supported count; a
+// zero query scores 0 everywhere and its output is dropped.
+void padded(const MlaAbsorbedParams& p) {
+  const int64_t heads = mla_padded_heads(p.n_heads), rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
+  std::vector<float> q_latent(size_t(p.n_queries * heads * rank), 0.0f), q_pe(size_t(p.n_queries * heads * rope), 0.0f);
+  std::vector<float> out(q_latent.size());
+  for (int64_t query = 0; query < p.n_queries; ++query) {
+    std::memcpy(q_latent.data() + query * heads * rank, p.q_latent + query * p.n_heads * rank,
+                size_t(p.n_heads * rank) * sizeof(float));
+    std::memcpy(q_pe.data() + query * heads * rope, p.q_pe + query * p.n_heads * rope, size_t(p.n_heads * rope) * sizeof(float));
+  }
+  MlaAbsorbedParams wide = p;
+  wide.q_latent = q_latent.data();
+  wide.q_pe = q_pe.data();
+  wide.out_latent = out.data();
+  wide.n_heads = heads;
+  mla_absorbed_blocked(wide);
+  for (int64_t query = 0; query < p.n_queries; ++query)
+    std::memcpy(p.out_latent + query * p.n_heads * rank, out.data() + query * heads * rank,
+                size_t(p.n_heads * rank) * sizeof(float));
+}
+
+}  // namespace
+
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
+  switch (kernel) {
+    case MlaDecodeKernel::Auto: return "auto";
+    case MlaDecodeKernel::Blocked: return "blocked";
+    case MlaDecodeKernel::Padded: return "padded";
+    case MlaDecodeKernel::Generic: return "generic";
+  }
+  return "?";
+}
+
+MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
+  for (auto kernel : {MlaDecodeKernel::Auto, MlaDecodeKernel::Padded, MlaDecodeKernel::Generic})
+    if (std::strcmp(name, mla_decode_kernel_name(kernel)) == 0) return kernel;
+  fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
+}
+
+void set_mla_decode_kernel(MlaDecodeKernel kernel) { chosen_kernel = kernel; }
+MlaDecodeKernel mla_decode_kernel() { return chosen_kernel; }
+
+bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
+
+int64_t mla_padded_heads(int64_t n_heads) {
+  for (int64_t heads : {4, 8, 16})
+    if (n_heads <= heads) return heads;
+  return (n_heads + 15) / 16 * 16;
+}
+
+// Cost model, per cached row, in units of one head's dot products over it (~1 row of compute):
+// generic reads the row twice per head (score, then accumulate) and computes each head once;
+// padded reads it once per block of 16 and computes every padded head. Streaming a row from
+// beyond L1 costs about as much as one head's compute on it (576 bf16 values; measured in
+// docs/benchmarks.md), so generic costs 3 per head and padded 1 per padded head plus 1 per
+// block: 12 heads -> 36 vs 17 (padded); only 1 head (4 padded: 5 vs 3) runs generic.
+MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice) {
+  if (mla_blocked_supports(n_heads)) return MlaDecodeKernel::Blocked;
+  if (choice == MlaDecodeKernel::Padded || choice == MlaDecodeKernel::Generic) return choice;
+  const int64_t padded_heads = mla_padded_heads(n_heads);
+  const int64_t padded_cost = padded_heads + (padded_heads + 15) / 16, generic_cost = 3 * n_heads;
+  return padded_cost <= generic_cost ? MlaDecodeKernel::Padded : MlaDecodeKernel::Generic;
+}
+
+void mla_absorbed_attention(const MlaAbsorbedParams& params) {
+  switch (mla_decode_plan(params.n_heads, mla_decode_kernel())) {
+    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(params);
+    case MlaDecodeKernel::Padded: return padded(params);
+    default: return mla_absorbed_generic(params);
+  }
+}
+
+void mla_absorbed_blocked(const MlaAbsorbedParams& params) {
+  MLA_CHECK(mla_blocked_supports(params.n_heads), "the blocked MLA kernel does not support {} heads", params.n_heads);
+  if (params.n_heads == 4) return blocked<4>(params);
+  if (params.n_heads == 8) return blocked<8>(params);
+  blocked<16>(params);
+}
+
+void mla_absorbed_generic(const MlaAbsorbedParams& params) {
+  const int64_t rank = params.kv_lora_rank, rope = params.qk_rope_head_dim;
+  thread_pool().parallel_for(params.n_queries * params.n_heads, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> scores(static_cast<size_t>(params.first_position + params.n_queries));
+    std::vector<float> buffer(static_cast<size_t>(rank + rope));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t query = item / params.n_heads;
+      const int64_t n_visible = params.first_position + query + 1;
+      const float* q_latent = params.q_latent + item * rank;
+      const float* q_pe = params.q_pe + item * rope;
+      for (int64_t position = 0; position < n_visible; ++position) {
+        const float* row = row_f32(params, position, buffer.data());
+        scores[size_t(position)] =
+            params.softmax_scale * (simd::dot_f32(q_latent, row, rank) + simd::dot_f32(q_pe, row + rank, rope));
+      }
+      softmax_in_place(scores.data(), n_visible);
+      float* out = params.out_latent + item * rank;
+      std::fill(out, out + rank, 0.0f);
+      for (int64_t position = 0; position < n_visible; ++position)
+        simd::axpy(scores[size_t(position)], row_f32(params, position, buffer.data()), out, rank);
+    }
+  });
+}
+
+}  // namespace mlaserve

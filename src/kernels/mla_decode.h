@@ -1,0 +1,50 @@
+// Absorbed MLA attention over the latent cache, the decode hot path: MQA with one
+// kv_lora_rank + qk_rope_head_dim key per cached position shared by every head,
+//   score[h, s] = scale * (q_latent[h] . c[s] + q_pe[h] . k_pe[s]),
+//   out_latent[h] = sum_s softmax(score[h])[s] * c[s].
+// Two kernels: a generic one that walks the cache once per head, and a head-blocked one
+// (blocks of 4, 8 or 16 heads) that reads each cached row once per block and keeps the
+// block's softmax online (flash-decoding, positions split over the threads). Other head
+// counts (12 per rank is Kimi K3 at TP 8) are either padded with zero queries to the next
+// supported count and sliced back, or run generic; the dispatcher's cost model chooses.
+#pragma once
+#include <cstdint>
+
+#include "kernels/latent_cache_view.h"
+
+namespace mlaserve {
+
+struct MlaAbsorbedParams {
+  const float* q_latent = nullptr;  // [n_queries, n_heads, kv_lora_rank]
+  const float* q_pe = nullptr;      // [n_queries, n_heads, qk_rope_head_dim], rotated
+  float* out_latent = nullptr;      // [n_queries, n_heads, kv_lora_rank]
+  LatentCacheView cache;
+  int64_t layer = 0;
+  int64_t n_queries = 0;
+  int64_t first_position = 0;       // query i attends to positions [0, first_position + i]
+  int64_t n_heads = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_rope_head_dim = 0;
+  float softmax_scale = 1.0f;
+};
+
+enum class MlaDecodeKernel { Auto, Blocked, Padded, Generic };
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel);
+MlaDecodeKernel mla_decode_kernel_from_name(const char* name);  // auto | padded | generic; throws
+
+// Process-wide choice for head counts the blocked kernel does not support natively (set from
+// --mla-kernel; Auto by default). Native counts always run blocked.
+void set_mla_decode_kernel(MlaDecodeKernel kernel);
+MlaDecodeKernel mla_decode_kernel();
+
+// True for 4, 8, 16 and multiples of 16. mla_padded_heads: the next such count.
+bool mla_blocked_supports(int64_t n_heads);
+int64_t mla_padded_heads(int64_t n_heads);
+// What the dispatcher runs for n_heads under `choice` (Blocked, Padded or Generic).
+MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice);
+
+void mla_absorbed_attention(const MlaAbsorbedParams& params);  // dispatches as above
+void mla_absorbed_generic(const MlaAbsorbedParams& params);
+void mla_absorbed_blocked(const MlaAbsorbedParams& params);     // n_heads must be supported
+
+}  // namespace mlaserve

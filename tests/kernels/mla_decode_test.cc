@@ -1,0 +1,119 @@
+// Absorbed MLA decode kernels (generic, head-blocked, padded, and the dispatcher) against a
+// float64 scalar reference: random queries and a paged cache whose blocks are out of order,
+// head counts native to the blocked kernel and not (12 is Kimi K3's per-rank count at TP 8),
+// short and long contexts (long ones split positions over threads), several queries.
+#include "kernels/mla_decode.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "test_util.h"
+
+namespace mlaserve {
+namespace {
+
+constexpr int64_t kRank = 64, kRope = 16, kBlock = 16;
+
+struct Case {
+  int64_t n_heads, n_queries, first_position;
+  CacheDType dtype;
+};
+
+struct Fixture {
+  std::vector<float> q_latent, q_pe;
+  std::vector<uint8_t> pool;
+  std::vector<int32_t> table;
+  MlaAbsorbedParams params;
+};
+
+Fixture make(const Case& c) {
+  Fixture f;
+  const int64_t positions = c.first_position + c.n_queries, n_blocks = (positions + kBlock - 1) / kBlock;
+  f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * kRank), 1, 0.3f);
+  f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * kRope), 2, 0.3f);
+  f.table.resize(size_t(n_blocks));
+  std::iota(f.table.rbegin(), f.table.rend(), 0);  // reversed: block b of the sequence is pool block n-1-b
+  f.pool.resize(size_t(n_blocks * kBlock * 2 * (kRank + kRope)) * cache_dtype_size(c.dtype));
+  f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, kRank + kRope};
+  const std::vector<float> rows = testing::random_vector(size_t(positions * (kRank + kRope)), 3);
+  for (int64_t s = 0; s < positions; ++s) f.params.cache.store(1, s, rows.data() + s * (kRank + kRope));
+  f.params.q_latent = f.q_latent.data();
+  f.params.q_pe = f.q_pe.data();
+  f.params.layer = 1;
+  f.params.n_queries = c.n_queries;
+  f.params.first_position = c.first_position;
+  f.params.n_heads = c.n_heads;
+  f.params.kv_lora_rank = kRank;
+  f.params.qk_rope_head_dim = kRope;
+  f.params.softmax_scale = 0.2f;
+  return f;
+}
+
+std::vector<float> reference(const Fixture& f) {
+  const MlaAbsorbedParams& p = f.params;
+  std::vector<float> out(size_t(p.n_queries * p.n_heads * kRank));
+  std::vector<float> row(size_t(kRank + kRope));
+  for (int64_t q = 0; q < p.n_queries; ++q)
+    for (int64_t h = 0; h < p.n_heads; ++h) {
+      const int64_t item = q * p.n_heads + h, n_visible = p.first_position + q + 1;
+      std::vector<double> scores(static_cast<size_t>(n_visible));
+      for (int64_t s = 0; s < n_visible; ++s) {
+        p.cache.load(p.layer, s, 0, kRank + kRope, row.data());
+        double dot = 0;
+        for (int64_t d = 0; d < kRank; ++d) dot += double(p.q_latent[item * kRank + d]) * row[size_t(d)];
+        for (int64_t d = 0; d < kRope; ++d) dot += double(p.q_pe[item * kRope + d]) * row[size_t(kRank + d)];
+        scores[size_t(s)] = p.softmax_scale * dot;
+      }
+      const double max = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (double& score : scores) sum += score = std::exp(score - max);
+      std::vector<double> acc(static_cast<size_t>(kRank), 0.0);
+      for (int64_t s = 0; s < n_visible; ++s) {
+        p.cache.load(p.layer, s, 0, kRank, row.data());
+        for (int64_t d = 0; d < kRank; ++d) acc[size_t(d)] += scores[size_t(s)] / sum * row[size_t(d)];
+      }
+      for (int64_t d = 0; d < kRank; ++d) out[size_t(item * kRank + d)] = float(acc[size_t(d)]);
+    }
+  return out;
+}
+
+TEST(MlaDecode, EveryKernelMatchesTheReference) {
+  ScopedThreadPool pool(2);
+  for (const Case& c : {Case{1, 1, 0, CacheDType::F32}, Case{3, 2, 40, CacheDType::BF16}, Case{4, 1, 700, CacheDType::BF16},
+                        Case{8, 3, 300, CacheDType::F32}, Case{12, 1, 1023, CacheDType::BF16}, Case{12, 2, 5, CacheDType::F32},
+                        Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32}}) {
+    Fixture f = make(c);
+    const std::vector<float> want = reference(f);
+    std::vector<float> got(want.size());
+    f.params.out_latent = got.data();
+    const std::string label = "heads " + std::to_string(c.n_heads) + ", position " + std::to_string(c.first_position);
+    mla_absorbed_generic(f.params);
+    EXPECT_TRUE(testing::relative_close(got, want, 1e-5)) << "generic, " << label;
+    for (MlaDecodeKernel choice : {MlaDecodeKernel::Padded, MlaDecodeKernel::Generic, MlaDecodeKernel::Auto}) {
+      std::fill(got.begin(), got.end(), NAN);
+      set_mla_decode_kernel(choice);
+      mla_absorbed_attention(f.params);
+      EXPECT_TRUE(testing::relative_close(got, want, 1e-5)) << mla_decode_kernel_name(choice) << ", " << label;
+    }
+    set_mla_decode_kernel(MlaDecodeKernel::Auto);
+  }
+}
+
+TEST(MlaDecode, DispatcherPadsToTheNextSupportedBlock) {
+  EXPECT_EQ(mla_padded_heads(12), 16);
+  EXPECT_EQ(mla_padded_heads(3), 4);
+  EXPECT_EQ(mla_padded_heads(17), 32);
+  EXPECT_EQ(mla_decode_plan(16, MlaDecodeKernel::Generic), MlaDecodeKernel::Blocked);  // native
+  EXPECT_EQ(mla_decode_plan(12, MlaDecodeKernel::Generic), MlaDecodeKernel::Generic);
+  EXPECT_EQ(mla_decode_plan(12, MlaDecodeKernel::Auto), MlaDecodeKernel::Padded);
+  EXPECT_EQ(mla_decode_plan(1, MlaDecodeKernel::Auto), MlaDecodeKernel::Generic);
+  EXPECT_THROW(mla_decode_kernel_from_name("fast"), Error);
+}
+
+}  // namespace
+}  // namespace mlaserve
