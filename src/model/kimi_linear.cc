@@ -181,17 +181,20 @@ size_t KimiLinearModel::weight_bytes() const {
   for (const auto& layer : weights_.layers) {
     if (const auto* mla = std::get_if<MlaWeights>(&layer.self_attn)) {
       for (const auto* w : {&mla->kv_a_proj_with_mqa, &mla->kv_b_proj, &mla->o_proj}) total += w->bytes();
-      for (const auto& w : {mla->q_proj, mla->q_a_proj, mla->q_b_proj})
+      for (const auto& w : {mla->q_proj, mla->q_a_proj, mla->q_b_proj, mla->g_proj})
         if (w) total += w->bytes();
     } else {
       const auto& kda = std::get<KdaWeights>(layer.self_attn);
       for (const auto* w : {&kda.q_proj, &kda.k_proj, &kda.v_proj, &kda.f_a_proj, &kda.f_b_proj, &kda.b_proj,
                             &kda.g_a_proj, &kda.g_b_proj, &kda.o_proj})
         total += w->bytes();
+      if (kda.g_proj) total += kda.g_proj->bytes();
     }
     if (layer.mlp) total += mlp_bytes(*layer.mlp);
     if (layer.moe) {
       total += layer.moe->gate.bytes();
+      if (const auto& latent = layer.moe->latent)
+        total += latent->routed_expert_down_proj.bytes() + latent->routed_expert_up_proj.bytes();
       for (const auto& expert : layer.moe->experts) total += mlp_bytes(expert);
       if (layer.moe->shared_experts) total += mlp_bytes(*layer.moe->shared_experts);
     }

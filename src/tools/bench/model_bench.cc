@@ -33,18 +33,22 @@ std::vector<int32_t> random_tokens(int64_t count, int64_t vocab, uint64_t seed) 
   return tokens;
 }
 
-// Latent caches for the benchmark's sequences: one pool block of `capacity` positions each,
-// allocated once on every rank of the executor.
+// Latent caches (and recurrent states) for the benchmark's sequences: one pool block of
+// `capacity` positions each, allocated once on every rank of the executor.
 class BenchCaches {
  public:
   BenchCaches(ModelExecutor& executor, int64_t n_sequences, int64_t capacity, CacheDType dtype)
       : config_(executor.config()), capacity_(capacity), dtype_(dtype), block_ids_(size_t(n_sequences)) {
     for (size_t b = 0; b < block_ids_.size(); ++b) block_ids_[b] = int32_t(b);
-    pool_ = executor.allocate_cache(size_t(n_sequences * capacity * config_.cache_layers() * config_.kv_latent_dim()) *
-                                    cache_dtype_size(dtype));
+    latent_bytes_ = (n_sequences * capacity * config_.cache_layers() * config_.kv_latent_dim() *
+                         int64_t(cache_dtype_size(dtype)) + 63) / 64 * 64;
+    pool_ = executor.allocate_cache(size_t(latent_bytes_ + n_sequences * config_.recurrent_state_bytes()));
   }
   LatentCacheView view(int64_t sequence) const {
-    return {pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.cache_layers(), config_.kv_latent_dim()};
+    LatentCacheView view{pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.cache_layers(),
+                         config_.kv_latent_dim()};
+    if (config_.recurrent_state_bytes() > 0) view.state_offset = latent_bytes_ + sequence * config_.recurrent_state_bytes();
+    return view;
   }
 
  private:
@@ -52,6 +56,7 @@ class BenchCaches {
   int64_t capacity_;
   CacheDType dtype_;
   std::vector<int32_t> block_ids_;
+  int64_t latent_bytes_ = 0;
   void* pool_ = nullptr;
 };
 

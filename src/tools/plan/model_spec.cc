@@ -126,7 +126,7 @@ int64_t ModelSpec::recurrent_state_bytes_per_sequence() const {
 }
 
 int64_t ModelSpec::conv_state_bytes_per_sequence() const {
-  return kda_layers * 3 * (kda_conv_kernel - 1) * kda_heads * kda_head_dim * 2;
+  return kda_layers * 3 * (kda_conv_kernel - 1) * kda_heads * kda_head_dim * 4;  // fp32, as the engine keeps it
 }
 
 ModelSpec model_spec_from_config(const json& raw, const std::string& name) {
