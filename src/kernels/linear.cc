@@ -6,6 +6,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -97,7 +98,7 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
 namespace {
 
 // One token, one row at a time: decode is memory-bound, so read each row once and widen
-// bf16 in registers.
+// bf16, or decode INT4 / MXFP4 nibbles, in registers.
 void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                        float* y) {
   const int64_t cols = weight.cols;
@@ -107,6 +108,16 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
       out = simd::dot_f32(static_cast<const float*>(weight.data) + element_offset(weight, r), x, cols);
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(static_cast<const uint16_t*>(weight.data) + element_offset(weight, r), x, cols);
+    } else if (weight.format == WeightFormat::Int4Group) {
+      const int64_t stored_row = weight.row_offset + r;
+      out = dot_int4_row(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
+                         weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                             weight.col_offset / weight.group_size,
+                         weight.group_size, x, cols);
+    } else if (weight.format == WeightFormat::Mxfp4) {
+      const int64_t stored_row = weight.row_offset + r;
+      out = dot_mxfp4_row(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
+                          weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, x, cols);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);
