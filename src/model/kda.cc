@@ -73,16 +73,27 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
     short_conv_silu(v.data() + first * width, width, seq.n_tokens, width, weights.v_conv1d, shape.conv_kernel,
                     conv_windows + 2 * history * width);
     float* recurrent = seq.state + 3 * history * width;  // [H, K, V]
+    // Prefill runs (16 tokens or more) in the chunked form, decode in the recurrent form.
+    const int64_t chunk = kda_chunk_size();
+    const bool chunked = chunk > 0 && seq.n_tokens >= 16;
     // Heads are independent: each worker runs whole heads through every token in order.
     thread_pool().parallel_for(heads, [&](int64_t begin, int64_t end, int) {
-      for (int64_t h = begin; h < end; ++h)
+      for (int64_t h = begin; h < end; ++h) {
         for (int64_t t = first; t < first + seq.n_tokens; ++t) {
-          const size_t at = size_t(t * width + h * dim);
-          l2_normalize(q.data() + at, dim, q_scale);
-          l2_normalize(k.data() + at, dim, 1.0f);
-          kda_recurrent_step(recurrent + h * dim * dim, q.data() + at, k.data() + at, v.data() + at, f.data() + at,
-                             beta[size_t(t * heads + h)], dim, dim, o.data() + at);
+          l2_normalize(q.data() + t * width + h * dim, dim, q_scale);
+          l2_normalize(k.data() + t * width + h * dim, dim, 1.0f);
         }
+        const size_t at = size_t(first * width + h * dim);
+        if (chunked) {
+          kda_chunked(recurrent + h * dim * dim, q.data() + at, k.data() + at, v.data() + at, f.data() + at,
+                      beta.data() + first * heads + h, seq.n_tokens, width, heads, dim, chunk, o.data() + at);
+          continue;
+        }
+        for (int64_t t = 0; t < seq.n_tokens; ++t)
+          kda_recurrent_step(recurrent + h * dim * dim, q.data() + at + t * width, k.data() + at + t * width,
+                             v.data() + at + t * width, f.data() + at + t * width, beta[size_t((first + t) * heads + h)],
+                             dim, dim, o.data() + at + t * width);
+      }
     });
   }
   // o_norm: per-head RMSNorm times sigmoid of the output gate (FusedRMSNormGated).
