@@ -45,25 +45,27 @@ void kda_chunk(float* state, const float* q, const float* k, const float* v, con
   for (int64_t t = 0; t < c; ++t)
     for (int64_t i = 0; i < dim; ++i)
       cumulative[size_t(t * dim + i)] = g[t * stride + i] + (t > 0 ? cumulative[size_t((t - 1) * dim + i)] : 0.0f);
-  for (int64_t t = 0; t < c; ++t) {
-    const float* g_t = &cumulative[size_t(t * dim)];
+  thread_local std::vector<float> step_decay, running;
+  step_decay.resize(size_t(c * dim));  // exp(g_t)
+  running.resize(size_t(dim));
+  for (int64_t t = 0; t < c; ++t)
     for (int64_t i = 0; i < dim; ++i) {
-      const float decay = std::exp(g_t[i]);
+      const float decay = std::exp(cumulative[size_t(t * dim + i)]);
+      step_decay[size_t(t * dim + i)] = std::exp(g[t * stride + i]);
       decayed_k[size_t(t * dim + i)] = decay * k[t * stride + i];
       decayed_q[size_t(t * dim + i)] = decay * q[t * stride + i];
     }
-    for (int64_t s = 0; s <= t; ++s) {  // A_ts (s < t) and M_ts (s <= t)
-      const float* g_s = &cumulative[size_t(s * dim)];
-      float dot_k = 0.0f, dot_q = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) {
-        const float ks = k[s * stride + i] * std::exp(g_t[i] - g_s[i]);
-        dot_k += k[t * stride + i] * ks;
-        dot_q += q[t * stride + i] * ks;
-        if (t == c - 1) last_k[size_t(i * c + s)] = ks;
-      }
-      if (s < t) a[size_t(t * c + s)] = beta[t * beta_stride] * dot_k;
-      m[size_t(t * c + s)] = dot_q;
+  // A_ts and M_ts: exp(G_t - G_s) * k_s built up along t as a product of the steps' decays
+  // (each at most 1), so no exponential of a difference is ever taken.
+  for (int64_t s = 0; s < c; ++s) {
+    std::copy_n(k + s * stride, dim, running.data());
+    for (int64_t t = s; t < c; ++t) {
+      if (t > s)
+        for (int64_t i = 0; i < dim; ++i) running[size_t(i)] *= step_decay[size_t(t * dim + i)];
+      if (t > s) a[size_t(t * c + s)] = beta[t * beta_stride] * simd::dot_f32(k + t * stride, running.data(), dim);
+      m[size_t(t * c + s)] = simd::dot_f32(q + t * stride, running.data(), dim);
     }
+    for (int64_t i = 0; i < dim; ++i) last_k[size_t(i * c + s)] = running[size_t(i)];
   }
   // S0^T (exp(G_t) k_t) into u and S0^T (exp(G_t) q_t) into out, 4 tokens per pass over S0.
   std::vector<const float*> rows(static_cast<size_t>(dim));

@@ -16,8 +16,8 @@ void kda_recurrent_step(float* state, const float* q, const float* k, const floa
 //   u_t = beta_t (v_t - S0^T (exp(G_t) * k_t)) - sum_{s<t} A_ts u_s,  A_ts = beta_t sum_i k_t,i k_s,i exp(G_t,i - G_s,i)
 //   o_t = S0^T (exp(G_t) * q_t) + sum_{s<=t} M_ts u_s,             M_ts = sum_i q_t,i k_s,i exp(G_t,i - G_s,i)
 //   S  <- exp(G_last) * S0 + sum_s (exp(G_last - G_s) * k_s) u_s^T.
-// Every decay factor is exp of a non-positive number, computed pairwise (no exp(-G) that can
-// overflow). Token t's q, k, v, g, out are at t * stride, beta at t * beta_stride.
+// exp(G_t - G_s) is built as the product of the steps' decays exp(g) (each at most 1), so
+// nothing can overflow, however strong the decay. Token t's q, k, v, g, out are at t * stride, beta at t * beta_stride.
 void kda_chunked(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int64_t n_tokens, int64_t stride, int64_t beta_stride, int64_t dim, int64_t chunk, float* out);
 
