@@ -68,6 +68,13 @@ def main():
     mini_plan = plan(binary, "--model", os.path.join(work, "mini.json"), "--hardware", "cpu-dev-2core", "--devices", "1")
     check("mini total params (455M)", mini_plan["total_params"], 455e6, 0.002)
     check("mini active params (103M)", mini_plan["active_params"], 103e6, 0.01)
+    # Quantised configs written by make-model: the planner reads their native format.
+    for preset, dtype, want in (("tiny", "int4", "int4:32"), ("kimi-k3-tiny", "mxfp4", "mxfp4")):
+        directory = os.path.join(work, f"{preset}-{dtype}")
+        subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, directory], check=True,
+                       capture_output=True)
+        native = plan(binary, "--model", directory, "--hardware", "b200", "--devices", "1")["weights"]
+        check_true(f"{preset} {dtype}: native weights read as {want} (got {native})", native == want)
     bad = subprocess.run([binary, "plan", "--model", "kimi-k3", "--hardware", "b200", "--tp", "7"], capture_output=True, text=True)
     check_true("a TP size that does not divide the heads is an error", bad.returncode == 1 and "do not divide" in bad.stderr)
     print(f"{checks - len(failures)} passed, {len(failures)} failed")

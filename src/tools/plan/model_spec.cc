@@ -24,7 +24,8 @@ std::string native_weights(const json& config) {
   if (method == "fp8") return "fp8";
   if (quant.value("format", "") == "mxfp4-pack-quantized") return "mxfp4";
   if (method == "compressed-tensors") {
-    for (const auto& [name, group] : quant.value("config_groups", json::object()).items()) {
+    const json groups = quant.value("config_groups", json::object());  // a copy: iterate a live object
+    for (const auto& [name, group] : groups.items()) {
       const json& weights = group.value("weights", json::object());
       if (weights.value("type", "int") == "float") return "mxfp4";
       return "int4:" + std::to_string(weights.value("group_size", 32));
