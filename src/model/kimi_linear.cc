@@ -44,8 +44,6 @@ KdaWeights load_kda(WeightLoader& loader, const ModelConfig& config, const std::
   return w;
 }
 
-// block_sparse_moe: router gate (+ e_score_correction_bias), experts.{e}.w1 (gate) / w3 (up) /
-// w2 (down), shared_experts.{gate,up,down}_proj.
 GluActivation activation_of(const ModelConfig& config) {
   return {config.situ, float(config.activation_situ_beta), float(config.activation_situ_linear_beta)};
 }
@@ -56,7 +54,9 @@ MlpWeights load_mlp(WeightLoader& loader, const ModelConfig& config, const std::
   return mlp;
 }
 
-// K3 LatentMoE: the experts read and write routed_expert_hidden_size-wide vectors.
+// block_sparse_moe: router gate (+ e_score_correction_bias), experts.{e}.w1 (gate) / w3 (up) /
+// w2 (down), shared_experts.{gate,up,down}_proj. K3 LatentMoE: the experts read and write
+// routed_expert_hidden_size-wide vectors between its down and up projections.
 MoeWeights load_block_sparse_moe(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
   const int64_t hidden = config.hidden_size, width = config.moe_intermediate_size;
   const int64_t expert_io = config.routed_expert_hidden_size.value_or(hidden);
@@ -112,9 +112,11 @@ KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config
   weights.norm = loader.vector(root + "model.norm.weight", hidden);
   weights.lm_head =
       config.tie_word_embeddings ? weights.embed_tokens : loader.linear(root + "lm_head", config.vocab_size, hidden);
+  // Kimi K3's vision tower and projector (outside "language_model.") are not run.
   for (const auto& name : checkpoint.unused_names())
-    MLA_CHECK(name.ends_with("rotary_emb.inv_freq"), "unexpected tensor '{}' (shape {}) not used by {}", name,
-              checkpoint.all().at(name)->shape_string(), config.model_type);
+    MLA_CHECK(name.ends_with("rotary_emb.inv_freq") || (!root.empty() && !name.starts_with(root)),
+              "unexpected tensor '{}' (shape {}) not used by {}", name, checkpoint.all().at(name)->shape_string(),
+              config.model_type);
   return weights;
 }
 

@@ -4,6 +4,8 @@ Bound 1e-3 relative as for DeepSeek-V3 (same stored values on both sides; mlaser
 arithmetic, recurrence included, is ~1e-6 relative here)."""
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 
@@ -54,6 +56,20 @@ def make(binary, work, index, preset, dtype, override):
     return model
 
 
+def with_extra_tensor(model, out, name):
+    """A copy of the model whose model.safetensors also holds an F32 [4] tensor `name`."""
+    shutil.copytree(model, out, dirs_exist_ok=True)
+    path = os.path.join(out, "model.safetensors")
+    blob = open(path, "rb").read()
+    size = struct.unpack("<Q", blob[:8])[0]
+    header, data = json.loads(blob[8:8 + size]), blob[8 + size:]
+    header[name] = {"dtype": "F32", "shape": [4], "data_offsets": [len(data), len(data) + 16]}
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(encoded)) + encoded + data + bytes(16))
+    return out
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -65,13 +81,24 @@ def main():
         error = np.abs(got - want).max() / np.abs(want).max()
         check(f"{name}: max rel error {error:.2e}, argmax agreement {(got.argmax(-1) == want.argmax(-1)).mean():.0%}",
               np.isfinite(got).all() and error <= TOLERANCE)
+    # Kimi K3: the vision tower's tensors are skipped; an unknown text-model tensor is an error.
+    k3 = os.path.join(work, "kl6")
+    vision = with_extra_tensor(k3, os.path.join(work, "k3-vision"), "vision_tower.patch_embed.weight")
+    ok = subprocess.run([binary, "logits", "--model", vision, "--ids", "1,2", "--out", os.path.join(work, "v.npy")],
+                        capture_output=True, text=True)
+    check("kimi-k3: a checkpoint with vision-tower tensors loads (they are not run)", ok.returncode == 0)
+    extra = with_extra_tensor(k3, os.path.join(work, "k3-extra"), "language_model.model.extra.weight")
+    bad = subprocess.run([binary, "logits", "--model", extra, "--ids", "1,2", "--out", os.path.join(work, "e.npy")],
+                         capture_output=True, text=True)
+    check("kimi-k3: an unknown text-model tensor is an error naming it",
+          bad.returncode == 1 and "unexpected tensor 'language_model.model.extra.weight'" in bad.stderr)
     # 320 tokens: one prefill pass vs token-by-token decode (recurrent state carried 320 steps).
     model = os.path.join(work, "kl0")
     ids = np.random.default_rng(99).integers(0, 32000, size=320)
     whole, steps = logits(binary, model, ids), logits(binary, model, ids, "--chunk", "1")
     error = np.abs(whole - steps).max() / np.abs(whole).max()
     check(f"320 tokens: prefill == token-by-token decode (max rel error {error:.2e})", error <= 1e-4)
-    print(f"{len(CASES) + 1 - len(failures)} passed, {len(failures)} failed")
+    print(f"{len(CASES) + 3 - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
 
