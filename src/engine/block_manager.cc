@@ -41,9 +41,15 @@ int64_t BlockManager::cached_prefix_blocks(std::span<const int32_t> tokens) cons
 }
 
 uint64_t BlockManager::prefix_hash(std::span<const int32_t> tokens, int64_t n_blocks) const {
+  return n_blocks > 0 ? prefix_hashes(tokens, n_blocks).back() : 0;
+}
+
+std::vector<uint64_t> BlockManager::prefix_hashes(std::span<const int32_t> tokens, int64_t n_blocks) const {
+  std::vector<uint64_t> hashes;
   uint64_t hash = 0;
-  for (int64_t b = 0; b < n_blocks; ++b) hash = chain_hash(hash, tokens.subspan(size_t(b * block_size_), size_t(block_size_)));
-  return hash;
+  for (int64_t b = 0; b < n_blocks; ++b)
+    hashes.push_back(hash = chain_hash(hash, tokens.subspan(size_t(b * block_size_), size_t(block_size_))));
+  return hashes;
 }
 
 int32_t BlockManager::take_block() {

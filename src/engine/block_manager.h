@@ -43,6 +43,8 @@ class BlockManager {
   int64_t cached_prefix_blocks(std::span<const int32_t> tokens) const;
   // The chained hash that names the first n_blocks full blocks of `tokens` as a prefix.
   uint64_t prefix_hash(std::span<const int32_t> tokens, int64_t n_blocks) const;
+  // prefix_hash for every n in [1, n_blocks], in one pass.
+  std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens, int64_t n_blocks) const;
 
   int64_t prefix_queried_tokens() const { return queried_tokens_; }
   int64_t prefix_hit_tokens() const { return hit_tokens_; }

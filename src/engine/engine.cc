@@ -121,8 +121,9 @@ void Engine::warm_up() {
 // Of the first `cached_blocks` blocks of `tokens` (cached in the block pool), how many end
 // where a state snapshot was kept: a KDA model can only resume from there.
 int64_t Engine::restorable_blocks(std::span<const int32_t> tokens, int64_t cached_blocks) {
+  const std::vector<uint64_t> hashes = blocks_.prefix_hashes(tokens, cached_blocks);
   for (int64_t k = cached_blocks; k > 0; --k)
-    if (snapshots_.find(blocks_.prefix_hash(tokens, k), k * config_.block_size)) return k;
+    if (snapshots_.find(hashes[size_t(k - 1)], k * config_.block_size)) return k;
   return 0;
 }
 

@@ -216,9 +216,7 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
     config.attn_res_block_size = get_int(json_config, "attn_res_block_size");
     MLA_CHECK(*config.attn_res_block_size > 0, "config.json: 'attn_res_block_size' must be positive");
   }
-  const std::string act = get_string(json_config, "hidden_act", "silu");
-  MLA_CHECK(act == "silu" || act == "situ", "config.json: hidden_act '{}' is not supported (silu, situ)", act);
-  config.situ = act == "situ";
+  config.situ = get_string(json_config, "hidden_act", "silu") == "situ";  // validate() checks the value
   config.activation_situ_beta = get_double(json_config, "activation_situ_beta", 4.0);
   config.activation_situ_linear_beta = get_double(json_config, "activation_situ_linear_beta", 25.0);
   config.n_routed_experts = get_int(json_config, "num_experts", 0);

@@ -8,9 +8,6 @@
 #include "kernels/simd.h"
 
 namespace mlaserve {
-namespace {
-
-// p[i] = exp(p[i] - max) / sum, in place.
 void softmax_in_place(float* p, int64_t n) {
   const float max_score = *std::max_element(p, p + n);
   float sum = 0.0f;
@@ -21,8 +18,6 @@ void softmax_in_place(float* p, int64_t n) {
   const float inverse = 1.0f / sum;
   for (int64_t i = 0; i < n; ++i) p[i] *= inverse;
 }
-
-}  // namespace
 
 void causal_attention(const CausalAttentionParams& params) {
   const int64_t offset = params.n_keys - params.n_queries;

@@ -5,6 +5,9 @@
 
 namespace mlaserve {
 
+// p[i] = exp(p[i] - max) / sum, in place (shared by the attention kernels).
+void softmax_in_place(float* p, int64_t n);
+
 // Expanded (per-head K/V) causal attention, used for prefill.
 struct CausalAttentionParams {
   const float* q = nullptr;  // [n_queries, n_heads, head_dim_qk]

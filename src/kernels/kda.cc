@@ -34,7 +34,8 @@ namespace {
 // One chunk of c tokens (c <= 64) of one head; see kda_chunked.
 void kda_chunk(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta,
                int64_t c, int64_t stride, int64_t beta_stride, int64_t dim, float* out) {
-  thread_local std::vector<float> cumulative, decayed_k, decayed_q, u, last_k, a, m;
+  thread_local std::vector<float> cumulative, decayed_k, decayed_q, u, last_k, a, m, spare;
+  thread_local std::vector<const float*> rows, us;
   cumulative.resize(size_t(c * dim));  // G_t
   decayed_k.resize(size_t(c * dim));   // exp(G_t) * k_t, then beta_t (v_t - S0^T that) lands in u
   decayed_q.resize(size_t(c * dim));   // exp(G_t) * q_t
@@ -68,15 +69,14 @@ void kda_chunk(float* state, const float* q, const float* k, const float* v, con
     for (int64_t i = 0; i < dim; ++i) last_k[size_t(i * c + s)] = running[size_t(i)];
   }
   // S0^T (exp(G_t) k_t) into u and S0^T (exp(G_t) q_t) into out, 4 tokens per pass over S0.
-  std::vector<const float*> rows(static_cast<size_t>(dim));
+  rows.resize(size_t(dim));
   for (int64_t i = 0; i < dim; ++i) rows[size_t(i)] = state + i * dim;
+  spare.assign(size_t(2 * dim), 0.0f);  // where the odd token's results go when c is odd
   for (int64_t t = 0; t < c; ++t) std::fill(out + t * stride, out + t * stride + dim, 0.0f);
   for (int64_t t0 = 0; t0 < c; t0 += 2) {
     const int64_t t1 = std::min(t0 + 1, c - 1);
     const float* alpha[4] = {&decayed_k[size_t(t0 * dim)], &decayed_k[size_t(t1 * dim)], &decayed_q[size_t(t0 * dim)],
                              &decayed_q[size_t(t1 * dim)]};
-    thread_local std::vector<float> spare;
-    spare.assign(size_t(2 * dim), 0.0f);
     float* y[4] = {&u[size_t(t0 * dim)], t1 != t0 ? &u[size_t(t1 * dim)] : spare.data(), out + t0 * stride,
                    t1 != t0 ? out + t1 * stride : spare.data() + dim};
     simd::weighted_rows_4(alpha, rows.data(), dim, y, dim);
@@ -90,7 +90,7 @@ void kda_chunk(float* state, const float* q, const float* k, const float* v, con
   }
   // S <- exp(G_last) * S0 + sum_s (exp(G_last - G_s) k_s) u_s^T, row by row.
   const float* g_last = &cumulative[size_t((c - 1) * dim)];
-  std::vector<const float*> us(static_cast<size_t>(c));
+  us.resize(size_t(c));
   for (int64_t s = 0; s < c; ++s) us[size_t(s)] = &u[size_t(s * dim)];
   for (int64_t i = 0; i < dim; ++i) {
     const float decay = std::exp(g_last[i]);

@@ -8,24 +8,13 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
 namespace {
 
 std::atomic<MlaDecodeKernel> chosen_kernel{MlaDecodeKernel::Auto};
-
-// p[i] = exp(p[i] - max) / sum, in place.
-void softmax_in_place(float* p, int64_t n) {
-  const float max_score = *std::max_element(p, p + n);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = std::exp(p[i] - max_score);
-    sum += p[i];
-  }
-  const float inverse = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) p[i] *= inverse;
-}
 
 // Cached row `position` as fp32: in place for an fp32 cache, else widened into `buffer`.
 const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float* buffer) {

@@ -1,5 +1,7 @@
 #include "model/causal_lm.h"
 
+#include "base/error.h"
+
 #include "model/deepseek_v3.h"
 #include "model/kimi_linear.h"
 
@@ -11,6 +13,31 @@ int64_t logit_rows(std::span<const ForwardSequence> batch) {
     rows += seq.logits == ForwardSequence::Logits::All ? int64_t(seq.tokens.size())
             : seq.logits == ForwardSequence::Logits::Last ? 1 : 0;
   return rows;
+}
+
+BatchLayout layout_batch(std::span<const ForwardSequence> batch) {
+  BatchLayout layout;
+  for (const auto& seq : batch) {
+    const int64_t count = int64_t(seq.tokens.size()), first = layout.n_tokens;
+    MLA_CHECK(count > 0, "forward needs at least one token per sequence");
+    MLA_CHECK(seq.start_position + count <= seq.cache.capacity(), "sequence of {} tokens exceeds its cache capacity {}",
+              seq.start_position + count, seq.cache.capacity());
+    layout.sequences.push_back({first, count, seq.start_position, seq.cache, seq.path});
+    if (seq.logits == ForwardSequence::Logits::All)
+      for (int64_t t = 0; t < count; ++t) layout.logit_tokens.push_back(first + t);
+    else if (seq.logits == ForwardSequence::Logits::Last)
+      layout.logit_tokens.push_back(first + count - 1);
+    layout.n_tokens += count;
+  }
+  return layout;
+}
+
+double active_weight_bytes(double total_bytes, double embedding_bytes, double routed_bytes, const ModelConfig& config) {
+  const double routed_active = config.n_routed_experts > 0
+                                   ? routed_bytes * double(config.num_experts_per_tok) / double(config.n_routed_experts)
+                                   : 0.0;
+  return total_bytes - embedding_bytes - routed_bytes + routed_active +
+         (config.tie_word_embeddings ? embedding_bytes : 0.0) + embedding_bytes / double(config.vocab_size);
 }
 
 void CausalLM::forward(std::span<const int32_t> tokens, int64_t start_position, const LatentCacheView& cache,

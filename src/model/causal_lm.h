@@ -5,8 +5,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "io/linear_weight.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
 #include "kernels/latent_cache_view.h"
 #include "model/mla.h"
 #include "parallel/communicator.h"
@@ -25,6 +28,29 @@ struct ForwardSequence {
 
 // Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
 int64_t logit_rows(std::span<const ForwardSequence> batch);
+
+// A batch laid out as one token matrix: each sequence's slice of it and the rows that need
+// logits. Throws Error for an empty sequence or one that overruns its cache.
+struct BatchLayout {
+  std::vector<MlaSequence> sequences;
+  std::vector<int64_t> logit_tokens;  // batch indices of the tokens that need logits
+  int64_t n_tokens = 0;
+};
+BatchLayout layout_batch(std::span<const ForwardSequence> batch);
+
+// The mapped checkpoint and the buffers the loader converted: shared by a model's shards.
+struct ModelStorage {
+  ModelStorage(const std::string& model_dir, const ModelConfig& model_config)
+      : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
+  ModelConfig config;
+  Checkpoint checkpoint;
+  WeightLoader loader;
+};
+
+// Weight bytes one decoded token reads, from the whole model's bytes: minus the embedding table
+// (one row is read) and the routed experts (num_experts_per_tok of them per MoE layer), plus the
+// embedding again when it is also the LM head. routed_bytes: all routed experts of all layers.
+double active_weight_bytes(double total_bytes, double embedding_bytes, double routed_bytes, const ModelConfig& config);
 
 // Which part of the model a rank holds: attention heads, dense/shared MLP and (without expert
 // parallelism) routed-expert intermediate columns split `size` ways; with expert parallelism

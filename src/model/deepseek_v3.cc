@@ -19,10 +19,7 @@ MlaShape mla_shape_of(const ModelConfig& config) {
 
 }  // namespace
 
-DeepseekV3Model::Storage::Storage(const std::string& model_dir, const ModelConfig& model_config)
-    : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
-
-DeepseekV3Model::DeepseekV3Model(std::shared_ptr<Storage> storage, DeepseekV3Weights weights)
+DeepseekV3Model::DeepseekV3Model(std::shared_ptr<ModelStorage> storage, DeepseekV3Weights weights)
     : storage_(std::move(storage)),
       config_(storage_->config),
       weights_(std::move(weights)),
@@ -32,7 +29,7 @@ DeepseekV3Model::DeepseekV3Model(std::shared_ptr<Storage> storage, DeepseekV3Wei
       vocab_end_(config_.vocab_size) {}
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir) {
-  auto storage = std::make_shared<Storage>(model_dir, load_model_config(model_dir));
+  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir));
   DeepseekV3Weights weights = load_deepseek_v3_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(std::move(storage), std::move(weights)));
   spdlog::info("loaded {} from '{}': {} layers, {:.2f} GB of weights", model->config_.model_type,
@@ -60,14 +57,11 @@ size_t DeepseekV3Model::weight_bytes() const {
     for (const auto* w : {&attn.kv_a_proj_with_mqa, &attn.kv_b_proj, &attn.o_proj}) total += w->bytes();
     for (const auto& w : {attn.q_proj, attn.q_a_proj, attn.q_b_proj})
       if (w) total += w->bytes();
-    auto mlp_bytes = [](const MlpWeights& mlp) {
-      return mlp.gate_proj.bytes() + mlp.up_proj.bytes() + mlp.down_proj.bytes();
-    };
-    if (layer.mlp) total += mlp_bytes(*layer.mlp);
+    if (layer.mlp) total += layer.mlp->bytes();
     if (layer.moe) {
       total += layer.moe->gate.bytes();
-      for (const auto& expert : layer.moe->experts) total += mlp_bytes(expert);
-      if (layer.moe->shared_experts) total += mlp_bytes(*layer.moe->shared_experts);
+      for (const auto& expert : layer.moe->experts) total += expert.bytes();
+      if (layer.moe->shared_experts) total += layer.moe->shared_experts->bytes();
     }
   }
   if (!config_.tie_word_embeddings) total += weights_.lm_head.bytes();
@@ -75,39 +69,19 @@ size_t DeepseekV3Model::weight_bytes() const {
 }
 
 double DeepseekV3Model::active_weight_bytes_per_token() const {
-  double routed_total = 0, routed_active = 0;
-  for (const auto& layer : weights_.layers) {
-    if (!layer.moe) continue;
-    double layer_experts = 0;
-    for (const auto& expert : layer.moe->experts)
-      layer_experts += double(expert.gate_proj.bytes() + expert.up_proj.bytes() + expert.down_proj.bytes());
-    routed_total += layer_experts;
-    routed_active += layer_experts * double(config_.num_experts_per_tok) / double(layer.moe->experts.size());
-  }
-  const double embedding = double(weights_.embed_tokens.bytes());
-  const double head_if_tied = config_.tie_word_embeddings ? embedding : 0.0;
-  return double(weight_bytes()) - embedding - routed_total + routed_active + head_if_tied +
-         embedding / double(config_.vocab_size);
+  double routed = 0;
+  for (const auto& layer : weights_.layers)
+    if (layer.moe)
+      for (const auto& expert : layer.moe->experts) routed += double(expert.bytes());
+  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed, config_);
 }
 
 void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {
   const int64_t hidden = config_.hidden_size;
-  std::vector<MlaSequence> sequences;
-  std::vector<int64_t> logit_tokens;  // batch indices of the tokens that need logits
-  int64_t n_tokens = 0;
-  for (const auto& seq : batch) {
-    const int64_t count = int64_t(seq.tokens.size());
-    MLA_CHECK(count > 0, "forward needs at least one token per sequence");
-    MLA_CHECK(seq.start_position + count <= seq.cache.capacity(),
-              "sequence of {} tokens exceeds its cache capacity {}", seq.start_position + count,
-              seq.cache.capacity());
-    sequences.push_back({n_tokens, count, seq.start_position, seq.cache, seq.path});
-    if (seq.logits == ForwardSequence::Logits::All)
-      for (int64_t t = 0; t < count; ++t) logit_tokens.push_back(n_tokens + t);
-    else if (seq.logits == ForwardSequence::Logits::Last)
-      logit_tokens.push_back(n_tokens + count - 1);
-    n_tokens += count;
-  }
+  const BatchLayout layout = layout_batch(batch);
+  const int64_t n_tokens = layout.n_tokens;
+  const std::vector<MlaSequence>& sequences = layout.sequences;
+  const std::vector<int64_t>& logit_tokens = layout.logit_tokens;
   std::vector<float> residual(size_t(n_tokens * hidden));  // [n_tokens, hidden]
   std::vector<float> normed(residual.size()), mixed(residual.size());
   embed(batch, residual.data());

@@ -62,18 +62,11 @@ class DeepseekV3Model : public CausalLM {
   using CausalLM::forward;
 
  private:
-  // The mapped checkpoint and the buffers the loader converted: shared by every shard.
-  struct Storage {
-    Storage(const std::string& model_dir, const ModelConfig& config);
-    ModelConfig config;
-    Checkpoint checkpoint;
-    WeightLoader loader;
-  };
-  DeepseekV3Model(std::shared_ptr<Storage> storage, DeepseekV3Weights weights);
+  DeepseekV3Model(std::shared_ptr<ModelStorage> storage, DeepseekV3Weights weights);
   void embed(std::span<const ForwardSequence> batch, float* residual) const;
   void project_logits(const float* normed, int64_t n_rows, float* logits) const;
 
-  std::shared_ptr<Storage> storage_;
+  std::shared_ptr<ModelStorage> storage_;
   std::deque<std::vector<uint8_t>> shard_copies_;  // a shard's compacted column slices
   ModelConfig config_;
   DeepseekV3Weights weights_;

@@ -120,14 +120,9 @@ KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config
   return weights;
 }
 
-size_t mlp_bytes(const MlpWeights& mlp) { return mlp.gate_proj.bytes() + mlp.up_proj.bytes() + mlp.down_proj.bytes(); }
-
 }  // namespace
 
-KimiLinearModel::Storage::Storage(const std::string& model_dir, const ModelConfig& model_config)
-    : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
-
-KimiLinearModel::KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWeights weights)
+KimiLinearModel::KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLinearWeights weights)
     : storage_(std::move(storage)),
       config_(storage_->config),
       weights_(std::move(weights)),
@@ -145,7 +140,7 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWei
 }
 
 std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_dir) {
-  auto storage = std::make_shared<Storage>(model_dir, load_model_config(model_dir));
+  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir));
   KimiLinearWeights weights = load_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(std::move(storage), std::move(weights)));
   spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.2f} MiB of KDA state per sequence",
@@ -192,30 +187,24 @@ size_t KimiLinearModel::weight_bytes() const {
         total += w->bytes();
       if (kda.g_proj) total += kda.g_proj->bytes();
     }
-    if (layer.mlp) total += mlp_bytes(*layer.mlp);
+    if (layer.mlp) total += layer.mlp->bytes();
     if (layer.moe) {
       total += layer.moe->gate.bytes();
       if (const auto& latent = layer.moe->latent)
         total += latent->routed_expert_down_proj.bytes() + latent->routed_expert_up_proj.bytes();
-      for (const auto& expert : layer.moe->experts) total += mlp_bytes(expert);
-      if (layer.moe->shared_experts) total += mlp_bytes(*layer.moe->shared_experts);
+      for (const auto& expert : layer.moe->experts) total += expert.bytes();
+      if (layer.moe->shared_experts) total += layer.moe->shared_experts->bytes();
     }
   }
   return total;
 }
 
 double KimiLinearModel::active_weight_bytes_per_token() const {
-  double routed_total = 0, routed_active = 0;
-  for (const auto& layer : weights_.layers) {
-    if (!layer.moe) continue;
-    double experts = 0;
-    for (const auto& expert : layer.moe->experts) experts += double(mlp_bytes(expert));
-    routed_total += experts;
-    routed_active += experts * double(config_.num_experts_per_tok) / double(layer.moe->experts.size());
-  }
-  const double embedding = double(weights_.embed_tokens.bytes());
-  return double(weight_bytes()) - embedding - routed_total + routed_active +
-         (config_.tie_word_embeddings ? embedding : 0.0) + embedding / double(config_.vocab_size);
+  double routed = 0;
+  for (const auto& layer : weights_.layers)
+    if (layer.moe)
+      for (const auto& expert : layer.moe->experts) routed += double(expert.bytes());
+  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed, config_);
 }
 
 void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,
@@ -325,23 +314,12 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
 
 void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits) const {
   const int64_t hidden = config_.hidden_size;
-  std::vector<MlaSequence> sequences;
-  std::vector<int64_t> logit_tokens;
-  int64_t n_tokens = 0;
+  const BatchLayout layout = layout_batch(batch);
+  const int64_t n_tokens = layout.n_tokens;
   for (const auto& seq : batch) {
-    const int64_t count = int64_t(seq.tokens.size());
-    MLA_CHECK(count > 0, "forward needs at least one token per sequence");
-    MLA_CHECK(seq.start_position + count <= seq.cache.capacity(), "sequence of {} tokens exceeds its cache capacity {}",
-              seq.start_position + count, seq.cache.capacity());
     MLA_CHECK(seq.cache.state(), "{} needs a recurrent state with each sequence's cache", config_.model_type);
     // A sequence computed from its first token starts from a zero state.
     if (seq.start_position == 0) std::memset(seq.cache.state(), 0, size_t(config_.recurrent_state_bytes()));
-    sequences.push_back({n_tokens, count, seq.start_position, seq.cache, seq.path});
-    if (seq.logits == ForwardSequence::Logits::All)
-      for (int64_t t = 0; t < count; ++t) logit_tokens.push_back(n_tokens + t);
-    else if (seq.logits == ForwardSequence::Logits::Last)
-      logit_tokens.push_back(n_tokens + count - 1);
-    n_tokens += count;
   }
   std::vector<float> residual(size_t(n_tokens * hidden));
   int64_t row = 0;
@@ -350,15 +328,15 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
       MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token, config_.vocab_size);
       dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
     }
-  const Pass pass{batch, sequences, n_tokens};
+  const Pass pass{batch, layout.sequences, n_tokens};
   if (config_.attn_res_block_size)
     run_layers_attn_res(pass, residual);
   else
     run_layers(pass, residual);
   std::vector<float> normed(residual.size());
-  const int64_t n_out = int64_t(logit_tokens.size());
+  const int64_t n_out = int64_t(layout.logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
-    rms_norm(residual.data() + logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
+    rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
              normed.data() + r * hidden, hidden);
   linear(weights_.lm_head, normed.data(), n_out, logits);
 }

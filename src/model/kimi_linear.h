@@ -59,13 +59,7 @@ class KimiLinearModel : public CausalLM {
   std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const override;
 
  private:
-  struct Storage {
-    Storage(const std::string& model_dir, const ModelConfig& config);
-    ModelConfig config;
-    Checkpoint checkpoint;
-    WeightLoader loader;
-  };
-  KimiLinearModel(std::shared_ptr<Storage> storage, KimiLinearWeights weights);
+  KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLinearWeights weights);
   // One forward pass's sequences, for the layer loops.
   struct Pass {
     std::span<const ForwardSequence> batch;
@@ -78,7 +72,7 @@ class KimiLinearModel : public CausalLM {
   void mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,
            std::span<const MlaSequence> mla_sequences, float* out) const;
 
-  std::shared_ptr<Storage> storage_;
+  std::shared_ptr<ModelStorage> storage_;
   std::deque<std::vector<uint8_t>> shard_copies_;  // a shard's compacted column slices
   ModelConfig config_;
   KimiLinearWeights weights_;

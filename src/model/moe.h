@@ -25,6 +25,7 @@ struct MlpWeights {
   LinearWeight up_proj;    // [intermediate, hidden]
   LinearWeight down_proj;  // [hidden, intermediate]
   GluActivation activation = {};
+  size_t bytes() const { return gate_proj.bytes() + up_proj.bytes() + down_proj.bytes(); }
 };
 
 // Kimi K3's LatentMoE: the routed experts run in a narrower space. h = down(x); the weighted
