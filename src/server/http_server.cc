@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
@@ -141,9 +143,18 @@ void HttpServer::add_routes() {
 }
 
 int HttpServer::bind() {
+  // cpp-httplib (compiled into Debian's library) listens with a backlog of 5: when the machine is
+  // busy and its accept thread is late, the sixth simultaneous client is reset. Remember the
+  // listening socket and raise its backlog after bind (listen() again only changes the backlog).
+  server_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listening_socket_ = sock;
+  });
   const int port = options_.port == 0 ? server_->bind_to_any_port(options_.host)
                                       : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   MLA_CHECK(port > 0, "cannot listen on {}:{} (address in use or not local?)", options_.host, options_.port);
+  server_->set_socket_options(httplib::default_socket_options);
+  if (listening_socket_ >= 0) ::listen(listening_socket_, SOMAXCONN);
   return port;
 }
 

@@ -38,6 +38,7 @@ class HttpServer {
   ServerOptions options_;
   ChatFormat chat_format_;
   std::unique_ptr<httplib::Server> server_;
+  int listening_socket_ = -1;  // seen while binding, to raise its backlog
 };
 
 }  // namespace mlaserve

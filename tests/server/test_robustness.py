@@ -96,7 +96,7 @@ def overload(binary, model):
     for thread in threads:
         thread.join(300)
     check("overload gives 429 beyond --max-queue", statuses.count(429) > 0 and statuses.count(200) >= 2,
-          f"statuses {sorted(statuses)}")
+          f"statuses {sorted(map(str, statuses))}")
     check("overload: every request answered", len(statuses) == 16 and set(statuses) <= {200, 429}, str(statuses))
     check("overloaded server exits 0", server.stop() == 0)
 
