@@ -97,8 +97,30 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
 
 namespace {
 
+// Formats whose dot products take int8-quantized activations (quant_dot.h): MXFP4, and INT4
+// with groups of whole Q8 blocks (other group sizes dequantize a row at a time).
+bool takes_q8_activations(const LinearWeight& weight) {
+  return weight.format == WeightFormat::Mxfp4 ||
+         (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
+}
+
+// sum_c W[r, c] * x[c] for an FP8 row: one fused dot per stored 128-column scale block.
+float dot_fp8_row(const LinearWeight& weight, int64_t row, const float* x) {
+  const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
+  const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
+  const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
+  float total = 0.0f;
+  for (int64_t c = 0; c < weight.cols;) {
+    const int64_t block = (weight.col_offset + c) / weight.block_cols;
+    const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
+    total += dot_fp8_f32(codes + c, x + c, end - c) * scales[block];
+    c = end;
+  }
+  return total;
+}
+
 // One token, one row at a time: decode is memory-bound, so read each row once and widen
-// bf16, or decode INT4 / MXFP4 nibbles, in registers.
+// bf16 or fp8 in registers.
 void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                        float* y) {
   const int64_t cols = weight.cols;
@@ -108,16 +130,8 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
       out = simd::dot_f32(static_cast<const float*>(weight.data) + element_offset(weight, r), x, cols);
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(static_cast<const uint16_t*>(weight.data) + element_offset(weight, r), x, cols);
-    } else if (weight.format == WeightFormat::Int4Group) {
-      const int64_t stored_row = weight.row_offset + r;
-      out = dot_int4_row(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
-                         weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
-                             weight.col_offset / weight.group_size,
-                         weight.group_size, x, cols);
-    } else if (weight.format == WeightFormat::Mxfp4) {
-      const int64_t stored_row = weight.row_offset + r;
-      out = dot_mxfp4_row(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
-                          weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, x, cols);
+    } else if (weight.format == WeightFormat::Fp8Block) {
+      out = dot_fp8_row(weight, r, x);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);
@@ -126,10 +140,41 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   }
 }
 
+// 4-bit weights: every token's activations quantized once (per thread: a few percent of one
+// row's work), then each row read once and dotted with every token while it is in L1.
+void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+             int64_t n_tokens, float* y, int64_t y_stride) {
+  const int64_t cols = weight.cols, blocks = cols / kQ8Block;
+  thread_local std::vector<int8_t> values;
+  thread_local std::vector<float> scales, sums;
+  values.resize(size_t(n_tokens * cols));
+  scales.resize(size_t(n_tokens * blocks));
+  sums.resize(size_t(n_tokens * blocks));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    quantize_q8(x + t * x_stride, cols, values.data() + t * cols, scales.data() + t * blocks, sums.data() + t * blocks);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t stored_row = weight.row_offset + r;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const Q8Activations token{values.data() + t * cols, scales.data() + t * blocks, sums.data() + t * blocks};
+      float& out = y[t * y_stride + (r - row_begin)];
+      if (weight.format == WeightFormat::Int4Group) {
+        out = dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
+                          weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                              weight.col_offset / weight.group_size,
+                          weight.group_size, token, cols);
+      } else {
+        out = dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
+                           weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, token, cols);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (takes_q8_activations(weight)) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
   // Several tokens: widen blocks of 4 rows to fp32 once (L1-resident), then 4 rows x 2 tokens
   // per inner loop; leftover rows and a leftover token go one dot at a time.

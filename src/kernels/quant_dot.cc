@@ -1,7 +1,9 @@
 #include "kernels/quant_dot.h"
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "base/dtype.h"
 #include "kernels/simd.h"
@@ -9,70 +11,140 @@
 namespace mlaserve {
 namespace {
 
-constexpr float kE2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+// MXFP4: twice the E2M1 value of each code (bit 3 the sign) plus 12, so every weight is an
+// integer in [0, 24] that vpmaddubsw can take unsigned; the 2 goes into the block scale and
+// the 12 into the block-sum correction. INT4 nibbles are already unsigned (value + 8).
+constexpr uint8_t kE2M1DoubledPlus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+constexpr int kInt4Offset = 8, kMxfp4Offset = 12;
 
-uint32_t load_word(const uint8_t* p) {
-  uint32_t word;
-  std::memcpy(&word, p, 4);
-  return word;
+// 2^(e - 127) / 2 for every E8M0 exponent e: the MXFP4 block scale with the halving above.
+const std::array<float, 256>& e8m0_half_scales() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> out{};
+    for (int e = 0; e < 256; ++e) out[size_t(e)] = std::ldexp(1.0f, e - 128);
+    return out;
+  }();
+  return table;
 }
 
+// Where quantize_q8 stores column c (< 32) of block `block` out of `blocks`.
+int64_t q8_index(int64_t blocks, int64_t block, int c) {
+  const int64_t pair_start = block / 2 * 2 * kQ8Block;
+  if (block / 2 * 2 + 1 < blocks) return pair_start + (c % 2) * 32 + (block % 2) * 16 + c / 2;
+  return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
+}
+
+// sum_c (u_c - offset) * w_scale_c * x_c over 4-bit weights stored as 16 bytes a block,
+// u_c the unsigned weight of nibble c (through `table` when given). Two blocks at a time:
+// their low nibbles against the 32 even-column activations, high nibbles against the odd.
+template <class BlockScale>
+float dot_4bit_q8(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
+                  const Q8Activations& x, int64_t cols) {
+  const int64_t blocks = cols / kQ8Block;
+  int64_t block = 0;
+  float total = 0.0f, sum_correction = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
-// The 8 nibbles of `word` as 8 int32 lanes, lane c = nibble c.
-inline __m256i nibbles(uint32_t word) {
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(word)), shifts), _mm256_set1_epi32(0xf));
-}
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low_mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i lookup =
+      table ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
+  for (; block + 2 <= blocks; block += 2) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + block * 16));
+    __m256i even = _mm256_and_si256(raw, low_mask), odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
+    if (table) {
+      even = _mm256_shuffle_epi8(lookup, even);
+      odd = _mm256_shuffle_epi8(lookup, odd);
+    }
+    // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
+    const auto* q = reinterpret_cast<const __m256i*>(x.values + block * kQ8Block);
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
+                                           _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
+    const float scale0 = block_scale(block) * x.scales[block], scale1 = block_scale(block + 1) * x.scales[block + 1];
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)),
+                          _mm256_set_m128(_mm_set1_ps(scale1), _mm_set1_ps(scale0)), acc);
+    sum_correction += scale0 * x.sums[block] + scale1 * x.sums[block + 1];
+  }
+  total = simd::hsum(acc);
 #endif
+  for (; block < blocks; ++block) {
+    const uint8_t* block_bytes = bytes + block * 16;
+    int32_t sum = 0;
+    for (int c = 0; c < kQ8Block; ++c) {
+      const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
+      sum += (table ? table[code] : code) * x.values[q8_index(blocks, block, c)];
+    }
+    const float scale = block_scale(block) * x.scales[block];
+    total += float(sum) * scale;
+    sum_correction += scale * x.sums[block];
+  }
+  return total - float(offset) * sum_correction;
+}
 
 }  // namespace
 
-float dot_int4_row(const uint32_t* words, const uint16_t* scales, int64_t group, const float* x, int64_t cols) {
-  float total = 0.0f;
-  int64_t c = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  __m256 sum = _mm256_setzero_ps();
-  const __m256i eight = _mm256_set1_epi32(8);
-  for (; c < cols; c += group) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = c; i < c + group; i += 8) {
-      const __m256 q = _mm256_cvtepi32_ps(_mm256_sub_epi32(nibbles(words[i / 8]), eight));
-      acc = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + i), acc);
-    }
-    sum = _mm256_fmadd_ps(acc, _mm256_set1_ps(bf16_to_f32(scales[c / group])), sum);
-  }
-  total = simd::hsum(sum);
+void quantize_q8(const float* x, int64_t cols, int8_t* values, float* scales, float* sums) {
+  const int64_t blocks = cols / kQ8Block;
+  alignas(32) int32_t rounded[kQ8Block];
+  for (int64_t block = 0; block < blocks; ++block) {
+    const float* block_x = x + block * kQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(block_x[i]));
+    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+#if defined(__AVX2__)
+    // vcvtps2dq rounds half to even, as std::nearbyint does in the default rounding mode.
+    for (int i = 0; i < kQ8Block; i += 8)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(rounded + i),
+                         _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(block_x + i), _mm256_set1_ps(inverse))));
+#else
+    for (int i = 0; i < kQ8Block; ++i) rounded[i] = int32_t(std::nearbyint(block_x[i] * inverse));
 #endif
-  for (; c < cols; ++c) total += float(int((words[c / 8] >> (4 * (c % 8))) & 0xf) - 8) * bf16_to_f32(scales[c / group]) * x[c];
-  return total;
+    int32_t sum = 0;
+    for (int c = 0; c < kQ8Block; ++c) {
+      values[q8_index(blocks, block, c)] = int8_t(rounded[c]);
+      sum += rounded[c];
+    }
+    scales[block] = amax / 127.0f;
+    sums[block] = float(sum);
+  }
 }
 
-float dot_mxfp4_row(const uint8_t* bytes, const uint8_t* e8m0, const float* x, int64_t cols) {
+float dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations& x,
+                  int64_t cols) {
+  // Groups are powers of two in practice: a shift, not a division, per block.
+  const int64_t blocks_per_group = group / kQ8Block;
+  const bool power_of_two = (blocks_per_group & (blocks_per_group - 1)) == 0;
+  const int shift = std::countr_zero(uint64_t(blocks_per_group));
+  auto block_scale = [&](int64_t block) {
+    return bf16_to_f32(w_scales[power_of_two ? block >> shift : block / blocks_per_group]);
+  };
+  return dot_4bit_q8(reinterpret_cast<const uint8_t*>(words), nullptr, kInt4Offset, block_scale, x, cols);
+}
+
+float dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations& x, int64_t cols) {
+  const auto& half_scales = e8m0_half_scales();
+  auto block_scale = [&](int64_t block) { return half_scales[e8m0[block]]; };
+  return dot_4bit_q8(bytes, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, cols);
+}
+
+float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n) {
+  int64_t i = 0;
   float total = 0.0f;
-  int64_t c = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  __m256 sum = _mm256_setzero_ps();
-  const __m256 table = _mm256_loadu_ps(kE2M1);
-  const __m256i magnitude_mask = _mm256_set1_epi32(7), sign_bit = _mm256_set1_epi32(8);
-  for (; c < cols; c += 32) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = c; i < c + 32; i += 8) {
-      const __m256i code = nibbles(load_word(bytes + i / 2));
-      const __m256 magnitude = _mm256_permutevar8x32_ps(table, _mm256_and_si256(code, magnitude_mask));
-      // Bit 3 of the code is the sign: move it to bit 31 and flip the value's sign with it.
-      const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, sign_bit), 28);
-      const __m256 value = _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(magnitude), sign));
-      acc = _mm256_fmadd_ps(value, _mm256_loadu_ps(x + i), acc);
-    }
-    sum = _mm256_fmadd_ps(acc, _mm256_set1_ps(std::ldexp(1.0f, int(e8m0[c / 32]) - 127)), sum);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  // E4M3 -> binary16 by moving the fields: sign to bit 15, exponent and mantissa up by 7. The
+  // result is the value / 2^8 (the exponent biases are 7 and 15), subnormals included.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256i sign_bit = _mm256_set1_epi16(0x80), magnitude = _mm256_set1_epi16(0x7f);
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, sign_bit), 8),
+                                         _mm256_slli_epi16(_mm256_and_si256(v, magnitude), 7));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), _mm256_loadu_ps(x + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), _mm256_loadu_ps(x + i + 8), acc1);
   }
-  total = simd::hsum(sum);
+  total = simd::hsum(_mm256_add_ps(acc0, acc1)) * 256.0f;
 #endif
-  for (; c < cols; ++c) {
-    const int code = (bytes[c / 2] >> (4 * (c % 2))) & 0xf;
-    const float value = code & 8 ? -kE2M1[code & 7] : kE2M1[code & 7];
-    total += value * std::ldexp(1.0f, int(e8m0[c / 32]) - 127) * x[c];
-  }
+  const float* table = fp8_e4m3_table();
+  for (; i < n; ++i) total += table[codes[i]] * x[i];
   return total;
 }
 

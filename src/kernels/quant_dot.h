@@ -1,16 +1,43 @@
-// Dot products that read 4-bit weights directly (dequantisation fused into the FMA loop; no
-// fp32 row is written): the decode path of INT4 and MXFP4 weights, which is memory-bound and
-// so wants the 4-bit bytes to be the only thing streamed. Both formats keep column c in
-// nibble c % 8 of a little-endian 32-bit word (INT4: one int32; MXFP4: four bytes).
+// Dot products that read quantized weights directly (dequantisation fused; no fp32 row is
+// written): decode is memory-bound, so the stored bytes should be the only thing streamed.
+//
+// 4-bit weights (INT4 group, MXFP4) meet activations quantized on the fly to int8 per block
+// of 32 columns (llama.cpp's Q8_0 idea): one scale amax/127 per block, values round-half-even
+// of x * 127/amax. Integer products (vpmaddubsw) then replace the nibble -> float expansion,
+// which ran at a third of the rate memory could feed it. The error this adds is that of
+// rounding x to 8 bits: about 0.5% of a dot product's size (docs/kernels.md). Single tokens
+// and batches use the same quantized dot, so a request's tokens do not depend on its batch.
 #pragma once
 #include <cstdint>
 
 namespace mlaserve {
 
-// sum_c (nibble_c - 8) * bf16(scales[c / group]) * x[c]; cols a multiple of group (itself of 8).
-float dot_int4_row(const uint32_t* words, const uint16_t* scales, int64_t group, const float* x, int64_t cols);
+constexpr int64_t kQ8Block = 32;
 
-// sum_c E2M1(nibble_c) * 2^(e8m0[c / 32] - 127) * x[c]; cols a multiple of 32.
-float dot_mxfp4_row(const uint8_t* bytes, const uint8_t* e8m0, const float* x, int64_t cols);
+// One token's activations as quantize_q8 leaves them: values, and per block of 32 the scale
+// and the sum of the block's values (so offset-coded weights need no per-weight subtraction).
+struct Q8Activations {
+  const int8_t* values;  // [cols]
+  const float* scales;   // [cols / 32]
+  const float* sums;     // [cols / 32]
+};
+
+// Quantizes cols (a multiple of 32) values of x. The values are stored in the order the 4-bit
+// formats keep their nibbles (low nibble of byte b: column 2b, high: 2b + 1), a pair of blocks
+// at a time: columns 0, 2, .., 62 (evens of both blocks), then 1, 3, .., 63; a last unpaired
+// block: its evens, then its odds.
+void quantize_q8(const float* x, int64_t cols, int8_t* values, float* scales, float* sums);
+
+// sum_c (nibble_c - 8) * bf16(w_scales[c / group]) * x_c; group a multiple of 32, cols of
+// group. Nibble c % 8 of word c / 8 is column c.
+float dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations& x,
+                  int64_t cols);
+
+// sum_c E2M1(nibble_c) * 2^(e8m0[c / 32] - 127) * x_c; cols a multiple of 32.
+float dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations& x, int64_t cols);
+
+// sum_c E4M3(codes[c]) * x[c] in fp32 (the caller applies the block scale). Codes 0x7f and
+// 0xff (NaN) are not expected in weights and read as 480.
+float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n);
 
 }  // namespace mlaserve

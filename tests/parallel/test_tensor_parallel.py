@@ -11,6 +11,9 @@ import sys
 import numpy as np
 
 TOLERANCE = 1e-5  # F32/BF16 weights: only the summation order of the all-reduces differs
+# 4-bit experts take int8-rounded activations: a value within float rounding of a .5 tie can
+# round apart on the two sides and move later logits by ~1e-3 (tests/reference explains).
+TOLERANCE_4BIT = 3e-3
 failures, checks = [], 0
 
 
@@ -40,9 +43,9 @@ def check(label, ok, detail=""):
         failures.append(label)
 
 
-def compare(label, got, want):
+def compare(label, got, want, tolerance=TOLERANCE):
     error = np.abs(got - want).max() / np.abs(want).max()
-    check(label, error <= TOLERANCE and (got.argmax(-1) == want.argmax(-1)).all(), f"(rel error {error:.1e})")
+    check(label, error <= tolerance and (got.argmax(-1) == want.argmax(-1)).all(), f"(rel error {error:.1e})")
 
 
 def main():
@@ -64,7 +67,7 @@ def main():
           bad.stderr[-200:])
     int4 = make(binary, os.path.join(work, "tiny-int4"), "int4", {})
     compare("tiny int4 experts, TP 2", logits(binary, int4, ids, os.path.join(work, "f.npy"), "--tp", "2"),
-            logits(binary, int4, ids, os.path.join(work, "g.npy")))
+            logits(binary, int4, ids, os.path.join(work, "g.npy")), TOLERANCE_4BIT)
     mini = make(binary, os.path.join(work, "mini-bf16"), "bf16", {}, preset="mini")
     compare("mini bf16, EP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2", "--ep"),
             logits(binary, mini, ids[:8], os.path.join(work, "i.npy")))
@@ -75,8 +78,10 @@ def main():
             logits(binary, kimi, ids, os.path.join(work, "k.npy"), "--tp", "4", "--chunk", "1"), base_kimi)
     k3 = make(binary, os.path.join(work, "kimi-k3-mxfp4"), "mxfp4", {}, preset="kimi-k3-tiny")
     base_k3 = logits(binary, k3, ids, os.path.join(work, "l.npy"))
-    compare("kimi-k3 mxfp4, TP 2", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "2"), base_k3)
-    compare("kimi-k3 mxfp4, EP 4", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "4", "--ep"), base_k3)
+    compare("kimi-k3 mxfp4, TP 2", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "2"), base_k3,
+            TOLERANCE_4BIT)
+    compare("kimi-k3 mxfp4, EP 4", logits(binary, k3, ids, os.path.join(work, "m.npy"), "--tp", "4", "--ep"), base_k3,
+            TOLERANCE_4BIT)
     # Kimi K3's case: 12 KDA and 12 MLA heads per rank (96 at TP 8), here 12 heads in all.
     twelve_k3 = make(binary, os.path.join(work, "kimi-k3-12-heads"), "f32",
                      {"text_config": {"num_attention_heads": 12, "num_key_value_heads": 12,

@@ -61,6 +61,15 @@ def to_float(dtype, shape, raw):
     return np.frombuffer(raw, NUMPY_DTYPES[dtype]).astype(np.float64).reshape(shape)
 
 
+def quantize_q8(x):
+    """Each row of x rounded to int8 in blocks of 32 and back (see Weights.apply)."""
+    blocks = np.asarray(x, np.float32).reshape(*x.shape[:-1], -1, 32)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inverse)
+    return (q * (amax.astype(np.float64) / 127)).reshape(x.shape)
+
+
 class Weights:
     def __init__(self, model_dir, fp8_block=(128, 128)):
         self.tensors = read_checkpoint(model_dir)
@@ -71,6 +80,25 @@ class Weights:
 
     def get(self, name):
         return to_float(*self.tensors[name])
+
+    def is_4bit(self, prefix):
+        return self.has(prefix + ".weight_packed")
+
+    def apply(self, prefix, x):
+        """x @ W.T for the linear layer at prefix. A 4-bit weight (INT4 in groups of whole 32s,
+        MXFP4) meets x as mlaserve feeds it: rounded to int8 per 32 columns of each row, scale
+        max|x| / 127, half to even, in float32 (the kernels' integer dot products)."""
+        weight = self.linear(prefix)
+        if self.is_4bit(prefix) and weight.shape[1] % 32 == 0 and self.group_size(prefix) % 32 == 0:
+            x = quantize_q8(x)
+        return x @ weight.T
+
+    def group_size(self, prefix):
+        if self.has(prefix + ".weight_scale") and self.tensors[prefix + ".weight_packed"][0] != "U8":
+            _, packed_shape, _ = self.tensors[prefix + ".weight_packed"]
+            _, scale_shape, _ = self.tensors[prefix + ".weight_scale"]
+            return packed_shape[1] * 8 // scale_shape[1]
+        return 32
 
     def linear(self, prefix):
         """Dequantised [out, in] weight of a linear layer, whatever its stored format."""

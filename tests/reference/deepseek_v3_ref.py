@@ -63,12 +63,12 @@ def attention(w, cfg, p, x):
                               cfg["v_head_dim"], cfg["kv_lora_rank"])
     eps = cfg.get("rms_norm_eps", 1e-6)
     if cfg.get("q_lora_rank") is None:
-        q = x @ w.linear(p + "q_proj").T
+        q = w.apply(p + "q_proj", x)
     else:
-        q_a = rms_norm(x @ w.linear(p + "q_a_proj").T, w.get(p + "q_a_layernorm.weight"), eps)
-        q = q_a @ w.linear(p + "q_b_proj").T
+        q_a = rms_norm(w.apply(p + "q_a_proj", x), w.get(p + "q_a_layernorm.weight"), eps)
+        q = w.apply(p + "q_b_proj", q_a)
     q = q.reshape(t, heads, nope + rope).transpose(1, 0, 2)  # [H, T, qk]
-    latent = x @ w.linear(p + "kv_a_proj_with_mqa").T
+    latent = w.apply(p + "kv_a_proj_with_mqa", x)
     compressed, k_pe = latent[:, :rank], latent[:, rank:]
     kv = rms_norm(compressed, w.get(p + "kv_a_layernorm.weight"), eps) @ w.linear(p + "kv_b_proj").T
     kv = kv.reshape(t, heads, nope + vdim).transpose(1, 0, 2)  # [H, T, nope + v]
@@ -86,11 +86,11 @@ def attention(w, cfg, p, x):
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     out = (probs @ kv[..., nope:]).transpose(1, 0, 2).reshape(t, heads * vdim)
-    return out @ w.linear(p + "o_proj").T
+    return w.apply(p + "o_proj", out)
 
 
 def mlp(w, p, x):
-    return (silu(x @ w.linear(p + "gate_proj").T) * (x @ w.linear(p + "up_proj").T)) @ w.linear(p + "down_proj").T
+    return w.apply(p + "down_proj", silu(w.apply(p + "gate_proj", x)) * w.apply(p + "up_proj", x))
 
 
 def route(cfg, logits, bias):

@@ -28,8 +28,8 @@ def glu(cfg, gate, up):
 
 
 def mlp(w, cfg, p, x, names=("gate_proj", "up_proj", "down_proj")):
-    gate, up, down = (w.linear(p + n) for n in names)
-    return glu(cfg, x @ gate.T, x @ up.T) @ down.T
+    gate, up, down = (p + n for n in names)
+    return w.apply(down, glu(cfg, w.apply(gate, x), w.apply(up, x)))
 
 
 def l2norm(x):
@@ -48,17 +48,17 @@ def kda(w, cfg, p, x):
     lin = cfg["linear_attn_config"]
     heads, dim = lin["num_heads"], lin["head_dim"]
     t = x.shape[0]
-    q = short_conv(w, p + "q_conv1d.weight", x @ w.linear(p + "q_proj").T).reshape(t, heads, dim)
-    k = short_conv(w, p + "k_conv1d.weight", x @ w.linear(p + "k_proj").T).reshape(t, heads, dim)
-    v = short_conv(w, p + "v_conv1d.weight", x @ w.linear(p + "v_proj").T).reshape(t, heads, dim)
-    f = (x @ w.linear(p + "f_a_proj").T) @ w.linear(p + "f_b_proj").T + w.get(p + "dt_bias")
+    q = short_conv(w, p + "q_conv1d.weight", w.apply(p + "q_proj", x)).reshape(t, heads, dim)
+    k = short_conv(w, p + "k_conv1d.weight", w.apply(p + "k_proj", x)).reshape(t, heads, dim)
+    v = short_conv(w, p + "v_conv1d.weight", w.apply(p + "v_proj", x)).reshape(t, heads, dim)
+    f = w.apply(p + "f_b_proj", w.apply(p + "f_a_proj", x)) + w.get(p + "dt_bias")
     a_log = w.get(p + "A_log").reshape(-1)[:heads]  # K3 stores 128 entries
     rate = np.exp(a_log)[None, :, None]
     if lin.get("gate_lower_bound") is not None:  # K3: a bounded sigmoid, not -rate * softplus
         g = lin["gate_lower_bound"] * sigmoid(rate * f.reshape(t, heads, dim))
     else:
         g = -rate * softplus(f.reshape(t, heads, dim))
-    beta = sigmoid(x @ w.linear(p + "b_proj").T)  # [T, H]
+    beta = sigmoid(w.apply(p + "b_proj", x))  # [T, H]
     q, k = l2norm(q) * dim ** -0.5, l2norm(k)
     state = np.zeros((heads, dim, dim))  # S[h][key channel, value channel]
     o = np.zeros((t, heads, dim))
@@ -68,11 +68,11 @@ def kda(w, cfg, p, x):
             state[h] += np.outer(k[i, h], beta[i, h] * (v[i, h] - state[h].T @ k[i, h]))
             o[i, h] = state[h].T @ q[i, h]
     if lin.get("use_full_rank_gate"):
-        gate = x @ w.linear(p + "g_proj").T
+        gate = w.apply(p + "g_proj", x)
     else:
-        gate = (x @ w.linear(p + "g_a_proj").T) @ w.linear(p + "g_b_proj").T
+        gate = w.apply(p + "g_b_proj", w.apply(p + "g_a_proj", x))
     o = rms_norm(o, w.get(p + "o_norm.weight"), cfg.get("rms_norm_eps", 1e-6)) * sigmoid(gate.reshape(t, heads, dim))
-    return o.reshape(t, heads * dim) @ w.linear(p + "o_proj").T
+    return w.apply(p + "o_proj", o.reshape(t, heads * dim))
 
 
 def mla_nope(w, cfg, p, x):
@@ -80,11 +80,11 @@ def mla_nope(w, cfg, p, x):
     t, heads = x.shape[0], cfg["num_attention_heads"]
     nope, rope, vdim, rank = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
     if cfg.get("q_lora_rank") is None:
-        q = x @ w.linear(p + "q_proj").T
+        q = w.apply(p + "q_proj", x)
     else:
-        q = rms_norm(x @ w.linear(p + "q_a_proj").T, w.get(p + "q_a_layernorm.weight"), 1e-6) @ w.linear(p + "q_b_proj").T
+        q = w.apply(p + "q_b_proj", rms_norm(w.apply(p + "q_a_proj", x), w.get(p + "q_a_layernorm.weight"), 1e-6))
     q = q.reshape(t, heads, nope + rope).transpose(1, 0, 2)
-    latent = x @ w.linear(p + "kv_a_proj_with_mqa").T
+    latent = w.apply(p + "kv_a_proj_with_mqa", x)
     kv = rms_norm(latent[:, :rank], w.get(p + "kv_a_layernorm.weight"), 1e-6) @ w.linear(p + "kv_b_proj").T
     kv = kv.reshape(t, heads, nope + vdim).transpose(1, 0, 2)
     key = np.concatenate([kv[..., :nope], np.broadcast_to(latent[None, :, rank:], (heads, t, rope))], axis=-1)
@@ -94,8 +94,8 @@ def mla_nope(w, cfg, p, x):
     probs /= probs.sum(-1, keepdims=True)
     out = (probs @ kv[..., nope:]).transpose(1, 0, 2).reshape(t, heads * vdim)
     if cfg.get("mla_use_output_gate"):
-        out = out * sigmoid(x @ w.linear(p + "g_proj").T)
-    return out @ w.linear(p + "o_proj").T
+        out = out * sigmoid(w.apply(p + "g_proj", x))
+    return w.apply(p + "o_proj", out)
 
 
 def block_sparse_moe(w, cfg, p, x):
@@ -105,7 +105,7 @@ def block_sparse_moe(w, cfg, p, x):
     logits = x @ w.get(p + "gate.weight").T  # the router reads x even with LatentMoE
     bias = w.get(p + "gate.e_score_correction_bias")
     latent = cfg.get("routed_expert_hidden_size") is not None
-    expert_in = x @ w.linear(p + "routed_expert_down_proj").T if latent else x
+    expert_in = w.apply(p + "routed_expert_down_proj", x) if latent else x
     routed = np.zeros_like(expert_in)
     for t in range(x.shape[0]):
         ids, weights = route(routing, logits[t], bias)
@@ -114,7 +114,7 @@ def block_sparse_moe(w, cfg, p, x):
     if latent:
         if cfg.get("latent_moe_use_norm"):
             routed = rms_norm(routed, w.get(p + "routed_expert_norm.weight"), cfg.get("rms_norm_eps", 1e-6))
-        routed = routed @ w.linear(p + "routed_expert_up_proj").T
+        routed = w.apply(p + "routed_expert_up_proj", routed)
     if cfg.get("num_shared_experts", 0):
         routed += mlp(w, cfg, p + "shared_experts.", x)
     return routed

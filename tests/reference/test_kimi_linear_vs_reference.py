@@ -1,7 +1,8 @@
 """mlaserve logits for Kimi Linear vs the float64 NumPy reference (kimi_linear_ref.py), and
 the KDA prefill/decode agreement. Usage: test_kimi_linear_vs_reference.py MLASERVE WORK_DIR
 Bound 1e-3 relative as for DeepSeek-V3 (same stored values on both sides; mlaserve's fp32
-arithmetic, recurrence included, is ~1e-6 relative here)."""
+arithmetic, recurrence included, is ~1e-6 relative here), 3e-3 with 4-bit experts (see
+test_logits_vs_reference.py: int8 activations, a rounding tie may fall either way)."""
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kimi_linear_ref  # noqa: E402
 
-TOLERANCE = 1e-3
+TOLERANCE = {"f32": 1e-3, "bf16": 1e-3, "int4": 3e-3, "mxfp4": 3e-3}
 # name: (preset, dtype, config override, extra `logits` flags)
 CASES = {
     "kimi-linear f32": ("kimi-linear-tiny", "f32", {}, []),
@@ -80,7 +81,7 @@ def main():
         want = kimi_linear_ref.forward(model, ids)
         error = np.abs(got - want).max() / np.abs(want).max()
         check(f"{name}: max rel error {error:.2e}, argmax agreement {(got.argmax(-1) == want.argmax(-1)).mean():.0%}",
-              np.isfinite(got).all() and error <= TOLERANCE)
+              np.isfinite(got).all() and error <= TOLERANCE[dtype])
     # Kimi K3: the vision tower's tensors are skipped; an unknown text-model tensor is an error.
     k3 = os.path.join(work, "kl6")
     vision = with_extra_tensor(k3, os.path.join(work, "k3-vision"), "vision_tower.patch_embed.weight")

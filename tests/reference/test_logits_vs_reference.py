@@ -6,6 +6,11 @@ random token ids, and compares. Error measure: max |mlaserve - reference| / max 
 over all logits. Bound 1e-3 for every dtype: both sides dequantise the same stored values
 exactly (BF16, FP8 x block scale and INT4 x bf16 scale are exact in fp32), so the only
 difference is mlaserve's fp32 arithmetic, whose error over these depths is ~1e-6 relative.
+4-bit weights meet int8 activations in mlaserve (kernels/quant_dot.h); the reference rounds
+its activations the same way (checkpoint.Weights.apply), which it matches to ~3e-7 unless an
+activation lies within float rounding of a .5 tie: the two sides may then round it apart by
+one step, which moved the logits by 1.1e-3 in one Kimi Linear case. Bound 3e-3 for those;
+not emulating the rounding errs by 5e-3 (Kimi Linear INT4) to 0.24 (Kimi K3 MXFP4).
 """
 import json
 import os
@@ -17,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deepseek_v3_ref  # noqa: E402
 
-TOLERANCE = 1e-3
+TOLERANCE = {"f32": 1e-3, "bf16": 1e-3, "fp8": 1e-3, "int4": 3e-3, "mxfp4": 3e-3}
 YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 64, "beta_fast": 32,
         "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 1.0}
 
@@ -72,7 +77,7 @@ def main():
     failed = []
     for index, (name, (dtype, override, flags)) in enumerate(CASES.items()):
         error, nan_free, same_argmax = run_case(binary, work, index, name, dtype, override, flags)
-        ok = nan_free and error <= TOLERANCE
+        ok = nan_free and error <= TOLERANCE[dtype]
         print(f"{'ok  ' if ok else 'FAIL'} {name}: max rel error {error:.2e}, argmax agreement {same_argmax:.0%}")
         if not ok:
             failed.append(name)

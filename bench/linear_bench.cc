@@ -1,0 +1,119 @@
+// Microbenchmark of the linear kernels per weight format against this machine's read
+// bandwidth: one token (decode, memory-bound: bytes/s of weights read) and several tokens
+// (batched decode and prefill, compute-bound: FLOP/s). Shapes are `small`'s dense MLP
+// (2048 x 5632) and one routed expert of `small` (768 x 2048).
+//   build/bench/linear_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <random>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/linear.h"
+#include "kernels/simd.h"
+
+namespace mlaserve {
+namespace {
+
+// Random weights of `format` with their scales, owned here.
+struct RandomWeight {
+  std::vector<uint8_t> data, scales;
+  LinearWeight weight;
+
+  RandomWeight(WeightFormat format, int64_t rows, int64_t cols) {
+    std::mt19937 rng(7);
+    weight.format = format;
+    weight.rows = rows;
+    weight.cols = weight.stored_cols = cols;
+    int64_t data_bytes = rows * cols * 2, scale_bytes = 0;
+    if (format == WeightFormat::Int4Group) data_bytes = rows * cols / 2, scale_bytes = rows * cols / 32 * 2;
+    if (format == WeightFormat::Mxfp4) data_bytes = rows * cols / 2, scale_bytes = rows * cols / 32;
+    if (format == WeightFormat::Fp8Block)
+      data_bytes = rows * cols, scale_bytes = ((rows + 127) / 128) * ((cols + 127) / 128) * 4;
+    data.resize(size_t(data_bytes));
+    scales.resize(size_t(scale_bytes));
+    for (auto& byte : data) byte = uint8_t(rng());
+    if (format == WeightFormat::BF16) {
+      auto* values = reinterpret_cast<uint16_t*>(data.data());
+      std::normal_distribution<float> normal(0.0f, 0.02f);
+      for (int64_t i = 0; i < rows * cols; ++i) values[i] = f32_to_bf16(normal(rng));
+    }
+    if (format == WeightFormat::Fp8Block)
+      for (auto& byte : data) byte &= 0x77;  // finite, |x| < 256
+    weight.data = data.data();
+    if (format == WeightFormat::Int4Group) {
+      auto* bf16 = reinterpret_cast<uint16_t*>(scales.data());
+      for (int64_t i = 0; i < scale_bytes / 2; ++i) bf16[i] = f32_to_bf16(0.01f);
+      weight.group_scale = bf16;
+    }
+    if (format == WeightFormat::Mxfp4) {
+      for (auto& byte : scales) byte = 120;
+      weight.e8m0_scale = scales.data();
+    }
+    if (format == WeightFormat::Fp8Block) {
+      auto* f32 = reinterpret_cast<float*>(scales.data());
+      for (int64_t i = 0; i < scale_bytes / 4; ++i) f32[i] = 0.001f;
+      weight.block_scale = f32;
+    }
+  }
+};
+
+void run_linear(benchmark::State& state, WeightFormat format) {
+  const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
+  // Several copies so one token's weights come from memory, not from the 32 MB L3.
+  const int copies = tokens == 1 ? 8 : 1;
+  std::vector<RandomWeight> weights;
+  for (int c = 0; c < copies; ++c) weights.emplace_back(format, rows, cols);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(tokens * cols)), y(size_t(tokens * rows));
+  for (auto& v : x) v = normal(rng);
+  int next = 0;
+  for (auto _ : state) {
+    linear(weights[size_t(next)].weight, x.data(), tokens, y.data());
+    next = (next + 1) % copies;
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double calls = double(state.iterations());
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(calls * double(weights[0].weight.bytes()), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(calls * 2.0 * double(rows * cols * tokens) * 1e-9, benchmark::Counter::kIsRate);
+}
+
+// Read bandwidth of this machine with all the pool's threads: sum of a 512 MB array.
+void BM_ReadBandwidth(benchmark::State& state) {
+  std::vector<float> data(size_t(128) << 20, 1.0f);
+  std::atomic<int64_t> sink{0};
+  for (auto _ : state) {
+    thread_pool().parallel_for(int64_t(data.size()), [&](int64_t begin, int64_t end, int) {
+      static const std::vector<float> ones(4096, 1.0f);
+      float sum = 0.0f;
+      for (int64_t i = begin; i + 4096 <= end; i += 4096) sum += simd::dot_f32(data.data() + i, ones.data(), 4096);
+      sink.fetch_add(int64_t(sum));
+    }, 4096);
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(double(state.iterations()) * double(data.size() * 4), benchmark::Counter::kIsRate);
+}
+
+void BM_BF16(benchmark::State& state) { run_linear(state, WeightFormat::BF16); }
+void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
+void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
+void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
+
+BENCHMARK(BM_ReadBandwidth)->UseRealTime();
+// rows, cols, tokens: small's dense up-projection and one routed expert, 1, 8 and 128 tokens.
+void linear_shapes(benchmark::internal::Benchmark* bench) {
+  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({5632, 2048, 8})->Args({5632, 2048, 128})->UseRealTime();
+}
+BENCHMARK(BM_BF16)->Apply(linear_shapes);
+BENCHMARK(BM_FP8)->Apply(linear_shapes);
+BENCHMARK(BM_INT4)->Apply(linear_shapes);
+BENCHMARK(BM_MXFP4)->Apply(linear_shapes);
+
+}  // namespace
+}  // namespace mlaserve
+BENCHMARK_MAIN();
