@@ -80,8 +80,7 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
                   size_t(weight.cols) * 4);
       return;
     case WeightFormat::BF16: {
-      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + element_offset(weight, row);
-      for (int64_t c = 0; c < weight.cols; ++c) out[c] = bf16_to_f32(values[c]);
+      simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + element_offset(weight, row), out, weight.cols);
       return;
     }
     case WeightFormat::F16: {
@@ -170,18 +169,44 @@ void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, con
   }
 }
 
-}  // namespace
+// y[t * y_stride + k] for 4 rows w[k] and kTokens tokens x + t * x_stride.
+template <int kTokens, class Element>
+void rows_x4_tokens(const Element* const w[4], const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                    int64_t cols) {
+  const float* xs[kTokens];
+  for (int t = 0; t < kTokens; ++t) xs[t] = x + t * x_stride;
+  float out[4 * kTokens];
+  simd::dot_4xn<kTokens>(w, xs, cols, out);
+  for (int k = 0; k < 4; ++k)
+    for (int t = 0; t < kTokens; ++t) y[t * y_stride + k] = out[k * kTokens + t];
+}
 
-void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  if (takes_q8_activations(weight)) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
-  // Several tokens: widen blocks of 4 rows to fp32 once (L1-resident), then 4 rows x 2 tokens
-  // per inner loop; leftover rows and a leftover token go one dot at a time.
+// Several tokens: blocks of 4 rows x 3 tokens per inner loop (2 or 1 for the last tokens),
+// each block of rows read once for all the tokens. BF16 rows are widened in registers; other
+// formats are dequantized to fp32 rows first (once per block, for all the tokens). Leftover
+// rows go one dot at a time.
+template <class Element>
+void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+                        int64_t y_stride, int64_t cols) {
+  int64_t t = 0;
+  for (; t + 3 <= n_tokens; t += 3) rows_x4_tokens<3>(w, x + t * x_stride, x_stride, y + t * y_stride, y_stride, cols);
+  if (n_tokens - t == 2) rows_x4_tokens<2>(w, x + t * x_stride, x_stride, y + t * y_stride, y_stride, cols);
+  if (n_tokens - t == 1) rows_x4_tokens<1>(w, x + t * x_stride, x_stride, y + t * y_stride, y_stride, cols);
+}
+
+void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const int64_t cols = weight.cols;
   float* scratch = row_scratch(4 * cols);
   int64_t r = row_begin;
   for (; r + 4 <= row_end; r += 4) {
+    float* y_rows = y + (r - row_begin);
+    if (weight.format == WeightFormat::BF16) {
+      const uint16_t* w[4];
+      for (int k = 0; k < 4; ++k) w[k] = static_cast<const uint16_t*>(weight.data) + element_offset(weight, r + k);
+      rows_x4_all_tokens(w, x, x_stride, n_tokens, y_rows, y_stride, cols);
+      continue;
+    }
     const float* w[4];
     for (int k = 0; k < 4; ++k) {
       if (weight.format == WeightFormat::F32) {
@@ -191,24 +216,21 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
         w[k] = scratch + k * cols;
       }
     }
-    int64_t t = 0;
-    for (; t + 2 <= n_tokens; t += 2) {
-      const float* xs[2] = {x + t * x_stride, x + (t + 1) * x_stride};
-      float out[8];
-      simd::dot_4x2(w, xs, cols, out);
-      for (int k = 0; k < 4; ++k) {
-        y[t * y_stride + (r + k - row_begin)] = out[2 * k];
-        y[(t + 1) * y_stride + (r + k - row_begin)] = out[2 * k + 1];
-      }
-    }
-    for (; t < n_tokens; ++t)
-      for (int k = 0; k < 4; ++k) y[t * y_stride + (r + k - row_begin)] = simd::dot_f32(w[k], x + t * x_stride, cols);
+    rows_x4_all_tokens(w, x, x_stride, n_tokens, y_rows, y_stride, cols);
   }
   for (; r < row_end; ++r) {
-    float* w = scratch;
-    dequantize_row(weight, r, w);
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + (r - row_begin)] = simd::dot_f32(w, x + t * x_stride, cols);
+    dequantize_row(weight, r, scratch);
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + (r - row_begin)] = simd::dot_f32(scratch, x + t * x_stride, cols);
   }
+}
+
+}  // namespace
+
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (takes_q8_activations(weight)) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
+  rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
 }
 
 void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y) {

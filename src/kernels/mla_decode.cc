@@ -53,18 +53,16 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
   for (int64_t tile = begin; tile < end; tile += kTile) {
     const int64_t n = std::min(kTile, end - tile);
     for (int64_t i = 0; i < n; ++i) tile_rows[i] = row_f32(p, tile + i, rows.data() + i * width);
-    // 4 heads x 2 rows per register block: each row load feeds 4 FMAs.
+    // 4 heads x 3 rows per register block: each row load feeds 4 FMAs, each query load 3.
     for (int h = 0; h < B; h += 4) {
       const float* q[4] = {&queries[size_t(h * width)], &queries[size_t((h + 1) * width)],
                            &queries[size_t((h + 2) * width)], &queries[size_t((h + 3) * width)]};
-      for (int64_t i = 0; i < n; i += 2) {
-        const float* x[2] = {tile_rows[i], tile_rows[std::min(i + 1, n - 1)]};
-        float dots[8];
-        simd::dot_4x2(q, x, width, dots);
-        for (int r = 0; r < 4; ++r) {
-          scores[h + r][i] = p.softmax_scale * dots[2 * r];
-          if (i + 1 < n) scores[h + r][i + 1] = p.softmax_scale * dots[2 * r + 1];
-        }
+      for (int64_t i = 0; i < n; i += 3) {
+        const float* x[3] = {tile_rows[i], tile_rows[std::min(i + 1, n - 1)], tile_rows[std::min(i + 2, n - 1)]};
+        float dots[12];
+        simd::dot_4xn<3>(q, x, width, dots);
+        for (int r = 0; r < 4; ++r)
+          for (int64_t j = 0; j < 3 && i + j < n; ++j) scores[h + r][i + j] = p.softmax_scale * dots[3 * r + j];
       }
     }
     for (int h = 0; h < B; ++h) {

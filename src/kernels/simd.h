@@ -91,29 +91,48 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-// out[r * 2 + t] = sum_i w[r][i] * x[t][i] for 4 rows and 2 tokens: each x load feeds 4 FMAs
-// and each w load 2, so the block runs on arithmetic rather than loads.
-inline void dot_4x2(const float* const w[4], const float* const x[2], int64_t n, float out[8]) {
-  int64_t i = 0;
-  for (int k = 0; k < 8; ++k) out[k] = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc[8];
+inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_f32x8(const uint16_t* p) { return load_bf16x8(p); }
+#endif
+inline float to_f32(float value) { return value; }
+inline float to_f32(uint16_t bf16) {
+  const uint32_t bits = uint32_t(bf16) << 16;
+  float value;
+  __builtin_memcpy(&value, &bits, 4);
+  return value;
+}
+
+// out[r * kTokens + t] = sum_i w[r][i] * x[t][i] for 4 rows (fp32 or bf16, widened in
+// registers) and kTokens (1..3) tokens. With 3 tokens the 12 accumulators, 3 activations and
+// one weight fill the 16 AVX2 registers: 7 loads feed 12 FMAs, so the loop runs on the FMA
+// units rather than on loads.
+template <int kTokens, class Element>
+inline void dot_4xn(const Element* const w[4], const float* const x[kTokens], int64_t n, float out[4 * kTokens]) {
+  int64_t i = 0;
+  for (int k = 0; k < 4 * kTokens; ++k) out[k] = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[4 * kTokens];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    const __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = _mm256_loadu_ps(x[1] + i);
+    __m256 xt[kTokens];
+    // The empty asm pins each loaded value in a register: GCC otherwise folds the load into
+    // every FMA that uses it as a memory operand (15 loads for 12 FMAs: load-bound).
+    for (int t = 0; t < kTokens; ++t) {
+      xt[t] = _mm256_loadu_ps(x[t] + i);
+      __asm__("" : "+x"(xt[t]));
+    }
     for (int r = 0; r < 4; ++r) {
-      const __m256 wr = _mm256_loadu_ps(w[r] + i);
-      acc[2 * r] = _mm256_fmadd_ps(wr, x0, acc[2 * r]);
-      acc[2 * r + 1] = _mm256_fmadd_ps(wr, x1, acc[2 * r + 1]);
+      __m256 wr = load_f32x8(w[r] + i);
+      __asm__("" : "+x"(wr));
+      for (int t = 0; t < kTokens; ++t) acc[r * kTokens + t] = _mm256_fmadd_ps(wr, xt[t], acc[r * kTokens + t]);
     }
   }
-  for (int k = 0; k < 8; ++k) out[k] = hsum(acc[k]);
+  for (int k = 0; k < 4 * kTokens; ++k) out[k] = hsum(acc[k]);
 #endif
   for (; i < n; ++i)
-    for (int r = 0; r < 4; ++r) {
-      out[2 * r] += w[r][i] * x[0][i];
-      out[2 * r + 1] += w[r][i] * x[1][i];
-    }
+    for (int r = 0; r < 4; ++r)
+      for (int t = 0; t < kTokens; ++t) out[r * kTokens + t] += to_f32(w[r][i]) * x[t][i];
 }
 
 // y[r][i] += sum_t alpha[r][t] * x[t][i] for 4 outputs r and n_x inputs t (a weighted sum of
@@ -135,6 +154,18 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
   for (; i < n; ++i)
     for (int r = 0; r < 4; ++r)
       for (int64_t t = 0; t < n_x; ++t) y[r][i] += alpha[r][t] * x[t][i];
+}
+
+// out[i] = bf16(x[i]) as fp32
+inline void widen_bf16(const uint16_t* x, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_bf16x8(x + i));
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = uint32_t(x[i]) << 16;
+    __builtin_memcpy(out + i, &bits, 4);
+  }
 }
 
 // y[i] += alpha * bf16(x[i])

@@ -113,6 +113,10 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double peak = measure_peak_fma_gflops();
   const int64_t capacity = std::max(options.prompt, std::max<int64_t>(1, options.depth) + options.generate);
   const BenchCaches caches(executor, options.batch, capacity, dtype);
+  // As llama-bench: one uncounted run first, which faults the mapped weights in (the first
+  // prefill of a fresh process otherwise measures page faults, ~6x slower on mini).
+  spdlog::info("warm-up: pp{} (not counted)", options.prompt);
+  time_prefill(executor, caches, options.prompt, 5);
   std::vector<double> prefill, decode, decode_batch;
   for (int64_t r = 0; r < options.repetitions; ++r) {
     spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
