@@ -19,26 +19,62 @@ void softmax_in_place(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] *= inverse;
 }
 
+namespace {
+
+constexpr int64_t kQueryBlock = 4;
+
+// Queries [first, first + count) (count <= 4) of one head: scores 4 queries x 3 keys per
+// register block (each key row loaded once for the 4 queries), softmax per query over its
+// visible keys, then the 4 outputs accumulate the weighted value rows together. Keys past a
+// query's causal limit get probability 0; no key past the block's last query is touched.
+void attend_query_block(const CausalAttentionParams& p, int64_t head, int64_t first, int64_t count,
+                        std::vector<float>& scores, std::vector<const float*>& values) {
+  const int64_t offset = p.n_keys - p.n_queries, dim = p.head_dim_qk;
+  const int64_t qk_stride = p.n_heads * dim, v_stride = p.n_heads * p.head_dim_v;
+  const int64_t n_keys = offset + first + count;  // visible to the block's last query
+  const float* q[kQueryBlock];
+  float* probs[kQueryBlock];
+  float* out[kQueryBlock];
+  for (int64_t j = 0; j < kQueryBlock; ++j) {
+    const int64_t query = first + std::min(j, count - 1);  // a short block repeats its last query
+    q[j] = p.q + query * qk_stride + head * dim;
+    probs[j] = scores.data() + j * p.n_keys;
+    out[j] = p.out + query * v_stride + head * p.head_dim_v;
+  }
+  for (int64_t key = 0; key < n_keys; key += 3) {
+    const float* k[3];
+    for (int64_t i = 0; i < 3; ++i) k[i] = p.k + std::min(key + i, n_keys - 1) * qk_stride + head * dim;
+    float dots[kQueryBlock * 3];
+    simd::dot_4xn<3>(q, k, dim, dots);
+    for (int64_t j = 0; j < kQueryBlock; ++j)
+      for (int64_t i = 0; i < 3 && key + i < n_keys; ++i) probs[j][key + i] = p.softmax_scale * dots[j * 3 + i];
+  }
+  for (int64_t j = 0; j < kQueryBlock; ++j) {
+    const int64_t visible = offset + first + std::min(j, count - 1) + 1;
+    softmax_in_place(probs[j], visible);
+    std::fill(probs[j] + visible, probs[j] + n_keys, 0.0f);
+  }
+  for (int64_t key = 0; key < n_keys; ++key) values[size_t(key)] = p.v + key * v_stride + head * p.head_dim_v;
+  for (int64_t j = count; j < kQueryBlock; ++j) out[j] = scores.data() + kQueryBlock * p.n_keys;  // discarded
+  for (int64_t j = 0; j < kQueryBlock; ++j) std::fill(out[j], out[j] + p.head_dim_v, 0.0f);
+  simd::weighted_rows_4(probs, values.data(), n_keys, out, p.head_dim_v);
+}
+
+}  // namespace
+
+// Items are (block of 4 queries, head). Causal work grows with the query's position, so the
+// blocks are ordered first, last, second, second-to-last, ...: each thread's contiguous range
+// of items then holds about the same number of visible keys.
 void causal_attention(const CausalAttentionParams& params) {
-  const int64_t offset = params.n_keys - params.n_queries;
-  const int64_t qk_stride = params.n_heads * params.head_dim_qk;
-  const int64_t v_stride = params.n_heads * params.head_dim_v;
-  thread_pool().parallel_for(params.n_queries * params.n_heads, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(params.n_keys));
+  const int64_t n_blocks = (params.n_queries + kQueryBlock - 1) / kQueryBlock;
+  thread_pool().parallel_for(n_blocks * params.n_heads, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> scores(size_t(kQueryBlock * params.n_keys + params.head_dim_v));
+    std::vector<const float*> values(size_t(params.n_keys));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t query = item / params.n_heads, head = item % params.n_heads;
-      const int64_t n_visible = offset + query + 1;
-      const float* q = params.q + query * qk_stride + head * params.head_dim_qk;
-      for (int64_t key = 0; key < n_visible; ++key)
-        scores[key] = params.softmax_scale *
-                      simd::dot_f32(q, params.k + key * qk_stride + head * params.head_dim_qk,
-                                    params.head_dim_qk);
-      softmax_in_place(scores.data(), n_visible);
-      float* out = params.out + query * v_stride + head * params.head_dim_v;
-      std::fill(out, out + params.head_dim_v, 0.0f);
-      for (int64_t key = 0; key < n_visible; ++key)
-        simd::axpy(scores[key], params.v + key * v_stride + head * params.head_dim_v, out,
-                   params.head_dim_v);
+      const int64_t slot = item / params.n_heads, head = item % params.n_heads;
+      const int64_t block = slot % 2 == 0 ? slot / 2 : n_blocks - 1 - slot / 2;
+      const int64_t first = block * kQueryBlock;
+      attend_query_block(params, head, first, std::min(kQueryBlock, params.n_queries - first), scores, values);
     }
   });
 }

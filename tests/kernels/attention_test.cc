@@ -1,0 +1,58 @@
+// causal_attention (the expanded prefill kernel) against a float64 scalar reference: odd query
+// counts (short last block of 4), cached keys before the queries, head sizes with SIMD tails.
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "test_util.h"
+
+namespace mlaserve {
+namespace {
+
+std::vector<float> reference(const CausalAttentionParams& p) {
+  std::vector<float> out(size_t(p.n_queries * p.n_heads * p.head_dim_v));
+  const int64_t offset = p.n_keys - p.n_queries;
+  for (int64_t query = 0; query < p.n_queries; ++query)
+    for (int64_t head = 0; head < p.n_heads; ++head) {
+      const int64_t visible = offset + query + 1;
+      std::vector<double> score(static_cast<size_t>(visible));
+      double max_score = -1e300, sum = 0;
+      for (int64_t key = 0; key < visible; ++key) {
+        double dot = 0;
+        for (int64_t d = 0; d < p.head_dim_qk; ++d)
+          dot += double(p.q[(query * p.n_heads + head) * p.head_dim_qk + d]) *
+                 p.k[(key * p.n_heads + head) * p.head_dim_qk + d];
+        score[size_t(key)] = dot * p.softmax_scale;
+        max_score = std::max(max_score, score[size_t(key)]);
+      }
+      for (double& s : score) sum += (s = std::exp(s - max_score));
+      for (int64_t d = 0; d < p.head_dim_v; ++d) {
+        double value = 0;
+        for (int64_t key = 0; key < visible; ++key)
+          value += score[size_t(key)] / sum * p.v[(key * p.n_heads + head) * p.head_dim_v + d];
+        out[size_t((query * p.n_heads + head) * p.head_dim_v + d)] = float(value);
+      }
+    }
+  return out;
+}
+
+TEST(CausalAttention, MatchesReference) {
+  for (auto [queries, cached, heads, qk_dim, v_dim] :
+       {std::tuple{1, 0, 1, 8, 8}, {5, 0, 3, 20, 12}, {13, 7, 2, 24, 16}, {34, 3, 4, 40, 24}}) {
+    const int64_t keys = queries + cached;
+    const auto q = testing::random_vector(size_t(queries * heads * qk_dim), 1);
+    const auto k = testing::random_vector(size_t(keys * heads * qk_dim), 2);
+    const auto v = testing::random_vector(size_t(keys * heads * v_dim), 3);
+    std::vector<float> out(size_t(queries * heads * v_dim), -7.0f);
+    CausalAttentionParams params{q.data(), k.data(), v.data(), out.data(), queries, keys, heads, qk_dim, v_dim, 0.3f};
+    causal_attention(params);
+    EXPECT_TRUE(testing::relative_close(out, reference(params), 1e-5))
+        << queries << " queries, " << cached << " cached keys, " << heads << " heads";
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
