@@ -10,55 +10,104 @@
 
 namespace mlaserve {
 
-// One parallel pass computes each thread's rows of gate and up for every token and applies
-// the activation to them; a second runs down_proj. (Separate passes for gate, up and a serial
-// activation cost a dispatch more per MLP and left the other threads idle, then asleep.)
-void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {
-  const int64_t width = weights.gate_proj.rows, hidden = weights.gate_proj.cols;
-  std::vector<float> gate(size_t(n_tokens * width)), up(size_t(n_tokens * width));
-  const GluActivation& act = weights.activation;
-  thread_pool().parallel_for(
-      width,
-      [&](int64_t begin, int64_t end, int) {
-        linear_rows(weights.gate_proj, begin, end, x, hidden, n_tokens, gate.data() + begin, width);
-        linear_rows(weights.up_proj, begin, end, x, hidden, n_tokens, up.data() + begin, width);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          float* g = gate.data() + t * width;
-          const float* u = up.data() + t * width;
-          for (int64_t i = begin; i < end; ++i) {
-            g[i] = act.situ ? act.beta * std::tanh(g[i] / act.beta) / (1.0f + std::exp(-g[i])) *
-                                  (act.linear_beta * std::tanh(u[i] / act.linear_beta))
-                            : g[i] / (1.0f + std::exp(-g[i])) * u[i];
-          }
-        }
-      },
-      8);
-  linear(weights.down_proj, gate.data(), n_tokens, out);
-}
-
 namespace {
 
-// sum_k w_k expert_k(x) over the experts this rank owns, accumulated into out; x, out:
-// [n_tokens, width] with width the experts' input width.
-void run_routed_experts(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
-                        const float* x, int64_t width, float* out) {
-  // Each active expert runs once on all its tokens, so its weights are read once per step.
-  std::vector<float> gathered, expert_out;
+float glu(const GluActivation& act, float gate, float up) {
+  if (act.situ)
+    return act.beta * std::tanh(gate / act.beta) / (1.0f + std::exp(-gate)) * (act.linear_beta * std::tanh(up / act.linear_beta));
+  return gate / (1.0f + std::exp(-gate)) * up;
+}
+
+// One expert (or MLP) of a layer on the tokens routed to it: out[token] += weight * mlp(x).
+struct ExpertJob {
+  const MlpWeights* mlp = nullptr;
+  std::vector<int64_t> tokens;  // rows of x / out
+  std::vector<float> weights;   // one per token
+  const float* input = nullptr;  // [tokens, in width]: x itself, or `gathered`
+  std::vector<float> gathered;
+  std::vector<float> hidden;    // [tokens, intermediate]: act(gate) * up
+  int64_t first_row = 0;        // of this expert's gate/up rows among all the jobs'
+};
+
+// All of a layer's experts in two parallel passes, so a decode step pays two dispatches per
+// MoE layer rather than two per expert, and each weight is still read once for all its
+// tokens. Pass 1: the jobs' gate/up rows are laid end to end and each thread takes a
+// contiguous share, computing them for the job's tokens and applying the activation. Pass 2:
+// each thread takes a share of the output features and runs every job's down_proj over it,
+// adding the weighted results: threads write disjoint columns of out, so no locking.
+void run_expert_jobs(std::vector<ExpertJob>& jobs, int64_t in_width, float* out, int64_t out_width) {
+  int64_t total_rows = 0;
+  for (auto& job : jobs) {
+    job.first_row = total_rows;
+    total_rows += job.mlp->gate_proj.rows;
+    job.hidden.resize(job.tokens.size() * size_t(job.mlp->gate_proj.rows));
+  }
+  thread_pool().parallel_for(total_rows, [&](int64_t begin, int64_t end, int) {
+    for (auto& job : jobs) {
+      const int64_t width = job.mlp->gate_proj.rows, count = int64_t(job.tokens.size());
+      const int64_t row_begin = std::max(begin, job.first_row) - job.first_row;
+      const int64_t row_end = std::min(end, job.first_row + width) - job.first_row;
+      if (row_begin >= row_end) continue;
+      thread_local std::vector<float> up;
+      up.resize(size_t(count * (row_end - row_begin)));
+      float* gate = job.hidden.data() + row_begin;
+      linear_rows(job.mlp->gate_proj, row_begin, row_end, job.input, in_width, count, gate, width);
+      linear_rows(job.mlp->up_proj, row_begin, row_end, job.input, in_width, count, up.data(), row_end - row_begin);
+      for (int64_t t = 0; t < count; ++t)
+        for (int64_t i = 0; i < row_end - row_begin; ++i)
+          gate[t * width + i] = glu(job.mlp->activation, gate[t * width + i], up[size_t(t * (row_end - row_begin) + i)]);
+    }
+  }, 8);
+  thread_pool().parallel_for(out_width, [&](int64_t begin, int64_t end, int) {
+    thread_local std::vector<float> partial;
+    for (const auto& job : jobs) {
+      const int64_t count = int64_t(job.tokens.size()), width = job.mlp->gate_proj.rows;
+      partial.resize(size_t(count * (end - begin)));
+      linear_rows(job.mlp->down_proj, begin, end, job.hidden.data(), width, count, partial.data(), end - begin);
+      for (int64_t t = 0; t < count; ++t)
+        simd::axpy(job.weights[size_t(t)], partial.data() + t * (end - begin), out + job.tokens[size_t(t)] * out_width + begin,
+                   end - begin);
+    }
+  }, 8);
+}
+
+ExpertJob all_tokens_job(const MlpWeights& mlp, const float* x, int64_t n_tokens) {
+  ExpertJob job;
+  job.mlp = &mlp;
+  job.tokens.resize(size_t(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) job.tokens[size_t(t)] = t;
+  job.weights.assign(size_t(n_tokens), 1.0f);
+  job.input = x;
+  return job;
+}
+
+// Jobs for the routed experts this rank owns that have tokens, inputs gathered from x.
+void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
+                     const float* x, int64_t width, std::vector<ExpertJob>& jobs) {
   for (int64_t e = 0; e < int64_t(tokens_of.size()); ++e) {
     const auto& assigned = tokens_of[size_t(e)];
     if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
-    const int64_t count = int64_t(assigned.size());
-    gathered.resize(size_t(count * width));
-    expert_out.resize(size_t(count * width));
-    for (int64_t i = 0; i < count; ++i)
-      std::memcpy(gathered.data() + i * width, x + assigned[size_t(i)].first * width, size_t(width) * sizeof(float));
-    mlp_forward(weights.experts[size_t(e)], gathered.data(), count, expert_out.data());
-    for (int64_t i = 0; i < count; ++i)
-      simd::axpy(assigned[size_t(i)].second, expert_out.data() + i * width, out + assigned[size_t(i)].first * width, width);
+    ExpertJob& job = jobs.emplace_back();
+    job.mlp = &weights.experts[size_t(e)];
+    job.gathered.resize(assigned.size() * size_t(width));
+    for (size_t i = 0; i < assigned.size(); ++i) {
+      job.tokens.push_back(assigned[i].first);
+      job.weights.push_back(assigned[i].second);
+      std::memcpy(job.gathered.data() + i * size_t(width), x + assigned[i].first * width, size_t(width) * sizeof(float));
+    }
+    job.input = job.gathered.data();
   }
 }
 
 }  // namespace
+
+void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {
+  const int64_t hidden = weights.gate_proj.cols;
+  std::fill(out, out + n_tokens * weights.down_proj.rows, 0.0f);
+  std::vector<ExpertJob> jobs;
+  jobs.push_back(all_tokens_job(weights, x, n_tokens));
+  run_expert_jobs(jobs, hidden, out, weights.down_proj.rows);
+}
 
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
                  int64_t n_tokens, float* out, Communicator* comm) {
@@ -74,16 +123,21 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
     for (int64_t k = 0; k < top_k; ++k)
       tokens_of[ids[t * top_k + k]].emplace_back(t, expert_weights[t * top_k + k]);
   }
-  if (weights.shared_experts)
-    mlp_forward(*weights.shared_experts, x, n_tokens, out);
-  else
-    std::fill(out, out + n_tokens * hidden, 0.0f);
-  if (!weights.latent) return run_routed_experts(weights, tokens_of, x, hidden, out);
+  std::fill(out, out + n_tokens * hidden, 0.0f);
+  std::vector<ExpertJob> jobs;
+  if (weights.shared_experts) jobs.push_back(all_tokens_job(*weights.shared_experts, x, n_tokens));
+  if (!weights.latent) {
+    add_routed_jobs(weights, tokens_of, x, hidden, jobs);
+    return run_expert_jobs(jobs, hidden, out, hidden);
+  }
+  if (!jobs.empty()) run_expert_jobs(jobs, hidden, out, hidden);
   const LatentMoeWeights& latent = *weights.latent;
   const int64_t width = latent.routed_expert_down_proj.rows;
   std::vector<float> h(size_t(n_tokens * width)), routed(h.size(), 0.0f), back(size_t(n_tokens * hidden));
   linear(latent.routed_expert_down_proj, x, n_tokens, h.data());
-  run_routed_experts(weights, tokens_of, h.data(), width, routed.data());
+  std::vector<ExpertJob> routed_jobs;
+  add_routed_jobs(weights, tokens_of, h.data(), width, routed_jobs);
+  run_expert_jobs(routed_jobs, width, routed.data(), width);
   if (comm) comm->all_reduce_sum(routed.data(), int64_t(routed.size()));
   if (comm && comm->rank() != 0) return;
   if (latent.routed_expert_norm)
