@@ -19,8 +19,7 @@ std::atomic<MlaDecodeKernel> chosen_kernel{MlaDecodeKernel::Auto};
 // Cached row `position` as fp32: in place for an fp32 cache, else widened into `buffer`.
 const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float* buffer) {
   if (p.cache.dtype == CacheDType::F32) return p.cache.f32_row(p.layer, position);
-  const uint16_t* row = p.cache.bf16_row(p.layer, position);
-  for (int64_t i = 0; i < p.kv_lora_rank + p.qk_rope_head_dim; ++i) buffer[i] = bf16_to_f32(row[i]);
+  simd::widen_bf16(p.cache.bf16_row(p.layer, position), buffer, p.kv_lora_rank + p.qk_rope_head_dim);
   return buffer;
 }
 
