@@ -245,6 +245,12 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
 
 void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
                             const float* coef, float* y) {
+  if (weight.format == WeightFormat::BF16) {  // widened in registers
+    for (int64_t r = row_begin; r < row_end; ++r)
+      simd::axpy_bf16(coef[r - row_begin], static_cast<const uint16_t*>(weight.data) + element_offset(weight, r), y,
+                      weight.cols);
+    return;
+  }
   float* w = row_scratch(weight.cols);
   for (int64_t r = row_begin; r < row_end; ++r) {
     dequantize_row(weight, r, w);
