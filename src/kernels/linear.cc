@@ -140,31 +140,30 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
 }
 
 // 4-bit weights: every token's activations quantized once (per thread: a few percent of one
-// row's work), then each row read once and dotted with every token while it is in L1.
+// row's work), then each row read once and its weights decoded once per 4 tokens.
 void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
              int64_t n_tokens, float* y, int64_t y_stride) {
-  const int64_t cols = weight.cols, blocks = cols / kQ8Block;
-  thread_local std::vector<int8_t> values;
-  thread_local std::vector<float> scales, sums;
-  values.resize(size_t(n_tokens * cols));
-  scales.resize(size_t(n_tokens * blocks));
-  sums.resize(size_t(n_tokens * blocks));
-  for (int64_t t = 0; t < n_tokens; ++t)
-    quantize_q8(x + t * x_stride, cols, values.data() + t * cols, scales.data() + t * blocks, sums.data() + t * blocks);
+  const int64_t cols = weight.cols;
+  thread_local Q8Buffer buffer;
+  buffer.quantize(x, x_stride, n_tokens, cols);
+  Q8Activations tokens[kQ8MaxTokens];
+  float out[kQ8MaxTokens];
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t stored_row = weight.row_offset + r;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const Q8Activations token{values.data() + t * cols, scales.data() + t * blocks, sums.data() + t * blocks};
-      float& out = y[t * y_stride + (r - row_begin)];
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kQ8MaxTokens) {
+      const int64_t count = std::min(kQ8MaxTokens, n_tokens - t0);
+      for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(t0 + t);
       if (weight.format == WeightFormat::Int4Group) {
-        out = dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
-                          weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
-                              weight.col_offset / weight.group_size,
-                          weight.group_size, token, cols);
+        dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
+                    weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                        weight.col_offset / weight.group_size,
+                    weight.group_size, tokens, count, cols, out);
       } else {
-        out = dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
-                           weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, token, cols);
+        dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
+                     weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, tokens, count,
+                     cols, out);
       }
+      for (int64_t t = 0; t < count; ++t) y[(t0 + t) * y_stride + (r - row_begin)] = out[t];
     }
   }
 }

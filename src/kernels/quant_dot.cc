@@ -34,17 +34,19 @@ int64_t q8_index(int64_t blocks, int64_t block, int c) {
   return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
 }
 
-// sum_c (u_c - offset) * w_scale_c * x_c over 4-bit weights stored as 16 bytes a block,
-// u_c the unsigned weight of nibble c (through `table` when given). Two blocks at a time:
-// their low nibbles against the 32 even-column activations, high nibbles against the odd.
-template <class BlockScale>
-float dot_4bit_q8(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
-                  const Q8Activations& x, int64_t cols) {
+// out[t] = sum_c (u_c - offset) * w_scale_c * x[t]_c over 4-bit weights stored as 16 bytes a
+// block, u_c the unsigned weight of nibble c (through `table` when given). Two blocks at a
+// time: their low nibbles against the 32 even-column activations, high nibbles against the
+// odd; the weights are decoded once for all kTokens tokens.
+template <int kTokens, class BlockScale>
+void dot_4bit_q8(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
+                 const Q8Activations* x, int64_t cols, float* out) {
   const int64_t blocks = cols / kQ8Block;
   int64_t block = 0;
-  float total = 0.0f, sum_correction = 0.0f;
+  float total[kTokens] = {}, sum_correction[kTokens] = {};
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[kTokens], correction[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = correction[t] = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const __m256i lookup =
       table ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
@@ -55,61 +57,99 @@ float dot_4bit_q8(const uint8_t* bytes, const uint8_t* table, int offset, BlockS
       even = _mm256_shuffle_epi8(lookup, even);
       odd = _mm256_shuffle_epi8(lookup, odd);
     }
-    // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
-    const auto* q = reinterpret_cast<const __m256i*>(x.values + block * kQ8Block);
-    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
-                                           _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
-    const float scale0 = block_scale(block) * x.scales[block], scale1 = block_scale(block + 1) * x.scales[block + 1];
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)),
-                          _mm256_set_m128(_mm_set1_ps(scale1), _mm_set1_ps(scale0)), acc);
-    sum_correction += scale0 * x.sums[block] + scale1 * x.sums[block + 1];
+    const __m256 w_scale = _mm256_set_m128(_mm_set1_ps(block_scale(block + 1)), _mm_set1_ps(block_scale(block)));
+    for (int t = 0; t < kTokens; ++t) {
+      // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
+      const auto* q = reinterpret_cast<const __m256i*>(x[t].values + block * kQ8Block);
+      const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
+                                             _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
+      const __m256 scale = _mm256_mul_ps(w_scale, _mm256_loadu_ps(x[t].scales8 + block * 4));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[t]);
+      correction[t] = _mm256_fmadd_ps(w_scale, _mm256_loadu_ps(x[t].scaled_sums8 + block * 4), correction[t]);
+    }
   }
-  total = simd::hsum(acc);
+  for (int t = 0; t < kTokens; ++t) total[t] = simd::hsum(acc[t]), sum_correction[t] = simd::hsum(correction[t]);
 #endif
   for (; block < blocks; ++block) {
     const uint8_t* block_bytes = bytes + block * 16;
-    int32_t sum = 0;
-    for (int c = 0; c < kQ8Block; ++c) {
-      const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
-      sum += (table ? table[code] : code) * x.values[q8_index(blocks, block, c)];
+    const float w_scale = block_scale(block);
+    for (int t = 0; t < kTokens; ++t) {
+      int32_t sum = 0;
+      for (int c = 0; c < kQ8Block; ++c) {
+        const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
+        sum += (table ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
+      }
+      total[t] += float(sum) * (w_scale * x[t].scales[block]);
+      sum_correction[t] += w_scale * x[t].scaled_sums[block];
     }
-    const float scale = block_scale(block) * x.scales[block];
-    total += float(sum) * scale;
-    sum_correction += scale * x.sums[block];
   }
-  return total - float(offset) * sum_correction;
+  for (int t = 0; t < kTokens; ++t) out[t] = total[t] - float(offset) * sum_correction[t];
+}
+
+// dot_4bit_q8 for n_tokens in 1..kQ8MaxTokens.
+template <class BlockScale>
+void dot_4bit_q8_tokens(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
+                        const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+  switch (n_tokens) {
+    case 1: return dot_4bit_q8<1>(bytes, table, offset, block_scale, x, cols, out);
+    case 2: return dot_4bit_q8<2>(bytes, table, offset, block_scale, x, cols, out);
+    case 3: return dot_4bit_q8<3>(bytes, table, offset, block_scale, x, cols, out);
+    default: return dot_4bit_q8<4>(bytes, table, offset, block_scale, x, cols, out);
+  }
 }
 
 }  // namespace
 
-void quantize_q8(const float* x, int64_t cols, int8_t* values, float* scales, float* sums) {
-  const int64_t blocks = cols / kQ8Block;
+void Q8Buffer::quantize(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols) {
+  const int64_t blocks = cols / kQ8Block, lanes = blocks / 2 * 8;
+  cols_ = cols;
+  values_.resize(size_t(n_tokens * cols));
+  scales_.resize(size_t(n_tokens * blocks));
+  scaled_sums_.resize(scales_.size());
+  scales8_.resize(size_t(n_tokens * lanes));
+  scaled_sums8_.resize(scales8_.size());
   alignas(32) int32_t rounded[kQ8Block];
-  for (int64_t block = 0; block < blocks; ++block) {
-    const float* block_x = x + block * kQ8Block;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(block_x[i]));
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    int8_t* values = values_.data() + t * cols;
+    float* scales = scales_.data() + t * blocks;
+    float* scaled_sums = scaled_sums_.data() + t * blocks;
+    for (int64_t block = 0; block < blocks; ++block) {
+      const float* block_x = x + t * x_stride + block * kQ8Block;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(block_x[i]));
+      const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
 #if defined(__AVX2__)
-    // vcvtps2dq rounds half to even, as std::nearbyint does in the default rounding mode.
-    for (int i = 0; i < kQ8Block; i += 8)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(rounded + i),
-                         _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(block_x + i), _mm256_set1_ps(inverse))));
+      // vcvtps2dq rounds half to even, as std::nearbyint does in the default rounding mode.
+      for (int i = 0; i < kQ8Block; i += 8)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(rounded + i),
+                           _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(block_x + i), _mm256_set1_ps(inverse))));
 #else
-    for (int i = 0; i < kQ8Block; ++i) rounded[i] = int32_t(std::nearbyint(block_x[i] * inverse));
+      for (int i = 0; i < kQ8Block; ++i) rounded[i] = int32_t(std::nearbyint(block_x[i] * inverse));
 #endif
-    int32_t sum = 0;
-    for (int c = 0; c < kQ8Block; ++c) {
-      values[q8_index(blocks, block, c)] = int8_t(rounded[c]);
-      sum += rounded[c];
+      int32_t sum = 0;
+      for (int c = 0; c < kQ8Block; ++c) {
+        values[q8_index(blocks, block, c)] = int8_t(rounded[c]);
+        sum += rounded[c];
+      }
+      scales[block] = amax / 127.0f;
+      scaled_sums[block] = scales[block] * float(sum);
     }
-    scales[block] = amax / 127.0f;
-    sums[block] = float(sum);
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      const int64_t block = lane / 8 * 2 + lane % 8 / 4;
+      scales8_[size_t(t * lanes + lane)] = scales[block];
+      scaled_sums8_[size_t(t * lanes + lane)] = scaled_sums[block] / 4.0f;
+    }
   }
 }
 
-float dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations& x,
-                  int64_t cols) {
+Q8Activations Q8Buffer::token(int64_t t) const {
+  const int64_t blocks = cols_ / kQ8Block, lanes = blocks / 2 * 8;
+  return {values_.data() + t * cols_, scales_.data() + t * blocks, scaled_sums_.data() + t * blocks,
+          scales8_.data() + t * lanes, scaled_sums8_.data() + t * lanes};
+}
+
+void dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations* x,
+                 int64_t n_tokens, int64_t cols, float* out) {
   // Groups are powers of two in practice: a shift, not a division, per block.
   const int64_t blocks_per_group = group / kQ8Block;
   const bool power_of_two = (blocks_per_group & (blocks_per_group - 1)) == 0;
@@ -117,13 +157,14 @@ float dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group
   auto block_scale = [&](int64_t block) {
     return bf16_to_f32(w_scales[power_of_two ? block >> shift : block / blocks_per_group]);
   };
-  return dot_4bit_q8(reinterpret_cast<const uint8_t*>(words), nullptr, kInt4Offset, block_scale, x, cols);
+  dot_4bit_q8_tokens(reinterpret_cast<const uint8_t*>(words), nullptr, kInt4Offset, block_scale, x, n_tokens, cols, out);
 }
 
-float dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations& x, int64_t cols) {
+void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations* x, int64_t n_tokens, int64_t cols,
+                  float* out) {
   const auto& half_scales = e8m0_half_scales();
   auto block_scale = [&](int64_t block) { return half_scales[e8m0[block]]; };
-  return dot_4bit_q8(bytes, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, cols);
+  dot_4bit_q8_tokens(bytes, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, n_tokens, cols, out);
 }
 
 float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n) {

@@ -9,32 +9,52 @@
 // and batches use the same quantized dot, so a request's tokens do not depend on its batch.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace mlaserve {
 
 constexpr int64_t kQ8Block = 32;
 
-// One token's activations as quantize_q8 leaves them: values, and per block of 32 the scale
-// and the sum of the block's values (so offset-coded weights need no per-weight subtraction).
+// One token's activations as quantize_q8 leaves them. Per block of 32: the scale and the
+// scale times the sum of the block's int8 values (so offset-coded weights need no
+// per-weight subtraction); the same per pair of blocks spread over 8 lanes (block 2p in lanes
+// 0-3, 2p + 1 in 4-7, scaled sums divided by 4) for the vector loop.
 struct Q8Activations {
-  const int8_t* values;  // [cols]
-  const float* scales;   // [cols / 32]
-  const float* sums;     // [cols / 32]
+  const int8_t* values;        // [cols]
+  const float* scales;         // [cols / 32]
+  const float* scaled_sums;    // [cols / 32]
+  const float* scales8;        // [cols / 64 * 8]
+  const float* scaled_sums8;   // [cols / 64 * 8]
 };
 
-// Quantizes cols (a multiple of 32) values of x. The values are stored in the order the 4-bit
-// formats keep their nibbles (low nibble of byte b: column 2b, high: 2b + 1), a pair of blocks
-// at a time: columns 0, 2, .., 62 (evens of both blocks), then 1, 3, .., 63; a last unpaired
-// block: its evens, then its odds.
-void quantize_q8(const float* x, int64_t cols, int8_t* values, float* scales, float* sums);
+// Several tokens' activations quantized to int8 per block of 32 (round half to even of
+// x * 127 / amax, scale amax / 127). The values are stored in the order the 4-bit formats keep
+// their nibbles (low nibble of byte b: column 2b, high: 2b + 1), a pair of blocks at a time:
+// columns 0, 2, .., 62 (evens of both blocks), then 1, 3, .., 63; a last unpaired block: its
+// evens, then its odds. Reused across calls, so the decode path allocates nothing.
+class Q8Buffer {
+ public:
+  // Quantizes rows x + t * x_stride, t < n_tokens, of cols (a multiple of 32) values.
+  void quantize(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols);
+  Q8Activations token(int64_t t) const;
 
-// sum_c (nibble_c - 8) * bf16(w_scales[c / group]) * x_c; group a multiple of 32, cols of
-// group. Nibble c % 8 of word c / 8 is column c.
-float dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations& x,
-                  int64_t cols);
+ private:
+  int64_t cols_ = 0;
+  std::vector<int8_t> values_;
+  std::vector<float> scales_, scaled_sums_, scales8_, scaled_sums8_;
+};
 
-// sum_c E2M1(nibble_c) * 2^(e8m0[c / 32] - 127) * x_c; cols a multiple of 32.
-float dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations& x, int64_t cols);
+// out[t] = sum_c (nibble_c - 8) * bf16(w_scales[c / group]) * x[t]_c for n_tokens (1..4)
+// tokens, the weights decoded once for all of them; group a multiple of 32, cols of group.
+// Nibble c % 8 of word c / 8 is column c.
+void dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations* x,
+                 int64_t n_tokens, int64_t cols, float* out);
+
+// out[t] = sum_c E2M1(nibble_c) * 2^(e8m0[c / 32] - 127) * x[t]_c; cols a multiple of 32.
+void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations* x, int64_t n_tokens, int64_t cols,
+                  float* out);
+
+constexpr int64_t kQ8MaxTokens = 4;
 
 // sum_c E4M3(codes[c]) * x[c] in fp32 (the caller applies the block scale). Codes 0x7f and
 // 0xff (NaN) are not expected in weights and read as 480.
