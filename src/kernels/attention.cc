@@ -10,12 +10,7 @@
 namespace mlaserve {
 void softmax_in_place(float* p, int64_t n) {
   const float max_score = *std::max_element(p, p + n);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = std::exp(p[i] - max_score);
-    sum += p[i];
-  }
-  const float inverse = 1.0f / sum;
+  const float inverse = 1.0f / simd::exp_shifted(p, n, max_score);
   for (int64_t i = 0; i < n; ++i) p[i] *= inverse;
 }
 

@@ -19,14 +19,13 @@ int64_t element_offset(const LinearWeight& weight, int64_t row) {
 
 void dequantize_fp8_row(const LinearWeight& weight, int64_t row, float* out) {
   const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
-  const float* table = fp8_e4m3_table();
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
   const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
   for (int64_t c = 0; c < weight.cols;) {  // one stored 128-column block at a time
     const int64_t block = (weight.col_offset + c) / weight.block_cols;
     const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
-    const float scale = scales[block];
-    for (; c < end; ++c) out[c] = table[codes[c]] * scale;
+    fp8_to_f32(codes + c, scales[block], out + c, end - c);
+    c = end;
   }
 }
 

@@ -72,10 +72,7 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
         for (int64_t d = 0; d < rank; ++d) part.acc[h * rank + d] *= correction;
         part.max[h] = tile_max;
       }
-      for (int64_t i = 0; i < n; ++i) {
-        scores[h][i] = std::exp(scores[h][i] - part.max[h]);  // now the weight
-        part.sum[h] += scores[h][i];
-      }
+      part.sum[h] += simd::exp_shifted(scores[h], n, part.max[h]);  // scores are now weights
     }
     for (int h = 0; h < B; h += 4) {
       const float* weights[4] = {scores[h], scores[h + 1], scores[h + 2], scores[h + 3]};

@@ -167,18 +167,37 @@ void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations
   dot_4bit_q8_tokens(bytes, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, n_tokens, cols, out);
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// 16 E4M3 codes -> binary16 by moving the fields: sign to bit 15, exponent and mantissa up by
+// 7. The result is the value / 2^8 (the exponent biases are 7 and 15), subnormals included.
+inline __m256i fp8x16_to_half(const uint8_t* codes) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8),
+                         _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7f)), 7));
+}
+#endif
+
+void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  const __m256 scale_2e8 = _mm256_set1_ps(scale * 256.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m256i half = fp8x16_to_half(codes + i);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale_2e8));
+    _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale_2e8));
+  }
+#endif
+  const float* table = fp8_e4m3_table();
+  for (; i < n; ++i) out[i] = table[codes[i]] * scale;
+}
+
 float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n) {
   int64_t i = 0;
   float total = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  // E4M3 -> binary16 by moving the fields: sign to bit 15, exponent and mantissa up by 7. The
-  // result is the value / 2^8 (the exponent biases are 7 and 15), subnormals included.
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const __m256i sign_bit = _mm256_set1_epi16(0x80), magnitude = _mm256_set1_epi16(0x7f);
   for (; i + 16 <= n; i += 16) {
-    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
-    const __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, sign_bit), 8),
-                                         _mm256_slli_epi16(_mm256_and_si256(v, magnitude), 7));
+    const __m256i half = fp8x16_to_half(codes + i);
     acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), _mm256_loadu_ps(x + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), _mm256_loadu_ps(x + i + 8), acc1);
   }

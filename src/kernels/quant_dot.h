@@ -56,6 +56,9 @@ void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations
 
 constexpr int64_t kQ8MaxTokens = 4;
 
+// out[c] = E4M3(codes[c]) * scale (the row dequantisation of batched FP8 layers).
+void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n);
+
 // sum_c E4M3(codes[c]) * x[c] in fp32 (the caller applies the block scale). Codes 0x7f and
 // 0xff (NaN) are not expected in weights and read as 480.
 float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n);
