@@ -26,6 +26,11 @@ inline float hsum(__m256 v) {
   sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
   return _mm_cvtss_f32(sum);
 }
+// The horizontal sums of 4 vectors at once: {sum(a), sum(b), sum(c), sum(d)}.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 sums = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+}
 // 8 bf16 values -> 8 floats (bf16 is the high half of an f32).
 inline __m256 load_bf16x8(const uint16_t* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -167,7 +172,7 @@ inline void dot_4xn(const Element* const w[4], const float* const x[kTokens], in
       for (int t = 0; t < kTokens; ++t) acc[r * kTokens + t] = _mm256_fmadd_ps(wr, xt[t], acc[r * kTokens + t]);
     }
   }
-  for (int k = 0; k < 4 * kTokens; ++k) out[k] = hsum(acc[k]);
+  for (int k = 0; k < 4 * kTokens; k += 4) _mm_storeu_ps(out + k, hsum4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]));
 #endif
   for (; i < n; ++i)
     for (int r = 0; r < 4; ++r)
