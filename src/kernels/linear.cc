@@ -139,7 +139,9 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
 }
 
 // 4-bit weights: every token's activations quantized once (per thread: a few percent of one
-// row's work), then each row read once and its weights decoded once per 4 tokens.
+// row's work), then each row's weights decoded once per 4 tokens. Tokens go in tiles of 16
+// (32 KB of int8 activations at 2048 columns, L1-sized): at 128 tokens untiled, every row
+// streamed all 128 tokens' activations from L2 and ran at 61 vs 107 GFLOP/s at 8 tokens.
 void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
              int64_t n_tokens, float* y, int64_t y_stride) {
   const int64_t cols = weight.cols;
@@ -147,22 +149,26 @@ void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, con
   buffer.quantize(x, x_stride, n_tokens, cols);
   Q8Activations tokens[kQ8MaxTokens];
   float out[kQ8MaxTokens];
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const int64_t stored_row = weight.row_offset + r;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kQ8MaxTokens) {
-      const int64_t count = std::min(kQ8MaxTokens, n_tokens - t0);
-      for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(t0 + t);
-      if (weight.format == WeightFormat::Int4Group) {
-        dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
-                    weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
-                        weight.col_offset / weight.group_size,
-                    weight.group_size, tokens, count, cols, out);
-      } else {
-        dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
-                     weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, tokens, count,
-                     cols, out);
+  constexpr int64_t kTokenTile = 16;
+  for (int64_t tile = 0; tile < n_tokens; tile += kTokenTile) {
+    const int64_t tile_end = std::min(n_tokens, tile + kTokenTile);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const int64_t stored_row = weight.row_offset + r;
+      for (int64_t t0 = tile; t0 < tile_end; t0 += kQ8MaxTokens) {
+        const int64_t count = std::min(kQ8MaxTokens, tile_end - t0);
+        for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(t0 + t);
+        if (weight.format == WeightFormat::Int4Group) {
+          dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
+                      weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                          weight.col_offset / weight.group_size,
+                      weight.group_size, tokens, count, cols, out);
+        } else {
+          dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
+                       weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, tokens,
+                       count, cols, out);
+        }
+        for (int64_t t = 0; t < count; ++t) y[(t0 + t) * y_stride + (r - row_begin)] = out[t];
       }
-      for (int64_t t = 0; t < count; ++t) y[(t0 + t) * y_stride + (r - row_begin)] = out[t];
     }
   }
 }
