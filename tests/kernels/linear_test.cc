@@ -155,6 +155,24 @@ TEST_P(LinearTest, QuantizedActivationsStayCloseToExact) {
   EXPECT_TRUE(testing::relative_close(y, reference(t, x, 1), 2e-2)) << weight_format_name(GetParam());
 }
 
+// Activation blocks the int8 rounding must survive, in separate 32-column blocks: all zeros
+// (scale 0) beside ordinary values; only tiny (1e-30) values; huge (1e30) beside ordinary.
+TEST_P(LinearTest, ExtremeActivationBlocks) {
+  const int64_t rows = 9, cols = 160;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 51);
+  const std::vector<float> base = testing::random_vector(size_t(cols), 53);
+  for (const auto& [zero_end, scale] : {std::pair{64, 1.0f}, {160, 1e-30f}, {64, 1e30f}}) {
+    std::vector<float> x = base;
+    for (int64_t c = 32; c < zero_end; ++c) x[size_t(c)] = 0.0f;
+    if (scale != 1.0f)
+      for (int64_t c = scale < 1.0f ? 0 : 96; c < (scale < 1.0f ? 32 : 128); ++c) x[size_t(c)] *= scale;
+    std::vector<float> y(static_cast<size_t>(rows));
+    linear(t.weight, x.data(), 1, y.data());
+    EXPECT_TRUE(testing::relative_close(y, reference(t, kernel_input(t.weight, x, cols), 1), 1e-5))
+        << weight_format_name(GetParam()) << " scale " << scale;
+  }
+}
+
 // INT4 groups: 64 and 128 columns (several Q8 blocks a scale), and 16 (not whole blocks: the
 // kernel dequantizes rows and keeps x exact).
 TEST(LinearInt4, GroupSizes) {
