@@ -1,7 +1,6 @@
 """mpirun -np 2: each process is one rank. Logits (TP and EP) match one rank, greedy
 generation is identical, a mismatched world size and a rank that dies end the job with an
 error instead of a hang. Usage: test_mpi.py MLASERVE WORK_DIR"""
-import json
 import os
 import shutil
 import signal
@@ -11,17 +10,11 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklist import check, finish  # noqa: E402
+
 os.environ.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                    "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-failures, checks = [], 0
-
-
-def check(label, ok, detail=""):
-    global checks
-    checks += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {label}" + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(label)
 
 
 def mpirun(n, *args, timeout=300):
@@ -31,9 +24,8 @@ def mpirun(n, *args, timeout=300):
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     if shutil.which("mpirun") is None:
-        print("FAIL mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
-        print("0 passed, 1 failed")
-        sys.exit(1)
+        check("mpirun is installed", False, "scripts/install-deps.sh installs openmpi-bin")
+        finish()
     os.makedirs(work, exist_ok=True)
     model = os.path.join(work, "tiny-f32")
     if not os.path.exists(os.path.join(model, "config.json")):
@@ -85,8 +77,7 @@ def main():
         job.kill()
         code = None
     check("a rank that dies ends the job with an error", victims != [] and code not in (None, 0), f"exit {code}")
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":

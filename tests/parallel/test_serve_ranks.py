@@ -10,21 +10,14 @@ import signal
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from checklist import check, finish  # noqa: E402
 from server_fixture import Server  # noqa: E402
 
 os.environ.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                    "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-failures, checks = [], 0
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def fibonacci(n):",
            "Latent attention caches", "Zebra"]
-
-
-def check(label, ok, detail=""):
-    global checks
-    checks += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {label}" + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(label)
 
 
 def completions(server):
@@ -113,8 +106,7 @@ def main():
         print(f"mini: one rank {alone_rss:.0f} MiB resident; 2 MPI ranks {', '.join(f'{r:.0f}' for r in rss)} MiB")
         check("mpirun -np 2 serve: each rank's RSS is at most 75% of one rank's",
               len(rss) == 2 and max(rss) <= 0.75 * alone_rss, f"{rss} vs {alone_rss:.0f}")
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -12,17 +12,11 @@ import threading
 
 from server_fixture import Server
 
-failures, checks = [], 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklist import check, finish  # noqa: E402
+
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def fibonacci(n):",
            "Delta rules and gates", "Zebra", "A long prompt " * 8, "x"]
-
-
-def check(label, ok, detail=""):
-    global checks
-    checks += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {label}" + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(label)
 
 
 def complete(server, prompt):
@@ -100,8 +94,7 @@ def main():
                            check=True, capture_output=True)
         serve_checks(binary, model, preset, cache_gb)
         split_prompt_checks(binary, model, preset, 0.01)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":
