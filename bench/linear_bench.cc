@@ -105,9 +105,11 @@ void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Grou
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 
 BENCHMARK(BM_ReadBandwidth)->UseRealTime();
-// rows, cols, tokens: small's dense up-projection and one routed expert, 1, 8 and 128 tokens.
+// rows, cols, tokens: small's dense up-projection and one routed expert; 1 token (decode), 8
+// (batched decode), 48 (an expert's share of a 512-token prefill), 128 and 512 (prefill).
 void linear_shapes(benchmark::internal::Benchmark* bench) {
-  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({5632, 2048, 8})->Args({5632, 2048, 128})->UseRealTime();
+  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({5632, 2048, 8})->Args({768, 2048, 48})
+      ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_FP8)->Apply(linear_shapes);

@@ -6,6 +6,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 
@@ -17,48 +18,48 @@ int64_t element_offset(const LinearWeight& weight, int64_t row) {
   return (weight.row_offset + row) * weight.stored_cols + weight.col_offset;
 }
 
-void dequantize_fp8_row(const LinearWeight& weight, int64_t row, float* out) {
+void dequantize_fp8_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
   const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
-  for (int64_t c = 0; c < weight.cols;) {  // one stored 128-column block at a time
+  for (int64_t c = col_begin; c < col_end;) {  // one stored 128-column block at a time
     const int64_t block = (weight.col_offset + c) / weight.block_cols;
-    const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
-    fp8_to_f32(codes + c, scales[block], out + c, end - c);
+    const int64_t end = std::min(col_end, (block + 1) * weight.block_cols - weight.col_offset);
+    fp8_to_f32(codes + c, scales[block], out + (c - col_begin), end - c);
     c = end;
   }
 }
 
-void dequantize_int4_row(const LinearWeight& weight, int64_t row, float* out) {
+// Columns [col_begin, col_end) start and end on group boundaries (views split only there).
+void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
   const uint32_t* words = static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) +
                           weight.col_offset / 8;
-  const int64_t n_groups = weight.cols / weight.group_size;
   const uint16_t* scales = weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
                            weight.col_offset / weight.group_size;
-  for (int64_t group = 0; group < n_groups; ++group) {
-    const float scale = bf16_to_f32(scales[group]);
-    const int64_t begin = group * weight.group_size;
+  for (int64_t begin = col_begin; begin < col_end; begin += weight.group_size) {
+    const float scale = bf16_to_f32(scales[begin / weight.group_size]);
     for (int64_t c = begin; c < begin + weight.group_size; c += 8) {
       const uint32_t word = words[c / 8];
-      for (int j = 0; j < 8; ++j) out[c + j] = float(int((word >> (4 * j)) & 0xf) - 8) * scale;
+      for (int j = 0; j < 8; ++j) out[c - col_begin + j] = float(int((word >> (4 * j)) & 0xf) - 8) * scale;
     }
   }
 }
 
-// OCP MX: E2M1 code -> value (bit 3 the sign), times 2^(scale - 127) per 32 columns.
-void dequantize_mxfp4_row(const LinearWeight& weight, int64_t row, float* out) {
+// OCP MX: E2M1 code -> value (bit 3 the sign), times 2^(scale - 127) per 32 columns; the
+// range starts and ends on 32-column boundaries.
+void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   static constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   const int64_t stored_row = weight.row_offset + row;
   const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
   const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
-  for (int64_t group = 0; group < weight.cols / 32; ++group) {
-    const float scale = std::ldexp(1.0f, int(scales[group]) - 127);
-    for (int64_t c = group * 32; c < group * 32 + 32; c += 2) {
+  for (int64_t begin = col_begin; begin < col_end; begin += 32) {
+    const float scale = std::ldexp(1.0f, int(scales[begin / 32]) - 127);
+    for (int64_t c = begin; c < begin + 32; c += 2) {
       const uint8_t byte = bytes[c / 2];
-      out[c] = kE2M1[byte & 0xf] * scale;
-      out[c + 1] = kE2M1[byte >> 4] * scale;
+      out[c - col_begin] = kE2M1[byte & 0xf] * scale;
+      out[c - col_begin + 1] = kE2M1[byte >> 4] * scale;
     }
   }
 }
@@ -72,25 +73,26 @@ float* row_scratch(int64_t cols) {
 
 }  // namespace
 
-void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
+void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
+  const int64_t offset = element_offset(weight, row) + col_begin, n = col_end - col_begin;
   switch (weight.format) {
     case WeightFormat::F32:
-      std::memcpy(out, static_cast<const float*>(weight.data) + element_offset(weight, row),
-                  size_t(weight.cols) * 4);
+      std::memcpy(out, static_cast<const float*>(weight.data) + offset, size_t(n) * 4);
       return;
-    case WeightFormat::BF16: {
-      simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + element_offset(weight, row), out, weight.cols);
-      return;
-    }
+    case WeightFormat::BF16: simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + offset, out, n); return;
     case WeightFormat::F16: {
-      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + element_offset(weight, row);
-      for (int64_t c = 0; c < weight.cols; ++c) out[c] = f16_to_f32(values[c]);
+      const uint16_t* values = static_cast<const uint16_t*>(weight.data) + offset;
+      for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(values[c]);
       return;
     }
-    case WeightFormat::Fp8Block: dequantize_fp8_row(weight, row, out); return;
-    case WeightFormat::Int4Group: dequantize_int4_row(weight, row, out); return;
-    case WeightFormat::Mxfp4: dequantize_mxfp4_row(weight, row, out); return;
+    case WeightFormat::Fp8Block: dequantize_fp8_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
   }
+}
+
+void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
+  dequantize_row_range(weight, row, 0, weight.cols, out);
 }
 
 namespace {
@@ -198,6 +200,9 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
   if (n_tokens - t == 1) rows_x4_tokens<1>(w, x + t * x_stride, x_stride, y + t * y_stride, y_stride, cols);
 }
 
+// From this many tokens a layer runs as a packed GEMM (packed_gemm.h).
+constexpr int64_t kPackedGemmMinTokens = 64;
+
 void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                          int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const int64_t cols = weight.cols;
@@ -234,6 +239,8 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   if (takes_q8_activations(weight)) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
+  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
+    return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
 }
 

@@ -24,4 +24,8 @@ void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64
 // out[c] = W[row, c] in fp32. out: [W.cols].
 void dequantize_row(const LinearWeight& weight, int64_t row, float* out);
 
+// out[c - col_begin] = W[row, c] for c in [col_begin, col_end). For INT4 and MXFP4 the range
+// starts and ends on a scale group's boundary (or at W.cols).
+void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out);
+
 }  // namespace mlaserve

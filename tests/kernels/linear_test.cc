@@ -143,6 +143,22 @@ TEST_P(LinearTest, MatchesScalarReference) {
   }
 }
 
+// Many tokens: from 64 the float formats run as a packed GEMM (panels of 16 rows, pieces of 256
+// columns, tiles of 192 tokens in blocks of 6), the 4-bit formats as int8 tiles of 16. Sizes
+// past every one of those, with partial panels, pieces, tiles and blocks (and, for the float
+// formats, a column count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks.
+TEST_P(LinearTest, ManyTokensMatchScalarReference) {
+  const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
+  for (auto [rows, cols, tokens] : {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}}) {
+    const TestWeight t = make_weight(GetParam(), rows, cols, uint64_t(rows * 7 + cols));
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
+    std::vector<float> y(size_t(tokens * rows));
+    linear(t.weight, x.data(), tokens, y.data());
+    EXPECT_TRUE(testing::relative_close(y, reference(t, kernel_input(t.weight, x, cols), tokens), 1e-5))
+        << weight_format_name(GetParam()) << " rows=" << rows << " cols=" << cols << " tokens=" << tokens;
+  }
+}
+
 // The int8 activations of the 4-bit formats cost accuracy against exact fp32 activations:
 // rounding x to 8 bits per block of 32 moves the outputs by about 0.5% of the largest (0.71%
 // INT4, 0.56% MXFP4 here; docs/kernels.md). A bound 3x that catches a wrong scale or block.
@@ -176,15 +192,15 @@ TEST_P(LinearTest, ExtremeActivationBlocks) {
 // INT4 groups: 64 and 128 columns (several Q8 blocks a scale), and 16 (not whole blocks: the
 // kernel dequantizes rows and keeps x exact).
 TEST(LinearInt4, GroupSizes) {
-  for (int64_t group : {16, 64, 128}) {
-    const int64_t rows = 19, cols = 384, tokens = 3;
+  for (auto [group, tokens] : {std::pair<int64_t, int64_t>{16, 3}, {16, 67}, {64, 3}, {128, 3}}) {
+    const int64_t rows = 19, cols = 384;
     const TestWeight t = make_weight(WeightFormat::Int4Group, rows, cols, uint64_t(group), group);
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 5);
     std::vector<float> y(size_t(tokens * rows)), single(static_cast<size_t>(rows));
     linear(t.weight, x.data(), tokens, y.data());
     linear(t.weight, x.data(), 1, single.data());
     const std::vector<float> want = reference(t, kernel_input(t.weight, x, cols), tokens);
-    EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << "group " << group;
+    EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << "group " << group << " tokens " << tokens;
     const std::vector<float> first_token(y.begin(), y.begin() + rows);
     if (group % 32 == 0) {
       EXPECT_EQ(single, first_token) << "group " << group;  // the same dot, batch or not
@@ -206,10 +222,10 @@ TEST_P(LinearTest, TransposedRowsMatchReference) {
 }
 
 // A shard view (rows [r0, r1), columns [c0, c1)) computes the same as the slice of the whole.
-TEST_P(LinearTest, ViewsComputeTheSlice) {
-  const int64_t rows = 150, cols = 288, tokens = 3;
-  const TestWeight t = make_weight(GetParam(), rows, cols, 21);
-  const int64_t r0 = 17, r1 = 141, c0 = 96, c1 = 224;  // FP8 view crosses a 128-column block
+void views_compute_the_slice(WeightFormat format, int64_t tokens) {
+  const int64_t rows = 150, cols = 640;
+  const TestWeight t = make_weight(format, rows, cols, 21);
+  const int64_t r0 = 17, r1 = 141, c0 = 96, c1 = 608;  // FP8 view crosses 128-column blocks
   const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
   const std::vector<float> x = testing::random_vector(size_t(tokens * (c1 - c0)), 5);
   const std::vector<float> seen = kernel_input(view, x, c1 - c0);
@@ -221,10 +237,16 @@ TEST_P(LinearTest, ViewsComputeTheSlice) {
       for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * seen[n * (c1 - c0) + (c - c0)];
       want[n * (r1 - r0) + (r - r0)] = float(sum);
     }
-  EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << weight_format_name(GetParam());
+  EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << weight_format_name(format) << " tokens " << tokens;
   std::vector<float> single(size_t(r1 - r0));
   linear(view, x.data(), 1, single.data());
   EXPECT_TRUE(testing::relative_close(single, std::vector<float>(want.begin(), want.begin() + (r1 - r0)), 1e-5));
+}
+
+// With 3 tokens (4 x 3 dot blocks) and 67 (the packed GEMM's 256-column pieces for the float
+// formats, here starting 96 columns into the stored rows).
+TEST_P(LinearTest, ViewsComputeTheSlice) {
+  for (int64_t tokens : {3, 67}) views_compute_the_slice(GetParam(), tokens);
 }
 
 // A compacted copy of a column view computes the same numbers from its own bytes, for views
