@@ -30,6 +30,11 @@ void dequantize_fp8_range(const LinearWeight& weight, int64_t row, int64_t col_b
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// Lane j shifts nibble j of a 32-bit word down to bits 0-3.
+inline __m256i nibble_shifts() { return _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28); }
+#endif
+
 // Columns [col_begin, col_end) start and end on group boundaries (views split only there).
 void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
@@ -41,7 +46,14 @@ void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_
     const float scale = bf16_to_f32(scales[begin / weight.group_size]);
     for (int64_t c = begin; c < begin + weight.group_size; c += 8) {
       const uint32_t word = words[c / 8];
+#if defined(__AVX2__) && defined(__FMA__)
+      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int32_t(word)), nibble_shifts()),
+                                             _mm256_set1_epi32(0xf));
+      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(codes, _mm256_set1_epi32(8))),
+                                                            _mm256_set1_ps(scale)));
+#else
       for (int j = 0; j < 8; ++j) out[c - col_begin + j] = float(int((word >> (4 * j)) & 0xf) - 8) * scale;
+#endif
     }
   }
 }
@@ -56,11 +68,23 @@ void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col
   const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
   for (int64_t begin = col_begin; begin < col_end; begin += 32) {
     const float scale = std::ldexp(1.0f, int(scales[begin / 32]) - 127);
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 magnitudes = _mm256_loadu_ps(kE2M1);
+    for (int64_t c = begin; c < begin + 32; c += 8) {
+      uint32_t four_bytes;
+      std::memcpy(&four_bytes, bytes + c / 2, 4);
+      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), nibble_shifts());
+      const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, _mm256_set1_epi32(7)));
+      const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));  // bit 3 -> 31
+      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale)));
+    }
+#else
     for (int64_t c = begin; c < begin + 32; c += 2) {
       const uint8_t byte = bytes[c / 2];
       out[c - col_begin] = kE2M1[byte & 0xf] * scale;
       out[c - col_begin + 1] = kE2M1[byte >> 4] * scale;
     }
+#endif
   }
 }
 
@@ -200,8 +224,14 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
   if (n_tokens - t == 1) rows_x4_tokens<1>(w, x + t * x_stride, x_stride, y + t * y_stride, y_stride, cols);
 }
 
-// From this many tokens a layer runs as a packed GEMM (packed_gemm.h).
+// From this many tokens a layer runs as a packed GEMM (packed_gemm.h). Measured (linear_bench):
+// for BF16 the 4 x 3 dot blocks are as fast up to about 64 tokens (an expert's 48 tokens of a
+// 512-token prefill: 112-127 vs 113-133 GFLOP/s); the 4-bit int8 dots are slower from about
+// 16 tokens (INT4, 48 tokens: 74 GFLOP/s), and there the GEMM takes the same int8-rounded
+// activations in fp32 (round_to_q8), so a 4-bit layer's numbers differ between the two paths
+// only by float summation order.
 constexpr int64_t kPackedGemmMinTokens = 64;
+constexpr int64_t kPackedGemmMinTokensQ8 = 16;
 
 void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                          int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -237,10 +267,16 @@ void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t 
 
 void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  if (takes_q8_activations(weight)) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  const bool q8 = takes_q8_activations(weight);
+  if (n_tokens >= (q8 ? kPackedGemmMinTokensQ8 : kPackedGemmMinTokens) && packed_gemm_supports(weight)) {
+    if (!q8) return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+    thread_local std::vector<float> rounded;
+    rounded.resize(size_t(n_tokens * weight.cols));
+    for (int64_t t = 0; t < n_tokens; ++t) round_to_q8(x + t * x_stride, weight.cols, rounded.data() + t * weight.cols);
+    return packed_gemm_rows(weight, row_begin, row_end, rounded.data(), weight.cols, n_tokens, y, y_stride);
+  }
+  if (q8) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
-  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
-    return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
 }
 

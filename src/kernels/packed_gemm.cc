@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "base/dtype.h"
 #include "kernels/linear.h"
 #include "kernels/simd.h"
 
@@ -75,6 +76,28 @@ void pack_bf16_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
       store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
     }
 }
+
+// pack_panel for 16 INT4 rows: each 32-bit word's 8 nibbles shifted into 8 lanes, scaled
+// (q - 8) * s as one FMA, and transposed in registers (no fp32 row buffer in between).
+void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
+  const uint32_t* words = static_cast<const uint32_t*>(weight.data);
+  const int64_t words_per_row = weight.stored_cols / 8, scales_per_row = weight.stored_cols / weight.group_size;
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low_nibble = _mm256_set1_epi32(0xf);
+  for (int64_t k = 0; k < depth; k += 8) {
+    const int64_t column = weight.col_offset + k0 + k;  // in the stored matrix
+    for (int i = 0; i < kPanelRows; i += 8) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) {
+        const int64_t stored_row = weight.row_offset + row + i + j;
+        const __m256i word = _mm256_set1_epi32(int32_t(words[stored_row * words_per_row + column / 8]));
+        const float scale = bf16_to_f32(weight.group_scale[stored_row * scales_per_row + column / weight.group_size]);
+        const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), low_nibble));
+        r[j] = _mm256_fmadd_ps(codes, _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
+      }
+      store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
+    }
+  }
+}
 #endif
 
 // panel[k * 16 + i] = W[row + i, k0 + k] for i < n_rows, zero for the rest of the 16.
@@ -83,6 +106,8 @@ void pack_panel(const LinearWeight& weight, int64_t row, int64_t n_rows, int64_t
 #if defined(__AVX2__) && defined(__FMA__)
   if (weight.format == WeightFormat::BF16 && n_rows == kPanelRows && depth % 8 == 0)
     return pack_bf16_panel(weight, row, k0, depth, panel);
+  if (weight.format == WeightFormat::Int4Group && n_rows == kPanelRows)  // depth: whole groups
+    return pack_int4_panel(weight, row, k0, depth, panel);
 #endif
   for (int64_t i = 0; i < kPanelRows; ++i) {
     if (i < n_rows) {

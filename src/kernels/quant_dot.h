@@ -44,6 +44,12 @@ class Q8Buffer {
   std::vector<float> scales_, scaled_sums_, scales8_, scaled_sums8_;
 };
 
+// x rounded as Q8Buffer rounds it, back in fp32: out[c] = q_c * (amax / 127) per block of 32
+// (cols a multiple of 32). Layers with many tokens run as a float GEMM (packed_gemm.h) and take
+// 4-bit layers' activations this way: the same int8 values as the integer dot products meet,
+// summed in float rather than in int32.
+void round_to_q8(const float* x, int64_t cols, float* out);
+
 // out[t] = sum_c (nibble_c - 8) * bf16(w_scales[c / group]) * x[t]_c for n_tokens (1..4)
 // tokens, the weights decoded once for all of them; group a multiple of 32, cols of group.
 // Nibble c % 8 of word c / 8 is column c.
