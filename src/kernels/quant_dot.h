@@ -6,7 +6,8 @@
 // of x * 127/amax. Integer products (vpmaddubsw) then replace the nibble -> float expansion,
 // which ran at a third of the rate memory could feed it. The error this adds is that of
 // rounding x to 8 bits: about 0.5% of a dot product's size (docs/kernels.md). Single tokens
-// and batches use the same quantized dot: a token gets the same bits from it in any batch.
+// and batches of up to 15 use the same quantized dot and get the same bits from it; larger
+// batches run the packed GEMM on the same rounded values (round_to_q8).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -144,8 +144,8 @@ TEST_P(LinearTest, MatchesScalarReference) {
 }
 
 // Many tokens run as a packed GEMM (panels of 16 rows, pieces of 256 columns, tiles of 192
-// tokens in blocks of 6): from 64 tokens for the float formats, from 16 for the 4-bit ones
-// (on int8-rounded activations). Sizes past every one of those, with partial panels, pieces,
+// tokens in blocks of 6): from 64 tokens for F32/BF16/F16, from 16 for the 4-bit formats (on
+// int8-rounded activations); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of those, with partial panels, pieces,
 // tiles and blocks (and, for the float formats, a column count that is no multiple of 8); 13
 // tokens take the 4 x 3 dot blocks or the int8 dots.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
