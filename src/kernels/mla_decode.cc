@@ -86,9 +86,13 @@ template <int B>
 void blocked(const MlaAbsorbedParams& p) {
   const int64_t rank = p.kv_lora_rank, n_blocks = p.n_heads / B;
   const int64_t longest = p.first_position + p.n_queries;
-  // Positions split over the threads (flash-decoding) when the cache is long enough.
-  const int64_t parts = std::clamp<int64_t>(longest / 256, 1, thread_pool().size());
-  const int64_t items = p.n_queries * n_blocks * parts;
+  // Positions split over the threads (flash-decoding) when there are fewer (query, head
+  // block) pairs than threads, in parts of at least 64 positions: one decoding sequence with
+  // 16 heads is a single pair, and unsplit it left the other threads idle for 3.7% of mini's
+  // decode time (perf).
+  const int64_t pairs = p.n_queries * n_blocks, threads = thread_pool().size();
+  const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
+  const int64_t items = pairs * parts;
   std::vector<Partial<B>> partials(static_cast<size_t>(items));
   std::vector<float> accumulators(size_t(items * B * rank));
   thread_pool().parallel_for(items, [&](int64_t first, int64_t last, int) {
