@@ -3,6 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "base/dtype.h"
@@ -99,6 +102,43 @@ void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
     }
   }
 }
+
+// 2^(e - 127) for every E8M0 exponent e (the MXFP4 block scale).
+const std::array<float, 256>& e8m0_scales() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> out{};
+    for (int e = 0; e < 256; ++e) out[size_t(e)] = std::ldexp(1.0f, e - 127);
+    return out;
+  }();
+  return table;
+}
+
+// pack_panel for 16 MXFP4 rows: 4 bytes' 8 codes shifted into lanes, E2M1 magnitudes looked
+// up with vpermps, bit 3 moved to the sign, times the block scale; transposed in registers.
+void pack_mxfp4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
+  static constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const uint8_t* bytes = static_cast<const uint8_t*>(weight.data);
+  const std::array<float, 256>& scales = e8m0_scales();
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low_three = _mm256_set1_epi32(7);
+  const __m256 magnitudes = _mm256_loadu_ps(kE2M1Magnitudes);
+  for (int64_t k = 0; k < depth; k += 8) {
+    const int64_t column = weight.col_offset + k0 + k;  // in the stored matrix
+    for (int i = 0; i < kPanelRows; i += 8) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) {
+        const int64_t stored_row = weight.row_offset + row + i + j;
+        uint32_t four_bytes;
+        std::memcpy(&four_bytes, bytes + stored_row * (weight.stored_cols / 2) + column / 2, 4);
+        const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), shifts);
+        const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, low_three));
+        const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));
+        const float scale = scales[weight.e8m0_scale[stored_row * (weight.stored_cols / 32) + column / 32]];
+        r[j] = _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale));
+      }
+      store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
+    }
+  }
+}
 #endif
 
 // panel[k * 16 + i] = W[row + i, k0 + k] for i < n_rows, zero for the rest of the 16.
@@ -109,6 +149,8 @@ void pack_panel(const LinearWeight& weight, int64_t row, int64_t n_rows, int64_t
     return pack_bf16_panel(weight, row, k0, depth, panel);
   if (weight.format == WeightFormat::Int4Group && n_rows == kPanelRows)  // depth: whole groups
     return pack_int4_panel(weight, row, k0, depth, panel);
+  if (weight.format == WeightFormat::Mxfp4 && n_rows == kPanelRows)  // depth: whole 32s
+    return pack_mxfp4_panel(weight, row, k0, depth, panel);
 #endif
   for (int64_t i = 0; i < kPanelRows; ++i) {
     if (i < n_rows) {
