@@ -153,23 +153,35 @@ inline float to_f32(uint16_t bf16) {
 // units rather than on loads.
 template <int kTokens, class Element>
 inline void dot_4xn(const Element* const w[4], const float* const x[kTokens], int64_t n, float out[4 * kTokens]) {
+  static_assert(kTokens >= 1 && kTokens <= 3);
   int64_t i = 0;
   for (int k = 0; k < 4 * kTokens; ++k) out[k] = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc[4 * kTokens];
+#pragma GCC unroll 12
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    __m256 xt[kTokens];
     // The empty asm pins each loaded value in a register: GCC otherwise folds the load into
-    // every FMA that uses it as a memory operand (15 loads for 12 FMAs: load-bound).
-    for (int t = 0; t < kTokens; ++t) {
-      xt[t] = _mm256_loadu_ps(x[t] + i);
-      __asm__("" : "+x"(xt[t]));
+    // every FMA that uses it as a memory operand (15 loads for 12 FMAs: load-bound). The
+    // activations are named values and the small loops unrolled by pragma: pinned elements of
+    // an array are stored to the stack on every step.
+    __m256 x0 = _mm256_loadu_ps(x[0] + i), x1 = x0, x2 = x0;
+    __asm__("" : "+x"(x0));
+    if constexpr (kTokens > 1) {
+      x1 = _mm256_loadu_ps(x[1] + i);
+      __asm__("" : "+x"(x1));
     }
+    if constexpr (kTokens > 2) {
+      x2 = _mm256_loadu_ps(x[2] + i);
+      __asm__("" : "+x"(x2));
+    }
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       __m256 wr = load_f32x8(w[r] + i);
       __asm__("" : "+x"(wr));
-      for (int t = 0; t < kTokens; ++t) acc[r * kTokens + t] = _mm256_fmadd_ps(wr, xt[t], acc[r * kTokens + t]);
+      acc[r * kTokens] = _mm256_fmadd_ps(wr, x0, acc[r * kTokens]);
+      if constexpr (kTokens > 1) acc[r * kTokens + 1] = _mm256_fmadd_ps(wr, x1, acc[r * kTokens + 1]);
+      if constexpr (kTokens > 2) acc[r * kTokens + 2] = _mm256_fmadd_ps(wr, x2, acc[r * kTokens + 2]);
     }
   }
   for (int k = 0; k < 4 * kTokens; k += 4) _mm_storeu_ps(out + k, hsum4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]));
@@ -187,22 +199,28 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   for (; i + 24 <= n; i += 24) {
-    __m256 acc[4][3];
+    __m256 acc[4 * 3];  // [r * 3 + c]; unrolled loops keep it in registers (see dot_4xn)
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 3; ++c) acc[r][c] = _mm256_loadu_ps(y[r] + i + 8 * c);
+#pragma GCC unroll 3
+      for (int c = 0; c < 3; ++c) acc[r * 3 + c] = _mm256_loadu_ps(y[r] + i + 8 * c);
     for (int64_t t = 0; t < n_x; ++t) {
-      __m256 row[3];
-      for (int c = 0; c < 3; ++c) {
-        row[c] = _mm256_loadu_ps(x[t] + i + 8 * c);
-        __asm__("" : "+x"(row[c]));  // in a register, not folded into 4 FMAs (see dot_4xn)
-      }
+      // Named and pinned in registers, not folded into 4 FMAs each (see dot_4xn).
+      __m256 row0 = _mm256_loadu_ps(x[t] + i), row1 = _mm256_loadu_ps(x[t] + i + 8),
+             row2 = _mm256_loadu_ps(x[t] + i + 16);
+      __asm__("" : "+x"(row0), "+x"(row1), "+x"(row2));
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const __m256 a = _mm256_broadcast_ss(alpha[r] + t);
-        for (int c = 0; c < 3; ++c) acc[r][c] = _mm256_fmadd_ps(a, row[c], acc[r][c]);
+        acc[r * 3] = _mm256_fmadd_ps(a, row0, acc[r * 3]);
+        acc[r * 3 + 1] = _mm256_fmadd_ps(a, row1, acc[r * 3 + 1]);
+        acc[r * 3 + 2] = _mm256_fmadd_ps(a, row2, acc[r * 3 + 2]);
       }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 3; ++c) _mm256_storeu_ps(y[r] + i + 8 * c, acc[r][c]);
+#pragma GCC unroll 3
+      for (int c = 0; c < 3; ++c) _mm256_storeu_ps(y[r] + i + 8 * c, acc[r * 3 + c]);
   }
   for (; i + 8 <= n; i += 8) {
     __m256 acc[4];
