@@ -21,6 +21,15 @@ inline float bf16_to_f32(uint16_t bits) {
   return value;
 }
 
+// An OCP MX E8M0 scale: 2^(e - 127), built from its bits (e = 0 is the denormal 2^-127; e = 255,
+// NaN in the spec, gives infinity as std::ldexp(1, 128) would).
+inline float e8m0_to_f32(uint8_t e) {
+  const uint32_t bits = e == 0 ? 0x00400000u : uint32_t(e) << 23;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
 // Round-to-nearest-even, as torch's .to(torch.bfloat16); NaN stays NaN.
 inline uint16_t f32_to_bf16(float value) {
   uint32_t bits;

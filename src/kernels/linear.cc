@@ -67,7 +67,7 @@ void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col
   const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
   const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
   for (int64_t begin = col_begin; begin < col_end; begin += 32) {
-    const float scale = std::ldexp(1.0f, int(scales[begin / 32]) - 127);
+    const float scale = e8m0_to_f32(scales[begin / 32]);
 #if defined(__AVX2__) && defined(__FMA__)
     const __m256 magnitudes = _mm256_loadu_ps(kE2M1);
     for (int64_t c = begin; c < begin + 32; c += 8) {

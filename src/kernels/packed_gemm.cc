@@ -3,8 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -66,78 +64,60 @@ void store_transposed_8x8(__m256 r[8], float* out, int64_t out_stride) {
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-// pack_panel for 16 BF16 rows and a depth of whole 8s, widened and transposed in registers
-// (no fp32 row buffer in between).
-void pack_bf16_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
-  const uint16_t* rows[kPanelRows];
-  for (int i = 0; i < kPanelRows; ++i)
-    rows[i] = static_cast<const uint16_t*>(weight.data) + (weight.row_offset + row + i) * weight.stored_cols +
-              weight.col_offset + k0;
+// panel[k * 16 + i] = decode(row + i, k0 + k) for 16 rows and a depth of whole 8s, where
+// decode(stored_row, stored_column) gives the 8 weights from that column on as fp32: decoded
+// and transposed in registers, with no fp32 row buffer in between.
+template <class Decode8>
+void pack_panel_in_registers(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel,
+                             Decode8 decode) {
   for (int64_t k = 0; k < depth; k += 8)
     for (int i = 0; i < kPanelRows; i += 8) {
       __m256 r[8];
-      for (int j = 0; j < 8; ++j) r[j] = simd::load_bf16x8(rows[i + j] + k);
+      for (int j = 0; j < 8; ++j) r[j] = decode(weight.row_offset + row + i + j, weight.col_offset + k0 + k);
       store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
     }
 }
 
-// pack_panel for 16 INT4 rows: each 32-bit word's 8 nibbles shifted into 8 lanes, scaled
-// (q - 8) * s as one FMA, and transposed in registers (no fp32 row buffer in between).
-void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
-  const uint32_t* words = static_cast<const uint32_t*>(weight.data);
-  const int64_t words_per_row = weight.stored_cols / 8, scales_per_row = weight.stored_cols / weight.group_size;
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low_nibble = _mm256_set1_epi32(0xf);
-  for (int64_t k = 0; k < depth; k += 8) {
-    const int64_t column = weight.col_offset + k0 + k;  // in the stored matrix
-    for (int i = 0; i < kPanelRows; i += 8) {
-      __m256 r[8];
-      for (int j = 0; j < 8; ++j) {
-        const int64_t stored_row = weight.row_offset + row + i + j;
-        const __m256i word = _mm256_set1_epi32(int32_t(words[stored_row * words_per_row + column / 8]));
-        const float scale = bf16_to_f32(weight.group_scale[stored_row * scales_per_row + column / weight.group_size]);
-        const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), low_nibble));
-        r[j] = _mm256_fmadd_ps(codes, _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
-      }
-      store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
-    }
+// BF16, INT4 and MXFP4 panels through pack_panel_in_registers; false for other formats.
+// INT4: a word's 8 nibbles shifted into lanes, (q - 8) * s as one FMA. MXFP4: 4 bytes' codes
+// shifted into lanes, E2M1 magnitudes through vpermps, bit 3 moved to the sign, times 2^(e-127).
+bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const int64_t stored_cols = weight.stored_cols;
+  if (weight.format == WeightFormat::BF16 && depth % 8 == 0) {
+    const auto* values = static_cast<const uint16_t*>(weight.data);
+    pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
+      return simd::load_bf16x8(values + r * stored_cols + c);
+    });
+    return true;
   }
-}
-
-// 2^(e - 127) for every E8M0 exponent e (the MXFP4 block scale).
-const std::array<float, 256>& e8m0_scales() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> out{};
-    for (int e = 0; e < 256; ++e) out[size_t(e)] = std::ldexp(1.0f, e - 127);
-    return out;
-  }();
-  return table;
-}
-
-// pack_panel for 16 MXFP4 rows: 4 bytes' 8 codes shifted into lanes, E2M1 magnitudes looked
-// up with vpermps, bit 3 moved to the sign, times the block scale; transposed in registers.
-void pack_mxfp4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
-  static constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const uint8_t* bytes = static_cast<const uint8_t*>(weight.data);
-  const std::array<float, 256>& scales = e8m0_scales();
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low_three = _mm256_set1_epi32(7);
-  const __m256 magnitudes = _mm256_loadu_ps(kE2M1Magnitudes);
-  for (int64_t k = 0; k < depth; k += 8) {
-    const int64_t column = weight.col_offset + k0 + k;  // in the stored matrix
-    for (int i = 0; i < kPanelRows; i += 8) {
-      __m256 r[8];
-      for (int j = 0; j < 8; ++j) {
-        const int64_t stored_row = weight.row_offset + row + i + j;
-        uint32_t four_bytes;
-        std::memcpy(&four_bytes, bytes + stored_row * (weight.stored_cols / 2) + column / 2, 4);
-        const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), shifts);
-        const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, low_three));
-        const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));
-        const float scale = scales[weight.e8m0_scale[stored_row * (weight.stored_cols / 32) + column / 32]];
-        r[j] = _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale));
-      }
-      store_transposed_8x8(r, panel + k * kPanelRows + i, kPanelRows);
-    }
+  if (weight.format == WeightFormat::Int4Group) {  // depth: whole groups
+    const auto* words = static_cast<const uint32_t*>(weight.data);
+    const int64_t scales_per_row = stored_cols / weight.group_size;
+    pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
+      const __m256i word = _mm256_set1_epi32(int32_t(words[r * (stored_cols / 8) + c / 8]));
+      const float scale = bf16_to_f32(weight.group_scale[r * scales_per_row + c / weight.group_size]);
+      const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(0xf)));
+      return _mm256_fmadd_ps(codes, _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
+    });
+    return true;
   }
+  if (weight.format == WeightFormat::Mxfp4) {  // depth: whole 32s
+    static constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const auto* bytes = static_cast<const uint8_t*>(weight.data);
+    const __m256 magnitudes = _mm256_loadu_ps(kE2M1Magnitudes);
+    pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
+      uint32_t four_bytes;
+      std::memcpy(&four_bytes, bytes + r * (stored_cols / 2) + c / 2, 4);
+      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), shifts);
+      const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, _mm256_set1_epi32(7)));
+      const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));
+      const float scale = e8m0_to_f32(weight.e8m0_scale[r * (stored_cols / 32) + c / 32]);
+      return _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale));
+    });
+    return true;
+  }
+  return false;
 }
 #endif
 
@@ -145,12 +125,7 @@ void pack_mxfp4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64
 void pack_panel(const LinearWeight& weight, int64_t row, int64_t n_rows, int64_t k0, int64_t depth, float* rows,
                 float* panel) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (weight.format == WeightFormat::BF16 && n_rows == kPanelRows && depth % 8 == 0)
-    return pack_bf16_panel(weight, row, k0, depth, panel);
-  if (weight.format == WeightFormat::Int4Group && n_rows == kPanelRows)  // depth: whole groups
-    return pack_int4_panel(weight, row, k0, depth, panel);
-  if (weight.format == WeightFormat::Mxfp4 && n_rows == kPanelRows)  // depth: whole 32s
-    return pack_mxfp4_panel(weight, row, k0, depth, panel);
+  if (n_rows == kPanelRows && pack_panel_fast(weight, row, k0, depth, panel)) return;
 #endif
   for (int64_t i = 0; i < kPanelRows; ++i) {
     if (i < n_rows) {

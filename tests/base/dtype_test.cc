@@ -45,6 +45,12 @@ TEST(DType, F16RoundTrip) {
   }
 }
 
+// Every E8M0 exponent against std::ldexp, the definition 2^(e - 127) (e = 0 a denormal).
+TEST(DType, E8M0ScalesArePowersOfTwo) {
+  for (int e = 0; e < 255; ++e) EXPECT_EQ(e8m0_to_f32(uint8_t(e)), std::ldexp(1.0f, e - 127)) << e;
+  EXPECT_TRUE(std::isinf(e8m0_to_f32(255)));
+}
+
 TEST(DType, UnknownNameIsAnError) {
   EXPECT_EQ(dtype_from_name("BF16"), DType::BF16);
   EXPECT_THROW(dtype_from_name("Q4_K"), Error);
