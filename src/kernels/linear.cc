@@ -30,11 +30,6 @@ void dequantize_fp8_range(const LinearWeight& weight, int64_t row, int64_t col_b
   }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-// Lane j shifts nibble j of a 32-bit word down to bits 0-3.
-inline __m256i nibble_shifts() { return _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28); }
-#endif
-
 // Columns [col_begin, col_end) start and end on group boundaries (views split only there).
 void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
@@ -47,10 +42,7 @@ void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_
     for (int64_t c = begin; c < begin + weight.group_size; c += 8) {
       const uint32_t word = words[c / 8];
 #if defined(__AVX2__) && defined(__FMA__)
-      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int32_t(word)), nibble_shifts()),
-                                             _mm256_set1_epi32(0xf));
-      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(codes, _mm256_set1_epi32(8))),
-                                                            _mm256_set1_ps(scale)));
+      _mm256_storeu_ps(out + (c - col_begin), simd::int4x8_to_f32(word, scale));
 #else
       for (int j = 0; j < 8; ++j) out[c - col_begin + j] = float(int((word >> (4 * j)) & 0xf) - 8) * scale;
 #endif
@@ -61,24 +53,20 @@ void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_
 // OCP MX: E2M1 code -> value (bit 3 the sign), times 2^(scale - 127) per 32 columns; the
 // range starts and ends on 32-column boundaries.
 void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
-  static constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   const int64_t stored_row = weight.row_offset + row;
   const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
   const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
   for (int64_t begin = col_begin; begin < col_end; begin += 32) {
     const float scale = e8m0_to_f32(scales[begin / 32]);
 #if defined(__AVX2__) && defined(__FMA__)
-    const __m256 magnitudes = _mm256_loadu_ps(kE2M1);
     for (int64_t c = begin; c < begin + 32; c += 8) {
       uint32_t four_bytes;
       std::memcpy(&four_bytes, bytes + c / 2, 4);
-      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), nibble_shifts());
-      const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, _mm256_set1_epi32(7)));
-      const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));  // bit 3 -> 31
-      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale)));
+      _mm256_storeu_ps(out + (c - col_begin), simd::mxfp4x8_to_f32(four_bytes, scale));
     }
 #else
+    static constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
     for (int64_t c = begin; c < begin + 32; c += 2) {
       const uint8_t byte = bytes[c / 2];
       out[c - col_begin] = kE2M1[byte & 0xf] * scale;

@@ -61,9 +61,7 @@ void store_transposed_8x8(__m256 r[8], float* out, int64_t out_stride) {
     _mm256_storeu_ps(out + (i + 4) * out_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
   }
 }
-#endif
 
-#if defined(__AVX2__) && defined(__FMA__)
 // panel[k * 16 + i] = decode(row + i, k0 + k) for 16 rows and a depth of whole 8s, where
 // decode(stored_row, stored_column) gives the 8 weights from that column on as fp32: decoded
 // and transposed in registers, with no fp32 row buffer in between.
@@ -78,11 +76,9 @@ void pack_panel_in_registers(const LinearWeight& weight, int64_t row, int64_t k0
     }
 }
 
-// BF16, INT4 and MXFP4 panels through pack_panel_in_registers; false for other formats.
-// INT4: a word's 8 nibbles shifted into lanes, (q - 8) * s as one FMA. MXFP4: 4 bytes' codes
-// shifted into lanes, E2M1 magnitudes through vpermps, bit 3 moved to the sign, times 2^(e-127).
+// BF16, INT4 and MXFP4 panels through pack_panel_in_registers, 8 weights at a time with the
+// simd.h decoders; false for other formats.
 bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   const int64_t stored_cols = weight.stored_cols;
   if (weight.format == WeightFormat::BF16 && depth % 8 == 0) {
     const auto* values = static_cast<const uint16_t*>(weight.data);
@@ -95,25 +91,17 @@ bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_
     const auto* words = static_cast<const uint32_t*>(weight.data);
     const int64_t scales_per_row = stored_cols / weight.group_size;
     pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
-      const __m256i word = _mm256_set1_epi32(int32_t(words[r * (stored_cols / 8) + c / 8]));
-      const float scale = bf16_to_f32(weight.group_scale[r * scales_per_row + c / weight.group_size]);
-      const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(0xf)));
-      return _mm256_fmadd_ps(codes, _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
+      return simd::int4x8_to_f32(words[r * (stored_cols / 8) + c / 8],
+                                 bf16_to_f32(weight.group_scale[r * scales_per_row + c / weight.group_size]));
     });
     return true;
   }
   if (weight.format == WeightFormat::Mxfp4) {  // depth: whole 32s
-    static constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     const auto* bytes = static_cast<const uint8_t*>(weight.data);
-    const __m256 magnitudes = _mm256_loadu_ps(kE2M1Magnitudes);
     pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
       uint32_t four_bytes;
       std::memcpy(&four_bytes, bytes + r * (stored_cols / 2) + c / 2, 4);
-      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(four_bytes)), shifts);
-      const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, _mm256_set1_epi32(7)));
-      const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));
-      const float scale = e8m0_to_f32(weight.e8m0_scale[r * (stored_cols / 32) + c / 32]);
-      return _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale));
+      return simd::mxfp4x8_to_f32(four_bytes, e8m0_to_f32(weight.e8m0_scale[r * (stored_cols / 32) + c / 32]));
     });
     return true;
   }

@@ -100,15 +100,24 @@ void dot_4bit_q8_tokens(const uint8_t* bytes, const uint8_t* table, int offset, 
 
 // rounded[i] = x[i] * 127 / amax rounded half to even for one block of 32; returns amax.
 float round_block(const float* x, int32_t* rounded) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
 #if defined(__AVX2__)
+  // max(|x|, running): vmaxps returns its second operand when either is NaN, so a NaN value is
+  // skipped, as std::max(running, |x|) skips it in the scalar loop.
+  const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax8 = _mm256_setzero_ps();
+  for (int i = 0; i < kQ8Block; i += 8) amax8 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude_bits), amax8);
+  __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+  const float amax = std::max(_mm_cvtss_f32(amax4), _mm_cvtss_f32(_mm_movehdup_ps(amax4)));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
   // vcvtps2dq rounds half to even, as std::nearbyint does in the default rounding mode.
   for (int i = 0; i < kQ8Block; i += 8)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(rounded + i),
                         _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(inverse))));
 #else
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
   for (int i = 0; i < kQ8Block; ++i) rounded[i] = int32_t(std::nearbyint(x[i] * inverse));
 #endif
   return amax;
@@ -117,26 +126,10 @@ float round_block(const float* x, int32_t* rounded) {
 }  // namespace
 
 void round_to_q8(const float* x, int64_t cols, float* out) {
+  alignas(32) int32_t rounded[kQ8Block];
   for (int64_t begin = 0; begin < cols; begin += kQ8Block) {
-#if defined(__AVX2__)
-    const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 values[4], amax8 = _mm256_setzero_ps();
-    for (int v = 0; v < 4; ++v) {
-      values[v] = _mm256_loadu_ps(x + begin + 8 * v);
-      amax8 = _mm256_max_ps(amax8, _mm256_and_ps(values[v], magnitude_bits));
-    }
-    __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-    amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
-    const float amax = std::max(_mm_cvtss_f32(amax4), _mm_cvtss_f32(_mm_movehdup_ps(amax4)));
-    const __m256 inverse = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f), scale = _mm256_set1_ps(amax / 127.0f);
-    for (int v = 0; v < 4; ++v)  // vcvtps2dq rounds half to even, as round_block does
-      _mm256_storeu_ps(out + begin + 8 * v,
-                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtps_epi32(_mm256_mul_ps(values[v], inverse))), scale));
-#else
-    int32_t rounded[kQ8Block];
     const float scale = round_block(x + begin, rounded) / 127.0f;
     for (int i = 0; i < kQ8Block; ++i) out[begin + i] = float(rounded[i]) * scale;
-#endif
   }
 }
 
