@@ -1,6 +1,8 @@
 // Microbenchmark of the absorbed MLA decode kernels at DeepSeek-V3 / Kimi K3 latent sizes
 // (kv_lora_rank 512 + rope 64, bf16 cache), one query: 12 heads (Kimi K3 per rank at TP 8)
-// padded to 16 or generic, and 16 heads native. Items/s = heads x positions per second.
+// padded to 16 or generic, and 16 heads native; and 16 heads at the `mini` preset's sizes
+// (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8). Items/s = heads x
+// positions per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
@@ -14,16 +16,17 @@
 namespace mlaserve {
 namespace {
 
-constexpr int64_t kRank = 512, kRope = 64, kBlock = 16;
+constexpr int64_t kBlock = 16;
 
 void run(benchmark::State& state, MlaDecodeKernel kernel) {
   const int64_t heads = state.range(0), context = state.range(1), blocks = context / kBlock;
+  const int64_t rank = state.range(2), rope = rank / 8;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::vector<float> q_latent(size_t(heads * kRank)), q_pe(size_t(heads * kRope)), out(q_latent.size());
+  std::vector<float> q_latent(size_t(heads * rank)), q_pe(size_t(heads * rope)), out(q_latent.size());
   for (auto& v : q_latent) v = normal(rng);
   for (auto& v : q_pe) v = normal(rng);
-  std::vector<uint16_t> pool(size_t(blocks * kBlock * (kRank + kRope)));
+  std::vector<uint16_t> pool(size_t(blocks * kBlock * (rank + rope)));
   for (auto& v : pool) v = f32_to_bf16(normal(rng));
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -31,12 +34,12 @@ void run(benchmark::State& state, MlaDecodeKernel kernel) {
   params.q_latent = q_latent.data();
   params.q_pe = q_pe.data();
   params.out_latent = out.data();
-  params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, 1, kRank + kRope};
+  params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, 1, rank + rope};
   params.n_queries = 1;
   params.first_position = context - 1;
   params.n_heads = heads;
-  params.kv_lora_rank = kRank;
-  params.qk_rope_head_dim = kRope;
+  params.kv_lora_rank = rank;
+  params.qk_rope_head_dim = rope;
   params.softmax_scale = 0.07f;
   set_mla_decode_kernel(kernel);
   for (auto _ : state) {
@@ -51,9 +54,15 @@ void BM_Padded(benchmark::State& state) { run(state, MlaDecodeKernel::Padded); }
 void BM_Generic(benchmark::State& state) { run(state, MlaDecodeKernel::Generic); }
 void BM_Auto(benchmark::State& state) { run(state, MlaDecodeKernel::Auto); }
 
-BENCHMARK(BM_Padded)->Args({12, 1024})->Args({12, 4096})->Args({16, 1024})->Args({16, 4096})->UseRealTime();
-BENCHMARK(BM_Generic)->Args({12, 1024})->Args({12, 4096})->UseRealTime();
-BENCHMARK(BM_Auto)->Args({12, 1024})->Args({12, 4096})->UseRealTime();
+BENCHMARK(BM_Padded)
+    ->Args({12, 1024, 512})
+    ->Args({12, 4096, 512})
+    ->Args({16, 1024, 512})
+    ->Args({16, 4096, 512})
+    ->Args({16, 1024, 256})
+    ->UseRealTime();
+BENCHMARK(BM_Generic)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
+BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
 
 }  // namespace
 }  // namespace mlaserve

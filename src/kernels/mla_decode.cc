@@ -31,18 +31,23 @@ struct Partial {
   float* acc;  // [B, kv_lora_rank]
 };
 
+// Scores are computed rows x heads: the block's queries are stored transposed, [width][kPanel]
+// with heads padded by zeros to a whole vector, and each cached row's values are broadcast
+// against them (simd::rows_times_panel), so one row load feeds every head with no horizontal
+// sums; 6 rows x 16 heads or 12 rows x 8 heads per register block.
 template <int B>
 void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int64_t begin, int64_t end,
                   Partial<B>& part) {
-  constexpr int64_t kTile = 32;  // scores of a tile first, so a new maximum rescales once per tile
+  constexpr int kPanel = B < 8 ? 8 : B, kVectors = kPanel / 8, kRows = 12 / kVectors;
+  constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum rescales once per tile
   const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim, width = rank + rope;
   thread_local std::vector<float> rows, queries;
   rows.resize(size_t(kTile * width));
-  queries.resize(size_t(B * width));  // each head's [q_latent | q_pe], one dot product per row
+  queries.assign(size_t(width * kPanel), 0.0f);
   for (int h = 0; h < B; ++h) {
     const int64_t item = query * p.n_heads + head0 + h;
-    std::memcpy(queries.data() + h * width, p.q_latent + item * rank, size_t(rank) * sizeof(float));
-    std::memcpy(queries.data() + h * width + rank, p.q_pe + item * rope, size_t(rope) * sizeof(float));
+    for (int64_t d = 0; d < rank; ++d) queries[size_t(d * kPanel + h)] = p.q_latent[item * rank + d];
+    for (int64_t d = 0; d < rope; ++d) queries[size_t((rank + d) * kPanel + h)] = p.q_pe[item * rope + d];
   }
   float scores[B][kTile];
   const float* tile_rows[kTile];
@@ -52,17 +57,13 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
   for (int64_t tile = begin; tile < end; tile += kTile) {
     const int64_t n = std::min(kTile, end - tile);
     for (int64_t i = 0; i < n; ++i) tile_rows[i] = row_f32(p, tile + i, rows.data() + i * width);
-    // 4 heads x 3 rows per register block: each row load feeds 4 FMAs, each query load 3.
-    for (int h = 0; h < B; h += 4) {
-      const float* q[4] = {&queries[size_t(h * width)], &queries[size_t((h + 1) * width)],
-                           &queries[size_t((h + 2) * width)], &queries[size_t((h + 3) * width)]};
-      for (int64_t i = 0; i < n; i += 3) {
-        const float* x[3] = {tile_rows[i], tile_rows[std::min(i + 1, n - 1)], tile_rows[std::min(i + 2, n - 1)]};
-        float dots[12];
-        simd::dot_4xn<3>(q, x, width, dots);
-        for (int r = 0; r < 4; ++r)
-          for (int64_t j = 0; j < 3 && i + j < n; ++j) scores[h + r][i + j] = p.softmax_scale * dots[3 * r + j];
-      }
+    for (int64_t i = 0; i < n; i += kRows) {
+      const float* x[kRows];
+      for (int j = 0; j < kRows; ++j) x[j] = tile_rows[std::min<int64_t>(i + j, n - 1)];
+      float dots[kRows * kPanel];
+      simd::rows_times_panel<kRows, kVectors>(x, queries.data(), width, dots);
+      for (int64_t j = 0; j < kRows && i + j < n; ++j)
+        for (int h = 0; h < B; ++h) scores[h][i + j] = p.softmax_scale * dots[j * kPanel + h];
     }
     for (int h = 0; h < B; ++h) {
       const float tile_max = *std::max_element(scores[h], scores[h] + n);

@@ -256,6 +256,45 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
       for (int64_t t = 0; t < n_x; ++t) y[r][i] += alpha[r][t] * x[t][i];
 }
 
+// out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
+// rows against a column panel stored k-major (a transposed small matrix). Per k, kVectors panel
+// loads and kRows broadcasts feed kRows * kVectors FMAs with no horizontal sums; 6 x 2 and
+// 12 x 1 keep 12 accumulators, enough to cover the FMA latency.
+template <int kRows, int kVectors>
+inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out) {
+  constexpr int kWidth = 8 * kVectors;
+#if defined(__AVX2__) && defined(__FMA__)
+  static_assert(kVectors == 1 || kVectors == 2);
+  __m256 acc[kRows * kVectors];
+#pragma GCC unroll 12
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    // Named and pinned, as in dot_4xn.
+    __m256 p0 = _mm256_loadu_ps(panel + k * kWidth), p1 = p0;
+    __asm__("" : "+x"(p0));
+    if constexpr (kVectors == 2) {
+      p1 = _mm256_loadu_ps(panel + k * kWidth + 8);
+      __asm__("" : "+x"(p1));
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 a = _mm256_broadcast_ss(rows[r] + k);
+      acc[r * kVectors] = _mm256_fmadd_ps(a, p0, acc[r * kVectors]);
+      if constexpr (kVectors == 2) acc[r * kVectors + 1] = _mm256_fmadd_ps(a, p1, acc[r * kVectors + 1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows * kVectors; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
+#else
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kWidth; ++c) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < depth; ++k) sum += rows[r][k] * panel[k * kWidth + c];
+      out[r * kWidth + c] = sum;
+    }
+#endif
+}
+
 // out[i] = bf16(x[i]) as fp32. A plain loop: GCC vectorises it 16 values a step with
 // unpacks, which measured faster than 8 at a time through vpmovzxwd (1.5 vs 2.4 ms for the
 // generic MLA decode kernel at 1024 positions, which widens every cached row per head).
