@@ -189,38 +189,65 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   }
 }
 
+// out[i * n_tokens + t] for 4-bit rows rows[i] (n_rows 1, or 4 with one token; quant_dot.h).
+void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, const Q8Activations* tokens,
+                   int64_t n_tokens, float* out) {
+  const uint32_t* words[4];
+  const uint16_t* group_scales[4];
+  const uint8_t* bytes[4];
+  const uint8_t* e8m0[4];
+  const bool int4 = weight.format == WeightFormat::Int4Group;
+  for (int i = 0; i < n_rows; ++i) {
+    const int64_t stored_row = weight.row_offset + rows[i];
+    if (int4) {
+      words[i] = static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8;
+      group_scales[i] = weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
+                        weight.col_offset / weight.group_size;
+    } else {
+      bytes[i] = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+      e8m0[i] = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
+    }
+  }
+  if (int4) return dot_int4_q8(words, group_scales, n_rows, weight.group_size, tokens, n_tokens, weight.cols, out);
+  dot_mxfp4_q8(bytes, e8m0, n_rows, tokens, n_tokens, weight.cols, out);
+}
+
 // 4-bit weights: every token's activations quantized once (per thread: a few percent of one
-// row's work), then each row's weights decoded once per 4 tokens. Tokens go in tiles of 16
-// (32 KB of int8 activations at 2048 columns, L1-sized): at 128 tokens untiled, every row
-// streamed all 128 tokens' activations from L2 and ran at 61 vs 107 GFLOP/s at 8 tokens.
+// row's work). One token: spread quads of rows. Several: each row's weights decoded once per
+// 4 tokens, tokens in tiles of 16 (32 KB of int8 activations at 2048 columns, L1-sized): at
+// 128 tokens untiled, every row streamed all 128 tokens' activations from L2 and ran at 61 vs
+// 107 GFLOP/s at 8 tokens.
 void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
              int64_t n_tokens, float* y, int64_t y_stride) {
-  const int64_t cols = weight.cols;
   thread_local Q8Buffer buffer;
-  buffer.quantize(x, x_stride, n_tokens, cols);
+  buffer.quantize(x, x_stride, n_tokens, weight.cols);
   Q8Activations tokens[kQ8MaxTokens];
   float out[kQ8MaxTokens];
+  if (n_tokens == 1) {
+    tokens[0] = buffer.token(0);
+    const SpreadQuads quads(row_begin, row_end);
+    for (int64_t quad = 0; quad < quads.quarter; ++quad) {
+      int64_t rows[4];
+      for (int k = 0; k < 4; ++k) rows[k] = quads.row(quad, k);
+      dot_4bit_rows(weight, rows, 4, tokens, 1, out);
+      for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
+    }
+    for (int64_t r = quads.leftover_begin(); r < row_end; ++r) {
+      dot_4bit_rows(weight, &r, 1, tokens, 1, out);
+      y[r - row_begin] = out[0];
+    }
+    return;
+  }
   constexpr int64_t kTokenTile = 16;
   for (int64_t tile = 0; tile < n_tokens; tile += kTokenTile) {
     const int64_t tile_end = std::min(n_tokens, tile + kTokenTile);
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      const int64_t stored_row = weight.row_offset + r;
+    for (int64_t r = row_begin; r < row_end; ++r)
       for (int64_t t0 = tile; t0 < tile_end; t0 += kQ8MaxTokens) {
         const int64_t count = std::min(kQ8MaxTokens, tile_end - t0);
         for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(t0 + t);
-        if (weight.format == WeightFormat::Int4Group) {
-          dot_int4_q8(static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8,
-                      weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
-                          weight.col_offset / weight.group_size,
-                      weight.group_size, tokens, count, cols, out);
-        } else {
-          dot_mxfp4_q8(static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2,
-                       weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32, tokens,
-                       count, cols, out);
-        }
+        dot_4bit_rows(weight, &r, 1, tokens, count, out);
         for (int64_t t = 0; t < count; ++t) y[(t0 + t) * y_stride + (r - row_begin)] = out[t];
       }
-    }
   }
 }
 

@@ -34,71 +34,79 @@ int64_t q8_index(int64_t blocks, int64_t block, int c) {
   return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
 }
 
-// out[t] = sum_c (u_c - offset) * w_scale_c * x[t]_c over 4-bit weights stored as 16 bytes a
-// block, u_c the unsigned weight of nibble c (through `table` when given). Two blocks at a
-// time: their low nibbles against the 32 even-column activations, high nibbles against the
-// odd; the weights are decoded once for all kTokens tokens.
-template <int kTokens, class BlockScale>
-void dot_4bit_q8(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
+// out[r * kTokens + t] = sum_c (u_c - offset) * w_scale(r, c) * x[t]_c over kRows rows of 4-bit
+// weights stored as 16 bytes a block, u_c the unsigned weight of nibble c (through `table` when
+// given). Two blocks at a time: their low nibbles against the 32 even-column activations, high
+// nibbles against the odd; the weights are decoded once for all kTokens tokens. Each (row,
+// token) sum runs in the same order whatever kRows is, so 4 rows at once give the bits of 1.
+template <int kRows, int kTokens, class BlockScale>
+void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int offset, BlockScale block_scale,
                  const Q8Activations* x, int64_t cols, float* out) {
   const int64_t blocks = cols / kQ8Block;
   int64_t block = 0;
-  float total[kTokens] = {}, sum_correction[kTokens] = {};
+  float total[kRows * kTokens] = {}, sum_correction[kRows * kTokens] = {};
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc[kTokens], correction[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = correction[t] = _mm256_setzero_ps();
+  __m256 acc[kRows * kTokens], correction[kRows * kTokens];
+#pragma GCC unroll 4
+  for (int i = 0; i < kRows * kTokens; ++i) acc[i] = correction[i] = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const __m256i lookup =
       table ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
   for (; block + 2 <= blocks; block += 2) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + block * 16));
-    __m256i even = _mm256_and_si256(raw, low_mask), odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
-    if (table) {
-      even = _mm256_shuffle_epi8(lookup, even);
-      odd = _mm256_shuffle_epi8(lookup, odd);
-    }
-    const __m256 w_scale = _mm256_set_m128(_mm_set1_ps(block_scale(block + 1)), _mm_set1_ps(block_scale(block)));
-    for (int t = 0; t < kTokens; ++t) {
-      // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
-      const auto* q = reinterpret_cast<const __m256i*>(x[t].values + block * kQ8Block);
-      const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
-                                             _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
-      const __m256 scale = _mm256_mul_ps(w_scale, _mm256_loadu_ps(x[t].scales8 + block * 4));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[t]);
-      correction[t] = _mm256_fmadd_ps(w_scale, _mm256_loadu_ps(x[t].scaled_sums8 + block * 4), correction[t]);
-    }
-  }
-  for (int t = 0; t < kTokens; ++t) total[t] = simd::hsum(acc[t]), sum_correction[t] = simd::hsum(correction[t]);
-#endif
-  for (; block < blocks; ++block) {
-    const uint8_t* block_bytes = bytes + block * 16;
-    const float w_scale = block_scale(block);
-    for (int t = 0; t < kTokens; ++t) {
-      int32_t sum = 0;
-      for (int c = 0; c < kQ8Block; ++c) {
-        const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
-        sum += (table ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[r] + block * 16));
+      __m256i even = _mm256_and_si256(raw, low_mask), odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
+      if (table) {
+        even = _mm256_shuffle_epi8(lookup, even);
+        odd = _mm256_shuffle_epi8(lookup, odd);
       }
-      total[t] += float(sum) * (w_scale * x[t].scales[block]);
-      sum_correction[t] += w_scale * x[t].scaled_sums[block];
+      const __m256 w_scale = _mm256_set_m128(_mm_set1_ps(block_scale(r, block + 1)), _mm_set1_ps(block_scale(r, block)));
+#pragma GCC unroll 4
+      for (int t = 0; t < kTokens; ++t) {
+        // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
+        const auto* q = reinterpret_cast<const __m256i*>(x[t].values + block * kQ8Block);
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
+                                               _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
+        const __m256 scale = _mm256_mul_ps(w_scale, _mm256_loadu_ps(x[t].scales8 + block * 4));
+        const int i = r * kTokens + t;
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[i]);
+        correction[i] = _mm256_fmadd_ps(w_scale, _mm256_loadu_ps(x[t].scaled_sums8 + block * 4), correction[i]);
+      }
     }
   }
-  for (int t = 0; t < kTokens; ++t) out[t] = total[t] - float(offset) * sum_correction[t];
+  for (int i = 0; i < kRows * kTokens; ++i) total[i] = simd::hsum(acc[i]), sum_correction[i] = simd::hsum(correction[i]);
+#endif
+  for (; block < blocks; ++block)
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* block_bytes = bytes[r] + block * 16;
+      const float w_scale = block_scale(r, block);
+      for (int t = 0; t < kTokens; ++t) {
+        int32_t sum = 0;
+        for (int c = 0; c < kQ8Block; ++c) {
+          const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
+          sum += (table ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
+        }
+        total[r * kTokens + t] += float(sum) * (w_scale * x[t].scales[block]);
+        sum_correction[r * kTokens + t] += w_scale * x[t].scaled_sums[block];
+      }
+    }
+  for (int i = 0; i < kRows * kTokens; ++i) out[i] = total[i] - float(offset) * sum_correction[i];
 }
 
-// dot_4bit_q8 for n_tokens in 1..kQ8MaxTokens.
+// dot_4bit_q8 for one row and n_tokens in 1..kQ8MaxTokens, or 4 rows and one token.
 template <class BlockScale>
-void dot_4bit_q8_tokens(const uint8_t* bytes, const uint8_t* table, int offset, BlockScale block_scale,
-                        const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset,
+                        BlockScale block_scale, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+  if (n_rows == 4) return dot_4bit_q8<4, 1>(bytes, table, offset, block_scale, x, cols, out);
   switch (n_tokens) {
-    case 1: return dot_4bit_q8<1>(bytes, table, offset, block_scale, x, cols, out);
-    case 2: return dot_4bit_q8<2>(bytes, table, offset, block_scale, x, cols, out);
-    case 3: return dot_4bit_q8<3>(bytes, table, offset, block_scale, x, cols, out);
-    default: return dot_4bit_q8<4>(bytes, table, offset, block_scale, x, cols, out);
+    case 1: return dot_4bit_q8<1, 1>(bytes, table, offset, block_scale, x, cols, out);
+    case 2: return dot_4bit_q8<1, 2>(bytes, table, offset, block_scale, x, cols, out);
+    case 3: return dot_4bit_q8<1, 3>(bytes, table, offset, block_scale, x, cols, out);
+    default: return dot_4bit_q8<1, 4>(bytes, table, offset, block_scale, x, cols, out);
   }
 }
 
-// rounded[i] = x[i] * 127 / amax rounded half to even for one block of 32; returns amax.
 float round_block(const float* x, int32_t* rounded) {
 #if defined(__AVX2__)
   // max(|x|, running): vmaxps returns its second operand when either is NaN, so a NaN value is
@@ -170,23 +178,25 @@ Q8Activations Q8Buffer::token(int64_t t) const {
           scales8_.data() + t * lanes, scaled_sums8_.data() + t * lanes};
 }
 
-void dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations* x,
-                 int64_t n_tokens, int64_t cols, float* out) {
+void dot_int4_q8(const uint32_t* const words[], const uint16_t* const w_scales[], int n_rows, int64_t group,
+                 const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
   // Groups are powers of two in practice: a shift, not a division, per block.
   const int64_t blocks_per_group = group / kQ8Block;
   const bool power_of_two = (blocks_per_group & (blocks_per_group - 1)) == 0;
   const int shift = std::countr_zero(uint64_t(blocks_per_group));
-  auto block_scale = [&](int64_t block) {
-    return bf16_to_f32(w_scales[power_of_two ? block >> shift : block / blocks_per_group]);
+  auto block_scale = [&](int row, int64_t block) {
+    return bf16_to_f32(w_scales[row][power_of_two ? block >> shift : block / blocks_per_group]);
   };
-  dot_4bit_q8_tokens(reinterpret_cast<const uint8_t*>(words), nullptr, kInt4Offset, block_scale, x, n_tokens, cols, out);
+  const uint8_t* bytes[4];
+  for (int r = 0; r < n_rows; ++r) bytes[r] = reinterpret_cast<const uint8_t*>(words[r]);
+  dot_4bit_q8_tokens(bytes, n_rows, nullptr, kInt4Offset, block_scale, x, n_tokens, cols, out);
 }
 
-void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations* x, int64_t n_tokens, int64_t cols,
-                  float* out) {
+void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int n_rows, const Q8Activations* x,
+                  int64_t n_tokens, int64_t cols, float* out) {
   const auto& half_scales = e8m0_half_scales();
-  auto block_scale = [&](int64_t block) { return half_scales[e8m0[block]]; };
-  dot_4bit_q8_tokens(bytes, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, n_tokens, cols, out);
+  auto block_scale = [&](int row, int64_t block) { return half_scales[e8m0[row][block]]; };
+  dot_4bit_q8_tokens(bytes, n_rows, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, n_tokens, cols, out);
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

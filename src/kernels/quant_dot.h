@@ -51,15 +51,17 @@ class Q8Buffer {
 // summed in float rather than in int32.
 void round_to_q8(const float* x, int64_t cols, float* out);
 
-// out[t] = sum_c (nibble_c - 8) * bf16(w_scales[c / group]) * x[t]_c for n_tokens (1..4)
-// tokens, the weights decoded once for all of them; group a multiple of 32, cols of group.
-// Nibble c % 8 of word c / 8 is column c.
-void dot_int4_q8(const uint32_t* words, const uint16_t* w_scales, int64_t group, const Q8Activations* x,
-                 int64_t n_tokens, int64_t cols, float* out);
+// out[r * n_tokens + t] = sum_c (nibble_c - 8) * bf16(w_scales[r][c / group]) * x[t]_c for
+// n_rows = 1 and n_tokens 1..4 tokens (the weights decoded once for all of them), or n_rows = 4
+// and one token (4 rows streamed at once; each row's result the same bits as alone); group a
+// multiple of 32, cols of group. Nibble c % 8 of word c / 8 is column c.
+void dot_int4_q8(const uint32_t* const words[], const uint16_t* const w_scales[], int n_rows, int64_t group,
+                 const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out);
 
-// out[t] = sum_c E2M1(nibble_c) * 2^(e8m0[c / 32] - 127) * x[t]_c; cols a multiple of 32.
-void dot_mxfp4_q8(const uint8_t* bytes, const uint8_t* e8m0, const Q8Activations* x, int64_t n_tokens, int64_t cols,
-                  float* out);
+// out[r * n_tokens + t] = sum_c E2M1(nibble_c) * 2^(e8m0[r][c / 32] - 127) * x[t]_c; rows and
+// tokens as dot_int4_q8; cols a multiple of 32.
+void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int n_rows, const Q8Activations* x,
+                  int64_t n_tokens, int64_t cols, float* out);
 
 constexpr int64_t kQ8MaxTokens = 4;
 
