@@ -116,19 +116,31 @@ bool takes_q8_activations(const LinearWeight& weight) {
          (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
 }
 
-// sum_c W[r, c] * x[c] for an FP8 row: one fused dot per stored 128-column scale block.
-float dot_fp8_row(const LinearWeight& weight, int64_t row, const float* x) {
-  const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
+// out[k] = sum_c W[rows[k], c] * x[c] for kRows FP8 rows (1, or 4 read together): one fused dot
+// per stored 128-column scale block.
+template <int kRows>
+void dot_fp8_rows(const LinearWeight& weight, const int64_t* rows, const float* x, float* out) {
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
-  const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
-  float total = 0.0f;
+  const uint8_t* codes[kRows];
+  const float* scales[kRows];
+  for (int k = 0; k < kRows; ++k) {
+    codes[k] = static_cast<const uint8_t*>(weight.data) + element_offset(weight, rows[k]);
+    scales[k] = weight.block_scale + ((weight.row_offset + rows[k]) / weight.block_rows) * stored_blocks;
+    out[k] = 0.0f;
+  }
   for (int64_t c = 0; c < weight.cols;) {
     const int64_t block = (weight.col_offset + c) / weight.block_cols;
     const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
-    total += dot_fp8_f32(codes + c, x + c, end - c) * scales[block];
+    float dots[kRows];
+    if constexpr (kRows == 4) {
+      const uint8_t* block_codes[4] = {codes[0] + c, codes[1] + c, codes[2] + c, codes[3] + c};
+      dot_fp8_f32_x4(block_codes, x + c, end - c, dots);
+    } else {
+      dots[0] = dot_fp8_f32(codes[0] + c, x + c, end - c);
+    }
+    for (int k = 0; k < kRows; ++k) out[k] += dots[k] * scales[k][block];
     c = end;
   }
-  return total;
 }
 
 // Rows in quads a quarter of the range apart: quad i of [begin, end) is rows begin + i,
@@ -149,28 +161,35 @@ const Element* row_data(const LinearWeight& weight, int64_t row) {
   return static_cast<const Element*>(weight.data) + element_offset(weight, row);
 }
 
-// One token, BF16 or F32: spread quads of rows, widened in registers.
-template <class Element>
-void quads_single_token(const LinearWeight& weight, const SpreadQuads& quads, const float* x, float* y) {
-  for (int64_t quad = 0; quad < quads.quarter; ++quad) {
-    const Element* w[4];
-    for (int k = 0; k < 4; ++k) w[k] = row_data<Element>(weight, quads.row(quad, k));
-    float out[4];
-    simd::dot_4xn<1>(w, &x, weight.cols, out);
-    for (int k = 0; k < 4; ++k) y[quads.row(quad, k) - quads.begin] = out[k];
+// One token's dot products with the 4 rows of a quad.
+void quad_single_token(const LinearWeight& weight, const int64_t rows[4], const float* x, float out[4]) {
+  if (weight.format == WeightFormat::Fp8Block) return dot_fp8_rows<4>(weight, rows, x, out);
+  if (weight.format == WeightFormat::BF16) {
+    const uint16_t* w[4];
+    for (int k = 0; k < 4; ++k) w[k] = row_data<uint16_t>(weight, rows[k]);
+    return simd::dot_4xn<1>(w, &x, weight.cols, out);
   }
+  const float* w[4];
+  for (int k = 0; k < 4; ++k) w[k] = row_data<float>(weight, rows[k]);
+  simd::dot_4xn<1>(w, &x, weight.cols, out);
 }
 
 // One token: decode is memory-bound, so each row is read once and bf16 or fp8 widened in
-// registers; BF16 and F32 rows go in spread quads.
+// registers; BF16, F32 and FP8 rows go in spread quads.
 void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                        float* y) {
   const int64_t cols = weight.cols;
   const SpreadQuads quads(row_begin, row_end);
   int64_t r = row_begin;
-  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32) {
-    if (weight.format == WeightFormat::BF16) quads_single_token<uint16_t>(weight, quads, x, y);
-    else quads_single_token<float>(weight, quads, x, y);
+  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 ||
+      weight.format == WeightFormat::Fp8Block) {
+    for (int64_t quad = 0; quad < quads.quarter; ++quad) {
+      int64_t rows[4];
+      for (int k = 0; k < 4; ++k) rows[k] = quads.row(quad, k);
+      float out[4];
+      quad_single_token(weight, rows, x, out);
+      for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
+    }
     r = quads.leftover_begin();
   }
   for (; r < row_end; ++r) {
@@ -180,7 +199,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(row_data<uint16_t>(weight, r), x, cols);
     } else if (weight.format == WeightFormat::Fp8Block) {
-      out = dot_fp8_row(weight, r, x);
+      dot_fp8_rows<1>(weight, &r, x, &out);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);

@@ -200,12 +200,14 @@ void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-// 16 E4M3 codes -> binary16 by moving the fields: sign to bit 15, exponent and mantissa up by
-// 7. The result is the value / 2^8 (the exponent biases are 7 and 15), subnormals included.
+// 16 E4M3 codes -> binary16 by moving the fields: exponent and mantissa up by 7, the sign to
+// bit 15. Sign-extending the code to 16 bits and shifting left by 7 does both, but leaves a
+// copy of the sign in bit 14 (the top exponent bit, which E4M3's 4-bit exponent never sets):
+// cleared by the mask. The result is the value / 2^8 (the exponent biases are 7 and 15),
+// subnormals included.
 inline __m256i fp8x16_to_half(const uint8_t* codes) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  return _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8),
-                         _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7f)), 7));
+  const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(int16_t(0xbfff)));
 }
 #endif
 
@@ -223,21 +225,48 @@ void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = table[codes[i]] * scale;
 }
 
-float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n) {
+namespace {
+
+// out[r] = sum_c E4M3(codes[r][c]) * x[c] for kRows rows read together; each row summed in the
+// same order whatever kRows is.
+template <int kRows>
+void dot_fp8_rows(const uint8_t* const codes[kRows], const float* x, int64_t n, float* out) {
   int64_t i = 0;
-  float total = 0.0f;
+  float total[kRows] = {};
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc0[kRows], acc1[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    const __m256i half = fp8x16_to_half(codes + i);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), _mm256_loadu_ps(x + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), _mm256_loadu_ps(x + i + 8), acc1);
+    __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    __asm__("" : "+x"(x0), "+x"(x1));  // pinned, as in simd::dot_4xn
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i half = fp8x16_to_half(codes[r] + i);
+      acc0[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), x0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), x1, acc1[r]);
+    }
   }
-  total = simd::hsum(_mm256_add_ps(acc0, acc1)) * 256.0f;
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) total[r] = simd::hsum(_mm256_add_ps(acc0[r], acc1[r])) * 256.0f;
 #endif
   const float* table = fp8_e4m3_table();
-  for (; i < n; ++i) total += table[codes[i]] * x[i];
-  return total;
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t c = i; c < n; ++c) total[r] += table[codes[r][c]] * x[c];
+    out[r] = total[r];
+  }
+}
+
+}  // namespace
+
+float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n) {
+  float out;
+  dot_fp8_rows<1>(&codes, x, n, &out);
+  return out;
+}
+
+void dot_fp8_f32_x4(const uint8_t* const codes[4], const float* x, int64_t n, float out[4]) {
+  dot_fp8_rows<4>(codes, x, n, out);
 }
 
 }  // namespace mlaserve
