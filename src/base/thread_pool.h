@@ -5,19 +5,36 @@
 // condition variable, and the caller spins for the workers to finish.
 #pragma once
 #include <atomic>
+#include <concepts>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace mlaserve {
 
 class ThreadPool {
  public:
-  // fn(begin, end, worker_index) processes items [begin, end).
-  using RangeFn = std::function<void(int64_t begin, int64_t end, int worker)>;
+  // fn(begin, end, worker_index) processes items [begin, end): a non-owning reference to the
+  // caller's callable. (A std::function allocated on the heap for every lambda capturing more
+  // than two pointers — most kernels' do — on each of a decode step's ~100 calls.)
+  class RangeFn {
+   public:
+    template <class Fn>
+      requires(std::invocable<Fn&, int64_t, int64_t, int> && !std::same_as<std::decay_t<Fn>, RangeFn>)
+    RangeFn(Fn&& fn)  // NOLINT: implicit, so lambdas pass straight to parallel_for
+        : object_(const_cast<void*>(static_cast<const void*>(&fn))),
+          call_([](void* object, int64_t begin, int64_t end, int worker) {
+            (*static_cast<std::remove_reference_t<Fn>*>(object))(begin, end, worker);
+          }) {}
+    void operator()(int64_t begin, int64_t end, int worker) const { call_(object_, begin, end, worker); }
+
+   private:
+    void* object_;
+    void (*call_)(void* object, int64_t begin, int64_t end, int worker);
+  };
 
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
