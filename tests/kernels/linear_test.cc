@@ -215,21 +215,21 @@ TEST(LinearInt4, GroupSizes) {
 // BF16, F32 and the 4-bit formats give a token the same bits alone as in a batch below the
 // packed GEMM's threshold (64 tokens; 16 for 4-bit): one token and several run the same
 // per-(row, token) accumulation. F16 and FP8 dequantize rows for batches and differ by ~1e-7.
-TEST_P(LinearTest, FewTokensGiveTheSingleTokenBits) {
-  const WeightFormat format = GetParam();
-  if (format == WeightFormat::F16 || format == WeightFormat::Fp8Block) GTEST_SKIP() << "no bit promise";
-  const bool four_bit = format == WeightFormat::Int4Group || format == WeightFormat::Mxfp4;
-  const int64_t rows = 23, cols = 288;  // quads and leftover rows on each thread
-  const TestWeight t = make_weight(format, rows, cols, 31);
-  for (int64_t tokens : {2, 7, 15, 40, 63}) {
-    if (four_bit && tokens >= 16) continue;
-    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 9);
-    std::vector<float> batch(size_t(tokens * rows)), single(static_cast<size_t>(rows));
-    linear(t.weight, x.data(), tokens, batch.data());
-    for (int64_t token : {int64_t(0), tokens - 1}) {
-      linear(t.weight, x.data() + token * cols, 1, single.data());
-      EXPECT_EQ(single, std::vector<float>(batch.begin() + token * rows, batch.begin() + (token + 1) * rows))
-          << "token " << token << " of " << tokens;
+TEST(LinearBatch, FewTokensGiveTheSingleTokenBits) {
+  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Int4Group, WeightFormat::Mxfp4}) {
+    const bool four_bit = format == WeightFormat::Int4Group || format == WeightFormat::Mxfp4;
+    const int64_t rows = 23, cols = 288;  // quads and leftover rows on each thread
+    const TestWeight t = make_weight(format, rows, cols, 31);
+    for (int64_t tokens : {2, 7, 15, 40, 63}) {
+      if (four_bit && tokens >= 16) continue;
+      const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 9);
+      std::vector<float> batch(size_t(tokens * rows)), single(static_cast<size_t>(rows));
+      linear(t.weight, x.data(), tokens, batch.data());
+      for (int64_t token : {int64_t(0), tokens - 1}) {
+        linear(t.weight, x.data() + token * cols, 1, single.data());
+        EXPECT_EQ(single, std::vector<float>(batch.begin() + token * rows, batch.begin() + (token + 1) * rows))
+            << weight_format_name(format) << " token " << token << " of " << tokens;
+      }
     }
   }
 }
