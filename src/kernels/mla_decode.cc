@@ -94,8 +94,14 @@ void blocked(const MlaAbsorbedParams& p) {
   const int64_t pairs = p.n_queries * n_blocks, threads = thread_pool().size();
   const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
   const int64_t items = pairs * parts;
-  std::vector<Partial<B>> partials(static_cast<size_t>(items));
-  std::vector<float> accumulators(size_t(items * B * rank));
+  // Reused: the decode path allocates nothing. Named through references, which the pool's
+  // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
+  thread_local std::vector<Partial<B>> partial_buffer;
+  thread_local std::vector<float> accumulator_buffer;
+  std::vector<Partial<B>>& partials = partial_buffer;
+  std::vector<float>& accumulators = accumulator_buffer;
+  partials.resize(static_cast<size_t>(items));
+  accumulators.resize(size_t(items * B * rank));
   thread_pool().parallel_for(items, [&](int64_t first, int64_t last, int) {
     for (int64_t item = first; item < last; ++item) {
       const int64_t part = item % parts, block = item / parts % n_blocks, query = item / parts / n_blocks;
@@ -130,8 +136,10 @@ void blocked(const MlaAbsorbedParams& p) {
 // zero query scores 0 everywhere and its output is dropped.
 void padded(const MlaAbsorbedParams& p) {
   const int64_t heads = mla_padded_heads(p.n_heads), rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
-  std::vector<float> q_latent(size_t(p.n_queries * heads * rank), 0.0f), q_pe(size_t(p.n_queries * heads * rope), 0.0f);
-  std::vector<float> out(q_latent.size());
+  thread_local std::vector<float> q_latent, q_pe, out;  // reused across calls
+  q_latent.assign(size_t(p.n_queries * heads * rank), 0.0f);
+  q_pe.assign(size_t(p.n_queries * heads * rope), 0.0f);
+  out.resize(q_latent.size());
   for (int64_t query = 0; query < p.n_queries; ++query) {
     std::memcpy(q_latent.data() + query * heads * rank, p.q_latent + query * p.n_heads * rank,
                 size_t(p.n_heads * rank) * sizeof(float));

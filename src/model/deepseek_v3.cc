@@ -82,8 +82,10 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   const int64_t n_tokens = layout.n_tokens;
   const std::vector<MlaSequence>& sequences = layout.sequences;
   const std::vector<int64_t>& logit_tokens = layout.logit_tokens;
-  std::vector<float> residual(size_t(n_tokens * hidden));  // [n_tokens, hidden]
-  std::vector<float> normed(residual.size()), mixed(residual.size());
+  thread_local std::vector<float> residual, normed, mixed;  // reused from step to step
+  residual.resize(size_t(n_tokens * hidden));                // [n_tokens, hidden]
+  normed.resize(residual.size());
+  mixed.resize(residual.size());
   embed(batch, residual.data());
   // Sharded: each rank adds its heads' / columns' / experts' partial sums; one all-reduce after
   // attention and one after the FFN make every rank's residual stream whole again.
@@ -138,8 +140,10 @@ void DeepseekV3Model::project_logits(const float* normed, int64_t n_rows, float*
   if (!comm_) return linear(weights_.lm_head, normed, n_rows, logits);
   const int64_t vocab = config_.vocab_size, ranks = comm_->size();
   const int64_t slice = (vocab + ranks - 1) / ranks, local_rows = vocab_end_ - vocab_begin_;
-  std::vector<float> local(size_t(n_rows * slice), 0.0f), gathered(size_t(ranks * n_rows * slice));
-  std::vector<float> packed(size_t(n_rows * std::max<int64_t>(local_rows, 1)));
+  thread_local std::vector<float> local, gathered, packed;  // reused from step to step
+  local.assign(size_t(n_rows * slice), 0.0f);
+  gathered.resize(size_t(ranks * n_rows * slice));
+  packed.resize(size_t(n_rows * std::max<int64_t>(local_rows, 1)));
   if (local_rows > 0) linear(weights_.lm_head, normed, n_rows, packed.data());
   for (int64_t t = 0; t < n_rows; ++t)
     std::copy_n(packed.data() + t * local_rows, local_rows, local.data() + t * slice);

@@ -14,16 +14,20 @@
 namespace mlaserve {
 namespace {
 
+// The per-step buffers below are thread-local and reused (the decode path allocates nothing
+// once they have grown to a step's size); mla_forward is never re-entered on a thread.
+
 // q: [n_tokens, H * qk_head_dim], with rope applied to each head's pe slice.
-std::vector<float> project_queries(const MlaShape& shape, const MlaWeights& weights,
-                                   const RotaryEmbedding& rope, const MlaInput& input) {
+void project_queries(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
+                     const MlaInput& input, std::vector<float>& q) {
   const int64_t n_tokens = input.n_tokens, qk_head_dim = shape.qk_head_dim();
-  std::vector<float> q(size_t(n_tokens * shape.n_heads * qk_head_dim));
+  q.resize(size_t(n_tokens * shape.n_heads * qk_head_dim));
   if (weights.q_proj) {
     linear(*weights.q_proj, input.x, n_tokens, q.data());
   } else {
     const int64_t q_lora_rank = weights.q_a_proj->rows;
-    std::vector<float> q_a(size_t(n_tokens * q_lora_rank));  // [n_tokens, q_lora_rank]
+    thread_local std::vector<float> q_a;  // [n_tokens, q_lora_rank]
+    q_a.resize(size_t(n_tokens * q_lora_rank));
     linear(*weights.q_a_proj, input.x, n_tokens, q_a.data());
     rms_norm(q_a.data(), q_lora_rank, weights.q_a_layernorm, n_tokens, q_lora_rank, shape.norm_eps,
              q_a.data(), q_lora_rank);
@@ -36,14 +40,14 @@ std::vector<float> project_queries(const MlaShape& shape, const MlaWeights& weig
           rope.apply(q.data() + ((seq.token_offset + t) * shape.n_heads + h) * qk_head_dim +
                          shape.qk_nope_head_dim,
                      seq.start_position + t);
-  return q;
 }
 
 // kv_a_proj_with_mqa -> [compressed_kv | k_pe]; norm the first, rotate the second, cache both.
 void write_latents(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
                    const MlaInput& input) {
   const int64_t latent_dim = shape.latent_dim();
-  std::vector<float> latent(size_t(input.n_tokens * latent_dim));  // [n_tokens, latent_dim]
+  thread_local std::vector<float> latent;  // [n_tokens, latent_dim]
+  latent.resize(size_t(input.n_tokens * latent_dim));
   linear(weights.kv_a_proj_with_mqa, input.x, input.n_tokens, latent.data());
   for (const MlaSequence& seq : input.sequences)
     for (int64_t t = 0; t < seq.n_tokens; ++t) {
@@ -100,9 +104,15 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, const Mla
   const int64_t n_tokens = seq.n_tokens, n_heads = shape.n_heads, rank = shape.kv_lora_rank;
   const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim;
   const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-  std::vector<float> q_latent(size_t(n_tokens * n_heads * rank), 0.0f);  // [T, H, kv_lora_rank]
-  std::vector<float> q_pe(size_t(n_tokens * n_heads * rope_dim));         // [T, H, rope]
-  std::vector<float> o_latent(size_t(n_tokens * n_heads * rank));         // [T, H, kv_lora_rank]
+  // Through references: the pool's lambdas below run on other threads, where a thread_local
+  // named directly would be that thread's own buffer.
+  thread_local std::vector<float> q_latent_buffer, q_pe_buffer, o_latent_buffer;
+  std::vector<float>& q_latent = q_latent_buffer;
+  std::vector<float>& q_pe = q_pe_buffer;
+  std::vector<float>& o_latent = o_latent_buffer;
+  q_latent.assign(size_t(n_tokens * n_heads * rank), 0.0f);  // [T, H, kv_lora_rank], accumulated
+  q_pe.resize(size_t(n_tokens * n_heads * rope_dim));         // [T, H, rope]
+  o_latent.resize(size_t(n_tokens * n_heads * rank));         // [T, H, kv_lora_rank]
   thread_pool().parallel_for(n_tokens * n_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t head = item % n_heads;
@@ -138,10 +148,11 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, const Mla
 
 void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
                  const MlaInput& input, float* out) {
-  const std::vector<float> q = project_queries(shape, weights, rope, input);
+  thread_local std::vector<float> q, attn;
+  project_queries(shape, weights, rope, input, q);
   write_latents(shape, weights, rope, input);
   const int64_t q_stride = shape.n_heads * shape.qk_head_dim(), attn_stride = shape.n_heads * shape.v_head_dim;
-  std::vector<float> attn(size_t(input.n_tokens * attn_stride));  // [n_tokens, H * v_head_dim]
+  attn.resize(size_t(input.n_tokens * attn_stride));  // [n_tokens, H * v_head_dim]
   for (const MlaSequence& seq : input.sequences) {
     const MlaPath path = seq.path != MlaPath::Auto ? seq.path
                          : seq.n_tokens > 1        ? MlaPath::Expanded
@@ -154,7 +165,8 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
       attend_absorbed(shape, weights, seq, input.layer, seq_q, seq_attn);
   }
   if (weights.g_proj) {  // Kimi K3's output gate: attn *= sigmoid(g_proj(x))
-    std::vector<float> gate(attn.size());
+    thread_local std::vector<float> gate;
+    gate.resize(attn.size());
     linear(*weights.g_proj, input.x, input.n_tokens, gate.data());
     for (size_t i = 0; i < attn.size(); ++i) attn[i] /= 1.0f + std::exp(-gate[i]);
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "kernels/linear.h"
@@ -19,6 +20,8 @@ float glu(const GluActivation& act, float gate, float up) {
 }
 
 // One expert (or MLP) of a layer on the tokens routed to it: out[token] += weight * mlp(x).
+// Jobs live in thread-local lists reused from step to step (JobList), so their vectors keep
+// their capacity and the decode path allocates nothing once they have grown.
 struct ExpertJob {
   const MlpWeights* mlp = nullptr;
   std::vector<int64_t> tokens;  // rows of x / out
@@ -35,7 +38,7 @@ struct ExpertJob {
 // contiguous share, computing them for the job's tokens and applying the activation. Pass 2:
 // each thread takes a share of the output features and runs every job's down_proj over it,
 // adding the weighted results: threads write disjoint columns of out, so no locking.
-void run_expert_jobs(std::vector<ExpertJob>& jobs, int64_t in_width, float* out, int64_t out_width) {
+void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, int64_t out_width) {
   int64_t total_rows = 0;
   for (auto& job : jobs) {
     job.first_row = total_rows;
@@ -71,24 +74,35 @@ void run_expert_jobs(std::vector<ExpertJob>& jobs, int64_t in_width, float* out,
   }, 8);
 }
 
-ExpertJob all_tokens_job(const MlpWeights& mlp, const float* x, int64_t n_tokens) {
-  ExpertJob job;
-  job.mlp = &mlp;
-  job.tokens.resize(size_t(n_tokens));
-  for (int64_t t = 0; t < n_tokens; ++t) job.tokens[size_t(t)] = t;
+// The jobs of one step: `used` of `jobs`, whose elements (and their vectors) are kept.
+struct JobList {
+  std::vector<ExpertJob> jobs;
+  size_t used = 0;
+  ExpertJob& add(const MlpWeights& mlp) {
+    if (used == jobs.size()) jobs.emplace_back();
+    ExpertJob& job = jobs[used++];
+    job.mlp = &mlp;
+    job.tokens.clear();
+    job.weights.clear();
+    return job;
+  }
+  std::span<ExpertJob> active() { return {jobs.data(), used}; }
+};
+
+void add_all_tokens_job(JobList& list, const MlpWeights& mlp, const float* x, int64_t n_tokens) {
+  ExpertJob& job = list.add(mlp);
+  for (int64_t t = 0; t < n_tokens; ++t) job.tokens.push_back(t);
   job.weights.assign(size_t(n_tokens), 1.0f);
   job.input = x;
-  return job;
 }
 
 // Jobs for the routed experts this rank owns that have tokens, inputs gathered from x.
 void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
-                     const float* x, int64_t width, std::vector<ExpertJob>& jobs) {
+                     const float* x, int64_t width, JobList& list) {
   for (int64_t e = 0; e < int64_t(tokens_of.size()); ++e) {
     const auto& assigned = tokens_of[size_t(e)];
     if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
-    ExpertJob& job = jobs.emplace_back();
-    job.mlp = &weights.experts[size_t(e)];
+    ExpertJob& job = list.add(weights.experts[size_t(e)]);
     job.gathered.resize(assigned.size() * size_t(width));
     for (size_t i = 0; i < assigned.size(); ++i) {
       job.tokens.push_back(assigned[i].first);
@@ -104,19 +118,25 @@ void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<st
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {
   const int64_t hidden = weights.gate_proj.cols;
   std::fill(out, out + n_tokens * weights.down_proj.rows, 0.0f);
-  std::vector<ExpertJob> jobs;
-  jobs.push_back(all_tokens_job(weights, x, n_tokens));
-  run_expert_jobs(jobs, hidden, out, weights.down_proj.rows);
+  thread_local JobList list;
+  list.used = 0;
+  add_all_tokens_job(list, weights, x, n_tokens);
+  run_expert_jobs(list.active(), hidden, out, weights.down_proj.rows);
 }
 
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
                  int64_t n_tokens, float* out, Communicator* comm) {
   const int64_t hidden = weights.gate.cols, top_k = router.top_k;
-  std::vector<float> logits(size_t(n_tokens * router.n_experts));  // [n_tokens, n_experts]
+  // Reused from step to step: the decode path allocates nothing once these have grown.
+  thread_local std::vector<float> logits, expert_weights;
+  thread_local std::vector<int32_t> ids;
+  thread_local std::vector<std::vector<std::pair<int64_t, float>>> tokens_of;
+  logits.resize(size_t(n_tokens * router.n_experts));  // [n_tokens, n_experts]
   linear(weights.gate, x, n_tokens, logits.data());
-  std::vector<int32_t> ids(size_t(n_tokens * top_k));
-  std::vector<float> expert_weights(size_t(n_tokens * top_k));
-  std::vector<std::vector<std::pair<int64_t, float>>> tokens_of(static_cast<size_t>(router.n_experts));
+  ids.resize(size_t(n_tokens * top_k));
+  expert_weights.resize(size_t(n_tokens * top_k));
+  tokens_of.resize(static_cast<size_t>(router.n_experts));
+  for (auto& assigned : tokens_of) assigned.clear();
   for (int64_t t = 0; t < n_tokens; ++t) {
     route_token(logits.data() + t * router.n_experts, weights.e_score_correction_bias, router,
                 ids.data() + t * top_k, expert_weights.data() + t * top_k);
@@ -124,20 +144,23 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
       tokens_of[ids[t * top_k + k]].emplace_back(t, expert_weights[t * top_k + k]);
   }
   std::fill(out, out + n_tokens * hidden, 0.0f);
-  std::vector<ExpertJob> jobs;
-  if (weights.shared_experts) jobs.push_back(all_tokens_job(*weights.shared_experts, x, n_tokens));
+  thread_local JobList list, routed_list;
+  list.used = routed_list.used = 0;
+  if (weights.shared_experts) add_all_tokens_job(list, *weights.shared_experts, x, n_tokens);
   if (!weights.latent) {
-    add_routed_jobs(weights, tokens_of, x, hidden, jobs);
-    return run_expert_jobs(jobs, hidden, out, hidden);
+    add_routed_jobs(weights, tokens_of, x, hidden, list);
+    return run_expert_jobs(list.active(), hidden, out, hidden);
   }
-  if (!jobs.empty()) run_expert_jobs(jobs, hidden, out, hidden);
+  if (list.used > 0) run_expert_jobs(list.active(), hidden, out, hidden);
   const LatentMoeWeights& latent = *weights.latent;
   const int64_t width = latent.routed_expert_down_proj.rows;
-  std::vector<float> h(size_t(n_tokens * width)), routed(h.size(), 0.0f), back(size_t(n_tokens * hidden));
+  thread_local std::vector<float> h, routed, back;
+  h.resize(size_t(n_tokens * width));
+  routed.assign(h.size(), 0.0f);
+  back.resize(size_t(n_tokens * hidden));
   linear(latent.routed_expert_down_proj, x, n_tokens, h.data());
-  std::vector<ExpertJob> routed_jobs;
-  add_routed_jobs(weights, tokens_of, h.data(), width, routed_jobs);
-  run_expert_jobs(routed_jobs, width, routed.data(), width);
+  add_routed_jobs(weights, tokens_of, h.data(), width, routed_list);
+  run_expert_jobs(routed_list.active(), width, routed.data(), width);
   if (comm) comm->all_reduce_sum(routed.data(), int64_t(routed.size()));
   if (comm && comm->rank() != 0) return;
   if (latent.routed_expert_norm)
