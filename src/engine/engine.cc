@@ -273,7 +273,8 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
 }
 
 void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
-  std::vector<ForwardSequence> batch;
+  std::vector<ForwardSequence>& batch = step_batch_;
+  batch.clear();
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
@@ -285,7 +286,8 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
   }
   const int64_t vocab = model_config_.vocab_size;
-  std::vector<float> logits(size_t(logit_rows(batch) * vocab));
+  std::vector<float>& logits = step_logits_;
+  logits.resize(size_t(logit_rows(batch) * vocab));
   auto request_of = [&](const Sequence* seq) -> Request& {
     return **std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == seq; });
   };

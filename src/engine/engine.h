@@ -135,6 +135,8 @@ class Engine {
   std::atomic<int64_t> queued_{0};  // incoming + waiting, for the queue limit
 
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only
+  std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)
+  std::vector<float> step_logits_;
   int64_t next_id_ = 0;
   std::thread thread_;
 };

@@ -14,7 +14,9 @@ int32_t argmax(const float* logits, int64_t vocab_size) {
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params,
                      std::mt19937_64& rng) {
   if (params.temperature <= 0.0f || params.top_k == 1) return argmax(logits, vocab_size);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
+  thread_local std::vector<int32_t> ids;  // reused: a vocabulary-sized order every token
+  thread_local std::vector<double> probs;
+  ids.resize(static_cast<size_t>(vocab_size));
   std::iota(ids.begin(), ids.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   int64_t kept = vocab_size;
@@ -24,7 +26,7 @@ int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingPara
   } else {
     std::sort(ids.begin(), ids.end(), by_logit);
   }
-  std::vector<double> probs(static_cast<size_t>(kept));
+  probs.resize(static_cast<size_t>(kept));
   const double max_logit = logits[ids[0]];
   double sum = 0.0;
   for (int64_t i = 0; i < kept; ++i)

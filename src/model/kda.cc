@@ -22,7 +22,8 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 void short_conv_silu(float* projected, int64_t stride, int64_t n, int64_t channels, const float* weight,
                      int64_t kernel, float* window) {
   const int64_t history = kernel - 1;
-  std::vector<float> inputs(size_t((history + n) * channels));  // [history + n, channels]
+  thread_local std::vector<float> inputs;  // [history + n, channels], reused
+  inputs.resize(size_t((history + n) * channels));
   std::memcpy(inputs.data(), window, size_t(history * channels) * sizeof(float));
   for (int64_t t = 0; t < n; ++t)
     std::memcpy(inputs.data() + (history + t) * channels, projected + t * stride, size_t(channels) * sizeof(float));
@@ -41,8 +42,21 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
                  std::span<const KdaSequence> sequences, float* out) {
   const int64_t width = shape.width(), heads = shape.n_heads, dim = shape.head_dim;
   const int64_t history = shape.conv_kernel - 1;
-  std::vector<float> q(size_t(n_tokens * width)), k(q.size()), v(q.size()), f(q.size()), gate(q.size());
-  std::vector<float> low(size_t(n_tokens * dim)), beta(size_t(n_tokens * heads));
+  // Reused from step to step (the decode path allocates nothing once they have grown), through
+  // references: the pool's lambda below runs on other threads, where a thread_local named
+  // directly would be that thread's own.
+  thread_local std::vector<float> buffers[8];
+  std::vector<float>& q = buffers[0];
+  std::vector<float>& k = buffers[1];
+  std::vector<float>& v = buffers[2];
+  std::vector<float>& f = buffers[3];
+  std::vector<float>& gate = buffers[4];
+  std::vector<float>& low = buffers[5];
+  std::vector<float>& beta = buffers[6];
+  std::vector<float>& o = buffers[7];
+  for (auto* buffer : {&q, &k, &v, &f, &gate, &o}) buffer->resize(size_t(n_tokens * width));
+  low.resize(size_t(n_tokens * dim));
+  beta.resize(size_t(n_tokens * heads));
   linear(weights.q_proj, x, n_tokens, q.data());
   linear(weights.k_proj, x, n_tokens, k.data());
   linear(weights.v_proj, x, n_tokens, v.data());
@@ -63,7 +77,6 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
       value = shape.gate_lower_bound ? *shape.gate_lower_bound * sigmoid(rate * pre) : -rate * softplus(pre);
     }
   const float q_scale = 1.0f / std::sqrt(float(dim));
-  std::vector<float> o(q.size());
   for (const KdaSequence& seq : sequences) {
     const int64_t first = seq.token_offset;
     float* conv_windows = seq.state;

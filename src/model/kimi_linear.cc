@@ -229,7 +229,9 @@ namespace {
 // candidates themselves. out: [n_tokens, hidden].
 void attn_res_mix(const AttnResWeights& weights, const std::vector<const float*>& candidates, int64_t n_tokens,
                   int64_t hidden, double eps, float* out) {
-  std::vector<float> query(static_cast<size_t>(hidden)), scores(candidates.size());
+  thread_local std::vector<float> query, scores;  // reused from step to step
+  query.resize(static_cast<size_t>(hidden));
+  scores.resize(candidates.size());
   for (int64_t d = 0; d < hidden; ++d) query[size_t(d)] = weights.res_norm[d] * weights.res_proj[d];
   for (int64_t t = 0; t < n_tokens; ++t) {
     float best = -INFINITY;
@@ -265,7 +267,9 @@ void KimiLinearModel::feed_forward(int64_t layer, const float* normed, int64_t n
 // The plain residual stream: h += mixer(norm(h)); h += ffn(norm(h)).
 void KimiLinearModel::run_layers(const Pass& pass, std::vector<float>& residual) const {
   const int64_t hidden = config_.hidden_size, n = pass.n_tokens;
-  std::vector<float> normed(residual.size()), out(residual.size());
+  thread_local std::vector<float> normed, out;  // reused from step to step
+  normed.resize(residual.size());
+  out.resize(residual.size());
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
     rms_norm(residual.data(), hidden, layer.input_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
@@ -283,12 +287,23 @@ void KimiLinearModel::run_layers(const Pass& pass, std::vector<float>& residual)
 // the final mix on return.
 void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& residual) const {
   const int64_t hidden = config_.hidden_size, n = pass.n_tokens, block = *config_.attn_res_block_size;
-  std::vector<std::vector<float>> bank = {residual};
-  std::vector<float> partial(residual.size(), 0.0f), normed(residual.size()), out(residual.size());
+  // Reused from step to step: the bank's first `banked` vectors are this step's.
+  thread_local std::vector<std::vector<float>> bank;
+  thread_local std::vector<float> partial, normed, out;
+  thread_local std::vector<const float*> candidates;
+  size_t banked = 0;
+  auto add_to_bank = [&](const std::vector<float>& sum) {
+    if (banked == bank.size()) bank.emplace_back();
+    bank[banked++].assign(sum.begin(), sum.end());
+  };
+  add_to_bank(residual);
+  partial.assign(residual.size(), 0.0f);
+  normed.resize(residual.size());
+  out.resize(residual.size());
   bool partial_started = false;
   auto mix_into_residual = [&](const AttnResWeights& weights) {
-    std::vector<const float*> candidates;
-    for (const auto& sum : bank) candidates.push_back(sum.data());
+    candidates.clear();
+    for (size_t b = 0; b < banked; ++b) candidates.push_back(bank[b].data());
     if (partial_started) candidates.push_back(partial.data());
     attn_res_mix(weights, candidates, n, hidden, config_.rms_norm_eps, residual.data());
   };
@@ -304,7 +319,7 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
     feed_forward(i, normed.data(), n, out.data());
     for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
     if ((i + 1) % block == 0) {
-      bank.push_back(partial);
+      add_to_bank(partial);
       std::fill(partial.begin(), partial.end(), 0.0f);
       partial_started = false;
     }
@@ -321,7 +336,8 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
     // A sequence computed from its first token starts from a zero state.
     if (seq.start_position == 0) std::memset(seq.cache.state(), 0, size_t(config_.recurrent_state_bytes()));
   }
-  std::vector<float> residual(size_t(n_tokens * hidden));
+  thread_local std::vector<float> residual, normed;  // reused from step to step
+  residual.resize(size_t(n_tokens * hidden));
   int64_t row = 0;
   for (const auto& seq : batch)
     for (int32_t token : seq.tokens) {
@@ -333,7 +349,7 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
     run_layers_attn_res(pass, residual);
   else
     run_layers(pass, residual);
-  std::vector<float> normed(residual.size());
+  normed.resize(residual.size());
   const int64_t n_out = int64_t(layout.logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
