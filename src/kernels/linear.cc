@@ -153,6 +153,9 @@ struct SpreadQuads {
   int64_t begin, quarter;
   SpreadQuads(int64_t row_begin, int64_t row_end) : begin(row_begin), quarter((row_end - row_begin) / 4) {}
   int64_t row(int64_t quad, int k) const { return begin + k * quarter + quad; }
+  void rows(int64_t quad, int64_t out[4]) const {
+    for (int k = 0; k < 4; ++k) out[k] = row(quad, k);
+  }
   int64_t leftover_begin() const { return begin + 4 * quarter; }
 };
 
@@ -185,7 +188,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
       weight.format == WeightFormat::Fp8Block) {
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
       int64_t rows[4];
-      for (int k = 0; k < 4; ++k) rows[k] = quads.row(quad, k);
+      quads.rows(quad, rows);
       float out[4];
       quad_single_token(weight, rows, x, out);
       for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
@@ -247,7 +250,7 @@ void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, con
     const SpreadQuads quads(row_begin, row_end);
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
       int64_t rows[4];
-      for (int k = 0; k < 4; ++k) rows[k] = quads.row(quad, k);
+      quads.rows(quad, rows);
       dot_4bit_rows(weight, rows, 4, tokens, 1, out);
       for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
     }
