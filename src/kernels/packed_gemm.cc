@@ -146,22 +146,8 @@ void block_kernel(const float* tokens, const float* panel, int64_t depth, float*
   __m256 acc[kTokens * kVectors];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm256_setzero_ps();
-  for (int64_t k = 0; k < depth; ++k) {
-    // Named, not an array, and pinned in registers: GCC otherwise spills the loaded weights to
-    // the stack every step, or folds each load into every FMA that uses it (simd.h, dot_4xn).
-    __m256 w0 = _mm256_loadu_ps(panel + k * kPanelRows), w1 = w0;
-    __asm__("" : "+x"(w0));
-    if constexpr (kVectors == 2) {
-      w1 = _mm256_loadu_ps(panel + k * kPanelRows + 8);
-      __asm__("" : "+x"(w1));
-    }
-#pragma GCC unroll 6
-    for (int t = 0; t < kTokens; ++t) {
-      const __m256 a = _mm256_broadcast_ss(tokens + k * kBlockTokens + t);
-      acc[t * kVectors] = _mm256_fmadd_ps(a, w0, acc[t * kVectors]);
-      if constexpr (kVectors == 2) acc[t * kVectors + 1] = _mm256_fmadd_ps(a, w1, acc[t * kVectors + 1]);
-    }
-  }
+  simd::broadcast_times_panel<kTokens, kVectors>([&](int t, int64_t k) { return tokens + k * kBlockTokens + t; },
+                                                 panel, kPanelRows, depth, acc);
   // Whole vectors of rows directly, a partial last one through memory (AMD's masked stores
   // are microcoded and slow).
 #pragma GCC unroll 2

@@ -256,33 +256,44 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
       for (int64_t t = 0; t < n_x; ++t) y[r][i] += alpha[r][t] * x[t][i];
 }
 
-// out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
-// rows against a column panel stored k-major (a transposed small matrix). Per k, kVectors panel
-// loads and kRows broadcasts feed kRows * kVectors FMAs with no horizontal sums; 6 x 2 and
-// 12 x 1 keep 12 accumulators, enough to cover the FMA latency.
-template <int kRows, int kVectors>
-inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out) {
-  constexpr int kWidth = 8 * kVectors;
 #if defined(__AVX2__) && defined(__FMA__)
+// acc[r * kVectors + v] (lanes 0-7) += sum_k *at(r, k) * panel[k * panel_stride + 8 * v + lane]:
+// the register block of the packed GEMM (r a token) and of MLA decode's scores (r a cached
+// row). Per k, kVectors panel loads and kRows broadcasts feed kRows * kVectors FMAs with no
+// horizontal sums; 6 x 2 and 12 x 1 keep 12 accumulators, enough to cover the FMA latency.
+// The panel vectors are named and pinned and every small loop unrolled: GCC otherwise folds
+// the loads into each FMA, or keeps the accumulators in memory (see dot_4xn).
+template <int kRows, int kVectors, class BroadcastAt>
+inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t panel_stride, int64_t depth,
+                                  __m256* acc) {
   static_assert(kVectors == 1 || kVectors == 2);
-  __m256 acc[kRows * kVectors];
-#pragma GCC unroll 12
-  for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {
-    // Named and pinned, as in dot_4xn.
-    __m256 p0 = _mm256_loadu_ps(panel + k * kWidth), p1 = p0;
+    __m256 p0 = _mm256_loadu_ps(panel + k * panel_stride), p1 = p0;
     __asm__("" : "+x"(p0));
     if constexpr (kVectors == 2) {
-      p1 = _mm256_loadu_ps(panel + k * kWidth + 8);
+      p1 = _mm256_loadu_ps(panel + k * panel_stride + 8);
       __asm__("" : "+x"(p1));
     }
 #pragma GCC unroll 12
     for (int r = 0; r < kRows; ++r) {
-      const __m256 a = _mm256_broadcast_ss(rows[r] + k);
+      const __m256 a = _mm256_broadcast_ss(at(r, k));
       acc[r * kVectors] = _mm256_fmadd_ps(a, p0, acc[r * kVectors]);
       if constexpr (kVectors == 2) acc[r * kVectors + 1] = _mm256_fmadd_ps(a, p1, acc[r * kVectors + 1]);
     }
   }
+}
+#endif
+
+// out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
+// rows against a column panel stored k-major (a transposed small matrix).
+template <int kRows, int kVectors>
+inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out) {
+  constexpr int kWidth = 8 * kVectors;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[kRows * kVectors];
+#pragma GCC unroll 12
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  broadcast_times_panel<kRows, kVectors>([&](int r, int64_t k) { return rows[r] + k; }, panel, kWidth, depth, acc);
 #pragma GCC unroll 12
   for (int r = 0; r < kRows * kVectors; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 #else
