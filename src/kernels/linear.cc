@@ -119,7 +119,7 @@ bool takes_q8_activations(const LinearWeight& weight) {
 // out[k] = sum_c W[rows[k], c] * x[c] for kRows FP8 rows (1, or 4 read together): one fused dot
 // per stored 128-column scale block.
 template <int kRows>
-void dot_fp8_rows(const LinearWeight& weight, const int64_t* rows, const float* x, float* out) {
+void dot_fp8_weight_rows(const LinearWeight& weight, const int64_t* rows, const float* x, float* out) {
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
   const uint8_t* codes[kRows];
   const float* scales[kRows];
@@ -166,7 +166,7 @@ const Element* row_data(const LinearWeight& weight, int64_t row) {
 
 // One token's dot products with the 4 rows of a quad.
 void quad_single_token(const LinearWeight& weight, const int64_t rows[4], const float* x, float out[4]) {
-  if (weight.format == WeightFormat::Fp8Block) return dot_fp8_rows<4>(weight, rows, x, out);
+  if (weight.format == WeightFormat::Fp8Block) return dot_fp8_weight_rows<4>(weight, rows, x, out);
   if (weight.format == WeightFormat::BF16) {
     const uint16_t* w[4];
     for (int k = 0; k < 4; ++k) w[k] = row_data<uint16_t>(weight, rows[k]);
@@ -202,7 +202,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(row_data<uint16_t>(weight, r), x, cols);
     } else if (weight.format == WeightFormat::Fp8Block) {
-      dot_fp8_rows<1>(weight, &r, x, &out);
+      dot_fp8_weight_rows<1>(weight, &r, x, &out);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);

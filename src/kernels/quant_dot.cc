@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -98,6 +99,8 @@ void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int of
 template <class BlockScale>
 void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset,
                         BlockScale block_scale, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+  MLA_CHECK(n_rows == 1 || (n_rows == 4 && n_tokens == 1), "4-bit dot: {} rows x {} tokens is not a supported block",
+            n_rows, n_tokens);
   if (n_rows == 4) return dot_4bit_q8<4, 1>(bytes, table, offset, block_scale, x, cols, out);
   switch (n_tokens) {
     case 1: return dot_4bit_q8<1, 1>(bytes, table, offset, block_scale, x, cols, out);
@@ -107,6 +110,7 @@ void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* 
   }
 }
 
+// rounded[i] = x[i] * 127 / amax rounded half to even for one block of 32; returns amax.
 float round_block(const float* x, int32_t* rounded) {
 #if defined(__AVX2__)
   // max(|x|, running): vmaxps returns its second operand when either is NaN, so a NaN value is

@@ -239,7 +239,7 @@ TEST_P(LinearTest, TransposedRowsMatchReference) {
   const TestWeight t = make_weight(GetParam(), rows, cols, 7);
   const std::vector<float> coef = testing::random_vector(size_t(rows), 3);
   std::vector<float> y(size_t(cols), 0.5f), want(size_t(cols), 0.5f);
-  linear_transposed_rows(t.weight, 5, 30, coef.data() + 5, y.data());  // 6 passes of 4 rows and 1 left
+  linear_transposed_rows(t.weight, 5, 30, coef.data() + 5, y.data());  // 25 rows: no multiple of 4
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 5; r < 30; ++r) want[c] += coef[r] * t.values[r * cols + c];
   EXPECT_TRUE(testing::relative_close(y, want, 1e-5));
