@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "base/dtype.h"
 #include "base/error.h"
@@ -35,78 +36,137 @@ int64_t q8_index(int64_t blocks, int64_t block, int c) {
   return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
 }
 
+// A 4-bit format's block scales as dot_4bit_q8 reads them: one(row, block), and, with AVX2,
+// pair(row, block) for an even block: its scale in lanes 0-3, block + 1's in lanes 4-7.
+// ScalarScales makes the pair from two calls of a scalar function (4 ops each: a load, a
+// shift, a move to a vector register and a broadcast); the INT4 ones below load the pair
+// directly.
+template <class One>
+struct ScalarScales {
+  One one;
+#if defined(__AVX2__)
+  __m256 pair(int row, int64_t block) const {
+    return _mm256_set_m128(_mm_set1_ps(one(row, block + 1)), _mm_set1_ps(one(row, block)));
+  }
+#endif
+};
+
+// INT4 groups of 32 columns: each block its own BF16 scale.
+struct Int4BlockScales {
+  const uint16_t* const* w_scales;
+  float one(int row, int64_t block) const { return bf16_to_f32(w_scales[row][block]); }
+#if defined(__AVX2__)
+  __m256 pair(int row, int64_t block) const {
+    // Two BF16 -> their fp32 bits in dwords 0 and 1, then each spread over its 4 lanes.
+    int32_t two_bf16;
+    std::memcpy(&two_bf16, w_scales[row] + block, 4);
+    const __m128i two = _mm_cvtsi32_si128(two_bf16);
+    const __m128i widened = _mm_unpacklo_epi16(_mm_setzero_si128(), two);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(widened)),
+                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  }
+#endif
+};
+
+// INT4 groups of a power of two of 64 columns or more: a pair of blocks shares one scale.
+struct Int4GroupScales {
+  const uint16_t* const* w_scales;
+  int shift;  // log2(blocks per group)
+  float one(int row, int64_t block) const { return bf16_to_f32(w_scales[row][block >> shift]); }
+#if defined(__AVX2__)
+  __m256 pair(int row, int64_t block) const {
+    // The BF16 in both halves of every dword; the low half cleared leaves its fp32 bits.
+    const __m256i both = _mm256_set1_epi16(int16_t(w_scales[row][block >> shift]));
+    return _mm256_castsi256_ps(_mm256_and_si256(both, _mm256_set1_epi32(int32_t(0xffff0000u))));
+  }
+#endif
+};
+
 // out[r * kTokens + t] = sum_c (u_c - offset) * w_scale(r, c) * x[t]_c over kRows rows of 4-bit
 // weights stored as 16 bytes a block, u_c the unsigned weight of nibble c (through `table` when
-// given). Two blocks at a time: their low nibbles against the 32 even-column activations, high
-// nibbles against the odd; the weights are decoded once for all kTokens tokens. Each (row,
-// token) sum runs in the same order whatever kRows is, so 4 rows at once give the bits of 1.
-template <int kRows, int kTokens, class BlockScale>
-void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int offset, BlockScale block_scale,
+// kLookup, else the nibble itself). Per block b: w_scale(r, b) * (x_scale_b * sum_c u_c q_c -
+// offset * x_scale_b * sum_c q_c), the integer sum from vpmaddubsw. Two blocks at a time: their
+// low nibbles against the 32 even-column activations, high nibbles against the odd; the
+// weights are decoded once for all kTokens tokens, and with one token the activations are
+// loaded once for all kRows rows (one accumulator a row leaves the registers for them). Each
+// (row, token) sum runs in the same order whatever kRows is, so 4 rows at once give the bits
+// of 1.
+template <int kRows, int kTokens, bool kLookup, class Scales>
+void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int offset, const Scales& scales,
                  const Q8Activations* x, int64_t cols, float* out) {
   const int64_t blocks = cols / kQ8Block;
   int64_t block = 0;
-  float total[kRows * kTokens] = {}, sum_correction[kRows * kTokens] = {};
+  float total[kRows * kTokens] = {};
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc[kRows * kTokens], correction[kRows * kTokens];
+  __m256 acc[kRows * kTokens];
 #pragma GCC unroll 4
-  for (int i = 0; i < kRows * kTokens; ++i) acc[i] = correction[i] = _mm256_setzero_ps();
+  for (int i = 0; i < kRows * kTokens; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i low_mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const __m256i lookup =
-      table ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
+      kLookup ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
+  const __m256 minus_offset = _mm256_set1_ps(-float(offset));
   for (; block + 2 <= blocks; block += 2) {
+    __m256i q_even[kTokens], q_odd[kTokens];
+    __m256 x_scale[kTokens], x_correction[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+      const auto* q = reinterpret_cast<const __m256i*>(x[t].values + block * kQ8Block);
+      q_even[t] = _mm256_loadu_si256(q);
+      q_odd[t] = _mm256_loadu_si256(q + 1);
+      x_scale[t] = _mm256_loadu_ps(x[t].scales8 + block * 4);
+      x_correction[t] = _mm256_mul_ps(minus_offset, _mm256_loadu_ps(x[t].scaled_sums8 + block * 4));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes[r] + block * 16));
       __m256i even = _mm256_and_si256(raw, low_mask), odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
-      if (table) {
+      if constexpr (kLookup) {
         even = _mm256_shuffle_epi8(lookup, even);
         odd = _mm256_shuffle_epi8(lookup, odd);
       }
-      const __m256 w_scale = _mm256_set_m128(_mm_set1_ps(block_scale(r, block + 1)), _mm_set1_ps(block_scale(r, block)));
+      const __m256 w_scale = scales.pair(r, block);
 #pragma GCC unroll 4
       for (int t = 0; t < kTokens; ++t) {
         // u <= 24 and |x| <= 127: each 16-bit sum of the two products is within +-12192.
-        const auto* q = reinterpret_cast<const __m256i*>(x[t].values + block * kQ8Block);
-        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(q)),
-                                               _mm256_maddubs_epi16(odd, _mm256_loadu_si256(q + 1)));
-        const __m256 scale = _mm256_mul_ps(w_scale, _mm256_loadu_ps(x[t].scales8 + block * 4));
+        const __m256i pairs =
+            _mm256_add_epi16(_mm256_maddubs_epi16(even, q_even[t]), _mm256_maddubs_epi16(odd, q_odd[t]));
+        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
         const int i = r * kTokens + t;
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[i]);
-        correction[i] = _mm256_fmadd_ps(w_scale, _mm256_loadu_ps(x[t].scaled_sums8 + block * 4), correction[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_fmadd_ps(sum, x_scale[t], x_correction[t]), w_scale, acc[i]);
       }
     }
   }
-  for (int i = 0; i < kRows * kTokens; ++i) total[i] = simd::hsum(acc[i]), sum_correction[i] = simd::hsum(correction[i]);
+  for (int i = 0; i < kRows * kTokens; ++i) total[i] = simd::hsum(acc[i]);
 #endif
   for (; block < blocks; ++block)
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* block_bytes = bytes[r] + block * 16;
-      const float w_scale = block_scale(r, block);
+      const float w_scale = scales.one(r, block);
       for (int t = 0; t < kTokens; ++t) {
         int32_t sum = 0;
         for (int c = 0; c < kQ8Block; ++c) {
           const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
-          sum += (table ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
+          sum += (kLookup ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
         }
-        total[r * kTokens + t] += float(sum) * (w_scale * x[t].scales[block]);
-        sum_correction[r * kTokens + t] += w_scale * x[t].scaled_sums[block];
+        total[r * kTokens + t] +=
+            w_scale * (float(sum) * x[t].scales[block] - float(offset) * x[t].scaled_sums[block]);
       }
     }
-  for (int i = 0; i < kRows * kTokens; ++i) out[i] = total[i] - float(offset) * sum_correction[i];
+  for (int i = 0; i < kRows * kTokens; ++i) out[i] = total[i];
 }
 
 // dot_4bit_q8 for one row and n_tokens in 1..kQ8MaxTokens, or 4 rows and one token.
-template <class BlockScale>
+template <bool kLookup, class Scales>
 void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset,
-                        BlockScale block_scale, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+                        const Scales& scales, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
   MLA_CHECK(n_rows == 1 || (n_rows == 4 && n_tokens == 1), "4-bit dot: {} rows x {} tokens is not a supported block",
             n_rows, n_tokens);
-  if (n_rows == 4) return dot_4bit_q8<4, 1>(bytes, table, offset, block_scale, x, cols, out);
+  if (n_rows == 4) return dot_4bit_q8<4, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
   switch (n_tokens) {
-    case 1: return dot_4bit_q8<1, 1>(bytes, table, offset, block_scale, x, cols, out);
-    case 2: return dot_4bit_q8<1, 2>(bytes, table, offset, block_scale, x, cols, out);
-    case 3: return dot_4bit_q8<1, 3>(bytes, table, offset, block_scale, x, cols, out);
-    default: return dot_4bit_q8<1, 4>(bytes, table, offset, block_scale, x, cols, out);
+    case 1: return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 2: return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 3: return dot_4bit_q8<1, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
+    default: return dot_4bit_q8<1, 4, kLookup>(bytes, table, offset, scales, x, cols, out);
   }
 }
 
@@ -135,6 +195,37 @@ float round_block(const float* x, int32_t* rounded) {
   return amax;
 }
 
+// A block's 32 rounded values (each within +-127) as int8: columns 0, 2, .., 30 to evens[0..15],
+// 1, 3, .., 31 to odds[0..15] (the order of the nibbles they meet); returns their sum.
+int32_t store_block_q8(const int32_t* rounded, int8_t* evens, int8_t* odds) {
+#if defined(__AVX2__)
+  __m256i r[4];
+  for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rounded + 8 * i));
+  const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+  // The packs interleave by 128-bit lane, leaving groups of 4 columns in the dword order
+  // 0, 8, 16, 24, 4, 12, 20, 28 (in units of columns): the permute restores 0, 4, .., 28.
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  const __m256i natural = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  // Per 16-byte lane: its 8 evens, then its 8 odds; then the lanes' evens together.
+  const __m256i split_lanes = _mm256_shuffle_epi8(
+      natural, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1,
+                                3, 5, 7, 9, 11, 13, 15));
+  const __m256i split = _mm256_permute4x64_epi64(split_lanes, 0xd8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(evens), _mm256_castsi256_si128(split));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(odds), _mm256_extracti128_si256(split, 1));
+  const __m128i sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+  const __m128i sum2 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4e));
+  return _mm_cvtsi128_si32(_mm_add_epi32(sum2, _mm_shuffle_epi32(sum2, 0xb1)));
+#else
+  int32_t sum = 0;
+  for (int c = 0; c < kQ8Block; ++c) {
+    (c % 2 ? odds : evens)[c / 2] = int8_t(rounded[c]);
+    sum += rounded[c];
+  }
+  return sum;
+#endif
+}
+
 }  // namespace
 
 void round_to_q8(const float* x, int64_t cols, float* out) {
@@ -160,18 +251,17 @@ void Q8Buffer::quantize(const float* x, int64_t x_stride, int64_t n_tokens, int6
     float* scaled_sums = scaled_sums_.data() + t * blocks;
     for (int64_t block = 0; block < blocks; ++block) {
       const float amax = round_block(x + t * x_stride + block * kQ8Block, rounded);
-      int32_t sum = 0;
-      for (int c = 0; c < kQ8Block; ++c) {
-        values[q8_index(blocks, block, c)] = int8_t(rounded[c]);
-        sum += rounded[c];
-      }
+      // q8_index's layout: in a pair, evens at 16 * (block % 2) and odds 32 further; a last
+      // unpaired block's odds right after its evens.
+      const int32_t sum =
+          store_block_q8(rounded, values + q8_index(blocks, block, 0), values + q8_index(blocks, block, 1));
       scales[block] = amax / 127.0f;
       scaled_sums[block] = scales[block] * float(sum);
-    }
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      const int64_t block = lane / 8 * 2 + lane % 8 / 4;
-      scales8_[size_t(t * lanes + lane)] = scales[block];
-      scaled_sums8_[size_t(t * lanes + lane)] = scaled_sums[block] / 4.0f;
+      if (block / 2 * 2 + 1 >= blocks) continue;  // unpaired: no vector lanes
+      for (int64_t lane = block / 2 * 8 + block % 2 * 4, end = lane + 4; lane < end; ++lane) {
+        scales8_[size_t(t * lanes + lane)] = scales[block];
+        scaled_sums8_[size_t(t * lanes + lane)] = scaled_sums[block] / 4.0f;
+      }
     }
   }
 }
@@ -184,23 +274,27 @@ Q8Activations Q8Buffer::token(int64_t t) const {
 
 void dot_int4_q8(const uint32_t* const words[], const uint16_t* const w_scales[], int n_rows, int64_t group,
                  const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
-  // Groups are powers of two in practice: a shift, not a division, per block.
-  const int64_t blocks_per_group = group / kQ8Block;
-  const bool power_of_two = (blocks_per_group & (blocks_per_group - 1)) == 0;
-  const int shift = std::countr_zero(uint64_t(blocks_per_group));
-  auto block_scale = [&](int row, int64_t block) {
-    return bf16_to_f32(w_scales[row][power_of_two ? block >> shift : block / blocks_per_group]);
-  };
   const uint8_t* bytes[4];
   for (int r = 0; r < n_rows; ++r) bytes[r] = reinterpret_cast<const uint8_t*>(words[r]);
-  dot_4bit_q8_tokens(bytes, n_rows, nullptr, kInt4Offset, block_scale, x, n_tokens, cols, out);
+  auto run = [&](const auto& scales) {
+    dot_4bit_q8_tokens<false>(bytes, n_rows, nullptr, kInt4Offset, scales, x, n_tokens, cols, out);
+  };
+  // The group's scale index chosen outside the loop: a block's own scale (group 32), a shift
+  // (other powers of two), or a division. Branching on it per block cost a fifth of the time.
+  const int64_t blocks_per_group = group / kQ8Block;
+  if (blocks_per_group == 1) return run(Int4BlockScales{w_scales});
+  if ((blocks_per_group & (blocks_per_group - 1)) == 0)
+    return run(Int4GroupScales{w_scales, std::countr_zero(uint64_t(blocks_per_group))});
+  auto one = [&](int row, int64_t block) { return bf16_to_f32(w_scales[row][block / blocks_per_group]); };
+  run(ScalarScales<decltype(one)>{one});
 }
 
 void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int n_rows, const Q8Activations* x,
                   int64_t n_tokens, int64_t cols, float* out) {
   const auto& half_scales = e8m0_half_scales();
-  auto block_scale = [&](int row, int64_t block) { return half_scales[e8m0[row][block]]; };
-  dot_4bit_q8_tokens(bytes, n_rows, kE2M1DoubledPlus12, kMxfp4Offset, block_scale, x, n_tokens, cols, out);
+  auto one = [&](int row, int64_t block) { return half_scales[e8m0[row][block]]; };
+  dot_4bit_q8_tokens<true>(bytes, n_rows, kE2M1DoubledPlus12, kMxfp4Offset, ScalarScales<decltype(one)>{one}, x,
+                           n_tokens, cols, out);
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

@@ -190,11 +190,12 @@ TEST_P(LinearTest, ExtremeActivationBlocks) {
   }
 }
 
-// INT4 groups: 64 and 128 columns (several Q8 blocks a scale), and 16 (not whole blocks: the
-// kernel dequantizes rows and keeps x exact). From 16 tokens whole-block groups run as the
-// packed GEMM on int8-rounded activations: the same values, summed in another order.
+// INT4 groups: 64, 96 and 128 columns (several Q8 blocks a scale: a shift, a division), and 16
+// (not whole blocks: the kernel dequantizes rows and keeps x exact). From 16 tokens whole-block
+// groups run as the packed GEMM on int8-rounded activations: the same values, summed in
+// another order.
 TEST(LinearInt4, GroupSizes) {
-  for (auto [group, tokens] : {std::pair<int64_t, int64_t>{16, 3}, {16, 67}, {64, 3}, {64, 20}, {128, 3}}) {
+  for (auto [group, tokens] : {std::pair<int64_t, int64_t>{16, 3}, {16, 67}, {64, 3}, {64, 20}, {96, 3}, {128, 3}}) {
     const int64_t rows = 19, cols = 384;
     const TestWeight t = make_weight(WeightFormat::Int4Group, rows, cols, uint64_t(group), group);
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 5);
