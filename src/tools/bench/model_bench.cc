@@ -131,10 +131,14 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   const double bytes_per_token = weights_per_token + kv_per_token;
-  // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2.
+  // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2. The
+  // output projection (lm_head, or the tied embedding) runs for the prompt's last token only
+  // (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
   const double attention_flops = double(config.num_hidden_layers) * 2.0 * double(config.num_attention_heads) *
                                  double(config.qk_head_dim() + config.v_head_dim) * double(options.prompt) / 2.0;
-  const double flops_per_token = 2.0 * double(spec.active_params) + attention_flops;
+  const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
+  const double flops_per_token = 2.0 * (double(spec.active_params) - output_params) + attention_flops +
+                                 2.0 * output_params / double(options.prompt);
   const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
   return {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
