@@ -5,6 +5,7 @@
 //   build/bench/linear_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <vector>
@@ -131,7 +132,35 @@ void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block)
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 
+// MLA decode's query absorption for one token: per head, W_UK's qk_nope_head_dim rows summed
+// with the query's coefficients into a kv_lora_rank vector (linear_transposed_rows), heads
+// over the pool's threads. Args: heads, qk_nope_head_dim, kv_lora_rank.
+void BM_TransposedBF16(benchmark::State& state) {
+  const int64_t heads = state.range(0), nope = state.range(1), rank = state.range(2);
+  const int copies = int((int64_t(64) << 20) / (heads * nope * rank * 2));  // 64 MB: from memory, not from L3
+  std::vector<RandomWeight> weights;
+  for (int c = 0; c < copies; ++c) weights.emplace_back(WeightFormat::BF16, heads * nope, rank);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(size_t(heads * nope)), y(size_t(heads * rank));
+  for (auto& v : q) v = normal(rng);
+  int next = 0;
+  for (auto _ : state) {
+    const LinearWeight& weight = weights[size_t(next)].weight;
+    std::fill(y.begin(), y.end(), 0.0f);
+    thread_pool().parallel_for(heads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t head = begin; head < end; ++head)
+        linear_transposed_rows(weight, head * nope, (head + 1) * nope, q.data() + head * nope, y.data() + head * rank);
+    });
+    next = (next + 1) % copies;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(double(state.iterations()) * double(weights[0].weight.bytes()), benchmark::Counter::kIsRate);
+}
+
 BENCHMARK(BM_ReadBandwidth)->UseRealTime();
+BENCHMARK(BM_TransposedBF16)->Args({16, 64, 256})->Args({16, 128, 512})->UseRealTime();
 BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // rows, cols, tokens: small's dense up-projection and one routed expert; 1 token (decode), 8
 // (batched decode), 48 (an expert's share of a 512-token prefill), 128 and 512 (prefill).

@@ -368,10 +368,19 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
 
 void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
                             const float* coef, float* y) {
-  if (weight.format == WeightFormat::BF16) {  // widened in registers
-    for (int64_t r = row_begin; r < row_end; ++r)
-      simd::axpy_bf16(coef[r - row_begin], static_cast<const uint16_t*>(weight.data) + element_offset(weight, r), y,
-                      weight.cols);
+  if (weight.format == WeightFormat::BF16) {  // widened in registers, rows in spread quads
+    const SpreadQuads quads(row_begin, row_end);
+    for (int64_t quad = 0; quad < quads.quarter; ++quad) {
+      float quad_coef[4];
+      const uint16_t* w[4];
+      for (int k = 0; k < 4; ++k) {
+        quad_coef[k] = coef[quads.row(quad, k) - row_begin];
+        w[k] = row_data<uint16_t>(weight, quads.row(quad, k));
+      }
+      simd::axpy_bf16_x4(quad_coef, w, y, weight.cols);
+    }
+    for (int64_t r = quads.leftover_begin(); r < row_end; ++r)
+      simd::axpy_bf16(coef[r - row_begin], row_data<uint16_t>(weight, r), y, weight.cols);
     return;
   }
   float* w = row_scratch(weight.cols);
