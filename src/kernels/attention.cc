@@ -57,16 +57,19 @@ void attend_query_block(const CausalAttentionParams& p, int64_t head, int64_t fi
 
 }  // namespace
 
-// Items are (block of 4 queries, head). Causal work grows with the query's position, so the
-// blocks are ordered first, last, second, second-to-last, ...: each thread's contiguous range
-// of items then holds about the same number of visible keys.
+// Items are (head, block of 4 queries), head-major: a thread runs all the blocks of a head in
+// a row, so that head's keys and values (512 keys of small: 640 KB) stay in its L2 — item
+// order with the head varying fastest had every block read all 16 heads' (10 MB, from L3).
+// Causal work grows with the query's position, so a head's blocks are ordered first, last,
+// second, second-to-last, ...: a range of items that splits a head still holds about its
+// share of the visible keys.
 void causal_attention(const CausalAttentionParams& params) {
   const int64_t n_blocks = (params.n_queries + kQueryBlock - 1) / kQueryBlock;
   thread_pool().parallel_for(n_blocks * params.n_heads, [&](int64_t begin, int64_t end, int) {
     std::vector<float> scores(size_t(kQueryBlock * params.n_keys + params.head_dim_v));
     std::vector<const float*> values(size_t(params.n_keys));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t slot = item / params.n_heads, head = item % params.n_heads;
+      const int64_t head = item / n_blocks, slot = item % n_blocks;
       const int64_t block = slot % 2 == 0 ? slot / 2 : n_blocks - 1 - slot / 2;
       const int64_t first = block * kQueryBlock;
       attend_query_block(params, head, first, std::min(kQueryBlock, params.n_queries - first), scores, values);

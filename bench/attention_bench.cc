@@ -1,0 +1,44 @@
+// Prefill attention (expanded MLA, causal) at a layer's shape: all queries of a prompt against
+// themselves. Args: heads, tokens, qk_head_dim, v_head_dim (small: 16, 512, 192, 128).
+//   build/bench/attention_bench --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace mlaserve {
+namespace {
+
+void BM_CausalAttention(benchmark::State& state) {
+  const int64_t heads = state.range(0), tokens = state.range(1), qk_dim = state.range(2), v_dim = state.range(3);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(size_t(tokens * heads * qk_dim)), k(q.size()), v(size_t(tokens * heads * v_dim)), out(v.size());
+  for (auto* values : {&q, &k, &v})
+    for (auto& x : *values) x = normal(rng);
+  CausalAttentionParams params;
+  params.q = q.data();
+  params.k = k.data();
+  params.v = v.data();
+  params.out = out.data();
+  params.n_queries = params.n_keys = tokens;
+  params.n_heads = heads;
+  params.head_dim_qk = qk_dim;
+  params.head_dim_v = v_dim;
+  params.softmax_scale = 0.07f;
+  for (auto _ : state) {
+    causal_attention(params);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // q.k and p.v over the visible keys: tokens (tokens + 1) / 2 pairs a head.
+  const double flops = 2.0 * double(heads) * double(qk_dim + v_dim) * double(tokens) * double(tokens + 1) / 2.0;
+  state.counters["GFLOP/s"] = benchmark::Counter(double(state.iterations()) * flops * 1e-9, benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_CausalAttention)->Args({16, 512, 192, 128})->Args({16, 128, 96, 64})->UseRealTime();
+
+}  // namespace
+}  // namespace mlaserve
+BENCHMARK_MAIN();
