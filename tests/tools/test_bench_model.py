@@ -1,5 +1,6 @@
-"""bench-model's report on the tiny model: every field the issue names, medians of the runs, and
-the roofline percentages recomputed here from config.json and the measured machine figures.
+"""bench-model's report on the tiny model: every field the issue names, medians of the runs, the
+machine's limits as the better of two measurements, and the roofline percentages recomputed
+here from config.json and the measured machine figures.
 Usage: test_bench_model.py MLASERVE WORK_DIR"""
 import json
 import os
@@ -45,8 +46,8 @@ def main():
                            "-r", "3", "--json"], capture_output=True, text=True, timeout=300)
     check("bench-model exits 0", proc.returncode == 0, proc.stderr[-2000:])
     report = json.loads(proc.stdout)
-    for key in ("prefill_tok_s", "decode_tok_s", "decode_batch_tok_s", "membw_gb_s", "peak_fma_gflops",
-                "decode_roofline_pct", "prefill_peak_pct", "peak_rss_mb", "active_params"):
+    for key in ("prefill_tok_s", "decode_tok_s", "decode_batch_tok_s", "membw_gb_s", "read_bw_gb_s", "peak_fma_gflops",
+                "decode_roofline_pct", "decode_read_roofline_pct", "prefill_peak_pct", "peak_rss_mb", "active_params"):
         check(f"{key} is positive", report.get(key, 0) > 0, f"{report.get(key)}")
     check("tie_word_embeddings is off in the tiny preset", not config.get("tie_word_embeddings", False))
     for name, runs in (("prefill", "prefill_runs"), ("decode", "decode_runs"), ("decode_batch", "decode_batch_runs")):
@@ -60,6 +61,13 @@ def main():
     check("decode % of the bandwidth roofline", close(
         report["decode_roofline_pct"],
         100 * report["decode_tok_s"] * report["bytes_per_decoded_token"] / (report["membw_gb_s"] * 1e9)))
+    check("decode % of the read-bandwidth roofline", close(
+        report["decode_read_roofline_pct"],
+        100 * report["decode_tok_s"] * report["bytes_per_decoded_token"] / (report["read_bw_gb_s"] * 1e9)))
+    before, after = report["machine_before"], report["machine_after"]
+    for name, key in (("triad_gb_s", "membw_gb_s"), ("read_gb_s", "read_bw_gb_s"), ("fma_gflops", "peak_fma_gflops")):
+        check(f"{key}: the better of the measurements before and after",
+              report[key] == max(before[name], after[name]), f"{report[key]} {before[name]} {after[name]}")
     check("batch speedup", close(report["decode_batch_speedup"], report["decode_batch_tok_s"] / report["decode_tok_s"]))
 
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "kernels/simd.h"
@@ -72,6 +73,42 @@ double measure_triad_bandwidth_gb_s(int repetitions) {
     triad(0.5f + float(r));
     best = std::max(best, 3.0 * double(kFloats) * sizeof(float) / seconds(start) / 1e9);
   }
+  return best;
+}
+
+double measure_read_bandwidth_gb_s(int repetitions) {
+  constexpr size_t kFloats = size_t(128) << 20;  // 512 MiB: far beyond any cache
+  std::unique_ptr<float[]> data(new float[kFloats]);
+  ThreadPool& pool = thread_pool();
+  constexpr int64_t kGrain = 4 * 4096;
+  pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {  // first touch, per thread
+    for (int64_t i = begin; i < end; ++i) data[size_t(i)] = 1.0f;
+  }, kGrain);
+  std::vector<float> sums(size_t(pool.size()));
+  double best = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int worker) {
+      // 4 quarters of the share at once, as the linear kernels read spread quads of rows.
+      const float* quarters[4];
+      const int64_t quarter = (end - begin) / 4;
+      for (int k = 0; k < 4; ++k) quarters[k] = data.get() + begin + k * quarter;
+      float sum = 0.0f;
+      int64_t i = 0;
+#if defined(__AVX2__)
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (; i + 8 <= quarter; i += 8)
+        for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(quarters[k] + i));
+      sum = simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+#endif
+      for (; i < quarter; ++i)
+        for (int k = 0; k < 4; ++k) sum += quarters[k][i];
+      sums[size_t(worker)] = sum;
+    }, kGrain);
+    best = std::max(best, double(kFloats) * sizeof(float) / seconds(start) / 1e9);
+  }
+  volatile float keep = sums[0];
+  (void)keep;
   return best;
 }
 
