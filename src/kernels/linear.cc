@@ -7,6 +7,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "kernels/packed_gemm.h"
+#include "kernels/fp8_dot.h"
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 
@@ -116,31 +117,18 @@ bool takes_q8_activations(const LinearWeight& weight) {
          (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
 }
 
-// out[k] = sum_c W[rows[k], c] * x[c] for kRows FP8 rows (1, or 4 read together): one fused dot
-// per stored 128-column scale block.
-template <int kRows>
-void dot_fp8_weight_rows(const LinearWeight& weight, const int64_t* rows, const float* x, float* out) {
+// out[k] = sum_c W[rows[k], c] * x[c] for n_rows FP8 rows (1, or 4 read together).
+void dot_fp8_weight_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, const Fp8Activations& x,
+                         float* out) {
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
-  const uint8_t* codes[kRows];
-  const float* scales[kRows];
-  for (int k = 0; k < kRows; ++k) {
+  const uint8_t* codes[4];
+  const float* scales[4];
+  for (int k = 0; k < n_rows; ++k) {
     codes[k] = static_cast<const uint8_t*>(weight.data) + element_offset(weight, rows[k]);
-    scales[k] = weight.block_scale + ((weight.row_offset + rows[k]) / weight.block_rows) * stored_blocks;
-    out[k] = 0.0f;
+    scales[k] = weight.block_scale + ((weight.row_offset + rows[k]) / weight.block_rows) * stored_blocks +
+                weight.col_offset / weight.block_cols;
   }
-  for (int64_t c = 0; c < weight.cols;) {
-    const int64_t block = (weight.col_offset + c) / weight.block_cols;
-    const int64_t end = std::min(weight.cols, (block + 1) * weight.block_cols - weight.col_offset);
-    float dots[kRows];
-    if constexpr (kRows == 4) {
-      const uint8_t* block_codes[4] = {codes[0] + c, codes[1] + c, codes[2] + c, codes[3] + c};
-      dot_fp8_f32_x4(block_codes, x + c, end - c, dots);
-    } else {
-      dots[0] = dot_fp8_f32(codes[0] + c, x + c, end - c);
-    }
-    for (int k = 0; k < kRows; ++k) out[k] += dots[k] * scales[k][block];
-    c = end;
-  }
+  dot_fp8_rows(codes, scales, n_rows, weight.col_offset % weight.block_cols, weight.block_cols, x, weight.cols, out);
 }
 
 // Rows in quads a quarter of the range apart: quad i of [begin, end) is rows begin + i,
@@ -164,9 +152,8 @@ const Element* row_data(const LinearWeight& weight, int64_t row) {
   return static_cast<const Element*>(weight.data) + element_offset(weight, row);
 }
 
-// One token's dot products with the 4 rows of a quad.
+// One token's dot products with the 4 rows of a quad (BF16 or F32).
 void quad_single_token(const LinearWeight& weight, const int64_t rows[4], const float* x, float out[4]) {
-  if (weight.format == WeightFormat::Fp8Block) return dot_fp8_weight_rows<4>(weight, rows, x, out);
   if (weight.format == WeightFormat::BF16) {
     const uint16_t* w[4];
     for (int k = 0; k < 4; ++k) w[k] = row_data<uint16_t>(weight, rows[k]);
@@ -184,13 +171,19 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   const int64_t cols = weight.cols;
   const SpreadQuads quads(row_begin, row_end);
   int64_t r = row_begin;
-  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 ||
-      weight.format == WeightFormat::Fp8Block) {
+  thread_local Fp8Activations fp8_x;
+  const bool fp8 = weight.format == WeightFormat::Fp8Block;
+  if (fp8) fp8_x.prepare(x, cols);
+  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 || fp8) {
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
       int64_t rows[4];
       quads.rows(quad, rows);
       float out[4];
-      quad_single_token(weight, rows, x, out);
+      if (fp8) {
+        dot_fp8_weight_rows(weight, rows, 4, fp8_x, out);
+      } else {
+        quad_single_token(weight, rows, x, out);
+      }
       for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
     }
     r = quads.leftover_begin();
@@ -202,7 +195,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(row_data<uint16_t>(weight, r), x, cols);
     } else if (weight.format == WeightFormat::Fp8Block) {
-      dot_fp8_weight_rows<1>(weight, &r, x, &out);
+      dot_fp8_weight_rows(weight, &r, 1, fp8_x, &out);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);

@@ -65,14 +65,4 @@ void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int
 
 constexpr int64_t kQ8MaxTokens = 4;
 
-// out[c] = E4M3(codes[c]) * scale (the row dequantisation of batched FP8 layers).
-void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n);
-
-// sum_c E4M3(codes[c]) * x[c] in fp32 (the caller applies the block scale). Codes 0x7f and
-// 0xff (NaN) are not expected in weights and read as 480.
-float dot_fp8_f32(const uint8_t* codes, const float* x, int64_t n);
-// The same for 4 rows read together (4 memory streams), each row's result the bits of
-// dot_fp8_f32 on it.
-void dot_fp8_f32_x4(const uint8_t* const codes[4], const float* x, int64_t n, float out[4]);
-
 }  // namespace mlaserve

@@ -279,6 +279,27 @@ TEST_P(LinearTest, ViewsComputeTheSlice) {
   for (int64_t tokens : {3, 67}) views_compute_the_slice(GetParam(), tokens);
 }
 
+// FP8 one-token rows read aligned 16-column chunks with vector code and the rest (a view's
+// edges, scale-block boundaries that fall inside a chunk) one column at a time: views starting
+// 37 columns in (every block boundary misaligned) and 16 in (aligned), ending mid-chunk.
+TEST(LinearFp8, OneTokenViewsAtAnyColumn) {
+  const int64_t rows = 150, cols = 640;
+  const TestWeight t = make_weight(WeightFormat::Fp8Block, rows, cols, 29);
+  for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{37, 611}, {16, 627}, {0, 640}}) {
+    const int64_t r0 = 9, r1 = 140;
+    const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
+    const std::vector<float> x = testing::random_vector(size_t(c1 - c0), uint64_t(c0 + 3));
+    std::vector<float> y(size_t(r1 - r0)), want(y.size());
+    linear(view, x.data(), 1, y.data());
+    for (int64_t r = r0; r < r1; ++r) {
+      double sum = 0;
+      for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * x[size_t(c - c0)];
+      want[size_t(r - r0)] = float(sum);
+    }
+    EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << "columns " << c0 << ".." << c1;
+  }
+}
+
 // A compacted copy of a column view computes the same numbers from its own bytes, for views
 // aligned to FP8 scale blocks (copied) and not (kept as views).
 TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
