@@ -61,16 +61,22 @@ struct RandomWeight {
   }
 };
 
+std::vector<float> random_activations(int64_t n) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = normal(rng);
+  return x;
+}
+
 void run_linear(benchmark::State& state, WeightFormat format) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   // Several copies so one token's weights come from memory, not from the 32 MB L3.
   const int copies = tokens == 1 ? 8 : 1;
   std::vector<RandomWeight> weights;
   for (int c = 0; c < copies; ++c) weights.emplace_back(format, rows, cols);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(size_t(tokens * cols)), y(size_t(tokens * rows));
-  for (auto& v : x) v = normal(rng);
+  const std::vector<float> x = random_activations(tokens * cols);
+  std::vector<float> y(size_t(tokens * rows));
   int next = 0;
   for (auto _ : state) {
     linear(weights[size_t(next)].weight, x.data(), tokens, y.data());
@@ -140,10 +146,8 @@ void BM_TransposedBF16(benchmark::State& state) {
   const int copies = int((int64_t(64) << 20) / (heads * nope * rank * 2));  // 64 MB: from memory, not from L3
   std::vector<RandomWeight> weights;
   for (int c = 0; c < copies; ++c) weights.emplace_back(WeightFormat::BF16, heads * nope, rank);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(size_t(heads * nope)), y(size_t(heads * rank));
-  for (auto& v : q) v = normal(rng);
+  const std::vector<float> q = random_activations(heads * nope);
+  std::vector<float> y(size_t(heads * rank));
   int next = 0;
   for (auto _ : state) {
     const LinearWeight& weight = weights[size_t(next)].weight;

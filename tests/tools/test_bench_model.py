@@ -9,17 +9,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklist import check, finish  # noqa: E402
 from server_fixture import make_tiny_model  # noqa: E402
-
-failures, checks = [], 0
-
-
-def check(label, condition, detail=""):
-    global checks
-    checks += 1
-    print(f"{'ok  ' if condition else 'FAIL'} {label} {detail if not condition else ''}")
-    if not condition:
-        failures.append(label)
 
 
 def close(a, b, rel=1e-9):
@@ -74,8 +66,7 @@ def main():
                          text=True, timeout=60)
     check("-p 0 is refused by name", bad.returncode != 0 and "-p" in bad.stderr, bad.stderr[-500:])
 
-    print(f"{checks - len(failures)}/{checks} checks passed")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":
