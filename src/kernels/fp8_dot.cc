@@ -3,11 +3,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -16,7 +15,7 @@ namespace {
 constexpr int kChunk = 16;  // codes per step: one 128-bit load, two fp32 vectors
 // The weights come out as E4M3 * 2^-120; activations are scaled so their largest magnitude is
 // about 2^64: every product of a nonzero weight (>= 2^-129) and an activation above 2^-61 of
-// the largest is a normal fp32, and no product exceeds 2^-47.
+// the largest is a normal fp32, and no product exceeds 2^-46 (|E4M3| <= 448 < 2^9).
 constexpr int kWeightExponent = -120, kActivationTopExponent = 64;
 constexpr float kWeightScale = 0x1p-120f;  // exact: the scaled E4M3 values are fp32 normals or subnormals
 
@@ -30,19 +29,19 @@ float scale_by_power_of_two(float x, int exponent) {
   return x * std::ldexp(1.0f, half) * std::ldexp(1.0f, exponent - half);
 }
 
-}  // namespace
-
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // 16 E4M3 codes -> binary16 by moving the fields: exponent and mantissa up by 7, the sign to
 // bit 15. Sign-extending the code to 16 bits and shifting left by 7 does both, but leaves a
 // copy of the sign in bit 14 (the top exponent bit, which E4M3's 4-bit exponent never sets):
 // cleared by the mask. The result is the value / 2^8 (the exponent biases are 7 and 15),
 // subnormals included.
-inline __m256i fp8x16_to_half(const uint8_t* codes) {
+__m256i fp8x16_to_half(const uint8_t* codes) {
   const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
   return _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(int16_t(0xbfff)));
 }
 #endif
+
+}  // namespace
 
 void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
   int64_t i = 0;
@@ -57,7 +56,6 @@ void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
   const float* table = fp8_e4m3_table();
   for (; i < n; ++i) out[i] = table[codes[i]] * scale;
 }
-
 
 void Fp8Activations::prepare(const float* x, int64_t n) {
   float amax = 0.0f;
@@ -133,6 +131,7 @@ void dot_fp8_rows_of(const uint8_t* const codes[], const float* const scales[], 
 
 void dot_fp8_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
                   int64_t block_cols, const Fp8Activations& x, int64_t n, float* out) {
+  MLA_CHECK(n_rows == 1 || n_rows == 4, "FP8 dot: {} rows is not a supported block", n_rows);
   if (n_rows == 4) return dot_fp8_rows_of<4>(codes, scales, phase, block_cols, x, n, out);
   dot_fp8_rows_of<1>(codes, scales, phase, block_cols, x, n, out);
 }

@@ -6,8 +6,8 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "kernels/packed_gemm.h"
 #include "kernels/fp8_dot.h"
+#include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 
