@@ -52,8 +52,10 @@ def split_prompt_checks(binary, model, label, cache_gb):
 
 def serve_checks(binary, model, label, cache_gb):
     # 3 running sequences and a small latent cache: 8 concurrent requests queue, and running
-    # ones are preempted.
-    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--max-num-seqs", "3", "--chunked-prefill-size", "16",
+    # ones are preempted. At most 8 prefill + 3 decode tokens a step: below 16, where 4-bit
+    # layers (Kimi K3's MXFP4 experts) switch from the int8 dot to the packed GEMM, so a token
+    # gets the same bits in any batch (kernels.md) and greedy outputs cannot differ by timing.
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--max-num-seqs", "3", "--chunked-prefill-size", "8",
                     "--block-size", "4")
     try:
         alone = [complete(server, p) for p in PROMPTS]
