@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "base/dtype.h"
@@ -23,10 +24,11 @@ constexpr float kWeightScale = 0x1p-120f;  // exact: the scaled E4M3 values are 
 // odd.
 int chunk_position(int64_t j) { return int(j % 2 == 0 ? j / 2 : 8 + j / 2); }
 
-// x * 2^exponent for |exponent| that may exceed a float's: two exact steps.
-float scale_by_power_of_two(float x, int exponent) {
+// 2^exponent as two floats whose product it is, for |exponent| beyond a float's range:
+// multiplying by both is exact.
+std::array<float, 2> power_of_two_factors(int exponent) {
   const int half = exponent / 2;
-  return x * std::ldexp(1.0f, half) * std::ldexp(1.0f, exponent - half);
+  return {std::ldexp(1.0f, half), std::ldexp(1.0f, exponent - half)};
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -61,11 +63,17 @@ void Fp8Activations::prepare(const float* x, int64_t n) {
   float amax = 0.0f;
   for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(x[c]));  // skips NaN
   // Zero, infinite or NaN activations need no range change (the sums are 0, inf or NaN anyway).
-  exponent_ = amax > 0.0f && std::isfinite(amax) ? kActivationTopExponent - std::ilogb(amax) : 0;
-  const int half = exponent_ / 2;
-  const float scale_a = std::ldexp(1.0f, half), scale_b = std::ldexp(1.0f, exponent_ - half);
+  const int exponent = amax > 0.0f && std::isfinite(amax) ? kActivationTopExponent - std::ilogb(amax) : 0;
+  const auto [scale_a, scale_b] = power_of_two_factors(exponent);
+  unscale_ = power_of_two_factors(-kWeightExponent - exponent);
   values_.assign(size_t((n + kChunk - 1) / kChunk * kChunk), 0.0f);
-  for (int64_t c = 0; c < n; ++c) values_[size_t(c / kChunk * kChunk + chunk_position(c % kChunk))] = x[c] * scale_a * scale_b;
+  int64_t c = 0;
+  for (; c + kChunk <= n; c += kChunk)  // whole chunks: evens then odds, a loop GCC vectorises
+    for (int64_t j = 0; j < kChunk / 2; ++j) {
+      values_[size_t(c + j)] = x[c + 2 * j] * scale_a * scale_b;
+      values_[size_t(c + kChunk / 2 + j)] = x[c + 2 * j + 1] * scale_a * scale_b;
+    }
+  for (; c < n; ++c) values_[size_t(c / kChunk * kChunk + chunk_position(c % kChunk))] = x[c] * scale_a * scale_b;
 }
 
 namespace {
@@ -123,7 +131,7 @@ void dot_fp8_rows_of(const uint8_t* const codes[], const float* const scales[], 
 #if defined(__AVX2__) && defined(__FMA__)
     sum += simd::hsum(total[r]);
 #endif
-    out[r] = scale_by_power_of_two(sum, -kWeightExponent - x.exponent());
+    out[r] = sum * x.unscale()[0] * x.unscale()[1];
   }
 }
 

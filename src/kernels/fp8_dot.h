@@ -6,6 +6,7 @@
 // largest magnitude so that the products stay in fp32's normal range; the two powers come off
 // the sum at the end. Both scalings are exact.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -14,17 +15,21 @@ namespace mlaserve {
 // out[c] = E4M3(codes[c]) * scale (the row dequantisation of batched FP8 layers).
 void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n);
 
-// One token's activations as dot_fp8_rows reads them: x * 2^exponent, each 16 columns as its 8
-// even columns then its 8 odd (the order the codes come out in), zero-padded to whole 16s. Reused across calls, so the decode path allocates nothing once it has grown.
+// One token's activations as dot_fp8_rows reads them: x * 2^exponent (exponent chosen from
+// max |x|), each 16 columns as its 8 even columns then its 8 odd (the order the codes come out
+// in), zero-padded to whole 16s. Reused across calls, so the decode path allocates nothing
+// once it has grown.
 class Fp8Activations {
  public:
   void prepare(const float* x, int64_t n);
   const float* values() const { return values_.data(); }
-  int exponent() const { return exponent_; }
+  // 2^(120 - exponent), as two factors (it may exceed a float): takes a row's sum of the
+  // scaled weights times these values back to the true dot product.
+  const std::array<float, 2>& unscale() const { return unscale_; }
 
  private:
   std::vector<float> values_;
-  int exponent_ = 0;
+  std::array<float, 2> unscale_ = {1.0f, 1.0f};
 };
 
 // out[r] = sum_{c < n} E4M3(codes[r][c]) * scales[r][(c + phase) / block_cols] * x[c] for n_rows
