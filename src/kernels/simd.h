@@ -347,12 +347,7 @@ inline void axpy_bf16_x4(const float alpha[4], const uint16_t* const x[4], float
 #endif
   for (; i < n; ++i) {
     float sum = 0.0f;
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t bits = uint32_t(x[k][i]) << 16;
-      float value;
-      __builtin_memcpy(&value, &bits, 4);
-      sum += alpha[k] * value;
-    }
+    for (int k = 0; k < 4; ++k) sum += alpha[k] * to_f32(x[k][i]);
     y[i] += sum;
   }
 }
