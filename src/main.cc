@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
   CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
   app.require_subcommand(1);
+  // The global options below are also accepted after a subcommand (`bench-model --threads 2`,
+  // as llama-bench spells it).
+  app.fallthrough();
   int threads = 0;
   std::string mla_kernel = "auto";
   app.add_option("--threads", threads, "worker threads (default: all cores)");

@@ -35,12 +35,13 @@ def main():
         config = json.load(f)
     prompt = 24
     proc = subprocess.run([binary, "bench-model", "--model", model, "-p", str(prompt), "-n", "4", "--batch", "3",
-                           "-r", "3", "--json"], capture_output=True, text=True, timeout=300)
+                           "-r", "3", "--threads", "1", "--json"], capture_output=True, text=True, timeout=300)
     check("bench-model exits 0", proc.returncode == 0, proc.stderr[-2000:])
     report = json.loads(proc.stdout)
     for key in ("prefill_tok_s", "decode_tok_s", "decode_batch_tok_s", "membw_gb_s", "read_bw_gb_s", "peak_fma_gflops",
                 "decode_roofline_pct", "decode_read_roofline_pct", "prefill_peak_pct", "peak_rss_mb", "active_params"):
         check(f"{key} is positive", report.get(key, 0) > 0, f"{report.get(key)}")
+    check("--threads after the subcommand sets the threads", report.get("threads") == 1, f"{report.get('threads')}")
     check("tie_word_embeddings is off in the tiny preset", not config.get("tie_word_embeddings", False))
     for name, runs in (("prefill", "prefill_runs"), ("decode", "decode_runs"), ("decode_batch", "decode_batch_runs")):
         check(f"{name}: one figure per repetition", len(report[runs]) == 3, f"{report[runs]}")
