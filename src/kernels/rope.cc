@@ -42,19 +42,25 @@ RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : dim_(config.qk_rop
                       yarn_get_mscale(yarn.factor, yarn.mscale_all_dim);
 }
 
-void RotaryEmbedding::apply(float* x, int64_t position) const {
+void RotaryEmbedding::apply(float* x, int64_t position, int64_t n_slices, int64_t stride) const {
   const int64_t half = dim_ / 2;
-  float permuted[kMaxRopeDim];
-  for (int64_t i = 0; i < half; ++i) {
-    permuted[i] = x[2 * i];
-    permuted[i + half] = x[2 * i + 1];
-  }
+  float cos_a[kMaxRopeDim / 2], sin_a[kMaxRopeDim / 2];
   for (int64_t i = 0; i < half; ++i) {
     const double angle = double(position) * inv_freq_[i];
-    const float cos_a = float(std::cos(angle) * attention_factor_);
-    const float sin_a = float(std::sin(angle) * attention_factor_);
-    x[i] = permuted[i] * cos_a - permuted[i + half] * sin_a;
-    x[i + half] = permuted[i + half] * cos_a + permuted[i] * sin_a;
+    cos_a[i] = float(std::cos(angle) * attention_factor_);
+    sin_a[i] = float(std::sin(angle) * attention_factor_);
+  }
+  for (int64_t slice = 0; slice < n_slices; ++slice) {
+    float* v = x + slice * stride;
+    float permuted[kMaxRopeDim];
+    for (int64_t i = 0; i < half; ++i) {
+      permuted[i] = v[2 * i];
+      permuted[i + half] = v[2 * i + 1];
+    }
+    for (int64_t i = 0; i < half; ++i) {
+      v[i] = permuted[i] * cos_a[i] - permuted[i + half] * sin_a[i];
+      v[i + half] = permuted[i + half] * cos_a[i] + permuted[i] * sin_a[i];
+    }
   }
 }
 

@@ -17,8 +17,10 @@ constexpr int64_t kMaxRopeDim = 512;
 class RotaryEmbedding {
  public:
   explicit RotaryEmbedding(const ModelConfig& config);
-  // Rotates x[0..dim) in place for `position`; x is in checkpoint (interleaved) order.
-  void apply(float* x, int64_t position) const;
+  // Rotates x[0..dim) in place for `position`; x is in checkpoint (interleaved) order. With
+  // n_slices > 1, the slices x + i * stride (every head of a token) alike, the angles' cosines
+  // and sines computed once for all of them (double-precision sin/cos were most of the cost).
+  void apply(float* x, int64_t position, int64_t n_slices = 1, int64_t stride = 0) const;
   int64_t dim() const { return dim_; }
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   double attention_factor() const { return attention_factor_; }

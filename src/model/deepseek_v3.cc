@@ -92,22 +92,26 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   auto reduce = [&](std::vector<float>& partial) {
     if (comm_) comm_->all_reduce_sum(partial.data(), int64_t(partial.size()));
   };
+  // Each residual add is fused with the norm that reads its result (the next sublayer's input).
+  const double eps = config_.rms_norm_eps;
+  rms_norm(residual.data(), hidden, weights_.layers[0].input_layernorm, n_tokens, hidden, eps, normed.data(), hidden);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const DecoderLayerWeights& layer = weights_.layers[i];
-    rms_norm(residual.data(), hidden, layer.input_layernorm, n_tokens, hidden,
-             config_.rms_norm_eps, normed.data(), hidden);
     mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i},
                 mixed.data());
     reduce(mixed);
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
-    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n_tokens, hidden,
-             config_.rms_norm_eps, normed.data(), hidden);
+    add_rms_norm(residual.data(), mixed.data(), layer.post_attention_layernorm, n_tokens, hidden, eps, normed.data());
     if (layer.moe)
       moe_forward(router_, *layer.moe, normed.data(), n_tokens, mixed.data());
     else
       mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
     reduce(mixed);
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
+    if (i + 1 < config_.num_hidden_layers) {
+      add_rms_norm(residual.data(), mixed.data(), weights_.layers[i + 1].input_layernorm, n_tokens, hidden, eps,
+                   normed.data());
+    } else {
+      for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
+    }
   }
   const int64_t n_out = int64_t(logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)

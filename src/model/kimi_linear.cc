@@ -270,14 +270,20 @@ void KimiLinearModel::run_layers(const Pass& pass, std::vector<float>& residual)
   thread_local std::vector<float> normed, out;  // reused from step to step
   normed.resize(residual.size());
   out.resize(residual.size());
+  // Each residual add is fused with the norm that reads its result (the next sublayer's input).
+  const double eps = config_.rms_norm_eps;
+  rms_norm(residual.data(), hidden, weights_.layers[0].input_layernorm, n, hidden, eps, normed.data(), hidden);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
-    rms_norm(residual.data(), hidden, layer.input_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
     mix(i, normed.data(), n, pass.batch, pass.sequences, out.data());
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
-    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    add_rms_norm(residual.data(), out.data(), layer.post_attention_layernorm, n, hidden, eps, normed.data());
     feed_forward(i, normed.data(), n, out.data());
-    for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
+    if (i + 1 < config_.num_hidden_layers) {
+      add_rms_norm(residual.data(), out.data(), weights_.layers[size_t(i + 1)].input_layernorm, n, hidden, eps,
+                   normed.data());
+    } else {
+      for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
+    }
   }
 }
 

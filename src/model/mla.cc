@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -15,11 +16,31 @@ namespace mlaserve {
 namespace {
 
 // The per-step buffers below are thread-local and reused (the decode path allocates nothing
-// once they have grown to a step's size); mla_forward is never re-entered on a thread.
+// once they have grown to a step's size); mla_forward is never re-entered on a thread. A
+// lambda run by the pool reaches them through a reference taken outside it: named inside, a
+// thread_local is the running thread's own buffer.
+
+// Per-token work (rope, latent rows) splits over the pool in parts of this many tokens; a
+// decode step's few tokens stay on the calling thread.
+constexpr int64_t kTokensPerTask = 16;
+
+// Where each token of the batch goes: its sequence and its position in it.
+struct TokenPlace {
+  const MlaSequence* seq;
+  int64_t position;
+};
+
+const std::vector<TokenPlace>& token_places(const MlaInput& input) {
+  thread_local std::vector<TokenPlace> places;
+  places.resize(size_t(input.n_tokens));
+  for (const MlaSequence& seq : input.sequences)
+    for (int64_t t = 0; t < seq.n_tokens; ++t) places[size_t(seq.token_offset + t)] = {&seq, seq.start_position + t};
+  return places;
+}
 
 // q: [n_tokens, H * qk_head_dim], with rope applied to each head's pe slice.
 void project_queries(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                     const MlaInput& input, std::vector<float>& q) {
+                     const MlaInput& input, std::span<const TokenPlace> places, std::vector<float>& q) {
   const int64_t n_tokens = input.n_tokens, qk_head_dim = shape.qk_head_dim();
   q.resize(size_t(n_tokens * shape.n_heads * qk_head_dim));
   if (weights.q_proj) {
@@ -33,30 +54,38 @@ void project_queries(const MlaShape& shape, const MlaWeights& weights, const Rot
              q_a.data(), q_lora_rank);
     linear(*weights.q_b_proj, q_a.data(), n_tokens, q.data());
   }
-  if (shape.use_rope)
-    for (const MlaSequence& seq : input.sequences)
-      for (int64_t t = 0; t < seq.n_tokens; ++t)
-        for (int64_t h = 0; h < shape.n_heads; ++h)
-          rope.apply(q.data() + ((seq.token_offset + t) * shape.n_heads + h) * qk_head_dim +
-                         shape.qk_nope_head_dim,
-                     seq.start_position + t);
+  if (!shape.use_rope) return;
+  float* q_rows = q.data();
+  thread_pool().parallel_for(
+      n_tokens,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t)
+          rope.apply(q_rows + t * shape.n_heads * qk_head_dim + shape.qk_nope_head_dim, places[size_t(t)].position,
+                     shape.n_heads, qk_head_dim);
+      },
+      kTokensPerTask);
 }
 
 // kv_a_proj_with_mqa -> [compressed_kv | k_pe]; norm the first, rotate the second, cache both.
 void write_latents(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                   const MlaInput& input) {
-  const int64_t latent_dim = shape.latent_dim();
-  thread_local std::vector<float> latent;  // [n_tokens, latent_dim]
-  latent.resize(size_t(input.n_tokens * latent_dim));
-  linear(weights.kv_a_proj_with_mqa, input.x, input.n_tokens, latent.data());
-  for (const MlaSequence& seq : input.sequences)
-    for (int64_t t = 0; t < seq.n_tokens; ++t) {
-      float* row = latent.data() + (seq.token_offset + t) * latent_dim;
-      rms_norm(row, latent_dim, weights.kv_a_layernorm, 1, shape.kv_lora_rank, shape.norm_eps, row,
-               latent_dim);
-      if (shape.use_rope) rope.apply(row + shape.kv_lora_rank, seq.start_position + t);
-      seq.cache.store(input.layer, seq.start_position + t, row);
-    }
+                   const MlaInput& input, std::span<const TokenPlace> places) {
+  const int64_t latent_dim = shape.latent_dim(), n_tokens = input.n_tokens;
+  thread_local std::vector<float> latent_buffer;  // [n_tokens, latent_dim]
+  std::vector<float>& latent = latent_buffer;
+  latent.resize(size_t(n_tokens * latent_dim));
+  linear(weights.kv_a_proj_with_mqa, input.x, n_tokens, latent.data());
+  rms_norm(latent.data(), latent_dim, weights.kv_a_layernorm, n_tokens, shape.kv_lora_rank, shape.norm_eps,
+           latent.data(), latent_dim);
+  thread_pool().parallel_for(
+      n_tokens,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* row = latent.data() + t * latent_dim;
+          if (shape.use_rope) rope.apply(row + shape.kv_lora_rank, places[size_t(t)].position);
+          places[size_t(t)].seq->cache.store(input.layer, places[size_t(t)].position, row);
+        }
+      },
+      kTokensPerTask);
 }
 
 // attn: [seq.n_tokens, H * v_head_dim]; q: the sequence's queries [seq.n_tokens, H, qk].
@@ -65,24 +94,40 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   const int64_t n_keys = seq.start_position + seq.n_tokens, n_heads = shape.n_heads;
   const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
   const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-  std::vector<float> latents(size_t(n_keys * rank));    // [n_keys, kv_lora_rank]
-  std::vector<float> k_pe(size_t(n_keys * rope_dim));   // [n_keys, rope]
-  for (int64_t s = 0; s < n_keys; ++s) {
-    seq.cache.load(layer, s, 0, rank, latents.data() + s * rank);
-    seq.cache.load(layer, s, rank, rope_dim, k_pe.data() + s * rope_dim);
-  }
-  std::vector<float> kv(size_t(n_keys * n_heads * kv_dim));  // [n_keys, H, nope + v]
+  thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer, k_buffer, v_buffer;
+  std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
+  std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
+  std::vector<float>& kv = kv_buffer;            // [n_keys, H, nope + v]
+  std::vector<float>& k = k_buffer;              // [n_keys, H, nope + rope]
+  std::vector<float>& v = v_buffer;              // [n_keys, H, v]
+  latents.resize(size_t(n_keys * rank));
+  k_pe.resize(size_t(n_keys * rope_dim));
+  kv.resize(size_t(n_keys * n_heads * kv_dim));
+  k.resize(size_t(n_keys * n_heads * qk_dim));
+  v.resize(size_t(n_keys * n_heads * v_dim));
+  thread_pool().parallel_for(
+      n_keys,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t s = begin; s < end; ++s) {
+          seq.cache.load(layer, s, 0, rank, latents.data() + s * rank);
+          seq.cache.load(layer, s, rank, rope_dim, k_pe.data() + s * rope_dim);
+        }
+      },
+      kTokensPerTask);
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
-  std::vector<float> k(size_t(n_keys * n_heads * qk_dim));  // [n_keys, H, nope + rope]
-  std::vector<float> v(size_t(n_keys * n_heads * v_dim));   // [n_keys, H, v]
-  for (int64_t s = 0; s < n_keys; ++s)
-    for (int64_t h = 0; h < n_heads; ++h) {
-      const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
-      float* k_head = k.data() + (s * n_heads + h) * qk_dim;
-      std::memcpy(k_head, kv_head, size_t(nope) * sizeof(float));
-      std::memcpy(k_head + nope, k_pe.data() + s * rope_dim, size_t(rope_dim) * sizeof(float));
-      std::memcpy(v.data() + (s * n_heads + h) * v_dim, kv_head + nope, size_t(v_dim) * sizeof(float));
-    }
+  thread_pool().parallel_for(
+      n_keys,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t s = begin; s < end; ++s)
+          for (int64_t h = 0; h < n_heads; ++h) {
+            const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
+            float* k_head = k.data() + (s * n_heads + h) * qk_dim;
+            std::memcpy(k_head, kv_head, size_t(nope) * sizeof(float));
+            std::memcpy(k_head + nope, k_pe.data() + s * rope_dim, size_t(rope_dim) * sizeof(float));
+            std::memcpy(v.data() + (s * n_heads + h) * v_dim, kv_head + nope, size_t(v_dim) * sizeof(float));
+          }
+      },
+      kTokensPerTask);
   CausalAttentionParams params;
   params.q = q;
   params.k = k.data();
@@ -104,8 +149,6 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, const Mla
   const int64_t n_tokens = seq.n_tokens, n_heads = shape.n_heads, rank = shape.kv_lora_rank;
   const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim;
   const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-  // Through references: the pool's lambdas below run on other threads, where a thread_local
-  // named directly would be that thread's own buffer.
   thread_local std::vector<float> q_latent_buffer, q_pe_buffer, o_latent_buffer;
   std::vector<float>& q_latent = q_latent_buffer;
   std::vector<float>& q_pe = q_pe_buffer;
@@ -149,8 +192,9 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, const Mla
 void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
                  const MlaInput& input, float* out) {
   thread_local std::vector<float> q, attn;
-  project_queries(shape, weights, rope, input, q);
-  write_latents(shape, weights, rope, input);
+  const std::vector<TokenPlace>& places = token_places(input);
+  project_queries(shape, weights, rope, input, places, q);
+  write_latents(shape, weights, rope, input, places);
   const int64_t q_stride = shape.n_heads * shape.qk_head_dim(), attn_stride = shape.n_heads * shape.v_head_dim;
   attn.resize(size_t(input.n_tokens * attn_stride));  // [n_tokens, H * v_head_dim]
   for (const MlaSequence& seq : input.sequences) {
