@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "base/dtype.h"
@@ -108,12 +109,19 @@ void pack_panel_in_registers(const LinearWeight& weight, int64_t row, int64_t k0
 template <class ScaleOf, class Column>
 void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, int64_t group_size,
                      ScaleOf scale_of, Column column, float* panel) {
-  const auto* words = static_cast<const uint32_t*>(weight.data);
-  const int64_t words_per_row = weight.stored_cols / 8, first_col = weight.col_offset + k0;
+  // Words through memcpy (plain 32-bit loads): MXFP4 codes are a byte tensor, with no
+  // alignment promised.
+  const auto* bytes = static_cast<const uint8_t*>(weight.data);
+  const auto word_at = [](const uint8_t* p) {
+    int32_t word;
+    std::memcpy(&word, p, 4);
+    return word;
+  };
+  const int64_t bytes_per_row = weight.stored_cols / 2, first_col = weight.col_offset + k0;
   for (int half = 0; half < kPanelRows; half += 8) {
     const int64_t first_row = weight.row_offset + row + half;
-    const uint32_t* row_words[8];
-    for (int i = 0; i < 8; ++i) row_words[i] = words + (first_row + i) * words_per_row;
+    const uint8_t* row_bytes[8];
+    for (int i = 0; i < 8; ++i) row_bytes[i] = bytes + (first_row + i) * bytes_per_row;
     __m256 scale = _mm256_setzero_ps(), offset = scale;
     int64_t group_end = first_col;  // the first word loads its group's scales
     for (int64_t k = 0; k < depth; k += 8) {
@@ -126,11 +134,11 @@ void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
         scale = _mm256_loadu_ps(scales);
         offset = _mm256_mul_ps(scale, _mm256_set1_ps(-8.0f));
       }
-      const int64_t word = col / 8;
-      const __m256i packed = _mm256_setr_epi32(int32_t(row_words[0][word]), int32_t(row_words[1][word]),
-                                               int32_t(row_words[2][word]), int32_t(row_words[3][word]),
-                                               int32_t(row_words[4][word]), int32_t(row_words[5][word]),
-                                               int32_t(row_words[6][word]), int32_t(row_words[7][word]));
+      const int64_t at = col / 2;
+      const __m256i packed = _mm256_setr_epi32(word_at(row_bytes[0] + at), word_at(row_bytes[1] + at),
+                                               word_at(row_bytes[2] + at), word_at(row_bytes[3] + at),
+                                               word_at(row_bytes[4] + at), word_at(row_bytes[5] + at),
+                                               word_at(row_bytes[6] + at), word_at(row_bytes[7] + at));
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) _mm256_store_ps(panel + (k + c) * kPanelRows + half, column(packed, c, scale, offset));
     }
