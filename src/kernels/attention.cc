@@ -25,20 +25,22 @@ constexpr int64_t kQueryBlock = 4;
 void attend_query_block(const CausalAttentionParams& p, int64_t head, int64_t first, int64_t count,
                         std::vector<float>& scores, std::vector<const float*>& values) {
   const int64_t offset = p.n_keys - p.n_queries, dim = p.head_dim_qk;
-  const int64_t qk_stride = p.n_heads * dim, v_stride = p.n_heads * p.head_dim_v;
+  const int64_t q_stride = p.n_heads * dim, out_stride = p.n_heads * p.head_dim_v;
+  const float* head_k = p.k + head * p.n_keys * dim;
+  const float* head_v = p.v + head * p.n_keys * p.head_dim_v;
   const int64_t n_keys = offset + first + count;  // visible to the block's last query
   const float* q[kQueryBlock];
   float* probs[kQueryBlock];
   float* out[kQueryBlock];
   for (int64_t j = 0; j < kQueryBlock; ++j) {
     const int64_t query = first + std::min(j, count - 1);  // a short block repeats its last query
-    q[j] = p.q + query * qk_stride + head * dim;
+    q[j] = p.q + query * q_stride + head * dim;
     probs[j] = scores.data() + j * p.n_keys;
-    out[j] = p.out + query * v_stride + head * p.head_dim_v;
+    out[j] = p.out + query * out_stride + head * p.head_dim_v;
   }
   for (int64_t key = 0; key < n_keys; key += 3) {
     const float* k[3];
-    for (int64_t i = 0; i < 3; ++i) k[i] = p.k + std::min(key + i, n_keys - 1) * qk_stride + head * dim;
+    for (int64_t i = 0; i < 3; ++i) k[i] = head_k + std::min(key + i, n_keys - 1) * dim;
     float dots[kQueryBlock * 3];
     simd::dot_4xn<3>(q, k, dim, dots);
     for (int64_t j = 0; j < kQueryBlock; ++j)
@@ -49,7 +51,7 @@ void attend_query_block(const CausalAttentionParams& p, int64_t head, int64_t fi
     softmax_in_place(probs[j], visible);
     std::fill(probs[j] + visible, probs[j] + n_keys, 0.0f);
   }
-  for (int64_t key = 0; key < n_keys; ++key) values[size_t(key)] = p.v + key * v_stride + head * p.head_dim_v;
+  for (int64_t key = 0; key < n_keys; ++key) values[size_t(key)] = head_v + key * p.head_dim_v;
   for (int64_t j = count; j < kQueryBlock; ++j) out[j] = scores.data() + kQueryBlock * p.n_keys;  // discarded
   for (int64_t j = 0; j < kQueryBlock; ++j) std::fill(out[j], out[j] + p.head_dim_v, 0.0f);
   simd::weighted_rows_4(probs, values.data(), n_keys, out, p.head_dim_v);

@@ -98,8 +98,8 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
   std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
   std::vector<float>& kv = kv_buffer;            // [n_keys, H, nope + v]
-  std::vector<float>& k = k_buffer;              // [n_keys, H, nope + rope]
-  std::vector<float>& v = v_buffer;              // [n_keys, H, v]
+  std::vector<float>& k = k_buffer;              // [H, n_keys, nope + rope]
+  std::vector<float>& v = v_buffer;              // [H, n_keys, v]
   latents.resize(size_t(n_keys * rank));
   k_pe.resize(size_t(n_keys * rope_dim));
   kv.resize(size_t(n_keys * n_heads * kv_dim));
@@ -121,10 +121,10 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
         for (int64_t s = begin; s < end; ++s)
           for (int64_t h = 0; h < n_heads; ++h) {
             const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
-            float* k_head = k.data() + (s * n_heads + h) * qk_dim;
+            float* k_head = k.data() + (h * n_keys + s) * qk_dim;
             std::memcpy(k_head, kv_head, size_t(nope) * sizeof(float));
             std::memcpy(k_head + nope, k_pe.data() + s * rope_dim, size_t(rope_dim) * sizeof(float));
-            std::memcpy(v.data() + (s * n_heads + h) * v_dim, kv_head + nope, size_t(v_dim) * sizeof(float));
+            std::memcpy(v.data() + (h * n_keys + s) * v_dim, kv_head + nope, size_t(v_dim) * sizeof(float));
           }
       },
       kTokensPerTask);

@@ -26,7 +26,7 @@ std::vector<float> reference(const CausalAttentionParams& p) {
         double dot = 0;
         for (int64_t d = 0; d < p.head_dim_qk; ++d)
           dot += double(p.q[(query * p.n_heads + head) * p.head_dim_qk + d]) *
-                 p.k[(key * p.n_heads + head) * p.head_dim_qk + d];
+                 p.k[(head * p.n_keys + key) * p.head_dim_qk + d];
         score[size_t(key)] = dot * p.softmax_scale;
         max_score = std::max(max_score, score[size_t(key)]);
       }
@@ -34,7 +34,7 @@ std::vector<float> reference(const CausalAttentionParams& p) {
       for (int64_t d = 0; d < p.head_dim_v; ++d) {
         double value = 0;
         for (int64_t key = 0; key < visible; ++key)
-          value += score[size_t(key)] / sum * p.v[(key * p.n_heads + head) * p.head_dim_v + d];
+          value += score[size_t(key)] / sum * p.v[(head * p.n_keys + key) * p.head_dim_v + d];
         out[size_t((query * p.n_heads + head) * p.head_dim_v + d)] = float(value);
       }
     }
