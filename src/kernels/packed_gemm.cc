@@ -145,31 +145,25 @@ void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
   }
 }
 
-// INT4: (q - 8) * scale with one rounding, as simd::int4x8_to_f32.
+// INT4 and MXFP4 through the same lane decoders as their row dequantisation (simd.h).
 void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
   const int64_t scales_per_row = weight.stored_cols / weight.group_size;
   pack_4bit_panel(
       weight, row, k0, depth, weight.group_size,
       [&](int64_t stored_row, int64_t group) { return bf16_to_f32(weight.group_scale[stored_row * scales_per_row + group]); },
       [](__m256i packed, int c, __m256 scale, __m256 offset) {
-        const __m256i code = _mm256_and_si256(_mm256_srli_epi32(packed, 4 * c), _mm256_set1_epi32(0xf));
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(code), scale, offset);
+        return simd::int4_lanes_to_f32(_mm256_srli_epi32(packed, 4 * c), scale, offset);
       },
       panel);
 }
 
-// MXFP4: (E2M1 magnitude | sign) * 2^e, as simd::mxfp4x8_to_f32; vpermps reads only an
-// index's low 3 bits, so the code needs no mask.
 void pack_mxfp4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
   const int64_t scales_per_row = weight.stored_cols / 32;
   pack_4bit_panel(
       weight, row, k0, depth, 32,
       [&](int64_t stored_row, int64_t group) { return e8m0_to_f32(weight.e8m0_scale[stored_row * scales_per_row + group]); },
       [](__m256i packed, int c, __m256 scale, __m256) {
-        const __m256 magnitudes = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-        const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_srli_epi32(packed, 4 * c));
-        const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(packed, 28 - 4 * c), _mm256_set1_epi32(int32_t(0x80000000u)));
-        return _mm256_mul_ps(_mm256_or_ps(magnitude, _mm256_castsi256_ps(sign)), scale);
+        return simd::mxfp4_lanes_to_f32(_mm256_srli_epi32(packed, 4 * c), scale);
       },
       panel);
 }

@@ -41,19 +41,28 @@ inline __m256 load_bf16x8(const uint16_t* p) {
 inline __m256i nibbles_x8(uint32_t word) {
   return _mm256_srlv_epi32(_mm256_set1_epi32(int32_t(word)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
 }
-// The 8 INT4 weights of one word (stored as q + 8) as (q - 8) * scale, with one rounding.
-inline __m256 int4x8_to_f32(uint32_t word, float scale) {
-  const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(nibbles_x8(word), _mm256_set1_epi32(0xf)));
-  return _mm256_fmadd_ps(codes, _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
+// Lanes whose bits 0-3 hold an INT4 code (stored as q + 8; the bits above are ignored) as
+// (q - 8) * scale, with one rounding; offset = -8 * scale.
+inline __m256 int4_lanes_to_f32(__m256i lanes, __m256 scale, __m256 offset) {
+  const __m256 codes = _mm256_cvtepi32_ps(_mm256_and_si256(lanes, _mm256_set1_epi32(0xf)));
+  return _mm256_fmadd_ps(codes, scale, offset);
 }
-// The 8 MXFP4 weights of 4 bytes (E2M1: bit 3 the sign, bits 0-2 through the magnitude table)
-// times scale.
-inline __m256 mxfp4x8_to_f32(uint32_t four_bytes, float scale) {
-  const __m256i codes = nibbles_x8(four_bytes);
+// The 8 INT4 weights of one word.
+inline __m256 int4x8_to_f32(uint32_t word, float scale) {
+  return int4_lanes_to_f32(nibbles_x8(word), _mm256_set1_ps(scale), _mm256_set1_ps(-8.0f * scale));
+}
+// Lanes whose bits 0-3 hold an MXFP4 (E2M1) code (the bits above are ignored) times scale:
+// bit 3 the sign, bits 0-2 through the magnitude table (vpermps reads only an index's low 3
+// bits).
+inline __m256 mxfp4_lanes_to_f32(__m256i lanes, __m256 scale) {
   const __m256 magnitudes = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-  const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(codes, _mm256_set1_epi32(7)));
-  const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(codes, 3), 31));  // bit 3 -> 31
-  return _mm256_mul_ps(_mm256_or_ps(magnitude, sign), _mm256_set1_ps(scale));
+  const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, lanes);
+  const __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(lanes, 3), 31));  // bit 3 -> 31
+  return _mm256_mul_ps(_mm256_or_ps(magnitude, sign), scale);
+}
+// The 8 MXFP4 weights of 4 bytes.
+inline __m256 mxfp4x8_to_f32(uint32_t four_bytes, float scale) {
+  return mxfp4_lanes_to_f32(nibbles_x8(four_bytes), _mm256_set1_ps(scale));
 }
 #endif
 
