@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -21,9 +22,15 @@ namespace {
 // Random weights of `format` with their scales, owned here.
 struct RandomWeight {
   std::vector<uint8_t> data, scales;
+  std::unique_ptr<WeightCopies> repacked = std::make_unique<WeightCopies>();
   LinearWeight weight;
 
   RandomWeight(WeightFormat format, int64_t rows, int64_t cols) {
+    if (format == WeightFormat::Bf16Panels) {  // BF16 repacked as at load
+      const RandomWeight bf16(WeightFormat::BF16, rows, cols);
+      weight = repack_bf16_panels(bf16.weight, *repacked);
+      return;
+    }
     std::mt19937 rng(7);
     weight.format = format;
     weight.rows = rows;
@@ -134,6 +141,7 @@ void BM_ReadBandwidth4Streams(benchmark::State& state) {
 }
 
 void BM_BF16(benchmark::State& state) { run_linear(state, WeightFormat::BF16); }
+void BM_BF16Panels(benchmark::State& state) { run_linear(state, WeightFormat::Bf16Panels); }
 void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
@@ -173,6 +181,7 @@ void linear_shapes(benchmark::internal::Benchmark* bench) {
       ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
+BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);
 BENCHMARK(BM_FP8)->Apply(linear_shapes);
 BENCHMARK(BM_INT4)->Apply(linear_shapes);
 BENCHMARK(BM_MXFP4)->Apply(linear_shapes);

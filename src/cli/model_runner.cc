@@ -16,17 +16,25 @@ ParallelOptions parallel_options(const ParallelFlags& flags) {
   options.size = flags.tp;
   options.expert_parallel = flags.ep;
   options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
+  options.repack_bf16 = flags.repack;
   return options;
+}
+
+// The model a single rank runs: its repacked copy (a shard of size 1) when asked for.
+std::unique_ptr<CausalLM> single_rank_copy(const CausalLM& model, const ParallelFlags& flags) {
+  return flags.repack ? model.shard({0, 1, false, true}, nullptr) : nullptr;
 }
 
 class SingleRunner : public SequenceRunner {
  public:
-  SingleRunner(const CausalLM& model, int64_t capacity) : model_(model), cache_(model.config(), capacity) {}
+  SingleRunner(const CausalLM& model, const ParallelFlags& flags, int64_t capacity)
+      : copy_(single_rank_copy(model, flags)), model_(copy_ ? *copy_ : model), cache_(model.config(), capacity) {}
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     model_.forward(tokens, start, cache_.view(), all_logits, logits, path);
   }
 
  private:
+  std::unique_ptr<CausalLM> copy_;
   const CausalLM& model_;
   SequenceCache cache_;
 };
@@ -53,7 +61,7 @@ std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& 
   if (comm.rank() == 0)
     spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm.size(), flags.ep ? "expert" : "tensor",
                  model.config().num_attention_heads / comm.size());
-  return model.shard({comm.rank(), comm.size(), flags.ep}, &comm);
+  return model.shard({comm.rank(), comm.size(), flags.ep, flags.repack}, &comm);
 }
 
 // Under mpirun every process runs the same command on its own shard and latent cache; the
@@ -135,7 +143,10 @@ class MpiLeaderExecutor : public ModelExecutor {
 std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, const ParallelFlags& flags) {
   MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
   if (launched_by_mpi()) return std::make_unique<MpiLeaderExecutor>(model, flags);
-  if (flags.tp == 1) return std::make_unique<SingleRankExecutor>(model);
+  if (flags.tp == 1) {
+    auto copy = single_rank_copy(model, flags);
+    return copy ? std::make_unique<SingleRankExecutor>(std::move(copy)) : std::make_unique<SingleRankExecutor>(model);
+  }
   return std::make_unique<ThreadRanksExecutor>(model, parallel_options(flags));
 }
 
@@ -167,13 +178,16 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
   cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
+  cmd->add_flag("!--no-repack", flags.repack,
+                "keep BF16 MLP and expert weights in the mapped checkpoint (by default each rank copies them into "
+                "the CPU kernels' panel layout at load: faster prefill, weights no longer paged from the file)");
 }
 
 std::unique_ptr<SequenceRunner> SequenceRunner::create(const CausalLM& model, const ParallelFlags& flags,
                                                        int64_t capacity) {
   MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
   if (launched_by_mpi()) return std::make_unique<MpiRunner>(model, flags, capacity);
-  if (flags.tp == 1) return std::make_unique<SingleRunner>(model, capacity);
+  if (flags.tp == 1) return std::make_unique<SingleRunner>(model, flags, capacity);
   return std::make_unique<ThreadRunner>(model, parallel_options(flags), capacity);
 }
 

@@ -35,6 +35,7 @@ void copy_within(void* pool, int64_t from, int64_t to, int64_t bytes);
 class SingleRankExecutor : public ModelExecutor {
  public:
   explicit SingleRankExecutor(const CausalLM& model) : model_(model) {}
+  explicit SingleRankExecutor(std::unique_ptr<CausalLM> owned) : owned_(std::move(owned)), model_(*owned_) {}
   const ModelConfig& config() const override { return model_.config(); }
   std::string describe() const override { return "1 rank"; }
   void* allocate_cache(size_t bytes) override;
@@ -42,6 +43,7 @@ class SingleRankExecutor : public ModelExecutor {
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
 
  private:
+  std::unique_ptr<CausalLM> owned_;  // the model_ it runs, when it owns it
   const CausalLM& model_;
   std::unique_ptr<uint8_t[]> pool_;
 };

@@ -1,8 +1,15 @@
 #include "io/linear_weight.h"
 
+#include <immintrin.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 
 namespace mlaserve {
 
@@ -14,6 +21,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::Fp8Block: return "fp8";
     case WeightFormat::Int4Group: return "int4";
     case WeightFormat::Mxfp4: return "mxfp4";
+    case WeightFormat::Bf16Panels: return "bf16-panels";
   }
   return "?";
 }
@@ -29,11 +37,14 @@ size_t LinearWeight::bytes() const {
                          size_t((cols + block_cols - 1) / block_cols) * 4;
     case WeightFormat::Int4Group: return count / 2 + count / size_t(group_size) * 2;
     case WeightFormat::Mxfp4: return count / 2 + count / 32;
+    case WeightFormat::Bf16Panels:
+      return size_t((rows + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows) * size_t(cols) * 2;
   }
   return 0;
 }
 
 LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
+  MLA_CHECK(format != WeightFormat::Bf16Panels, "a repacked (bf16-panels) weight has no row views");
   MLA_CHECK(0 <= begin && begin < end && end <= rows, "rows [{}, {}) outside a weight of {} rows", begin, end, rows);
   LinearWeight view = *this;
   view.row_offset += begin;
@@ -42,6 +53,7 @@ LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
 }
 
 LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
+  MLA_CHECK(format != WeightFormat::Bf16Panels, "a repacked (bf16-panels) weight has no column views");
   MLA_CHECK(0 <= begin && begin < end && end <= cols, "columns [{}, {}) outside a weight of {} columns", begin, end, cols);
   MLA_CHECK((format != WeightFormat::Int4Group && format != WeightFormat::Mxfp4) || (col_offset + begin) % group_size == 0,
             "a {} weight can only be split at multiples of its group size {} (column {})", weight_format_name(format),
@@ -52,6 +64,20 @@ LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
   return view;
 }
 
+WeightCopy::WeightCopy(size_t bytes) : size_(bytes) {
+  constexpr size_t kHugePage = size_t(2) << 20;
+  if (bytes < kHugePage) {
+    bytes_.reset(static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes, 1))));
+  } else {
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, rounded)));
+    if (bytes_) madvise(bytes_.get(), rounded, MADV_HUGEPAGE);  // advice only: no error if refused
+  }
+  MLA_CHECK(bytes_ != nullptr, "out of memory copying {} bytes of weights", bytes);
+}
+
+void WeightCopy::Free::operator()(uint8_t* bytes) const { std::free(bytes); }
+
 namespace {
 
 // Copies `rows` runs of `run` bytes, source run r at `source + r * stride`, to `out`.
@@ -61,7 +87,7 @@ void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run,
 
 }  // namespace
 
-LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<uint8_t>>& storage,
+LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source) {
   const bool fp8 = view.format == WeightFormat::Fp8Block, int4 = view.format == WeightFormat::Int4Group;
   if (view.cols == view.stored_cols) return view;
@@ -70,14 +96,13 @@ LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<ui
   out.stored_cols = view.cols;
   out.row_offset = out.col_offset = 0;
   const auto* data = static_cast<const uint8_t*>(view.data);
-  std::vector<uint8_t>& buffer = storage.emplace_back();
   auto release = [&](const void* stored, size_t row_bytes, int64_t first_row, int64_t rows) {
     if (source) source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
   };
   if (int4) {  // 8 columns a word; scales one bf16 per group
     const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
     const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
-    buffer.resize(size_t(view.rows) * (words * 4 + groups * 2));
+    WeightCopy& buffer = storage.emplace_back(size_t(view.rows) * (words * 4 + groups * 2));
     gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
                 stored_words * 4, words * 4, buffer.data());
     uint8_t* scales = buffer.data() + size_t(view.rows) * words * 4;
@@ -92,7 +117,7 @@ LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<ui
   if (view.format == WeightFormat::Mxfp4) {  // 2 columns a byte; one E8M0 byte per 32 columns
     const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
     const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
-    buffer.resize(size_t(view.rows) * (bytes + groups));
+    WeightCopy& buffer = storage.emplace_back(size_t(view.rows) * (bytes + groups));
     gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
                 bytes, buffer.data());
     uint8_t* scales = buffer.data() + size_t(view.rows) * bytes;
@@ -112,7 +137,7 @@ LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<ui
     scale_bytes = block_row_count * block_count * 4;
   }
   const size_t data_bytes = size_t(view.rows * view.cols) * element;
-  buffer.resize((data_bytes + 3) / 4 * 4 + scale_bytes);
+  WeightCopy& buffer = storage.emplace_back((data_bytes + 3) / 4 * 4 + scale_bytes);
   gather_runs(data + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element, view.rows,
               size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer.data());
   release(view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
@@ -125,6 +150,67 @@ LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<ui
     out.block_scale = reinterpret_cast<const float*>(scales);
   }
   return out;
+}
+
+namespace {
+
+// One panel: out[c * 16 + bf16_panel_slot(i)] = rows[i][c] for 16 rows (null: a zero row past
+// the weight's end). 8 columns at a time: each pair of rows i, i + 8 interleaved into 32-bit
+// lanes (unpack), then 4 x 4 transposes of those lanes put each column's 16 values together.
+void repack_panel(const uint16_t* const rows[kBf16PanelRows], int64_t cols, uint16_t* out) {
+  int64_t c = 0;
+#if defined(__SSE2__)
+  for (; c + 8 <= cols; c += 8) {
+    __m128i pairs[2][8];  // [columns 0-3 | 4-7][lane j]: rows j (low half) and j + 8 (high half)
+    for (int j = 0; j < 8; ++j) {
+      const auto load = [&](int i) {
+        return rows[i] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + c)) : _mm_setzero_si128();
+      };
+      const __m128i low = load(j), high = load(j + 8);
+      pairs[0][j] = _mm_unpacklo_epi16(low, high);
+      pairs[1][j] = _mm_unpackhi_epi16(low, high);
+    }
+    for (int half = 0; half < 2; ++half)
+      for (int lanes = 0; lanes < 8; lanes += 4) {
+        const __m128i* p = pairs[half] + lanes;
+        const __m128i t0 = _mm_unpacklo_epi32(p[0], p[1]), t1 = _mm_unpacklo_epi32(p[2], p[3]);
+        const __m128i t2 = _mm_unpackhi_epi32(p[0], p[1]), t3 = _mm_unpackhi_epi32(p[2], p[3]);
+        const __m128i columns[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
+                                    _mm_unpackhi_epi64(t2, t3)};
+        for (int k = 0; k < 4; ++k)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (c + 4 * half + k) * kBf16PanelRows + 2 * lanes), columns[k]);
+      }
+  }
+#endif
+  for (; c < cols; ++c)
+    for (int i = 0; i < kBf16PanelRows; ++i) out[c * kBf16PanelRows + bf16_panel_slot(i)] = rows[i] ? rows[i][c] : 0;
+}
+
+}  // namespace
+
+LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source) {
+  if (weight.format != WeightFormat::BF16) return weight;
+  const int64_t panels = (weight.rows + kBf16PanelRows - 1) / kBf16PanelRows, cols = weight.cols;
+  auto* out = reinterpret_cast<uint16_t*>(storage.emplace_back(size_t(panels * kBf16PanelRows * cols) * 2).data());
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  thread_pool().parallel_for(panels, [&](int64_t begin, int64_t end, int) {
+    for (int64_t panel = begin; panel < end; ++panel) {
+      const uint16_t* rows[kBf16PanelRows];
+      for (int64_t i = 0; i < kBf16PanelRows; ++i) {
+        const int64_t row = panel * kBf16PanelRows + i;
+        rows[i] = row < weight.rows ? stored + (weight.row_offset + row) * weight.stored_cols + weight.col_offset : nullptr;
+      }
+      repack_panel(rows, cols, out + panel * cols * kBf16PanelRows);
+    }
+  });
+  if (source)
+    source->release_pages(stored + weight.row_offset * weight.stored_cols, size_t(weight.rows * weight.stored_cols) * 2);
+  LinearWeight packed = weight;
+  packed.format = WeightFormat::Bf16Panels;
+  packed.data = out;
+  packed.stored_cols = cols;
+  packed.row_offset = packed.col_offset = 0;
+  return packed;
 }
 
 const TensorInfo& WeightLoader::expect(const std::string& name, const std::vector<int64_t>& shape) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,17 @@ enum class WeightFormat {
   Fp8Block,   // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
   Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
   Mxfp4,      // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
+  Bf16Panels, // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
 };
+
+// Bf16Panels: rows in panels of 16, stored [ceil(rows / 16), cols, 16]: for each column the
+// panel's 16 values lie together, row i of the panel in the low half of 32-bit lane i (i < 8)
+// or the high half of lane i - 8, so a shift and a mask widen them to two fp32 vectors of 8
+// rows each. Rows past `rows` are zero.
+constexpr int64_t kBf16PanelRows = 16;
+inline int64_t bf16_panel_slot(int64_t row_in_panel) {
+  return row_in_panel < 8 ? 2 * row_in_panel : 2 * (row_in_panel - 8) + 1;
+}
 
 const char* weight_format_name(WeightFormat format);
 
@@ -46,13 +57,41 @@ struct LinearWeight {
   LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };
 
+// Bytes a shard copied out of the checkpoint (compacted column slices, repacked panels). Not
+// zeroed when allocated: whoever fills a copy touches its pages first, so for the repacking
+// the pool's threads fault them in (and the kernel clears them) in parallel. Copies of 2 MB
+// and more are asked for transparent huge pages (fewer faults at load, fewer TLB misses when
+// decode streams them).
+class WeightCopy {
+ public:
+  explicit WeightCopy(size_t bytes);
+  uint8_t* data() { return bytes_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* bytes) const;
+  };
+  std::unique_ptr<uint8_t, Free> bytes_;
+  size_t size_;
+};
+using WeightCopies = std::deque<WeightCopy>;
+
 // A column view's rows are scattered over the stored matrix, so a rank that reads it touches
 // every page of the whole matrix. This copies the view's own bytes (and scales) into a buffer
 // appended to `storage` and releases the stored rows' pages of `source` (the mapped
 // checkpoint), so the rank's memory holds its shard only. Views that are already contiguous,
 // and FP8 views not aligned to the scale blocks, are returned unchanged.
-LinearWeight compact_columns(const LinearWeight& view, std::deque<std::vector<uint8_t>>& storage,
+LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source = nullptr);
+
+// A BF16 weight (or view) copied into the Bf16Panels layout, in a buffer appended to `storage`,
+// and the stored rows' pages of `source` released, as compact_columns does. Prefill then runs
+// the packed GEMM straight from the copy with no per-call decoding, and decode streams one
+// panel after another (llama.cpp and ik_llama.cpp repack at load for the same reasons). Other
+// formats are returned unchanged. A Bf16Panels weight has no views: repack after sharding.
+LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage,
+                                const Checkpoint* source = nullptr);
 
 // Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each
 // against what the config implies; owns the few small tensors it had to convert.

@@ -87,6 +87,12 @@ float* row_scratch(int64_t cols) {
 }  // namespace
 
 void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
+  if (weight.format == WeightFormat::Bf16Panels) {  // never a view: see repack_bf16_panels
+    const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * weight.cols * kBf16PanelRows;
+    const int64_t slot = bf16_panel_slot(row % kBf16PanelRows);
+    for (int64_t c = col_begin; c < col_end; ++c) out[c - col_begin] = bf16_to_f32(panel[c * kBf16PanelRows + slot]);
+    return;
+  }
   const int64_t offset = element_offset(weight, row) + col_begin, n = col_end - col_begin;
   switch (weight.format) {
     case WeightFormat::F32:
@@ -101,6 +107,7 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
     case WeightFormat::Fp8Block: dequantize_fp8_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Bf16Panels: return;  // above
   }
 }
 
@@ -336,6 +343,8 @@ void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t 
 
 void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (weight.format == WeightFormat::Bf16Panels)
+    return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const bool q8 = takes_q8_activations(weight);
   if (n_tokens >= (q8 ? kPackedGemmMinTokensQ8 : kPackedGemmMinTokens) && packed_gemm_supports(weight)) {
     if (!q8) return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);

@@ -266,23 +266,21 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// acc[r * kVectors + v] (lanes 0-7) += sum_k *at(r, k) * panel[k * panel_stride + 8 * v + lane]:
-// the register block of the packed GEMM (r a token) and of MLA decode's scores (r a cached
-// row). Per k, kVectors panel loads and kRows broadcasts feed kRows * kVectors FMAs with no
-// horizontal sums; 6 x 2 and 12 x 1 keep 12 accumulators, enough to cover the FMA latency.
-// The panel vectors are named and pinned and every small loop unrolled: GCC otherwise folds
-// the loads into each FMA, or keeps the accumulators in memory (see dot_4xn).
-template <int kRows, int kVectors, class BroadcastAt>
-inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t panel_stride, int64_t depth,
-                                  __m256* acc) {
+// acc[r * kVectors + v] (lanes 0-7) += sum_k *at(r, k) * panel_v(k)[lane], where
+// load(k, panel_0, panel_1) gives the panel's kVectors vectors at depth k: the register block
+// of the packed GEMM (r a token) and of MLA decode's scores (r a cached row). Per k, kVectors
+// panel vectors and kRows broadcasts feed kRows * kVectors FMAs with no horizontal sums; 6 x 2
+// and 12 x 1 keep 12 accumulators, enough to cover the FMA latency. The panel vectors are
+// named and pinned and every small loop unrolled: GCC otherwise folds the loads into each FMA,
+// or keeps the accumulators in memory (see dot_4xn).
+template <int kRows, int kVectors, class BroadcastAt, class LoadPanel>
+inline void broadcast_times_loaded_panel(BroadcastAt at, LoadPanel load, int64_t depth, __m256* acc) {
   static_assert(kVectors == 1 || kVectors == 2);
   for (int64_t k = 0; k < depth; ++k) {
-    __m256 p0 = _mm256_loadu_ps(panel + k * panel_stride), p1 = p0;
+    __m256 p0, p1;
+    load(k, p0, p1);
     __asm__("" : "+x"(p0));
-    if constexpr (kVectors == 2) {
-      p1 = _mm256_loadu_ps(panel + k * panel_stride + 8);
-      __asm__("" : "+x"(p1));
-    }
+    if constexpr (kVectors == 2) __asm__("" : "+x"(p1));
 #pragma GCC unroll 12
     for (int r = 0; r < kRows; ++r) {
       const __m256 a = _mm256_broadcast_ss(at(r, k));
@@ -290,6 +288,19 @@ inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t pa
       if constexpr (kVectors == 2) acc[r * kVectors + 1] = _mm256_fmadd_ps(a, p1, acc[r * kVectors + 1]);
     }
   }
+}
+
+// The same over an fp32 panel: panel_v(k) = panel + k * panel_stride + 8 * v.
+template <int kRows, int kVectors, class BroadcastAt>
+inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t panel_stride, int64_t depth,
+                                  __m256* acc) {
+  broadcast_times_loaded_panel<kRows, kVectors>(
+      at,
+      [&](int64_t k, __m256& p0, __m256& p1) {
+        p0 = _mm256_loadu_ps(panel + k * panel_stride);
+        p1 = kVectors == 2 ? _mm256_loadu_ps(panel + k * panel_stride + 8) : p0;
+      },
+      depth, acc);
 }
 #endif
 

@@ -59,6 +59,9 @@ struct ShardSpec {
   int rank = 0;
   int size = 1;
   bool expert_parallel = false;
+  // The rank's BF16 MLP and expert weights copied into the CPU kernels' panel layout
+  // (repack_bf16_panels), its checkpoint pages released; also with size 1.
+  bool repack_bf16 = false;
 };
 
 class CausalLM {

@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "base/error.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
+#include "model/shard_layers.h"
 
 namespace mlaserve {
 namespace {
@@ -38,8 +40,10 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_
 }
 
 std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communicator* comm) const {
-  std::deque<std::vector<uint8_t>> copies;
+  const auto start = std::chrono::steady_clock::now();
+  WeightCopies copies;
   DeepseekV3Weights weights = shard_deepseek_v3_weights(weights_, config_, spec, copies, &storage_->checkpoint);
+  log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(storage_, std::move(weights)));
   shard->shard_copies_ = std::move(copies);
   shard->mla_shape_.n_heads = config_.num_attention_heads / spec.size;

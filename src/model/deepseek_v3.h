@@ -44,7 +44,7 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
 // slices, which are copied into `storage` (see compact_columns; `source` is the mapped
 // checkpoint whose pages the copies replace).
 DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
-                                            const ShardSpec& spec, std::deque<std::vector<uint8_t>>& storage,
+                                            const ShardSpec& spec, WeightCopies& storage,
                                             const Checkpoint* source);
 
 class DeepseekV3Model : public CausalLM {
@@ -67,7 +67,7 @@ class DeepseekV3Model : public CausalLM {
   void project_logits(const float* normed, int64_t n_rows, float* logits) const;
 
   std::shared_ptr<ModelStorage> storage_;
-  std::deque<std::vector<uint8_t>> shard_copies_;  // a shard's compacted column slices
+  WeightCopies shard_copies_;  // a shard's compacted column slices
   ModelConfig config_;
   DeepseekV3Weights weights_;
   RotaryEmbedding rope_;

@@ -75,10 +75,10 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
 
 namespace mlaserve {
 DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
-                                            const ShardSpec& spec, std::deque<std::vector<uint8_t>>& storage,
+                                            const ShardSpec& spec, WeightCopies& storage,
                      const Checkpoint* source) {
   MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
-  if (spec.size == 1) return full;
+  if (spec.size == 1 && !spec.repack_bf16) return full;
   const Range heads = heads_of_rank(config.num_attention_heads, spec.size, spec.rank);
   MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size, spec.size);
   const int64_t slice = (config.vocab_size + spec.size - 1) / spec.size;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -154,7 +155,8 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
   MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
   const Range mla_heads = heads_of_rank(config_.num_attention_heads, spec.size, spec.rank);
   const Range kda_heads = heads_of_rank(config_.kda->num_heads, spec.size, spec.rank);
-  std::deque<std::vector<uint8_t>> copies;
+  const auto start = std::chrono::steady_clock::now();
+  WeightCopies copies;
   const ShardContext context{spec, copies, &storage_->checkpoint};
   KimiLinearWeights weights = weights_;
   for (auto& layer : weights.layers) {
@@ -165,6 +167,7 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
     if (layer.mlp) layer.mlp = shard_mlp_weights(*layer.mlp, context);
     if (layer.moe) layer.moe = shard_moe_weights(*layer.moe, context);
   }
+  log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(storage_, std::move(weights)));
   shard->shard_copies_ = std::move(copies);
   shard->mla_shape_.n_heads = mla_heads.size();

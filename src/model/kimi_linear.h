@@ -73,7 +73,7 @@ class KimiLinearModel : public CausalLM {
            std::span<const MlaSequence> mla_sequences, float* out) const;
 
   std::shared_ptr<ModelStorage> storage_;
-  std::deque<std::vector<uint8_t>> shard_copies_;  // a shard's compacted column slices
+  WeightCopies shard_copies_;  // a shard's compacted column slices
   ModelConfig config_;
   KimiLinearWeights weights_;
   Communicator* comm_ = nullptr;  // null: a single rank

@@ -1,5 +1,7 @@
 #include "model/shard_layers.h"
 
+#include <spdlog/spdlog.h>
+
 #include "base/error.h"
 
 namespace mlaserve {
@@ -9,16 +11,35 @@ int64_t split_alignment(const LinearWeight& weight) {
   return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
-// Gate/up rows and down columns [i0, i1) of the intermediate dimension.
+// The MLP's projections in the panel layout when the spec asks for it.
+MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
+  if (!context.spec.repack_bf16) return mlp;
+  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
+    *weight = repack_bf16_panels(*weight, context.storage, context.source);
+  return mlp;
+}
+
 }  // namespace
+
+void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds) {
+  size_t bytes = 0;
+  for (const auto& copy : copies) bytes += copy.size();
+  if (bytes == 0) return;
+  spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
+               double(bytes) / 1e9, spec.repack_bf16 ? "column slices, BF16 panels" : "column slices", seconds);
+}
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context) {
   const ShardSpec& spec = context.spec;
   const Range part = even_split(mlp.gate_proj.rows, spec.size, spec.rank, split_alignment(mlp.down_proj));
   MLA_CHECK(part.size() > 0, "an MLP of width {} cannot be split {} ways", mlp.gate_proj.rows, spec.size);
-  return MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
-                    compact_columns(mlp.down_proj.cols_view(part.begin, part.end), context.storage, context.source),
-                    mlp.activation};
+  // A down_proj that is about to be repacked is copied once, from the view.
+  const LinearWeight down = mlp.down_proj.cols_view(part.begin, part.end);
+  const bool repacks_down = spec.repack_bf16 && down.format == WeightFormat::BF16;
+  return repacked_if_asked(
+      MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
+                 repacks_down ? down : compact_columns(down, context.storage, context.source), mlp.activation},
+      context);
 }
 
 MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, const Range& heads,
@@ -35,11 +56,15 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
 
 MoeWeights shard_moe_weights(const MoeWeights& moe, const ShardContext& context) {
   const ShardSpec& spec = context.spec;
-  MoeWeights out = moe;  // LatentMoE's projections and norm are replicated too  // the router and its bias are replicated: every rank routes alike
+  // The router and its bias are replicated (every rank routes alike), and LatentMoE's
+  // projections and norm.
+  MoeWeights out = moe;
   if (spec.expert_parallel) {
     const Range experts = even_split(int64_t(moe.experts.size()), spec.size, spec.rank);
     out.first_owned_expert = experts.begin;
     out.end_owned_expert = experts.end;
+    for (int64_t e = experts.begin; e < experts.end; ++e)
+      out.experts[size_t(e)] = repacked_if_asked(moe.experts[size_t(e)], context);
   } else {
     for (auto& expert : out.experts) expert = shard_mlp_weights(expert, context);
   }

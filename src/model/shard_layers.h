@@ -19,9 +19,13 @@ namespace mlaserve {
 
 struct ShardContext {
   const ShardSpec& spec;
-  std::deque<std::vector<uint8_t>>& storage;  // owns the compacted column slices
+  WeightCopies& storage;  // owns the compacted column slices
   const Checkpoint* source;                   // the mapped checkpoint whose pages they replace
 };
+
+// Logs what a shard copied out of the mapped checkpoint (column slices, repacked panels), if
+// anything, and how long making the shard took.
+void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds);
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context);
 MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, const Range& heads,

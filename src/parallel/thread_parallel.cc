@@ -13,7 +13,8 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOpt
   MLA_CHECK(options.size >= 1, "the tensor-parallel size must be at least 1, got {}", options.size);
   comms_ = make_thread_communicators(options.size, options.collective_timeout);
   for (int rank = 0; rank < options.size; ++rank)
-    shards_.push_back(full.shard({rank, options.size, options.expert_parallel}, comms_[size_t(rank)].get()));
+    shards_.push_back(
+        full.shard({rank, options.size, options.expert_parallel, options.repack_bf16}, comms_[size_t(rank)].get()));
   const int total = options.threads > 0 ? options.threads : default_num_threads();
   const int per_rank = std::max(1, total / options.size);
   spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.size,

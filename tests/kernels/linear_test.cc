@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <deque>
@@ -307,7 +308,7 @@ TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
   const TestWeight t = make_weight(GetParam(), rows, cols, 23);
   for (const auto& [r0, r1, c0, c1] : {std::array<int64_t, 4>{128, 256, 128, 384}, {17, 141, 96, 224}}) {
     const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
-    std::deque<std::vector<uint8_t>> storage;
+    WeightCopies storage;
     const LinearWeight packed = compact_columns(view, storage);
     const bool copied = !storage.empty();
     EXPECT_EQ(copied, GetParam() != WeightFormat::Fp8Block || r0 % 128 == 0) << weight_format_name(GetParam());
@@ -331,6 +332,69 @@ TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {
   EXPECT_NO_THROW(weight.cols_view(64, 128));
   EXPECT_THROW(weight.cols_view(40, 128), Error);
   EXPECT_THROW(weight.rows_view(2, 9), Error);
+}
+
+// A BF16 view repacked into 16-row panels: one token (the panel GEMV: panels in spread quads
+// and one at a time, with a column tail), few
+// and many tokens (the packed GEMM on stored panels: partial last panel, pieces of 256
+// columns, a second tile of tokens), all against the scalar reference over the view's slice.
+TEST(LinearBf16Panels, RepackedViewsMatchScalarReference) {
+  for (auto [rows, cols, tokens] :
+       {std::tuple{1, 32, 1}, {37, 203, 1}, {83, 203, 1}, {37, 203, 2}, {40, 96, 13}, {61, 613, 203}}) {
+    const TestWeight t = make_weight(WeightFormat::BF16, rows + 5, cols + 9, uint64_t(rows * 5 + cols));
+    WeightCopies storage;
+    const LinearWeight packed = repack_bf16_panels(t.weight.rows_view(3, 3 + rows).cols_view(4, 4 + cols), storage);
+    ASSERT_EQ(packed.format, WeightFormat::Bf16Panels);
+    EXPECT_EQ(packed.bytes(), size_t((rows + 15) / 16 * 16 * cols * 2));
+    TestWeight slice;
+    slice.weight.rows = rows;
+    slice.weight.cols = cols;
+    for (int64_t r = 3; r < 3 + rows; ++r)
+      for (int64_t c = 4; c < 4 + cols; ++c) slice.values.push_back(t.values[size_t(r * (cols + 9) + c)]);
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens + cols));
+    std::vector<float> y(size_t(tokens * rows));
+    linear(packed, x.data(), tokens, y.data());
+    EXPECT_TRUE(testing::relative_close(y, reference(slice, x, tokens), 1e-5))
+        << "rows=" << rows << " cols=" << cols << " tokens=" << tokens;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(packed, r, row.data());
+      ASSERT_TRUE(std::equal(row.begin(), row.end(), slice.values.begin() + r * cols)) << "row " << r;
+    }
+  }
+}
+
+// Row ranges that start and end inside a panel write exactly their rows (7 panels: one quad of
+// them for one token, and the rest).
+TEST(LinearBf16Panels, RowRangesInsidePanels) {
+  const int64_t rows = 120, cols = 72, row_begin = 5, row_end = 109;
+  const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 41);
+  WeightCopies storage;
+  const LinearWeight packed = repack_bf16_panels(t.weight, storage);
+  for (int64_t tokens : {1, 9}) {
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
+    const std::vector<float> want = reference(t, x, tokens);
+    const int64_t width = row_end - row_begin + 2;  // a guard column either side
+    std::vector<float> y(size_t(tokens * width), -7.0f);
+    linear_rows(packed, row_begin, row_end, x.data(), cols, tokens, y.data() + 1, width);
+    for (int64_t n = 0; n < tokens; ++n) {
+      EXPECT_EQ(y[size_t(n * width)], -7.0f);
+      EXPECT_EQ(y[size_t(n * width + width - 1)], -7.0f);
+      for (int64_t r = row_begin; r < row_end; ++r)
+        EXPECT_NEAR(y[size_t(n * width + 1 + r - row_begin)], want[size_t(n * rows + r)], 1e-4) << "token " << n << " row " << r;
+    }
+  }
+}
+
+TEST(LinearBf16Panels, OnlyBf16IsRepackedAndPanelsHaveNoViews) {
+  const TestWeight int4 = make_weight(WeightFormat::Int4Group, 16, 64, 3);
+  WeightCopies storage;
+  EXPECT_EQ(repack_bf16_panels(int4.weight, storage).format, WeightFormat::Int4Group);
+  EXPECT_TRUE(storage.empty());
+  const TestWeight bf16 = make_weight(WeightFormat::BF16, 16, 64, 3);
+  const LinearWeight packed = repack_bf16_panels(bf16.weight, storage);
+  EXPECT_THROW(packed.rows_view(0, 8), Error);
+  EXPECT_THROW(packed.cols_view(0, 32), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearTest,

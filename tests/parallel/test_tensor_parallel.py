@@ -1,6 +1,7 @@
 """A model split over thread ranks gives the single-rank answers: logits (prefill and the
 decode path) for tensor and expert parallelism, a 12-head config at TP 1, 2, 3, 4 and 6 (also
-Kimi Linear and Kimi K3 with MXFP4 experts, KDA and MLA heads split alike),
+Kimi Linear and Kimi K3 with MXFP4 experts, KDA and MLA heads split alike), BF16 MLP weights
+repacked into panels at load (the default) against the mapped checkpoint (--no-repack),
 greedy generation of 64 tokens, and a clear error for a head count that does not divide.
 Usage: test_tensor_parallel.py MLASERVE WORK_DIR"""
 import json
@@ -71,8 +72,12 @@ def main():
     compare("tiny int4 experts, TP 2", logits(binary, int4, ids, os.path.join(work, "f.npy"), "--tp", "2"),
             logits(binary, int4, ids, os.path.join(work, "g.npy")), TOLERANCE_4BIT)
     mini = make(binary, os.path.join(work, "mini-bf16"), "bf16", {}, preset="mini")
-    compare("mini bf16, EP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2", "--ep"),
-            logits(binary, mini, ids[:8], os.path.join(work, "i.npy")))
+    mapped = logits(binary, mini, ids[:8], os.path.join(work, "i.npy"), "--no-repack")
+    compare("mini bf16, EP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2", "--ep"), mapped)
+    compare("mini bf16 repacked == mapped", logits(binary, mini, ids[:8], os.path.join(work, "h.npy")), mapped)
+    compare("mini bf16 repacked, decode path (chunk 1)",
+            logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--chunk", "1"), mapped)
+    compare("mini bf16 repacked, TP 2", logits(binary, mini, ids[:8], os.path.join(work, "h.npy"), "--tp", "2"), mapped)
     kimi = make(binary, os.path.join(work, "kimi-linear-f32"), "f32", {}, preset="kimi-linear-tiny")
     base_kimi = logits(binary, kimi, ids, os.path.join(work, "j.npy"))
     compare("kimi-linear f32, TP 2", logits(binary, kimi, ids, os.path.join(work, "k.npy"), "--tp", "2"), base_kimi)
