@@ -21,7 +21,7 @@ struct ParallelFlags {
   int tp = 1;
   bool ep = false;
   double comm_timeout_s = 120;
-  bool repack = true;  // BF16 MLP/expert weights into the CPU kernels' panels (ShardSpec)
+  bool repack = true;  // BF16 projections into the CPU kernels' panels (ShardSpec::repack_bf16)
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
 

@@ -179,8 +179,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
   cmd->add_flag("!--no-repack", flags.repack,
-                "keep BF16 MLP and expert weights in the mapped checkpoint (by default each rank copies them into "
-                "the CPU kernels' panel layout at load: faster prefill, weights no longer paged from the file)");
+                "keep BF16 weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
+                "attention projections into the CPU kernels' panel layout at load: faster prefill, those weights "
+                "no longer paged from the file)");
 }
 
 std::unique_ptr<SequenceRunner> SequenceRunner::create(const CausalLM& model, const ParallelFlags& flags,

@@ -16,7 +16,7 @@ namespace {
 // Loop nest (GotoBLAS): token tiles of kTileTokens, then columns in pieces of kDepth, the
 // tile's activations packed once per piece (kTileTokens x kDepth fp32 = 192 KB, L2); then
 // panels of kPanelRows weight rows decoded to fp32 and transposed to [depth][16] (16 KB, L1);
-// then blocks of 6 tokens, whose 6 x 16 outputs stay in 12 registers for the whole piece.
+// then blocks of up to 6 tokens, whose 6 x 16 outputs stay in 12 registers for the whole piece.
 // Each step of the inner loop loads 2 weight vectors and broadcasts 6 activations for 12
 // FMAs; nothing in it widens or decodes. Measured on one Zen 4 core with L1-resident panels:
 // 6 x 16 reaches the FMA peak (98.9 of 98.9 GFLOP/s), 4 x 24 90, 3 x 32 and 2 x 48 spill.
@@ -24,7 +24,7 @@ constexpr int64_t kDepth = 256;
 constexpr int64_t kTileTokens = 192;
 constexpr int kBlockTokens = 6;
 constexpr int kPanelRows = 16;
-static_assert(kTileTokens % kBlockTokens == 0, "a tile's last block is padded within the tile buffer");
+static_assert(kTileTokens % kBlockTokens == 0, "a tile's blocks fit its buffer");
 static_assert(kPanelRows == kBf16PanelRows, "a stored Bf16Panels panel is one kernel panel");
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -55,15 +55,27 @@ void store_transposed_8x8(__m256 r[8], float* out, int64_t out_stride) {
 }
 #endif
 
-// packed[(t / 6) * depth * 6 + k * 6 + t % 6] = x[t, k0 + k]: each block of 6 tokens
-// contiguous by column, missing tokens of the last block zero. 8 columns at a time through a
-// register transpose (the scalar loop was ~1/5 of packed_gemm_rows' own samples), each
-// column's 6 values stored as 4 + 2.
-void pack_tokens(const float* x, int64_t x_stride, int64_t n_tokens, int64_t k0, int64_t depth, float* packed) {
-  for (int64_t block = 0; block < n_tokens; block += kBlockTokens) {
-    float* out = packed + block * depth;
-    const int present = int(std::min<int64_t>(kBlockTokens, n_tokens - block));
-    const float* rows = x + block * x_stride + k0;
+// A tile's n_tokens in ceil(n_tokens / 6) blocks of as equal sizes as can be (block i: tokens
+// [i * n / blocks, (i + 1) * n / blocks)): a block of t tokens keeps 2t accumulator chains,
+// and fewer than 8 leave the FMA pipes waiting on its latency, so 8 tokens run as 4 + 4, not
+// 6 + 2 (the 2-token block took as long as a 6-token one).
+struct TokenBlocks {
+  int64_t n_tokens, count;
+  explicit TokenBlocks(int64_t tokens) : n_tokens(tokens), count((tokens + kBlockTokens - 1) / kBlockTokens) {}
+  int64_t begin(int64_t block) const { return block * n_tokens / count; }
+  int64_t end(int64_t block) const { return (block + 1) * n_tokens / count; }
+};
+
+// packed[b * depth * 6 + k * 6 + j] = x[begin(b) + j, k0 + k]: each block's tokens contiguous by
+// column in 6 slots, the unused slots zero. 8 columns at a time through a register transpose
+// (the scalar loop was ~1/5 of packed_gemm_rows' own samples), each column's 6 values stored
+// as 4 + 2.
+void pack_tokens(const float* x, int64_t x_stride, const TokenBlocks& blocks, int64_t k0, int64_t depth,
+                 float* packed) {
+  for (int64_t block = 0; block < blocks.count; ++block) {
+    float* out = packed + block * kBlockTokens * depth;
+    const int present = int(blocks.end(block) - blocks.begin(block));
+    const float* rows = x + blocks.begin(block) * x_stride + k0;
     int64_t k = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; k + 8 <= depth; k += 8) {
@@ -314,7 +326,7 @@ constexpr BlockKernel<Panel> kBlockKernels[kBlockTokens] = {
 // The loop nest above for n_tokens tokens against a weight of `cols` columns: token tiles,
 // column pieces (the tile's tokens packed once per piece), then for_each_panel(k0, depth,
 // run_panel), which calls run_panel(panel, y_column, first_row, end_row) for each panel of
-// rows: every block of 6 tokens against it, outputs to column y_column of y.
+// rows: every block of tokens against it, outputs to column y_column of y.
 template <class ForEachPanel>
 void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols, float* y, int64_t y_stride,
                 ForEachPanel for_each_panel) {
@@ -327,13 +339,14 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
     const int64_t tile_tokens = std::min(kTileTokens, n_tokens - tile);
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
       const int64_t depth = std::min(kDepth, cols - k0);
-      pack_tokens(x + tile * x_stride, x_stride, tile_tokens, k0, depth, tokens);
+      const TokenBlocks blocks(tile_tokens);
+      pack_tokens(x + tile * x_stride, x_stride, blocks, k0, depth, tokens);
       for_each_panel(k0, depth, [&](auto panel, int64_t y_column, int first_row, int end_row) {
         const auto& kernels = end_row <= 8 ? kBlockKernels<decltype(panel), 1> : kBlockKernels<decltype(panel), 2>;
-        for (int64_t block = 0; block < tile_tokens; block += kBlockTokens) {
-          const int64_t count = std::min<int64_t>(kBlockTokens, tile_tokens - block);
-          kernels[count - 1](tokens + block * depth, panel, depth, y + (tile + block) * y_stride + y_column, y_stride,
-                             first_row, end_row, k0 > 0);
+        for (int64_t block = 0; block < blocks.count; ++block) {
+          const int64_t first = blocks.begin(block), count = blocks.end(block) - first;
+          kernels[count - 1](tokens + block * kBlockTokens * depth, panel, depth, y + (tile + first) * y_stride + y_column,
+                             y_stride, first_row, end_row, k0 > 0);
         }
       });
     }
@@ -341,60 +354,74 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// sums[p * 16 + i] = row i of panels[p] . x for one token: kPanels panels read together
-// (kPanels memory streams), kUnroll columns a step, 2 x kPanels x kUnroll accumulators (8:
-// enough to cover the FMA latency).
-template <int kPanels, int kUnroll>
-void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int64_t cols, float* sums) {
-  __m256 acc[2 * kPanels * kUnroll];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  const auto step = [&](int64_t k, int u) {
-    const __m256 value = _mm256_broadcast_ss(x + k);
+// sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
+// kTokens tokens: kPanels panels read together (kPanels memory streams), each panel column
+// widened once for all the tokens. Every (row, token) sum runs in the packed GEMM's order —
+// one FMA chain over each piece of kDepth columns, the pieces added in turn — so a token gets
+// the same bits alone, in a few tokens or in a GEMM block (LinearBf16Panels.AnyTokenCountGives
+// TheSingleTokenBits); 2 x kPanels x kTokens chains cover the FMA latency (8 for 4 panels x 1
+// token and 2 panels x 2 tokens).
+template <int kPanels, int kTokens>
+void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
+                     float* sums) {
+  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+    __m256 acc[2 * kPanels * kTokens];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
 #pragma GCC unroll 4
-    for (int p = 0; p < kPanels; ++p) {
-      __m256 rows_0_7, rows_8_15;
-      Bf16Panel{panels[p]}(k, rows_0_7, rows_8_15);
-      acc[2 * (p * kUnroll + u)] = _mm256_fmadd_ps(value, rows_0_7, acc[2 * (p * kUnroll + u)]);
-      acc[2 * (p * kUnroll + u) + 1] = _mm256_fmadd_ps(value, rows_8_15, acc[2 * (p * kUnroll + u) + 1]);
+      for (int p = 0; p < kPanels; ++p) {
+        __m256 rows_0_7, rows_8_15;
+        Bf16Panel{panels[p]}(k, rows_0_7, rows_8_15);
+#pragma GCC unroll 3
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
+          __m256* chain = acc + 2 * (t * kPanels + p);
+          chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
+          chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
+        }
+      }
+    for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
+      float* out = sums + 8 * i;
+      _mm256_storeu_ps(out, k0 == 0 ? acc[i] : _mm256_add_ps(acc[i], _mm256_loadu_ps(out)));
     }
-  };
-  int64_t k = 0;
-  for (; k + kUnroll <= cols; k += kUnroll)
-#pragma GCC unroll 4
-    for (int u = 0; u < kUnroll; ++u) step(k + u, u);
-  for (; k < cols; ++k) step(k, 0);
-  for (int p = 0; p < kPanels; ++p)
-    for (int half = 0; half < 2; ++half) {
-      __m256 sum = acc[2 * p * kUnroll + half];
-      for (int u = 1; u < kUnroll; ++u) sum = _mm256_add_ps(sum, acc[2 * (p * kUnroll + u) + half]);
-      _mm256_storeu_ps(sums + p * kPanelRows + 8 * half, sum);
-    }
+  }
 }
 
-// y[r - row_begin] = W[r] . x for one token of a Bf16Panels weight: the range's panels as
-// spread quads (panel q of each quarter together: 4 memory streams, which read ~1.3x faster
-// than one on this VM), the leftovers one at a time.
-void bf16_panel_gemv(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, float* y) {
+// y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens (1-3) tokens of a Bf16Panels weight,
+// each panel read once: the range's panels kSpread at a time, one from each of kSpread equal
+// parts (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x
+// 2048 at one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block
+// kernel would read one stream, with too few accumulator chains (2 tokens ran at half rate).
+template <int kTokens, int kSpread>
+void bf16_panel_few_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                           int64_t x_stride, float* y, int64_t y_stride) {
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
-  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, quarter = n_panels / 4;
-  const auto store = [&](int64_t panel, const float* sums) {
-    const int64_t first = std::max(row_begin, panel * kPanelRows), end = std::min(row_end, (panel + 1) * kPanelRows);
-    for (int64_t r = first; r < end; ++r) y[r - row_begin] = sums[r - panel * kPanelRows];
+  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
+  alignas(32) float sums[kTokens * kSpread * kPanelRows];
+  const auto store = [&](const int64_t* panels, int n) {
+    for (int t = 0; t < kTokens; ++t)
+      for (int p = 0; p < n; ++p) {
+        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
+        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
+        for (int64_t r = first; r < end; ++r)
+          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
+      }
   };
-  alignas(32) float sums[4 * kPanelRows];
-  for (int64_t q = 0; q < quarter; ++q) {
-    const int64_t panels[4] = {first_panel + q, first_panel + quarter + q, first_panel + 2 * quarter + q,
-                               first_panel + 3 * quarter + q};
-    const uint16_t* data[4];
-    for (int p = 0; p < 4; ++p) data[p] = stored + panels[p] * cols * kPanelRows;
-    bf16_panels_dot<4, 1>(data, x, cols, sums);
-    for (int p = 0; p < 4; ++p) store(panels[p], sums + p * kPanelRows);
+  for (int64_t q = 0; q < part; ++q) {
+    int64_t panels[kSpread];
+    const uint16_t* data[kSpread];
+    for (int p = 0; p < kSpread; ++p) {
+      panels[p] = first_panel + p * part + q;
+      data[p] = stored + panels[p] * cols * kPanelRows;
+    }
+    bf16_panels_dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
+    store(panels, kSpread);
   }
-  for (int64_t panel = first_panel + 4 * quarter; panel < first_panel + n_panels; ++panel) {
+  for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
     const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
-    bf16_panels_dot<1, 4>(data, x, cols, sums);
-    store(panel, sums);
+    bf16_panels_dot<1, kTokens>(data, x, x_stride, cols, sums);
+    store(&panel, 1);
   }
 }
 #endif
@@ -428,7 +455,9 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
 #if defined(__AVX2__) && defined(__FMA__)
-  if (n_tokens == 1) return bf16_panel_gemv(weight, row_begin, row_end, x, y);
+  if (n_tokens == 1) return bf16_panel_few_tokens<1, 4>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  if (n_tokens == 2) return bf16_panel_few_tokens<2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
 #endif
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols;

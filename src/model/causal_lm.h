@@ -59,8 +59,9 @@ struct ShardSpec {
   int rank = 0;
   int size = 1;
   bool expert_parallel = false;
-  // The rank's BF16 MLP and expert weights copied into the CPU kernels' panel layout
-  // (repack_bf16_panels), its checkpoint pages released; also with size 1.
+  // The rank's BF16 MLP, expert and attention projections (not kv_b_proj; q_a / kv_a only at
+  // size 1) copied into the CPU kernels' panel layout (repack_bf16_panels), their checkpoint
+  // pages released; also with size 1.
   bool repack_bf16 = false;
 };
 

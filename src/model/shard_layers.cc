@@ -11,11 +11,21 @@ int64_t split_alignment(const LinearWeight& weight) {
   return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
-// The MLP's projections in the panel layout when the spec asks for it.
+// The weight in the panel layout when the spec asks for it (repack_bf16_panels).
+void repack_if_asked(LinearWeight& weight, const ShardContext& context) {
+  if (context.spec.repack_bf16) weight = repack_bf16_panels(weight, context.storage, context.source);
+}
+
+// Columns [begin, end) of a weight: left a view when it is about to be repacked (copied once,
+// from the view), else compacted (compact_columns).
+LinearWeight column_slice(const LinearWeight& weight, int64_t begin, int64_t end, const ShardContext& context) {
+  const LinearWeight view = weight.cols_view(begin, end);
+  if (context.spec.repack_bf16 && view.format == WeightFormat::BF16) return view;
+  return compact_columns(view, context.storage, context.source);
+}
+
 MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
-  if (!context.spec.repack_bf16) return mlp;
-  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
-    *weight = repack_bf16_panels(*weight, context.storage, context.source);
+  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) repack_if_asked(*weight, context);
   return mlp;
 }
 
@@ -33,12 +43,9 @@ MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context)
   const ShardSpec& spec = context.spec;
   const Range part = even_split(mlp.gate_proj.rows, spec.size, spec.rank, split_alignment(mlp.down_proj));
   MLA_CHECK(part.size() > 0, "an MLP of width {} cannot be split {} ways", mlp.gate_proj.rows, spec.size);
-  // A down_proj that is about to be repacked is copied once, from the view.
-  const LinearWeight down = mlp.down_proj.cols_view(part.begin, part.end);
-  const bool repacks_down = spec.repack_bf16 && down.format == WeightFormat::BF16;
   return repacked_if_asked(
       MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
-                 repacks_down ? down : compact_columns(down, context.storage, context.source), mlp.activation},
+                 column_slice(mlp.down_proj, part.begin, part.end, context), mlp.activation},
       context);
 }
 
@@ -49,8 +56,18 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   if (mla.q_proj) out.q_proj = mla.q_proj->rows_view(heads.begin * qk, heads.end * qk);
   if (mla.q_b_proj) out.q_b_proj = mla.q_b_proj->rows_view(heads.begin * qk, heads.end * qk);
   out.kv_b_proj = mla.kv_b_proj.rows_view(heads.begin * kv, heads.end * kv);
-  out.o_proj = compact_columns(mla.o_proj.cols_view(heads.begin * v, heads.end * v), context.storage, context.source);
+  out.o_proj = column_slice(mla.o_proj, heads.begin * v, heads.end * v, context);
   if (mla.g_proj) out.g_proj = mla.g_proj->rows_view(heads.begin * v, heads.end * v);
+  // Into panels: the projections split by heads, and the replicated q_a / kv_a only on a
+  // single rank (ranks of a split would each hold a copy of them). kv_b_proj stays mapped:
+  // absorbed decode reads its rows transposed (linear_transposed_rows).
+  for (auto* weight : {&out.q_proj, &out.q_b_proj, &out.g_proj})
+    if (*weight) repack_if_asked(**weight, context);
+  repack_if_asked(out.o_proj, context);
+  if (context.spec.size == 1) {
+    if (out.q_a_proj) repack_if_asked(*out.q_a_proj, context);
+    repack_if_asked(out.kv_a_proj_with_mqa, context);
+  }
   return out;
 }
 

@@ -334,13 +334,13 @@ TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {
   EXPECT_THROW(weight.rows_view(2, 9), Error);
 }
 
-// A BF16 view repacked into 16-row panels: one token (the panel GEMV: panels in spread quads
-// and one at a time, with a column tail), few
+// A BF16 view repacked into 16-row panels: 1, 2 and 3 tokens (panels streamed 4, 2 or 1 at a
+// time, the leftovers one at a time, with a column tail), more
 // and many tokens (the packed GEMM on stored panels: partial last panel, pieces of 256
 // columns, a second tile of tokens), all against the scalar reference over the view's slice.
 TEST(LinearBf16Panels, RepackedViewsMatchScalarReference) {
   for (auto [rows, cols, tokens] :
-       {std::tuple{1, 32, 1}, {37, 203, 1}, {83, 203, 1}, {37, 203, 2}, {40, 96, 13}, {61, 613, 203}}) {
+       {std::tuple{1, 32, 1}, {37, 203, 1}, {83, 203, 1}, {37, 203, 2}, {70, 203, 3}, {40, 96, 13}, {61, 613, 203}}) {
     const TestWeight t = make_weight(WeightFormat::BF16, rows + 5, cols + 9, uint64_t(rows * 5 + cols));
     WeightCopies storage;
     const LinearWeight packed = repack_bf16_panels(t.weight.rows_view(3, 3 + rows).cols_view(4, 4 + cols), storage);
@@ -364,14 +364,14 @@ TEST(LinearBf16Panels, RepackedViewsMatchScalarReference) {
   }
 }
 
-// Row ranges that start and end inside a panel write exactly their rows (7 panels: one quad of
-// them for one token, and the rest).
+// Row ranges that start and end inside a panel write exactly their rows (7 panels: streamed in
+// quads, pairs or singly for 1, 2, 3 tokens, in blocks for 9).
 TEST(LinearBf16Panels, RowRangesInsidePanels) {
   const int64_t rows = 120, cols = 72, row_begin = 5, row_end = 109;
   const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 41);
   WeightCopies storage;
   const LinearWeight packed = repack_bf16_panels(t.weight, storage);
-  for (int64_t tokens : {1, 9}) {
+  for (int64_t tokens : {1, 2, 3, 9}) {
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
     const std::vector<float> want = reference(t, x, tokens);
     const int64_t width = row_end - row_begin + 2;  // a guard column either side
@@ -382,6 +382,26 @@ TEST(LinearBf16Panels, RowRangesInsidePanels) {
       EXPECT_EQ(y[size_t(n * width + width - 1)], -7.0f);
       for (int64_t r = row_begin; r < row_end; ++r)
         EXPECT_NEAR(y[size_t(n * width + 1 + r - row_begin)], want[size_t(n * rows + r)], 1e-4) << "token " << n << " row " << r;
+    }
+  }
+}
+
+// Every path over panels (4, 2 or 1 panels at a time for 1-3 tokens, GEMM blocks of 4-6
+// tokens, a second tile) sums a (row, token) in the same order: a token's outputs are the same
+// bits alone and in any batch, as the engine's continuous batching relies on.
+TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
+  const int64_t rows = 83, cols = 613;  // 6 panels (a quad, a pair, leftovers); 3 column pieces
+  const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 57);
+  WeightCopies storage;
+  const LinearWeight packed = repack_bf16_panels(t.weight, storage);
+  const std::vector<float> x = testing::random_vector(size_t(200 * cols), 58);
+  std::vector<float> alone(static_cast<size_t>(rows));
+  for (int64_t tokens : {2, 3, 4, 7, 8, 13, 200}) {
+    std::vector<float> y(size_t(tokens * rows));
+    linear(packed, x.data(), tokens, y.data());
+    for (int64_t n : {int64_t(0), tokens / 2, tokens - 1}) {
+      linear(packed, x.data() + n * cols, 1, alone.data());
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y.begin() + n * rows)) << tokens << " tokens, token " << n;
     }
   }
 }
