@@ -96,6 +96,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
     if (layer.mlp) sharded.mlp = shard_mlp_weights(*layer.mlp, context);
     if (layer.moe) sharded.moe = shard_moe_weights(*layer.moe, context);
     out.layers.push_back(std::move(sharded));
+    log_shard_progress(spec, out.layers.size(), full.layers.size());
   }
   return out;
 }

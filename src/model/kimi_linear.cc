@@ -159,13 +159,15 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
   WeightCopies copies;
   const ShardContext context{spec, copies, &storage_->checkpoint};
   KimiLinearWeights weights = weights_;
-  for (auto& layer : weights.layers) {
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    auto& layer = weights.layers[i];
     if (auto* mla = std::get_if<MlaWeights>(&layer.self_attn))
       *mla = shard_mla_weights(*mla, config_, mla_heads, context);
     else
       layer.self_attn = shard_kda_weights(std::get<KdaWeights>(layer.self_attn), kda_shape_, kda_heads, context);
     if (layer.mlp) layer.mlp = shard_mlp_weights(*layer.mlp, context);
     if (layer.moe) layer.moe = shard_moe_weights(*layer.moe, context);
+    log_shard_progress(spec, i + 1, weights.layers.size());
   }
   log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(storage_, std::move(weights)));

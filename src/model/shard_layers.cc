@@ -31,6 +31,11 @@ MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
 
 }  // namespace
 
+void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers) {
+  if (spec.repack_bf16 && layers >= 8 && layers_done * 4 / layers != (layers_done - 1) * 4 / layers)
+    spdlog::info("rank {} of {}: {} of {} layers sharded and repacked", spec.rank, spec.size, layers_done, layers);
+}
+
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds) {
   size_t bytes = 0;
   for (const auto& copy : copies) bytes += copy.size();

@@ -23,6 +23,10 @@ struct ShardContext {
   const Checkpoint* source;                   // the mapped checkpoint whose pages they replace
 };
 
+// While repacking (the long part of making a shard of a large model), logs each quarter of
+// the layers done.
+void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers);
+
 // Logs what a shard copied out of the mapped checkpoint (column slices, repacked panels), if
 // anything, and how long making the shard took.
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds);
