@@ -77,6 +77,14 @@ void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col
   }
 }
 
+// A Bf16Panels row: every 16th value of its panel (never a view: see repack_bf16_panels).
+void dequantize_bf16_panel_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end,
+                                 float* out) {
+  const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * weight.cols * kBf16PanelRows;
+  const int64_t slot = bf16_panel_slot(row % kBf16PanelRows);
+  for (int64_t c = col_begin; c < col_end; ++c) out[c - col_begin] = bf16_to_f32(panel[c * kBf16PanelRows + slot]);
+}
+
 // A per-thread row buffer for formats that are dequantized before the dot product.
 float* row_scratch(int64_t cols) {
   thread_local std::vector<float> scratch;
@@ -87,12 +95,6 @@ float* row_scratch(int64_t cols) {
 }  // namespace
 
 void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
-  if (weight.format == WeightFormat::Bf16Panels) {  // never a view: see repack_bf16_panels
-    const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * weight.cols * kBf16PanelRows;
-    const int64_t slot = bf16_panel_slot(row % kBf16PanelRows);
-    for (int64_t c = col_begin; c < col_end; ++c) out[c - col_begin] = bf16_to_f32(panel[c * kBf16PanelRows + slot]);
-    return;
-  }
   const int64_t offset = element_offset(weight, row) + col_begin, n = col_end - col_begin;
   switch (weight.format) {
     case WeightFormat::F32:
@@ -107,7 +109,7 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
     case WeightFormat::Fp8Block: dequantize_fp8_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
-    case WeightFormat::Bf16Panels: return;  // above
+    case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
   }
 }
 
