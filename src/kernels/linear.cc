@@ -7,6 +7,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "kernels/fp8_dot.h"
+#include "kernels/int4_gemm.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
@@ -304,9 +305,9 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
 // From this many tokens a layer runs as a packed GEMM (packed_gemm.h). Measured (linear_bench):
 // for BF16 the 4 x 3 dot blocks are as fast up to about 64 tokens (an expert's 48 tokens of a
 // 512-token prefill: 112-127 vs 113-133 GFLOP/s); the 4-bit int8 dots are slower from about
-// 16 tokens (INT4, 48 tokens: 74 GFLOP/s), and there the GEMM takes the same int8-rounded
-// activations in fp32 (round_to_q8), so a 4-bit layer's numbers differ between the two paths
-// only by float summation order.
+// 16 tokens (INT4, 48 tokens: 74 GFLOP/s). From there INT4 runs the integer GEMM (int4_gemm.h)
+// and MXFP4 the packed GEMM on the same int8-rounded activations in fp32 (round_to_q8), so a
+// 4-bit layer's numbers differ between the paths only by float summation order.
 constexpr int64_t kPackedGemmMinTokens = 64;
 constexpr int64_t kPackedGemmMinTokensQ8 = 16;
 
@@ -348,6 +349,11 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
   if (weight.format == WeightFormat::Bf16Panels)
     return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const bool q8 = takes_q8_activations(weight);
+  if (q8 && weight.format == WeightFormat::Int4Group && n_tokens >= kPackedGemmMinTokensQ8) {
+    thread_local Q8Buffer buffer;
+    buffer.quantize(x, x_stride, n_tokens, weight.cols);
+    return int4_q8_gemm_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
+  }
   if (n_tokens >= (q8 ? kPackedGemmMinTokensQ8 : kPackedGemmMinTokens) && packed_gemm_supports(weight)) {
     if (!q8) return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
     thread_local std::vector<float> rounded;

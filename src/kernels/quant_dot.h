@@ -7,7 +7,8 @@
 // which ran at a third of the rate memory could feed it. The error this adds is that of
 // rounding x to 8 bits: about 0.5% of a dot product's size (docs/kernels.md). Single tokens
 // and batches of up to 15 use the same quantized dot and get the same bits from it; larger
-// batches run the packed GEMM on the same rounded values (round_to_q8).
+// batches meet the same int8 values in an integer GEMM (INT4, int4_gemm.h) or in the packed
+// float GEMM (MXFP4, round_to_q8).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -45,9 +46,12 @@ class Q8Buffer {
   std::vector<float> scales_, scaled_sums_, scales8_, scaled_sums8_;
 };
 
+// Where Q8Buffer stores column c (< 32) of block `block` of a token's `blocks` blocks.
+int64_t q8_index(int64_t blocks, int64_t block, int c);
+
 // x rounded as Q8Buffer rounds it, back in fp32: out[c] = q_c * (amax / 127) per block of 32
-// (cols a multiple of 32). Layers with many tokens run as a float GEMM (packed_gemm.h) and take
-// 4-bit layers' activations this way: the same int8 values as the integer dot products meet,
+// (cols a multiple of 32). MXFP4 layers with many tokens run as a float GEMM (packed_gemm.h)
+// and take their activations this way: the same int8 values as the integer dot products meet,
 // summed in float rather than in int32.
 void round_to_q8(const float* x, int64_t cols, float* out);
 

@@ -145,10 +145,11 @@ TEST_P(LinearTest, MatchesScalarReference) {
 }
 
 // Many tokens run as a packed GEMM (panels of 16 rows, pieces of 256 columns, tiles of 192
-// tokens in blocks of 6): from 64 tokens for F32/BF16/F16, from 16 for the 4-bit formats (on
-// int8-rounded activations); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of those, with partial panels, pieces,
-// tiles and blocks (and, for the float formats, a column count that is no multiple of 8); 13
-// tokens take the 4 x 3 dot blocks or the int8 dots.
+// tokens in blocks of 6): from 64 tokens for F32/BF16/F16, from 16 for MXFP4 (on int8-rounded
+// activations); INT4 from 16 tokens runs the integer GEMM (panels of 8 rows, chunks of 1024
+// columns, tiles of 128 tokens); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
+// those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
+// count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
   const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
   for (auto [rows, cols, tokens] : {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}}) {
@@ -193,8 +194,7 @@ TEST_P(LinearTest, ExtremeActivationBlocks) {
 
 // INT4 groups: 64, 96 and 128 columns (several Q8 blocks a scale: a shift, a division), and 16
 // (not whole blocks: the kernel dequantizes rows and keeps x exact). From 16 tokens whole-block
-// groups run as the packed GEMM on int8-rounded activations: the same values, summed in
-// another order.
+// groups run as the integer GEMM on the same int8 activations, summed in another order.
 TEST(LinearInt4, GroupSizes) {
   for (auto [group, tokens] : {std::pair<int64_t, int64_t>{16, 3}, {16, 67}, {64, 3}, {64, 20}, {96, 3}, {128, 3}}) {
     const int64_t rows = 19, cols = 384;
@@ -210,6 +210,34 @@ TEST(LinearInt4, GroupSizes) {
       EXPECT_EQ(single, first_token) << "group " << group;  // the same int8 dot, batch or not
     } else {
       EXPECT_TRUE(testing::relative_close(single, first_token, 1e-5)) << "group " << group;
+    }
+  }
+}
+
+// INT4 from 16 tokens runs the integer GEMM (int4_gemm.h): columns over two chunks of 1024 and
+// an unpaired last block (65 blocks), groups of one block and of 5, rows in panels of 8 with a
+// tail, 17 tokens in blocks of 6, 6 and 5, and 150 over two tiles of 128. Its integer sums are
+// exact and each (row, token) takes the same float steps in any block of tokens or rows, so
+// the first 16 tokens keep their bits in larger batches and a row range gives the whole's rows.
+TEST(LinearInt4, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
+  const int64_t rows = 13, cols = 2080;
+  for (int64_t group : {32, 160}) {
+    const TestWeight t = make_weight(WeightFormat::Int4Group, rows, cols, uint64_t(group + 1), group);
+    const std::vector<float> x = testing::random_vector(size_t(150 * cols), 17);
+    std::vector<float> first16(size_t(16 * rows));
+    linear(t.weight, x.data(), 16, first16.data());
+    for (int64_t tokens : {17, 150}) {
+      const std::vector<float> x_used(x.begin(), x.begin() + tokens * cols);
+      std::vector<float> y(size_t(tokens * rows)), range(size_t(tokens * 8));
+      linear(t.weight, x.data(), tokens, y.data());
+      EXPECT_TRUE(testing::relative_close(y, reference(t, kernel_input(t.weight, x_used, cols), tokens), 1e-5))
+          << "group " << group << " tokens " << tokens;
+      EXPECT_EQ(first16, std::vector<float>(y.begin(), y.begin() + 16 * rows)) << "group " << group;
+      linear_rows(t.weight, 5, 13, x.data(), cols, tokens, range.data(), 8);
+      for (int64_t n = 0; n < tokens; ++n)
+        EXPECT_EQ(std::vector<float>(range.begin() + n * 8, range.begin() + (n + 1) * 8),
+                  std::vector<float>(y.begin() + n * rows + 5, y.begin() + (n + 1) * rows))
+            << "token " << n;
     }
   }
 }
