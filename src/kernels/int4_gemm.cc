@@ -35,14 +35,14 @@ struct alignas(32) Panel {
   float scales[kChunkBlocks][kPanelRows];
 };
 
-// What a block of tokens reads: each token's int8 values, and per block of the chunk its
-// scale and 8 * scale * sum(q) (the offset's share); where a block's evens and odds begin in
-// Q8Buffer's order (the same for every token).
+// What a tile's tokens read in a chunk: each token's int8 values, and per block of the chunk
+// its scale and 8 * scale * sum(q) (the offset's share); where a block's evens and odds begin
+// in Q8Buffer's order (the same for every token).
 struct ChunkTokens {
-  const int8_t* values[kBlockTokens];
-  const float* scales[kBlockTokens];
-  const float* offsets[kBlockTokens];
-  const int64_t (*starts)[2];
+  const int8_t* values[kTileTokens];
+  const float* scales[kTileTokens];
+  const float* offsets[kTileTokens];
+  int64_t starts[kChunkBlocks][2];
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -97,7 +97,10 @@ void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int6
 // panel's 8 rows; the integer sums exact, so each (row, token) is the same bits whatever
 // block of tokens it is in.
 template <int kTokens>
-void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& x, float* out) {
+void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk, int64_t first, float* out) {
+  const int8_t* const* values = chunk.values + first;
+  const float* const* x_scales = chunk.scales + first;
+  const float* const* x_offsets = chunk.offsets + first;
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc[kTokens];
   for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
@@ -108,10 +111,10 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& x, fl
 #pragma GCC unroll 8
     for (int s = 0; s < kSteps; ++s) {
       const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(panel.codes[b][s]));
-      const int64_t at = x.starts[b][s % 2] + 4 * (s / 2);
+      const int64_t at = chunk.starts[b][s % 2] + 4 * (s / 2);
       for (int t = 0; t < kTokens; ++t) {
         int32_t four;
-        std::memcpy(&four, x.values[t] + at, 4);
+        std::memcpy(&four, values[t] + at, 4);
         sums[t] = _mm256_add_epi16(sums[t], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(four)));
         // Keeps each step's sum in its register: without it GCC computed all 48 products of a
         // block first and spilled them to the stack (~40% slower).
@@ -121,7 +124,7 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& x, fl
     const __m256 w_scale = _mm256_load_ps(panel.scales[b]);
     for (int t = 0; t < kTokens; ++t) {
       const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums[t], ones));
-      const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(x.scales[t][b]), _mm256_set1_ps(x.offsets[t][b]));
+      const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(x_scales[t][b]), _mm256_set1_ps(x_offsets[t][b]));
       acc[t] = _mm256_fmadd_ps(scaled, w_scale, acc[t]);
     }
   }
@@ -134,15 +137,27 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& x, fl
         int32_t sum = 0;
         for (int s = 0; s < kSteps; ++s)
           for (int k = 0; k < 4; ++k)
-            sum += int32_t(panel.codes[b][s][4 * i + k]) * x.values[t][x.starts[b][s % 2] + 4 * (s / 2) + k];
-        acc = std::fma(std::fma(float(sum), x.scales[t][b], -x.offsets[t][b]), panel.scales[b][i], acc);
+            sum += int32_t(panel.codes[b][s][4 * i + k]) * values[t][chunk.starts[b][s % 2] + 4 * (s / 2) + k];
+        acc = std::fma(std::fma(float(sum), x_scales[t][b], -x_offsets[t][b]), panel.scales[b][i], acc);
       }
       out[t * kPanelRows + i] = acc;
     }
 #endif
 }
 
-using PanelTokensFn = void (*)(const Panel&, int64_t, const ChunkTokens&, float*);
+// y[i] = out[i] (or += for a later chunk) for the panel's first n_rows rows.
+void store_rows(const float* out, int n_rows, bool add, float* y) {
+#if defined(__AVX2__)
+  if (n_rows == kPanelRows) {
+    const __m256 values = _mm256_load_ps(out);
+    _mm256_storeu_ps(y, add ? _mm256_add_ps(_mm256_loadu_ps(y), values) : values);
+    return;
+  }
+#endif
+  for (int i = 0; i < n_rows; ++i) y[i] = add ? y[i] + out[i] : out[i];
+}
+
+using PanelTokensFn = void (*)(const Panel&, int64_t, const ChunkTokens&, int64_t, float*);
 constexpr PanelTokensFn kPanelTokens[kBlockTokens] = {panel_tokens<1>, panel_tokens<2>, panel_tokens<3>,
                                                       panel_tokens<4>, panel_tokens<5>, panel_tokens<6>};
 
@@ -160,32 +175,28 @@ void int4_q8_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
     const Q8Activations token = x.token(t);
     for (int64_t b = 0; b < blocks; ++b) offsets[size_t(t * blocks + b)] = float(kInt4Offset) * token.scaled_sums[b];
   }
-  int64_t starts[kChunkBlocks][2];
+  thread_local std::unique_ptr<ChunkTokens> chunk = std::make_unique<ChunkTokens>();
   alignas(32) float out[kBlockTokens * kPanelRows];
   for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
     const int64_t tile_end = std::min(n_tokens, tile + kTileTokens);
     for (int64_t first_block = 0; first_block < blocks; first_block += kChunkBlocks) {
       const int64_t n_blocks = std::min(kChunkBlocks, blocks - first_block);
       for (int64_t b = 0; b < n_blocks; ++b)
-        for (int odd = 0; odd < 2; ++odd) starts[b][odd] = q8_index(blocks, first_block + b, odd);
+        for (int odd = 0; odd < 2; ++odd) chunk->starts[b][odd] = q8_index(blocks, first_block + b, odd);
+      for (int64_t t = tile; t < tile_end; ++t) {
+        const Q8Activations token = x.token(t);
+        chunk->values[t - tile] = token.values;
+        chunk->scales[t - tile] = token.scales + first_block;
+        chunk->offsets[t - tile] = offsets.data() + t * blocks + first_block;
+      }
       for (int64_t row = row_begin; row < row_end; row += kPanelRows) {
         const int n_rows = int(std::min<int64_t>(kPanelRows, row_end - row));
         build_panel(weight, row, n_rows, first_block, n_blocks, *panel);
         for (int64_t t0 = tile; t0 < tile_end; t0 += kBlockTokens) {
           const int count = int(std::min<int64_t>(kBlockTokens, tile_end - t0));
-          ChunkTokens chunk{};
-          chunk.starts = starts;
-          for (int t = 0; t < count; ++t) {
-            const Q8Activations token = x.token(t0 + t);
-            chunk.values[t] = token.values;
-            chunk.scales[t] = token.scales + first_block;
-            chunk.offsets[t] = offsets.data() + (t0 + t) * blocks + first_block;
-          }
-          kPanelTokens[count - 1](*panel, n_blocks, chunk, out);
-          for (int t = 0; t < count; ++t) {
-            float* y_row = y + (t0 + t) * y_stride + (row - row_begin);
-            for (int i = 0; i < n_rows; ++i) y_row[i] = first_block == 0 ? out[t * kPanelRows + i] : y_row[i] + out[t * kPanelRows + i];
-          }
+          kPanelTokens[count - 1](*panel, n_blocks, *chunk, t0 - tile, out);
+          for (int t = 0; t < count; ++t)
+            store_rows(out + t * kPanelRows, n_rows, first_block > 0, y + (t0 + t) * y_stride + (row - row_begin));
         }
       }
     }
