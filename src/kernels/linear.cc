@@ -7,7 +7,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "kernels/fp8_dot.h"
-#include "kernels/int4_gemm.h"
+#include "kernels/gemm_4bit.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
@@ -304,12 +304,12 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
 
 // From this many tokens a layer runs as a packed GEMM (packed_gemm.h). Measured (linear_bench):
 // for BF16 the 4 x 3 dot blocks are as fast up to about 64 tokens (an expert's 48 tokens of a
-// 512-token prefill: 112-127 vs 113-133 GFLOP/s); the 4-bit int8 dots are slower from about
-// 16 tokens (INT4, 48 tokens: 74 GFLOP/s). From there INT4 runs the integer GEMM (int4_gemm.h)
-// and MXFP4 the packed GEMM on the same int8-rounded activations in fp32 (round_to_q8), so a
-// 4-bit layer's numbers differ between the paths only by float summation order.
+// 512-token prefill: 112-127 vs 113-133 GFLOP/s). The 4-bit int8 dots are slower from about
+// 16 tokens (INT4, 48 tokens: 74 GFLOP/s), and from there 4-bit layers run the integer GEMM
+// (gemm_4bit.h) on the same int8 activations: their numbers differ between the two paths only
+// by float summation order.
 constexpr int64_t kPackedGemmMinTokens = 64;
-constexpr int64_t kPackedGemmMinTokensQ8 = 16;
+constexpr int64_t kIntegerGemmMinTokens = 16;
 
 void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                          int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
@@ -349,18 +349,13 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
   if (weight.format == WeightFormat::Bf16Panels)
     return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const bool q8 = takes_q8_activations(weight);
-  if (q8 && weight.format == WeightFormat::Int4Group && n_tokens >= kPackedGemmMinTokensQ8) {
+  if (q8 && n_tokens >= kIntegerGemmMinTokens) {
     thread_local Q8Buffer buffer;
     buffer.quantize(x, x_stride, n_tokens, weight.cols);
-    return int4_q8_gemm_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
+    return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
-  if (n_tokens >= (q8 ? kPackedGemmMinTokensQ8 : kPackedGemmMinTokens) && packed_gemm_supports(weight)) {
-    if (!q8) return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    thread_local std::vector<float> rounded;
-    rounded.resize(size_t(n_tokens * weight.cols));
-    for (int64_t t = 0; t < n_tokens; ++t) round_to_q8(x + t * x_stride, weight.cols, rounded.data() + t * weight.cols);
-    return packed_gemm_rows(weight, row_begin, row_end, rounded.data(), weight.cols, n_tokens, y, y_stride);
-  }
+  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
+    return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (q8) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);

@@ -112,7 +112,8 @@ void pack_panel_in_registers(const LinearWeight& weight, int64_t row, int64_t k0
     }
 }
 
-// 4-bit panels (INT4, MXFP4) column by column: a vector holds one 32-bit word (8 columns, low
+// INT4 panels (groups that are not whole 32-column blocks; the others run the integer GEMM,
+// gemm_4bit.h) column by column: a vector holds one 32-bit word (8 columns, low
 // nibble first) of each of 8 rows, so each of the word's columns is a few vector operations
 // giving a panel row directly, with no float transposition (INT4: decoding row-wise and
 // transposing 8 x 8 took ~1.5 vector operations a weight, this ~0.6). scale_of(stored_row,
@@ -122,8 +123,7 @@ void pack_panel_in_registers(const LinearWeight& weight, int64_t row, int64_t k0
 template <class ScaleOf, class Column>
 void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, int64_t group_size,
                      ScaleOf scale_of, Column column, float* panel) {
-  // Words through memcpy (plain 32-bit loads): MXFP4 codes are a byte tensor, with no
-  // alignment promised.
+  // Words through memcpy (plain 32-bit loads, no alignment assumed).
   const auto* bytes = static_cast<const uint8_t*>(weight.data);
   const auto word_at = [](const uint8_t* p) {
     int32_t word;
@@ -158,7 +158,7 @@ void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
   }
 }
 
-// INT4 and MXFP4 through the same lane decoders as their row dequantisation (simd.h).
+// INT4 through the same lane decoder as its row dequantisation (simd.h).
 void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
   const int64_t scales_per_row = weight.stored_cols / weight.group_size;
   pack_4bit_panel(
@@ -170,18 +170,7 @@ void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
       panel);
 }
 
-void pack_mxfp4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
-  const int64_t scales_per_row = weight.stored_cols / 32;
-  pack_4bit_panel(
-      weight, row, k0, depth, 32,
-      [&](int64_t stored_row, int64_t group) { return e8m0_to_f32(weight.e8m0_scale[stored_row * scales_per_row + group]); },
-      [](__m256i packed, int c, __m256 scale, __m256) {
-        return simd::mxfp4_lanes_to_f32(_mm256_srli_epi32(packed, 4 * c), scale);
-      },
-      panel);
-}
-
-// BF16 panels through pack_panel_in_registers (8 weights at a time), INT4 and MXFP4 through
+// BF16 panels through pack_panel_in_registers (8 weights at a time), INT4 through
 // pack_4bit_panel; false for other formats.
 bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_t depth, float* panel) {
   const int64_t stored_cols = weight.stored_cols;
@@ -194,10 +183,6 @@ bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_
   }
   if (weight.format == WeightFormat::Int4Group) {  // depth: whole groups
     pack_int4_panel(weight, row, k0, depth, panel);
-    return true;
-  }
-  if (weight.format == WeightFormat::Mxfp4) {  // depth: whole 32s
-    pack_mxfp4_panel(weight, row, k0, depth, panel);
     return true;
   }
   return false;

@@ -11,15 +11,7 @@
 #include "kernels/simd.h"
 
 namespace mlaserve {
-namespace {
 
-// MXFP4: twice the E2M1 value of each code (bit 3 the sign) plus 12, so every weight is an
-// integer in [0, 24] that vpmaddubsw can take unsigned; the 2 goes into the block scale and
-// the 12 into the block-sum correction. INT4 nibbles are already unsigned (value + 8).
-constexpr uint8_t kE2M1DoubledPlus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-constexpr int kInt4Offset = 8, kMxfp4Offset = 12;
-
-// 2^(e - 127) / 2 for every E8M0 exponent e: the MXFP4 block scale with the halving above.
 const std::array<float, 256>& e8m0_half_scales() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> out{};
@@ -28,8 +20,6 @@ const std::array<float, 256>& e8m0_half_scales() {
   }();
   return table;
 }
-
-}  // namespace
 
 int64_t q8_index(int64_t blocks, int64_t block, int c) {
   const int64_t pair_start = block / 2 * 2 * kQ8Block;
@@ -230,14 +220,6 @@ int32_t store_block_q8(const int32_t* rounded, int8_t* evens, int8_t* odds) {
 }
 
 }  // namespace
-
-void round_to_q8(const float* x, int64_t cols, float* out) {
-  alignas(32) int32_t rounded[kQ8Block];
-  for (int64_t begin = 0; begin < cols; begin += kQ8Block) {
-    const float scale = round_block(x + begin, rounded) / 127.0f;
-    for (int i = 0; i < kQ8Block; ++i) out[begin + i] = float(rounded[i]) * scale;
-  }
-}
 
 void Q8Buffer::quantize(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols) {
   const int64_t blocks = cols / kQ8Block, lanes = blocks / 2 * 8;

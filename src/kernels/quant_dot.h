@@ -7,15 +7,25 @@
 // which ran at a third of the rate memory could feed it. The error this adds is that of
 // rounding x to 8 bits: about 0.5% of a dot product's size (docs/kernels.md). Single tokens
 // and batches of up to 15 use the same quantized dot and get the same bits from it; larger
-// batches meet the same int8 values in an integer GEMM (INT4, int4_gemm.h) or in the packed
-// float GEMM (MXFP4, round_to_q8).
+// batches meet the same int8 values in an integer GEMM (gemm_4bit.h).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace mlaserve {
 
 constexpr int64_t kQ8Block = 32;
+
+// The 4-bit codes as unsigned integers for vpmaddubsw. INT4 nibbles are already unsigned
+// (value + 8). MXFP4: twice the E2M1 value of each code (bit 3 the sign) plus 12, an integer in
+// [0, 24]; the 2 goes into the block scale (e8m0_half_scales) and the offset into the
+// block-sum correction.
+constexpr int kInt4Offset = 8, kMxfp4Offset = 12;
+constexpr uint8_t kE2M1DoubledPlus12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+// 2^(e - 127) / 2 for every E8M0 exponent e: the MXFP4 block scale with the halving above.
+const std::array<float, 256>& e8m0_half_scales();
 
 // One token's activations as quantize_q8 leaves them. Per block of 32: the scale and the
 // scale times the sum of the block's int8 values (so offset-coded weights need no
@@ -48,12 +58,6 @@ class Q8Buffer {
 
 // Where Q8Buffer stores column c (< 32) of block `block` of a token's `blocks` blocks.
 int64_t q8_index(int64_t blocks, int64_t block, int c);
-
-// x rounded as Q8Buffer rounds it, back in fp32: out[c] = q_c * (amax / 127) per block of 32
-// (cols a multiple of 32). MXFP4 layers with many tokens run as a float GEMM (packed_gemm.h)
-// and take their activations this way: the same int8 values as the integer dot products meet,
-// summed in float rather than in int32.
-void round_to_q8(const float* x, int64_t cols, float* out);
 
 // out[r * n_tokens + t] = sum_c (nibble_c - 8) * bf16(w_scales[r][c / group]) * x[t]_c for
 // n_rows = 1 and n_tokens 1..4 tokens (the weights decoded once for all of them), or n_rows = 4

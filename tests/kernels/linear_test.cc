@@ -9,6 +9,7 @@
 #include <cmath>
 #include <deque>
 #include <random>
+#include <string>
 
 #include "base/dtype.h"
 #include "base/error.h"
@@ -145,9 +146,9 @@ TEST_P(LinearTest, MatchesScalarReference) {
 }
 
 // Many tokens run as a packed GEMM (panels of 16 rows, pieces of 256 columns, tiles of 192
-// tokens in blocks of 6): from 64 tokens for F32/BF16/F16, from 16 for MXFP4 (on int8-rounded
-// activations); INT4 from 16 tokens runs the integer GEMM (panels of 8 rows, chunks of 1024
-// columns, tiles of 128 tokens); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
+// tokens in blocks of 6) from 64 tokens for F32/BF16/F16; the 4-bit formats from 16 tokens run
+// the integer GEMM (panels of 8 rows, chunks of 1024 columns, tiles of 128 tokens, on the
+// int8-rounded activations); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
 // those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
 // count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
@@ -214,15 +215,19 @@ TEST(LinearInt4, GroupSizes) {
   }
 }
 
-// INT4 from 16 tokens runs the integer GEMM (int4_gemm.h): columns over two chunks of 1024 and
-// an unpaired last block (65 blocks), groups of one block and of 5, rows in panels of 8 with a
-// tail, 17 tokens in blocks of 6, 6 and 5, and 150 over two tiles of 128. Its integer sums are
-// exact and each (row, token) takes the same float steps in any block of tokens or rows, so
-// the first 16 tokens keep their bits in larger batches and a row range gives the whole's rows.
-TEST(LinearInt4, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
+// The 4-bit formats from 16 tokens run the integer GEMM (gemm_4bit.h): columns over two chunks
+// of 1024 and an unpaired last block (65 blocks), INT4 groups of one block and of 5, MXFP4
+// (its 16-bit sums widened every 4 steps), rows in panels of 8 with a tail, 17 tokens in
+// blocks of 6, 6 and 5 (INT4) or 4 x 4 and 1 (MXFP4), and 150 over two tiles of 128. Its
+// integer sums are exact and each (row, token) takes the same float steps in any block of
+// tokens or rows, so the first 16 tokens keep their bits in larger batches and a row range
+// gives the whole's rows.
+TEST(LinearFourBit, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
   const int64_t rows = 13, cols = 2080;
-  for (int64_t group : {32, 160}) {
-    const TestWeight t = make_weight(WeightFormat::Int4Group, rows, cols, uint64_t(group + 1), group);
+  for (const auto& [format, group] : {std::pair{WeightFormat::Int4Group, 32}, {WeightFormat::Int4Group, 160},
+                                      {WeightFormat::Mxfp4, 32}}) {
+    const std::string name = std::string(weight_format_name(format)) + " group " + std::to_string(group);
+    const TestWeight t = make_weight(format, rows, cols, uint64_t(group + 1), group);
     const std::vector<float> x = testing::random_vector(size_t(150 * cols), 17);
     std::vector<float> first16(size_t(16 * rows));
     linear(t.weight, x.data(), 16, first16.data());
@@ -231,14 +236,33 @@ TEST(LinearInt4, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
       std::vector<float> y(size_t(tokens * rows)), range(size_t(tokens * 8));
       linear(t.weight, x.data(), tokens, y.data());
       EXPECT_TRUE(testing::relative_close(y, reference(t, kernel_input(t.weight, x_used, cols), tokens), 1e-5))
-          << "group " << group << " tokens " << tokens;
-      EXPECT_EQ(first16, std::vector<float>(y.begin(), y.begin() + 16 * rows)) << "group " << group;
+          << name << " tokens " << tokens;
+      EXPECT_EQ(first16, std::vector<float>(y.begin(), y.begin() + 16 * rows)) << name;
       linear_rows(t.weight, 5, 13, x.data(), cols, tokens, range.data(), 8);
       for (int64_t n = 0; n < tokens; ++n)
         EXPECT_EQ(std::vector<float>(range.begin() + n * 8, range.begin() + (n + 1) * 8),
                   std::vector<float>(y.begin() + n * rows + 5, y.begin() + (n + 1) * rows))
-            << "token " << n;
+            << name << " token " << n;
     }
+  }
+}
+
+// The largest codes against the largest int8 activations (every x equal: q = 127): an INT4
+// block's 16-bit sums reach 30480 (codes 15), MXFP4's would reach 48768 (codes of +6, 24 as
+// unsigned) if they were not widened every 4 steps.
+TEST(LinearFourBit, LargestCodesAndActivationsDoNotOverflow) {
+  const int64_t rows = 8, cols = 64, tokens = 16;
+  for (WeightFormat format : {WeightFormat::Int4Group, WeightFormat::Mxfp4}) {
+    TestWeight t = make_weight(format, rows, cols, 61);
+    const bool mxfp4 = format == WeightFormat::Mxfp4;
+    std::fill(t.bytes.begin(), t.bytes.end(), mxfp4 ? uint8_t(0x77) : uint8_t(0xff));  // +6.0 / +7
+    for (int64_t i = 0; i < rows * cols; ++i)
+      t.values[size_t(i)] = mxfp4 ? 6.0f * std::ldexp(1.0f, int(t.scales_u8[size_t(i / 32)]) - 127)
+                                  : 7.0f * bf16_to_f32(t.group_scale[size_t(i / 32)]);
+    const std::vector<float> x(size_t(tokens * cols), 0.5f);
+    std::vector<float> y(size_t(tokens * rows));
+    linear(t.weight, x.data(), tokens, y.data());
+    EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-6)) << weight_format_name(format);
   }
 }
 

@@ -1,0 +1,239 @@
+#include "kernels/gemm_4bit.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+
+namespace mlaserve {
+namespace {
+
+// Loop nest: token tiles of kTileTokens, then columns in chunks of kChunkBlocks blocks, then
+// panels of 8 rows whose codes are regrouped once per chunk for all of the tile's tokens,
+// then blocks of up to 6 tokens (4 for MXFP4). One int32 lane a row: vpmaddubsw of a step's
+// codes with one token's 4 activations broadcast gives each row's 4 products summed in pairs
+// (16 bits). INT4 codes are at most 15, so a 32-column block's 8 steps add up in 16 bits (each
+// lane at most 8 * 2 * 15 * 127 = 30480); MXFP4's reach 24, so its sums widen to 32 bits every
+// 4 steps (24384), which needs more registers a token. A block costs a token 8 vpmaddubsw + 8
+// vpaddw and one widening, conversion and two FMAs for 8 rows: 256 multiply-adds in ~20
+// operations, where fp32 FMAs take 32.
+constexpr int kPanelRows = 8;
+constexpr int64_t kChunkBlocks = 32;   // 1024 columns: 8 KB of codes and 1 KB of scales, L1
+constexpr int64_t kTileTokens = 128;   // a chunk of the tile's int8 activations: 128 KB, L2
+constexpr int kMaxBlockTokens = 6;     // INT4: 6 16-bit sums and 6 accumulators in registers
+constexpr int kSteps = 8;              // 4-column steps of a 32-column block
+
+// Step s of block b holds, in int32 lane i, row i's codes of columns 8 (s / 2) + s % 2 +
+// {0, 2, 4, 6} (the low nibbles of the row's stored word s / 2 at even s, the high at odd),
+// one unsigned byte each (quant_dot.h). The rows' block scales in fp32 (0 for rows past the
+// weight's end).
+struct alignas(32) Panel {
+  uint8_t codes[kChunkBlocks][kSteps][32];
+  float scales[kChunkBlocks][kPanelRows];
+};
+
+// What a tile's tokens read in a chunk: each token's int8 values, and per block of the chunk
+// its scale and offset * scale * sum(q) (the offset's share); where a block's evens and odds
+// begin in Q8Buffer's order (the same for every token).
+struct ChunkTokens {
+  const int8_t* values[kTileTokens];
+  const float* scales[kTileTokens];
+  const float* offsets[kTileTokens];
+  int64_t starts[kChunkBlocks][2];
+};
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Codes of 8 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows 0-3 and
+// 4-7 in the two 128-bit lanes, a 4 x 4 transpose of 32-bit words in each; MXFP4 codes then
+// mapped through kE2M1DoubledPlus12.
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[32]) {
+  __m256i pair[4];
+  for (int i = 0; i < 4; ++i)
+    pair[i] = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 4] + offset)),
+                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + offset)));
+  const __m256i low01 = _mm256_unpacklo_epi32(pair[0], pair[1]), high01 = _mm256_unpackhi_epi32(pair[0], pair[1]);
+  const __m256i low23 = _mm256_unpacklo_epi32(pair[2], pair[3]), high23 = _mm256_unpackhi_epi32(pair[2], pair[3]);
+  const __m256i words[4] = {_mm256_unpacklo_epi64(low01, low23), _mm256_unpackhi_epi64(low01, low23),
+                            _mm256_unpacklo_epi64(high01, high23), _mm256_unpackhi_epi64(high01, high23)};
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  const auto store = [&](__m256i nibbles, uint8_t* out) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), mxfp4 ? _mm256_shuffle_epi8(table, nibbles) : nibbles);
+  };
+  for (int w = 0; w < 4; ++w) {
+    store(_mm256_and_si256(words[w], low_nibbles), steps[2 * w]);
+    store(_mm256_and_si256(_mm256_srli_epi16(words[w], 4), low_nibbles), steps[2 * w + 1]);
+  }
+}
+#else
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[32]) {
+  for (int s = 0; s < kSteps; ++s)
+    for (int i = 0; i < kPanelRows; ++i)
+      for (int k = 0; k < 4; ++k) {
+        const int code = (rows[i][offset + 4 * (s / 2) + k] >> (4 * (s % 2))) & 0x0f;
+        steps[s][4 * i + k] = mxfp4 ? kE2M1DoubledPlus12[code] : uint8_t(code);
+      }
+}
+#endif
+
+// The panel of rows [first_row, first_row + n_rows) over blocks [first_block, + n_blocks).
+// Rows past n_rows repeat the last row's codes with scale 0.
+void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int64_t first_block, int64_t n_blocks,
+                 Panel& panel) {
+  const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
+  const int64_t group = mxfp4 ? kQ8Block : weight.group_size, blocks_per_group = group / kQ8Block;
+  const uint8_t* rows[kPanelRows];
+  int64_t scale_rows[kPanelRows];
+  for (int i = 0; i < kPanelRows; ++i) {
+    const int64_t stored_row = weight.row_offset + first_row + std::min(i, n_rows - 1);
+    rows[i] = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+    scale_rows[i] = stored_row * (weight.stored_cols / group) + weight.col_offset / group;
+  }
+  const auto& half_scales = e8m0_half_scales();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t block = first_block + b, scale_group = block / blocks_per_group;
+    regroup_block(rows, block * kQ8Block / 2, mxfp4, panel.codes[b]);
+    for (int i = 0; i < kPanelRows; ++i) {
+      const int64_t at = scale_rows[i] + scale_group;
+      const float scale = mxfp4 ? half_scales[weight.e8m0_scale[at]] : bf16_to_f32(weight.group_scale[at]);
+      panel.scales[b][i] = i < n_rows ? scale : 0.0f;
+    }
+  }
+}
+
+// out[t * 8 + i] = sum over the chunk's blocks b of
+//   fma(fma(sum_b, x_scale, -x_offset), w_scale_i, running) for kTokens tokens and the
+// panel's 8 rows, the integer sums sum_b widened every kWidenSteps steps; exact, so each
+// (row, token) is the same bits whatever block of tokens it is in.
+template <int kTokens, int kWidenSteps>
+void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk, int64_t first, float* out) {
+  const int8_t* const* values = chunk.values + first;
+  const float* const* x_scales = chunk.scales + first;
+  const float* const* x_offsets = chunk.offsets + first;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i block_sums[kTokens];
+    for (int first_step = 0; first_step < kSteps; first_step += kWidenSteps) {
+      __m256i sums[kTokens];
+      for (int t = 0; t < kTokens; ++t) sums[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int s = first_step; s < first_step + kWidenSteps; ++s) {
+        const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(panel.codes[b][s]));
+        const int64_t at = chunk.starts[b][s % 2] + 4 * (s / 2);
+        for (int t = 0; t < kTokens; ++t) {
+          int32_t four;
+          std::memcpy(&four, values[t] + at, 4);
+          sums[t] = _mm256_add_epi16(sums[t], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(four)));
+          // Keeps each step's sum in its register: without it GCC computed all 48 products of
+          // a block first and spilled them to the stack (~40% slower).
+          asm("" : "+x"(sums[t]));
+        }
+      }
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256i widened = _mm256_madd_epi16(sums[t], ones);
+        block_sums[t] = first_step == 0 ? widened : _mm256_add_epi32(block_sums[t], widened);
+      }
+    }
+    const __m256 w_scale = _mm256_load_ps(panel.scales[b]);
+    for (int t = 0; t < kTokens; ++t) {
+      const __m256 sum = _mm256_cvtepi32_ps(block_sums[t]);
+      const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(x_scales[t][b]), _mm256_set1_ps(x_offsets[t][b]));
+      acc[t] = _mm256_fmadd_ps(scaled, w_scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out + t * kPanelRows, acc[t]);
+#else
+  for (int t = 0; t < kTokens; ++t)
+    for (int i = 0; i < kPanelRows; ++i) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        int32_t sum = 0;
+        for (int s = 0; s < kSteps; ++s)
+          for (int k = 0; k < 4; ++k)
+            sum += int32_t(panel.codes[b][s][4 * i + k]) * values[t][chunk.starts[b][s % 2] + 4 * (s / 2) + k];
+        acc = std::fma(std::fma(float(sum), x_scales[t][b], -x_offsets[t][b]), panel.scales[b][i], acc);
+      }
+      out[t * kPanelRows + i] = acc;
+    }
+#endif
+}
+
+// y[i] = out[i] (or += for a later chunk) for the panel's first n_rows rows.
+void store_rows(const float* out, int n_rows, bool add, float* y) {
+#if defined(__AVX2__)
+  if (n_rows == kPanelRows) {
+    const __m256 values = _mm256_load_ps(out);
+    _mm256_storeu_ps(y, add ? _mm256_add_ps(_mm256_loadu_ps(y), values) : values);
+    return;
+  }
+#endif
+  for (int i = 0; i < n_rows; ++i) y[i] = add ? y[i] + out[i] : out[i];
+}
+
+// The chunk's view of tokens [tile, tile_end): their values, their scales and offsets from
+// first_block on, and where each of its n_blocks blocks begins.
+void set_chunk_tokens(const Q8Buffer& x, const float* offsets, int64_t blocks, int64_t tile, int64_t tile_end,
+                      int64_t first_block, int64_t n_blocks, ChunkTokens& chunk) {
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int odd = 0; odd < 2; ++odd) chunk.starts[b][odd] = q8_index(blocks, first_block + b, odd);
+  for (int64_t t = tile; t < tile_end; ++t) {
+    const Q8Activations token = x.token(t);
+    chunk.values[t - tile] = token.values;
+    chunk.scales[t - tile] = token.scales + first_block;
+    chunk.offsets[t - tile] = offsets + t * blocks + first_block;
+  }
+}
+
+using PanelTokensFn = void (*)(const Panel&, int64_t, const ChunkTokens&, int64_t, float*);
+constexpr PanelTokensFn kInt4Blocks[kMaxBlockTokens] = {panel_tokens<1, 8>, panel_tokens<2, 8>, panel_tokens<3, 8>,
+                                                        panel_tokens<4, 8>, panel_tokens<5, 8>, panel_tokens<6, 8>};
+constexpr PanelTokensFn kMxfp4Blocks[4] = {panel_tokens<1, 4>, panel_tokens<2, 4>, panel_tokens<3, 4>,
+                                           panel_tokens<4, 4>};
+
+}  // namespace
+
+void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
+                       int64_t n_tokens, float* y, int64_t y_stride) {
+  const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
+  MLA_CHECK(mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0),
+            "gemm_4bit_q8_rows: needs MXFP4 or INT4 groups of whole 32-column blocks");
+  const int64_t blocks = weight.cols / kQ8Block, block_tokens = mxfp4 ? 4 : kMaxBlockTokens;
+  const PanelTokensFn* kernels = mxfp4 ? kMxfp4Blocks : kInt4Blocks;
+  thread_local std::unique_ptr<Panel> panel = std::make_unique<Panel>();
+  thread_local std::unique_ptr<ChunkTokens> chunk = std::make_unique<ChunkTokens>();
+  thread_local std::vector<float> offsets;  // [token][block]: offset * scale * sum(q)
+  offsets.resize(size_t(n_tokens * blocks));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* scaled_sums = x.token(t).scaled_sums;
+    for (int64_t b = 0; b < blocks; ++b)
+      offsets[size_t(t * blocks + b)] = float(mxfp4 ? kMxfp4Offset : kInt4Offset) * scaled_sums[b];
+  }
+  alignas(32) float out[kMaxBlockTokens * kPanelRows];
+  for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
+    const int64_t tile_end = std::min(n_tokens, tile + kTileTokens);
+    for (int64_t first_block = 0; first_block < blocks; first_block += kChunkBlocks) {
+      const int64_t n_blocks = std::min(kChunkBlocks, blocks - first_block);
+      set_chunk_tokens(x, offsets.data(), blocks, tile, tile_end, first_block, n_blocks, *chunk);
+      for (int64_t row = row_begin; row < row_end; row += kPanelRows) {
+        const int n_rows = int(std::min<int64_t>(kPanelRows, row_end - row));
+        build_panel(weight, row, n_rows, first_block, n_blocks, *panel);
+        for (int64_t t0 = tile; t0 < tile_end; t0 += block_tokens) {
+          const int64_t count = std::min(block_tokens, tile_end - t0);
+          kernels[count - 1](*panel, n_blocks, *chunk, t0 - tile, out);
+          for (int64_t t = 0; t < count; ++t)
+            store_rows(out + t * kPanelRows, n_rows, first_block > 0, y + (t0 + t) * y_stride + (row - row_begin));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mlaserve
