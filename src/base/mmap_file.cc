@@ -46,6 +46,11 @@ void MappedFile::release(const void* begin, size_t bytes) const {
   ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
 }
 
+int lock_in_memory(const void* begin, size_t bytes) {
+  if (bytes == 0) return 0;
+  return ::mlock(begin, bytes) == 0 ? 0 : errno;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MLA_CHECK(in.good(), "cannot open '{}'", path);

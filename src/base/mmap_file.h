@@ -31,4 +31,9 @@ class MappedFile {
 
 std::string read_text_file(const std::string& path);  // throws Error naming the path
 
+// Locks the pages of [begin, begin + bytes) in RAM (mlock), faulting them in: they are not
+// paged out or reclaimed until the process unmaps or frees them. Returns 0 or the errno
+// (ENOMEM or EPERM past RLIMIT_MEMLOCK without CAP_IPC_LOCK).
+int lock_in_memory(const void* begin, size_t bytes);
+
 }  // namespace mlaserve

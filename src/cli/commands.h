@@ -22,6 +22,7 @@ struct ParallelFlags {
   bool ep = false;
   double comm_timeout_s = 120;
   bool repack = true;  // BF16 projections into the CPU kernels' panels (ShardSpec::repack_bf16)
+  bool mlock = false;  // each rank's weights locked in RAM (ShardSpec::lock_weights)
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
 

@@ -17,12 +17,14 @@ ParallelOptions parallel_options(const ParallelFlags& flags) {
   options.expert_parallel = flags.ep;
   options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
   options.repack_bf16 = flags.repack;
+  options.lock_weights = flags.mlock;
   return options;
 }
 
-// The model a single rank runs: its repacked copy (a shard of size 1) when asked for.
+// The model a single rank runs: a shard of size 1 (repacked, locked) when either is asked for.
 std::unique_ptr<CausalLM> single_rank_copy(const CausalLM& model, const ParallelFlags& flags) {
-  return flags.repack ? model.shard({0, 1, false, true}, nullptr) : nullptr;
+  if (!flags.repack && !flags.mlock) return nullptr;
+  return model.shard({0, 1, false, flags.repack, flags.mlock}, nullptr);
 }
 
 class SingleRunner : public SequenceRunner {
@@ -61,7 +63,7 @@ std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& 
   if (comm.rank() == 0)
     spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm.size(), flags.ep ? "expert" : "tensor",
                  model.config().num_attention_heads / comm.size());
-  return model.shard({comm.rank(), comm.size(), flags.ep, flags.repack}, &comm);
+  return model.shard({comm.rank(), comm.size(), flags.ep, flags.repack, flags.mlock}, &comm);
 }
 
 // Under mpirun every process runs the same command on its own shard and latent cache; the
@@ -182,6 +184,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
                 "keep BF16 weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
                 "attention projections into the CPU kernels' panel layout at load: faster prefill, those weights "
                 "no longer paged from the file)");
+  cmd->add_flag("--mlock", flags.mlock,
+                "lock each rank's weights in RAM (mlock) so memory pressure cannot page them out; needs "
+                "CAP_IPC_LOCK or a large enough `ulimit -l` (warns and runs unlocked otherwise)");
 }
 
 std::unique_ptr<SequenceRunner> SequenceRunner::create(const CausalLM& model, const ParallelFlags& flags,

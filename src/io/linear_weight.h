@@ -33,6 +33,12 @@ inline int64_t bf16_panel_slot(int64_t row_in_panel) {
 
 const char* weight_format_name(WeightFormat format);
 
+// A span of stored bytes.
+struct ByteRange {
+  const void* begin = nullptr;
+  size_t bytes = 0;
+};
+
 struct LinearWeight {
   WeightFormat format = WeightFormat::F32;
   int64_t rows = 0;  // out_features
@@ -53,6 +59,9 @@ struct LinearWeight {
   int64_t row_offset = 0, col_offset = 0;
 
   size_t bytes() const;  // bytes of this view, scales included
+  // The stored bytes the kernels read for this view: its rows of the data and of the scales
+  // (whole stored rows for a column view, whose rows' pages the kernels touch anyway).
+  std::vector<ByteRange> stored_ranges() const;
   LinearWeight rows_view(int64_t begin, int64_t end) const;  // output features [begin, end)
   LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };

@@ -1,7 +1,11 @@
 #include "model/causal_lm.h"
 
-#include "base/error.h"
+#include <spdlog/spdlog.h>
 
+#include <cstring>
+
+#include "base/error.h"
+#include "base/mmap_file.h"
 #include "model/deepseek_v3.h"
 #include "model/kimi_linear.h"
 
@@ -45,6 +49,30 @@ void CausalLM::forward(std::span<const int32_t> tokens, int64_t start_position, 
   const ForwardSequence seq{tokens, start_position, cache, path,
                             all_logits ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last};
   forward(std::span(&seq, 1), logits);
+}
+
+size_t CausalLM::weight_bytes() const {
+  size_t total = 0;
+  for_each_weight([&](const LinearWeight& weight) { total += weight.bytes(); });
+  return total;
+}
+
+void lock_weights(const CausalLM& model) {
+  size_t locked = 0;
+  int error = 0;
+  model.for_each_weight([&](const LinearWeight& weight) {
+    for (const ByteRange& range : weight.stored_ranges()) {
+      if (error == 0) error = lock_in_memory(range.begin, range.bytes);
+      if (error == 0) locked += range.bytes;
+    }
+  });
+  if (error != 0) {
+    spdlog::warn("--mlock: locking the weights in RAM stopped after {:.2f} GB: {} (raise the limit with `ulimit -l` "
+                 "or run with CAP_IPC_LOCK); the rest stay unlocked",
+                 double(locked) / 1e9, std::strerror(error));
+    return;
+  }
+  spdlog::info("locked {:.2f} GB of weights in RAM (mlock)", double(locked) / 1e9);
 }
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir) {

@@ -2,6 +2,7 @@
 // whatever its family: a batched forward over sequences that each own a latent cache, and a
 // way to cut the model into one rank's shard. load_causal_lm picks the family from config.json.
 #pragma once
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -63,13 +64,17 @@ struct ShardSpec {
   // size 1) copied into the CPU kernels' panel layout (repack_bf16_panels), their checkpoint
   // pages released; also with size 1.
   bool repack_bf16 = false;
+  // The rank's weights locked in RAM once sharded (lock_weights); also with size 1.
+  bool lock_weights = false;
 };
 
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual size_t weight_bytes() const = 0;
+  // Every linear weight (the embedding and LM head included, once when they are tied).
+  virtual void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const = 0;
+  size_t weight_bytes() const;  // of the weights for_each_weight visits
   // Weight bytes one decoded token reads (the active experts' share of the routed experts).
   virtual double active_weight_bytes_per_token() const = 0;
 
@@ -85,6 +90,11 @@ class CausalLM {
   void forward(std::span<const int32_t> tokens, int64_t start_position, const LatentCacheView& cache,
                bool all_logits, float* logits, MlaPath path = MlaPath::Auto) const;
 };
+
+// Locks the stored bytes of the model's weights in RAM (mlock: `--mlock`), so that memory
+// pressure does not page them out. Where the system refuses (RLIMIT_MEMLOCK without
+// CAP_IPC_LOCK) it warns and the model runs unlocked, as llama.cpp's --mlock does.
+void lock_weights(const CausalLM& model);
 
 // Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);

@@ -51,25 +51,25 @@ std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communic
   const int64_t slice = (config_.vocab_size + spec.size - 1) / spec.size;
   shard->vocab_begin_ = std::min(config_.vocab_size, slice * spec.rank);
   shard->vocab_end_ = std::min(config_.vocab_size, slice * (spec.rank + 1));
+  if (spec.lock_weights) lock_weights(*shard);
   return shard;
 }
 
-size_t DeepseekV3Model::weight_bytes() const {
-  size_t total = weights_.embed_tokens.bytes();
+void DeepseekV3Model::for_each_weight(const std::function<void(const LinearWeight&)>& visit) const {
+  visit(weights_.embed_tokens);
   for (const auto& layer : weights_.layers) {
     const MlaWeights& attn = layer.self_attn;
-    for (const auto* w : {&attn.kv_a_proj_with_mqa, &attn.kv_b_proj, &attn.o_proj}) total += w->bytes();
+    for (const auto* w : {&attn.kv_a_proj_with_mqa, &attn.kv_b_proj, &attn.o_proj}) visit(*w);
     for (const auto& w : {attn.q_proj, attn.q_a_proj, attn.q_b_proj})
-      if (w) total += w->bytes();
-    if (layer.mlp) total += layer.mlp->bytes();
+      if (w) visit(*w);
+    if (layer.mlp) visit_mlp(*layer.mlp, visit);
     if (layer.moe) {
-      total += layer.moe->gate.bytes();
-      for (const auto& expert : layer.moe->experts) total += expert.bytes();
-      if (layer.moe->shared_experts) total += layer.moe->shared_experts->bytes();
+      visit(layer.moe->gate);
+      for (const auto& expert : layer.moe->experts) visit_mlp(expert, visit);
+      if (layer.moe->shared_experts) visit_mlp(*layer.moe->shared_experts, visit);
     }
   }
-  if (!config_.tie_word_embeddings) total += weights_.lm_head.bytes();
-  return total;
+  if (!config_.tie_word_embeddings) visit(weights_.lm_head);
 }
 
 double DeepseekV3Model::active_weight_bytes_per_token() const {

@@ -54,7 +54,7 @@ class DeepseekV3Model : public CausalLM {
   std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const override;
 
   const ModelConfig& config() const override { return config_; }
-  size_t weight_bytes() const override;
+  void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;
   // Everything but the embedding table and the routed experts, plus num_experts_per_tok
   // average experts per MoE layer, plus one embedding row.
   double active_weight_bytes_per_token() const override;

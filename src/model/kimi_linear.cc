@@ -175,33 +175,36 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
   shard->mla_shape_.n_heads = mla_heads.size();
   shard->kda_shape_.n_heads = kda_heads.size();
   shard->comm_ = spec.size > 1 ? comm : nullptr;
+  if (spec.lock_weights) lock_weights(*shard);
   return shard;
 }
 
-size_t KimiLinearModel::weight_bytes() const {
-  size_t total = weights_.embed_tokens.bytes() + (config_.tie_word_embeddings ? 0 : weights_.lm_head.bytes());
+void KimiLinearModel::for_each_weight(const std::function<void(const LinearWeight&)>& visit) const {
+  visit(weights_.embed_tokens);
+  if (!config_.tie_word_embeddings) visit(weights_.lm_head);
   for (const auto& layer : weights_.layers) {
     if (const auto* mla = std::get_if<MlaWeights>(&layer.self_attn)) {
-      for (const auto* w : {&mla->kv_a_proj_with_mqa, &mla->kv_b_proj, &mla->o_proj}) total += w->bytes();
+      for (const auto* w : {&mla->kv_a_proj_with_mqa, &mla->kv_b_proj, &mla->o_proj}) visit(*w);
       for (const auto& w : {mla->q_proj, mla->q_a_proj, mla->q_b_proj, mla->g_proj})
-        if (w) total += w->bytes();
+        if (w) visit(*w);
     } else {
       const auto& kda = std::get<KdaWeights>(layer.self_attn);
       for (const auto* w : {&kda.q_proj, &kda.k_proj, &kda.v_proj, &kda.f_a_proj, &kda.f_b_proj, &kda.b_proj,
                             &kda.g_a_proj, &kda.g_b_proj, &kda.o_proj})
-        total += w->bytes();
-      if (kda.g_proj) total += kda.g_proj->bytes();
+        visit(*w);
+      if (kda.g_proj) visit(*kda.g_proj);
     }
-    if (layer.mlp) total += layer.mlp->bytes();
+    if (layer.mlp) visit_mlp(*layer.mlp, visit);
     if (layer.moe) {
-      total += layer.moe->gate.bytes();
-      if (const auto& latent = layer.moe->latent)
-        total += latent->routed_expert_down_proj.bytes() + latent->routed_expert_up_proj.bytes();
-      for (const auto& expert : layer.moe->experts) total += expert.bytes();
-      if (layer.moe->shared_experts) total += layer.moe->shared_experts->bytes();
+      visit(layer.moe->gate);
+      if (const auto& latent = layer.moe->latent) {
+        visit(latent->routed_expert_down_proj);
+        visit(latent->routed_expert_up_proj);
+      }
+      for (const auto& expert : layer.moe->experts) visit_mlp(expert, visit);
+      if (layer.moe->shared_experts) visit_mlp(*layer.moe->shared_experts, visit);
     }
   }
-  return total;
 }
 
 double KimiLinearModel::active_weight_bytes_per_token() const {

@@ -49,7 +49,7 @@ class KimiLinearModel : public CausalLM {
   static std::unique_ptr<KimiLinearModel> load(const std::string& model_dir);
 
   const ModelConfig& config() const override { return config_; }
-  size_t weight_bytes() const override;
+  void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits) const override;
   using CausalLM::forward;

@@ -1,6 +1,7 @@
 // Gated MLP and routed Mixture-of-Experts (DeepSeek-V3 DeepseekV3MLP / DeepseekV3MoE).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,12 @@ struct MlpWeights {
   GluActivation activation = {};
   size_t bytes() const { return gate_proj.bytes() + up_proj.bytes() + down_proj.bytes(); }
 };
+
+inline void visit_mlp(const MlpWeights& mlp, const std::function<void(const LinearWeight&)>& visit) {
+  visit(mlp.gate_proj);
+  visit(mlp.up_proj);
+  visit(mlp.down_proj);
+}
 
 // Kimi K3's LatentMoE: the routed experts run in a narrower space. h = down(x); the weighted
 // sum of the experts on h is RMSNorm'd (routed_expert_norm, when latent_moe_use_norm), then up()

@@ -23,6 +23,7 @@ struct ParallelOptions {
   int threads = 0;               // kernel threads in all (0: the process default), split over ranks
   std::chrono::milliseconds collective_timeout{120000};
   bool repack_bf16 = false;      // ShardSpec::repack_bf16
+  bool lock_weights = false;     // ShardSpec::lock_weights
 };
 
 class ThreadParallelModel {

@@ -375,6 +375,32 @@ TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
   }
 }
 
+// What --mlock locks: a weight's stored rows of data and scales. The whole weight spans its
+// buffers; a view [r0, r1) x [c0, c1) spans whole stored rows r0..r1 (FP8: the scale-block rows
+// they fall in).
+TEST_P(LinearTest, StoredRangesAreTheViewsRows) {
+  const int64_t rows = 300, cols = 256, r0 = 130, r1 = 200;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 13);
+  const auto* data = static_cast<const uint8_t*>(t.weight.data);
+  const size_t row_bytes = t.bytes.size() / size_t(rows);
+  const std::vector<ByteRange> whole = t.weight.stored_ranges(), view = t.weight.rows_view(r0, r1).cols_view(64, 192).stored_ranges();
+  ASSERT_EQ(whole.size(), view.size());
+  EXPECT_EQ(whole[0].begin, data);
+  EXPECT_EQ(whole[0].bytes, t.bytes.size());
+  EXPECT_EQ(view[0].begin, data + size_t(r0) * row_bytes);
+  EXPECT_EQ(view[0].bytes, size_t(r1 - r0) * row_bytes);
+  size_t total = 0;
+  for (const ByteRange& range : whole) total += range.bytes;
+  EXPECT_EQ(total, t.weight.bytes()) << weight_format_name(GetParam());
+  if (whole.size() == 1) return;
+  const auto* scales = static_cast<const uint8_t*>(whole[1].begin);
+  const size_t scale_row = whole[1].bytes / size_t(GetParam() == WeightFormat::Fp8Block ? 3 : rows);
+  const int64_t first_scale_row = GetParam() == WeightFormat::Fp8Block ? 1 : r0;  // rows 130..199: block 1
+  const int64_t scale_rows = GetParam() == WeightFormat::Fp8Block ? 1 : r1 - r0;
+  EXPECT_EQ(view[1].begin, scales + size_t(first_scale_row) * scale_row) << weight_format_name(GetParam());
+  EXPECT_EQ(view[1].bytes, size_t(scale_rows) * scale_row) << weight_format_name(GetParam());
+}
+
 TEST(LinearView, Int4ColumnsSplitOnlyAtGroupBoundaries) {
   LinearWeight weight;
   weight.format = WeightFormat::Int4Group;
