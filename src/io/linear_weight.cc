@@ -56,10 +56,12 @@ std::vector<ByteRange> LinearWeight::stored_ranges() const {
     case WeightFormat::Fp8Block: {
       const int64_t first_block = row_offset / block_rows, end_block = (row_offset + rows - 1) / block_rows + 1;
       const size_t scale_row = size_t((stored_cols + block_cols - 1) / block_cols) * 4;
-      return {rows_of(data, stored, row_offset, rows), rows_of(block_scale, scale_row, first_block, end_block - first_block)};
+      return {rows_of(data, stored, row_offset, rows),
+              rows_of(block_scale, scale_row, first_block, end_block - first_block)};
     }
     case WeightFormat::Int4Group:
-      return {rows_of(data, stored / 2, row_offset, rows), rows_of(group_scale, stored / size_t(group_size) * 2, row_offset, rows)};
+      return {rows_of(data, stored / 2, row_offset, rows),
+              rows_of(group_scale, stored / size_t(group_size) * 2, row_offset, rows)};
     case WeightFormat::Mxfp4:
       return {rows_of(data, stored / 2, row_offset, rows), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
     case WeightFormat::Bf16Panels: return {{data, bytes()}};

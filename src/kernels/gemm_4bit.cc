@@ -62,7 +62,8 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   const __m256i words[4] = {_mm256_unpacklo_epi64(low01, low23), _mm256_unpackhi_epi64(low01, low23),
                             _mm256_unpacklo_epi64(high01, high23), _mm256_unpackhi_epi64(high01, high23)};
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   const auto store = [&](__m256i nibbles, uint8_t* out) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(out), mxfp4 ? _mm256_shuffle_epi8(table, nibbles) : nibbles);
   };

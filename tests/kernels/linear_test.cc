@@ -383,7 +383,8 @@ TEST_P(LinearTest, StoredRangesAreTheViewsRows) {
   const TestWeight t = make_weight(GetParam(), rows, cols, 13);
   const auto* data = static_cast<const uint8_t*>(t.weight.data);
   const size_t row_bytes = t.bytes.size() / size_t(rows);
-  const std::vector<ByteRange> whole = t.weight.stored_ranges(), view = t.weight.rows_view(r0, r1).cols_view(64, 192).stored_ranges();
+  const std::vector<ByteRange> whole = t.weight.stored_ranges();
+  const std::vector<ByteRange> view = t.weight.rows_view(r0, r1).cols_view(64, 192).stored_ranges();
   ASSERT_EQ(whole.size(), view.size());
   EXPECT_EQ(whole[0].begin, data);
   EXPECT_EQ(whole[0].bytes, t.bytes.size());
