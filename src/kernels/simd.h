@@ -127,11 +127,27 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// sum_i bf16(a[i]) * b[i]
+#if defined(__AVX512F__)
+// 16 bf16 values -> 16 floats.
+inline __m512 load_bf16x16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+#endif
+
+// sum_i bf16(a[i]) * b[i], summed in the order of dot_f32 (widening is exact, so a bf16 row
+// and its fp32 copy give the same bits).
 inline float dot_bf16_f32(const uint16_t* a, const float* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.0f;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  sum = hsum(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
