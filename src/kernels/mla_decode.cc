@@ -31,40 +31,169 @@ struct Partial {
   float* acc;  // [B, kv_lora_rank]
 };
 
-// Scores are computed rows x heads: the block's queries are stored transposed, [width][kPanel]
-// with heads padded by zeros to a whole vector, and each cached row's values are broadcast
-// against them (simd::rows_times_panel), so one row load feeds every head with no horizontal
-// sums; 6 rows x 16 heads or 12 rows x 8 heads per register block.
+constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum rescales once per tile
+
+// The fp32 tile kernels. Scores are computed rows x heads: the block's queries are stored
+// transposed, [width][kPanel] with heads padded by zeros to a whole vector, and each cached
+// row's values are broadcast against them (simd::rows_times_panel), so one row load feeds
+// every head with no horizontal sums; 6 rows x 16 heads or 12 rows x 8 heads per register
+// block. A bf16 cache's rows are widened into a tile buffer first.
 template <int B>
+class Fp32Tiles {
+ public:
+  Fp32Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : p_(p) {
+    const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
+    rows_.resize(size_t(kTile * (rank + rope)));
+    queries_.assign(size_t((rank + rope) * kPanel), 0.0f);
+    for (int h = 0; h < B; ++h) {
+      const int64_t item = query * p.n_heads + head0 + h;
+      for (int64_t d = 0; d < rank; ++d) queries_[size_t(d * kPanel + h)] = p.q_latent[item * rank + d];
+      for (int64_t d = 0; d < rope; ++d) queries_[size_t((rank + d) * kPanel + h)] = p.q_pe[item * rope + d];
+    }
+  }
+
+  // scores[h][i] = softmax_scale * (q[h] . row(first + i)), i < n.
+  void score(int64_t first, int64_t n, float scores[B][kTile]) {
+    const int64_t width = p_.kv_lora_rank + p_.qk_rope_head_dim;
+    for (int64_t i = 0; i < n; ++i) tile_rows_[i] = row_f32(p_, first + i, rows_.data() + i * width);
+    for (int64_t i = 0; i < n; i += kRows) {
+      const float* x[kRows];
+      for (int j = 0; j < kRows; ++j) x[j] = tile_rows_[std::min<int64_t>(i + j, n - 1)];
+      float dots[kRows * kPanel];
+      simd::rows_times_panel<kRows, kVectors>(x, queries_.data(), width, dots);
+      for (int64_t j = 0; j < kRows && i + j < n; ++j)
+        for (int h = 0; h < B; ++h) scores[h][i + j] = p_.softmax_scale * dots[j * kPanel + h];
+    }
+  }
+
+  // acc[h][d] += sum_i weights[h][i] * row(first + i)[d], over the rows score() just read.
+  void accumulate(float weights[B][kTile], int64_t n, float* acc) {
+    const int64_t rank = p_.kv_lora_rank;
+    for (int h = 0; h < B; h += 4) {
+      const float* four[4] = {weights[h], weights[h + 1], weights[h + 2], weights[h + 3]};
+      float* out[4] = {acc + h * rank, acc + (h + 1) * rank, acc + (h + 2) * rank, acc + (h + 3) * rank};
+      simd::weighted_rows_4(four, tile_rows_, n, out, rank);
+    }
+  }
+
+ private:
+  static constexpr int kPanel = B < 8 ? 8 : B, kVectors = kPanel / 8, kRows = 12 / kVectors;
+  const MlaAbsorbedParams& p_;
+  const float* tile_rows_[kTile];
+  static thread_local std::vector<float> rows_, queries_;
+};
+template <int B>
+thread_local std::vector<float> Fp32Tiles<B>::rows_;
+template <int B>
+thread_local std::vector<float> Fp32Tiles<B>::queries_;
+
+#if defined(__AVX512BF16__)
+// The tile kernels for a bf16 cache on hosts with AVX512_BF16: products of bf16 pairs summed
+// in fp32 by vdpbf16ps (32 multiply-adds an instruction, twice fp32 FMA's rate), as GPU MLA
+// kernels compute. The cached rows are read in place; the queries are rounded to bf16 once
+// per part and each tile's softmax weights once per tile, which adds a relative error of up
+// to 2^-9 to each product (docs/kernels.md). Scores: 12 cached rows x 16 heads per register
+// block, the queries as [width / 2][16] bf16 pairs and each row's pair broadcast. Weighted
+// sums: for 16 columns at a time, two rows' values interleaved (vpermt2w) meet each head's
+// pair of weights; B accumulators stay in registers while the tile's rows pass.
+template <int B>
+class Bf16Tiles {
+ public:
+  Bf16Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : p_(p) {
+    const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
+    query_pairs_.assign(size_t((rank + rope) / 2 * kLanes), 0);
+    for (int h = 0; h < B; ++h) {
+      const int64_t item = query * p.n_heads + head0 + h;
+      for (int64_t d = 0; d < rank + rope; d += 2) {
+        const float low = d < rank ? p.q_latent[item * rank + d] : p.q_pe[item * rope + d - rank];
+        const float high = d < rank ? p.q_latent[item * rank + d + 1] : p.q_pe[item * rope + d + 1 - rank];
+        query_pairs_[size_t(d / 2 * kLanes + h)] = bf16_pair(low, high);
+      }
+    }
+  }
+
+  void score(int64_t first, int64_t n, float scores[B][kTile]) {
+    for (int64_t i = 0; i < n; ++i) tile_rows_[i] = p_.cache.bf16_row(p_.layer, first + i);
+    const int64_t pairs = (p_.kv_lora_rank + p_.qk_rope_head_dim) / 2;
+    for (int64_t i = 0; i < n; i += kRows) {
+      __m512 acc[kRows];
+#pragma GCC unroll 12
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      const uint16_t* rows[kRows];
+      for (int j = 0; j < kRows; ++j) rows[j] = tile_rows_[std::min<int64_t>(i + j, n - 1)];
+      for (int64_t k = 0; k < pairs; ++k) {
+        __m512i queries = _mm512_loadu_si512(query_pairs_.data() + k * kLanes);
+        __asm__("" : "+v"(queries));  // loaded once for the 12 rows (see simd::dot_4xn)
+#pragma GCC unroll 12
+        for (int j = 0; j < kRows; ++j) {
+          int32_t row_pair;
+          std::memcpy(&row_pair, rows[j] + 2 * k, 4);
+          acc[j] = _mm512_dpbf16_ps(acc[j], __m512bh(queries), __m512bh(_mm512_set1_epi32(row_pair)));
+        }
+      }
+      for (int64_t j = 0; j < kRows && i + j < n; ++j) {
+        float dots[kLanes];
+        _mm512_storeu_ps(dots, acc[j]);
+        for (int h = 0; h < B; ++h) scores[h][i + j] = p_.softmax_scale * dots[h];
+      }
+    }
+  }
+
+  void accumulate(float weights[B][kTile], int64_t n, float* acc) {
+    const int64_t rank = p_.kv_lora_rank, n_pairs = (n + 1) / 2;
+    int32_t weight_pairs[B][kTile / 2];
+    for (int h = 0; h < B; ++h)
+      for (int64_t i = 0; i < n_pairs; ++i)
+        weight_pairs[h][i] = bf16_pair(weights[h][2 * i], 2 * i + 1 < n ? weights[h][2 * i + 1] : 0.0f);
+    // Word 2c of the result is column c of the first row, word 2c + 1 column c of the second.
+    alignas(64) static constexpr int16_t kInterleave[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,
+                                                            37, 6, 38, 7, 39, 8,  40, 9,  41, 10, 42,
+                                                            11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i interleave = _mm512_load_si512(kInterleave);
+    for (int64_t d = 0; d < rank; d += 16) {
+      __m512 sums[B];
+#pragma GCC unroll 16
+      for (int h = 0; h < B; ++h) sums[h] = _mm512_loadu_ps(acc + h * rank + d);
+      for (int64_t i = 0; i < n_pairs; ++i) {
+        const uint16_t* second = tile_rows_[std::min(2 * i + 1, n - 1)];  // weight 0 past the tile
+        const __m512i two_rows = _mm512_permutex2var_epi16(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile_rows_[2 * i] + d))),
+            interleave, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + d))));
+#pragma GCC unroll 16
+        for (int h = 0; h < B; ++h)
+          sums[h] = _mm512_dpbf16_ps(sums[h], __m512bh(two_rows), __m512bh(_mm512_set1_epi32(weight_pairs[h][i])));
+      }
+#pragma GCC unroll 16
+      for (int h = 0; h < B; ++h) _mm512_storeu_ps(acc + h * rank + d, sums[h]);
+    }
+  }
+
+ private:
+  static constexpr int kLanes = 16, kRows = 12;
+  static int32_t bf16_pair(float low, float high) {
+    return int32_t(uint32_t(f32_to_bf16(low)) | uint32_t(f32_to_bf16(high)) << 16);
+  }
+  const MlaAbsorbedParams& p_;
+  const uint16_t* tile_rows_[kTile];
+  static thread_local std::vector<int32_t> query_pairs_;
+};
+template <int B>
+thread_local std::vector<int32_t> Bf16Tiles<B>::query_pairs_;
+#endif
+
+// The block's online softmax over [begin, end), a tile at a time.
+template <int B, class Tiles>
 void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int64_t begin, int64_t end,
                   Partial<B>& part) {
-  constexpr int kPanel = B < 8 ? 8 : B, kVectors = kPanel / 8, kRows = 12 / kVectors;
-  constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum rescales once per tile
-  const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim, width = rank + rope;
-  thread_local std::vector<float> rows, queries;
-  rows.resize(size_t(kTile * width));
-  queries.assign(size_t(width * kPanel), 0.0f);
-  for (int h = 0; h < B; ++h) {
-    const int64_t item = query * p.n_heads + head0 + h;
-    for (int64_t d = 0; d < rank; ++d) queries[size_t(d * kPanel + h)] = p.q_latent[item * rank + d];
-    for (int64_t d = 0; d < rope; ++d) queries[size_t((rank + d) * kPanel + h)] = p.q_pe[item * rope + d];
-  }
+  const int64_t rank = p.kv_lora_rank;
+  Tiles tiles(p, query, head0);
   float scores[B][kTile];
-  const float* tile_rows[kTile];
   std::fill(part.max, part.max + B, -INFINITY);
   std::fill(part.sum, part.sum + B, 0.0f);
   std::fill(part.acc, part.acc + B * rank, 0.0f);
   for (int64_t tile = begin; tile < end; tile += kTile) {
     const int64_t n = std::min(kTile, end - tile);
-    for (int64_t i = 0; i < n; ++i) tile_rows[i] = row_f32(p, tile + i, rows.data() + i * width);
-    for (int64_t i = 0; i < n; i += kRows) {
-      const float* x[kRows];
-      for (int j = 0; j < kRows; ++j) x[j] = tile_rows[std::min<int64_t>(i + j, n - 1)];
-      float dots[kRows * kPanel];
-      simd::rows_times_panel<kRows, kVectors>(x, queries.data(), width, dots);
-      for (int64_t j = 0; j < kRows && i + j < n; ++j)
-        for (int h = 0; h < B; ++h) scores[h][i + j] = p.softmax_scale * dots[j * kPanel + h];
-    }
+    tiles.score(tile, n, scores);
     for (int h = 0; h < B; ++h) {
       const float tile_max = *std::max_element(scores[h], scores[h] + n);
       if (tile_max > part.max[h]) {
@@ -75,11 +204,7 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
       }
       part.sum[h] += simd::exp_shifted(scores[h], n, part.max[h]);  // scores are now weights
     }
-    for (int h = 0; h < B; h += 4) {
-      const float* weights[4] = {scores[h], scores[h + 1], scores[h + 2], scores[h + 3]};
-      float* acc[4] = {part.acc + h * rank, part.acc + (h + 1) * rank, part.acc + (h + 2) * rank, part.acc + (h + 3) * rank};
-      simd::weighted_rows_4(weights, tile_rows, n, acc, rank);
-    }
+    tiles.accumulate(scores, n, part.acc);
   }
 }
 
@@ -102,13 +227,20 @@ void blocked(const MlaAbsorbedParams& p) {
   std::vector<float>& accumulators = accumulator_buffer;
   partials.resize(static_cast<size_t>(items));
   accumulators.resize(size_t(items * B * rank));
+  const bool bf16_products = mla_blocked_bf16_products(p);
+  const auto run_part = [&](int64_t query, int64_t head0, int64_t begin, int64_t end, Partial<B>& part) {
+#if defined(__AVX512BF16__)
+    if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, query, head0, begin, end, part);
+#endif
+    blocked_part<B, Fp32Tiles<B>>(p, query, head0, begin, end, part);
+  };
   thread_pool().parallel_for(items, [&](int64_t first, int64_t last, int) {
     for (int64_t item = first; item < last; ++item) {
       const int64_t part = item % parts, block = item / parts % n_blocks, query = item / parts / n_blocks;
       const int64_t n_visible = p.first_position + query + 1;
       const int64_t begin = n_visible * part / parts, end = n_visible * (part + 1) / parts;
       partials[size_t(item)].acc = accumulators.data() + item * B * rank;
-      blocked_part<B>(p, query, block * B, begin, end, partials[size_t(item)]);
+      run_part(query, block * B, begin, end, partials[size_t(item)]);
     }
   });
   // Merge the parts: rescale each to the common maximum, then normalise.
@@ -205,6 +337,14 @@ void mla_absorbed_attention(const MlaAbsorbedParams& params) {
     case MlaDecodeKernel::Padded: return padded(params);
     default: return mla_absorbed_generic(params);
   }
+}
+
+bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
+#if defined(__AVX512BF16__)
+  return params.cache.dtype == CacheDType::BF16 && params.kv_lora_rank % 16 == 0 && params.qk_rope_head_dim % 2 == 0;
+#else
+  return false;
+#endif
 }
 
 void mla_absorbed_blocked(const MlaAbsorbedParams& params) {

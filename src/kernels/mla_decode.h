@@ -43,6 +43,11 @@ int64_t mla_padded_heads(int64_t n_heads);
 // What the dispatcher runs for n_heads under `choice` (Blocked, Padded or Generic).
 MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice);
 
+// True when the blocked kernel multiplies in bf16 for these params: a bf16 cache on a host
+// with AVX512_BF16 (rank a multiple of 16, even rope width). Queries and softmax weights are
+// then rounded to bf16 (relative error up to 2^-9 a product); otherwise every product is fp32.
+bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
+
 void mla_absorbed_attention(const MlaAbsorbedParams& params);  // dispatches as above
 void mla_absorbed_generic(const MlaAbsorbedParams& params);
 void mla_absorbed_blocked(const MlaAbsorbedParams& params);     // n_heads must be supported
