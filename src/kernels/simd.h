@@ -128,10 +128,11 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 #if defined(__AVX512F__)
-// 16 bf16 values -> 16 floats.
+// 16 bf16 values -> 16 floats. Zero-masked forms: GCC 12's unmasked ones take an undefined
+// source and warn -Wmaybe-uninitialized from inside its headers (as in hsum above).
 inline __m512 load_bf16x16(const uint16_t* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, raw), 16));
 }
 #endif
 
