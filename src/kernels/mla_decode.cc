@@ -227,7 +227,7 @@ void blocked(const MlaAbsorbedParams& p) {
   std::vector<float>& accumulators = accumulator_buffer;
   partials.resize(static_cast<size_t>(items));
   accumulators.resize(size_t(items * B * rank));
-  const bool bf16_products = mla_blocked_bf16_products(p);
+  [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(p);  // false without AVX512_BF16
   const auto run_part = [&](int64_t query, int64_t head0, int64_t begin, int64_t end, Partial<B>& part) {
 #if defined(__AVX512BF16__)
     if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, query, head0, begin, end, part);
