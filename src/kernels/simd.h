@@ -104,29 +104,6 @@ inline float exp_shifted(float* x, int64_t n, float shift) {
   return sum;
 }
 
-// sum_i a[i] * b[i]
-inline float dot_f32(const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  float sum = 0.0f;
-#if defined(__AVX512F__)
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-  }
-  sum = hsum(_mm512_add_ps(acc0, acc1));
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  sum = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 #if defined(__AVX512F__)
 // 16 bf16 values -> 16 floats. Zero-masked forms: GCC 12's unmasked ones take an undefined
 // source and warn -Wmaybe-uninitialized from inside its headers (as in hsum above).
@@ -134,36 +111,51 @@ inline __m512 load_bf16x16(const uint16_t* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, raw), 16));
 }
+inline __m512 load_f32x16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_f32x16(const uint16_t* p) { return load_bf16x16(p); }
 #endif
+#if defined(__AVX2__) && defined(__FMA__)
+inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_f32x8(const uint16_t* p) { return load_bf16x8(p); }
+#endif
+inline float to_f32(float value) { return value; }
+inline float to_f32(uint16_t bf16) {
+  const uint32_t bits = uint32_t(bf16) << 16;
+  float value;
+  __builtin_memcpy(&value, &bits, 4);
+  return value;
+}
 
-// sum_i bf16(a[i]) * b[i], summed in the order of dot_f32 (widening is exact, so a bf16 row
-// and its fp32 copy give the same bits).
-inline float dot_bf16_f32(const uint16_t* a, const float* b, int64_t n) {
+// sum_i a[i] * b[i] for fp32 or bf16 a (widened in registers: exact, so a bf16 row and its
+// fp32 copy give the same bits).
+template <class Element>
+inline float dot_widened(const Element* a, const float* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.0f;
 #if defined(__AVX512F__)
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(load_bf16x16(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(load_bf16x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc0 = _mm512_fmadd_ps(load_f32x16(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(load_f32x16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
   }
   sum = hsum(_mm512_add_ps(acc0, acc1));
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(load_bf16x8(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(load_bf16x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(load_f32x8(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(load_f32x8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   sum = hsum(_mm256_add_ps(acc0, acc1));
 #endif
-  for (; i < n; ++i) {
-    const uint32_t bits = uint32_t(a[i]) << 16;
-    float value;
-    __builtin_memcpy(&value, &bits, 4);
-    sum += value * b[i];
-  }
+  for (; i < n; ++i) sum += to_f32(a[i]) * b[i];
   return sum;
 }
+
+// sum_i a[i] * b[i]
+inline float dot_f32(const float* a, const float* b, int64_t n) { return dot_widened(a, b, n); }
+
+// sum_i bf16(a[i]) * b[i], in dot_f32's order.
+inline float dot_bf16_f32(const uint16_t* a, const float* b, int64_t n) { return dot_widened(a, b, n); }
 
 // y[i] += alpha * x[i]
 inline void axpy(float alpha, const float* x, float* y, int64_t n) {
@@ -180,17 +172,6 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load_f32x8(const uint16_t* p) { return load_bf16x8(p); }
-#endif
-inline float to_f32(float value) { return value; }
-inline float to_f32(uint16_t bf16) {
-  const uint32_t bits = uint32_t(bf16) << 16;
-  float value;
-  __builtin_memcpy(&value, &bits, 4);
-  return value;
-}
 
 // out[r * kTokens + t] = sum_i w[r][i] * x[t][i] for 4 rows (fp32 or bf16, widened in
 // registers) and kTokens (1..3) tokens. With 3 tokens the 12 accumulators, 3 activations and
