@@ -40,6 +40,7 @@ struct RandomWeight {
     if (format == WeightFormat::Mxfp4) data_bytes = rows * cols / 2, scale_bytes = rows * cols / 32;
     if (format == WeightFormat::Fp8Block)
       data_bytes = rows * cols, scale_bytes = ((rows + 127) / 128) * ((cols + 127) / 128) * 4;
+    if (format == WeightFormat::Int8Block) data_bytes = rows * cols, scale_bytes = rows * 4;  // per channel
     data.resize(size_t(data_bytes));
     scales.resize(size_t(scale_bytes));
     for (auto& byte : data) byte = uint8_t(rng());
@@ -60,7 +61,8 @@ struct RandomWeight {
       for (auto& byte : scales) byte = 120;
       weight.e8m0_scale = scales.data();
     }
-    if (format == WeightFormat::Fp8Block) {
+    if (format == WeightFormat::Int8Block) weight.block_rows = 1, weight.block_cols = cols;
+    if (format == WeightFormat::Fp8Block || format == WeightFormat::Int8Block) {
       auto* f32 = reinterpret_cast<float*>(scales.data());
       for (int64_t i = 0; i < scale_bytes / 4; ++i) f32[i] = 0.001f;
       weight.block_scale = f32;
@@ -143,6 +145,7 @@ void BM_ReadBandwidth4Streams(benchmark::State& state) {
 void BM_BF16(benchmark::State& state) { run_linear(state, WeightFormat::BF16); }
 void BM_BF16Panels(benchmark::State& state) { run_linear(state, WeightFormat::Bf16Panels); }
 void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
+void BM_INT8(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block); }
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 
@@ -183,6 +186,7 @@ void linear_shapes(benchmark::internal::Benchmark* bench) {
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);
 BENCHMARK(BM_FP8)->Apply(linear_shapes);
+BENCHMARK(BM_INT8)->Apply(linear_shapes);
 BENCHMARK(BM_INT4)->Apply(linear_shapes);
 BENCHMARK(BM_MXFP4)->Apply(linear_shapes);
 

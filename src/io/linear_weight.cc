@@ -19,6 +19,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::F16: return "f16";
     case WeightFormat::BF16: return "bf16";
     case WeightFormat::Fp8Block: return "fp8";
+    case WeightFormat::Int8Block: return "int8";
     case WeightFormat::Int4Group: return "int4";
     case WeightFormat::Mxfp4: return "mxfp4";
     case WeightFormat::Bf16Panels: return "bf16-panels";
@@ -33,6 +34,7 @@ size_t LinearWeight::bytes() const {
     case WeightFormat::F16:
     case WeightFormat::BF16: return count * 2;
     case WeightFormat::Fp8Block:
+    case WeightFormat::Int8Block:
       return count + size_t((rows + block_rows - 1) / block_rows) *
                          size_t((cols + block_cols - 1) / block_cols) * 4;
     case WeightFormat::Int4Group: return count / 2 + count / size_t(group_size) * 2;
@@ -53,7 +55,8 @@ std::vector<ByteRange> LinearWeight::stored_ranges() const {
     case WeightFormat::F32: return {rows_of(data, stored * 4, row_offset, rows)};
     case WeightFormat::F16:
     case WeightFormat::BF16: return {rows_of(data, stored * 2, row_offset, rows)};
-    case WeightFormat::Fp8Block: {
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Int8Block: {
       const int64_t first_block = row_offset / block_rows, end_block = (row_offset + rows - 1) / block_rows + 1;
       const size_t scale_row = size_t((stored_cols + block_cols - 1) / block_cols) * 4;
       return {rows_of(data, stored, row_offset, rows),
@@ -115,9 +118,11 @@ void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run,
 
 LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source) {
-  const bool fp8 = view.format == WeightFormat::Fp8Block, int4 = view.format == WeightFormat::Int4Group;
+  // A byte an element and a scale per block of elements: FP8, INT8.
+  const bool block_scaled = view.format == WeightFormat::Fp8Block || view.format == WeightFormat::Int8Block;
+  const bool int4 = view.format == WeightFormat::Int4Group;
   if (view.cols == view.stored_cols) return view;
-  if (fp8 && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
+  if (block_scaled && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
   LinearWeight out = view;
   out.stored_cols = view.cols;
   out.row_offset = out.col_offset = 0;
@@ -154,9 +159,9 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
     out.e8m0_scale = scales;
     return out;
   }
-  const size_t element = view.format == WeightFormat::F32 ? 4 : view.format == WeightFormat::Fp8Block ? 1 : 2;
+  const size_t element = view.format == WeightFormat::F32 ? 4 : block_scaled ? 1 : 2;
   size_t scale_bytes = 0, block_row_count = 0, block_count = 0, stored_blocks = 0;
-  if (fp8) {
+  if (block_scaled) {
     block_row_count = size_t((view.rows + view.block_rows - 1) / view.block_rows);
     block_count = size_t((view.cols + view.block_cols - 1) / view.block_cols);
     stored_blocks = size_t((view.stored_cols + view.block_cols - 1) / view.block_cols);
@@ -168,7 +173,7 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
               size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer.data());
   release(view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
   out.data = buffer.data();
-  if (fp8) {
+  if (block_scaled) {
     uint8_t* scales = buffer.data() + (data_bytes + 3) / 4 * 4;
     gather_runs(reinterpret_cast<const uint8_t*>(view.block_scale) +
                     (size_t(view.row_offset / view.block_rows) * stored_blocks + size_t(view.col_offset / view.block_cols)) * 4,
@@ -335,6 +340,27 @@ LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tens
   return weight;
 }
 
+// compressed-tensors int-quantized (W8A8 checkpoints): weight I8 [rows, cols], symmetric,
+// weight_scale [rows, 1] (strategy channel) or [rows, cols / group] (group), any float dtype.
+LinearWeight WeightLoader::int8(const std::string& prefix, const TensorInfo& tensor, int64_t rows, int64_t cols) {
+  MLA_CHECK(config_.quant == WeightQuant::Int8,
+            "tensor '{}.weight' is I8 but config.json has no int-quantized compressed-tensors config", prefix);
+  const int64_t group = config_.int8_group_size > 0 ? config_.int8_group_size : cols;
+  MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
+  const std::string scale_name = prefix + ".weight_scale";
+  MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for INT8 weight '{}.weight'", scale_name, prefix);
+  LinearWeight weight;
+  weight.format = WeightFormat::Int8Block;
+  weight.rows = rows;
+  weight.cols = cols;
+  weight.stored_cols = cols;
+  weight.data = tensor.data;
+  weight.block_rows = 1;
+  weight.block_cols = group;
+  weight.block_scale = to_f32(expect(scale_name, {rows, cols / group}));
+  return weight;
+}
+
 LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t cols) {
   MLA_CHECK(config_.quant == WeightQuant::Int4Group,
             "tensor '{}.weight_packed' is INT4 but config.json has no compressed-tensors config",
@@ -403,6 +429,10 @@ LinearWeight WeightLoader::linear(const std::string& prefix, int64_t rows, int64
   if (tensor.dtype == DType::F8_E4M3) {
     expect(name, {rows, cols});
     return fp8(prefix, tensor, rows, cols);
+  }
+  if (tensor.dtype == DType::I8) {
+    expect(name, {rows, cols});
+    return int8(prefix, tensor, rows, cols);
   }
   return dense(name, rows, cols);
 }

@@ -17,6 +17,8 @@ enum class WeightFormat {
   F16,
   BF16,
   Fp8Block,   // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
+  Int8Block,  // compressed-tensors int-quantized: I8 [rows, cols] x weight_scale per 1 x block_cols
+              // block (strategy channel: block_cols = cols; group: the group size)
   Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
   Mxfp4,      // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
   Bf16Panels, // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
@@ -47,7 +49,7 @@ struct LinearWeight {
   // element c of a row in bits 4*(c%8) of word c/8, stored as q + 8 (q in [-8, 7]); Mxfp4:
   // uint8 [rows, cols / 2], element c in the low nibble of byte c/2 when c is even.
   const void* data = nullptr;
-  const float* block_scale = nullptr;  // Fp8Block: [ceil(rows/block_rows), ceil(cols/block_cols)]
+  const float* block_scale = nullptr;  // Fp8Block, Int8Block: [ceil(rows/block_rows), ceil(cols/block_cols)]
   int64_t block_rows = 128, block_cols = 128;
   const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
   const uint8_t* e8m0_scale = nullptr;    // Mxfp4: [rows, cols / 32], scale 2^(s - 127)
@@ -130,6 +132,7 @@ class WeightLoader {
   const void* aligned(const TensorInfo& tensor, size_t alignment);
   LinearWeight fp8(const std::string& prefix, const TensorInfo& weight, int64_t rows, int64_t cols);
   LinearWeight int4(const std::string& prefix, int64_t rows, int64_t cols);
+  LinearWeight int8(const std::string& prefix, const TensorInfo& weight, int64_t rows, int64_t cols);
   LinearWeight mxfp4(const std::string& prefix, int64_t rows, int64_t cols);
 
   Checkpoint& checkpoint_;

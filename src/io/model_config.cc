@@ -75,6 +75,29 @@ YarnScaling parse_rope_scaling(const json& scaling) {
   return yarn;
 }
 
+// compressed-tensors int-quantized: int8 weights, symmetric, one scale per output channel or
+// per group of input columns. W8A8 checkpoints also declare input_activations (int8 per
+// token, dynamic): mlaserve keeps activations in fp32 against the dequantised weights.
+void parse_int8_groups(const json& quant, ModelConfig& config) {
+  const json* groups = find_key(quant, "config_groups");
+  MLA_CHECK(groups && groups->is_object() && !groups->empty(),
+            "config.json: quantization_config.config_groups is missing");
+  for (const auto& [group_name, group] : groups->items()) {
+    const json* weights = find_key(group, "weights");
+    MLA_CHECK(weights, "config.json: config_groups.{}.weights is missing", group_name);
+    const std::string strategy = get_string(*weights, "strategy", "channel");
+    MLA_CHECK(get_int(*weights, "num_bits") == 8 && get_string(*weights, "type", "int") == "int" &&
+                  get_bool(*weights, "symmetric", true) && (strategy == "channel" || strategy == "group"),
+              "config.json: config_groups.{}.weights must be 8-bit symmetric int, channel or group strategy "
+              "(int-quantized)",
+              group_name);
+    config.int8_group_size = strategy == "group" ? get_int(*weights, "group_size") : 0;
+    MLA_CHECK(strategy == "channel" || config.int8_group_size > 0,
+              "config.json: config_groups.{}.weights.group_size must be positive", group_name);
+  }
+  config.quant = WeightQuant::Int8;
+}
+
 void parse_quantization(const json& quant, ModelConfig& config) {
   const std::string method = get_string(quant, "quant_method", "");
   if (method == "fp8") {
@@ -99,8 +122,10 @@ void parse_quantization(const json& quant, ModelConfig& config) {
     config.quant = WeightQuant::Mxfp4;
     return;
   }
+  if (format == "int-quantized") return parse_int8_groups(quant, config);
   MLA_CHECK(format == "pack-quantized",
-            "config.json: quantization_config.format '{}' is not supported (pack-quantized, mxfp4-pack-quantized)",
+            "config.json: quantization_config.format '{}' is not supported (pack-quantized, "
+            "mxfp4-pack-quantized, int-quantized)",
             format);
   const json* groups = find_key(quant, "config_groups");
   MLA_CHECK(groups && groups->is_object() && !groups->empty(),

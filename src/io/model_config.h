@@ -12,7 +12,7 @@ namespace mlaserve {
 
 enum class ScoringFunc { Sigmoid, Softmax };
 enum class TopkMethod { NoAuxTc, Greedy, GroupLimitedGreedy };
-enum class WeightQuant { None, Fp8Block, Int4Group, Mxfp4 };
+enum class WeightQuant { None, Fp8Block, Int4Group, Mxfp4, Int8 };
 
 struct YarnScaling {
   double factor = 1.0;                            // context extension factor s
@@ -68,6 +68,7 @@ struct ModelConfig {
   WeightQuant quant = WeightQuant::None;  // quantization_config.quant_method
   int64_t fp8_block_out = 128, fp8_block_in = 128;  // quantization_config.weight_block_size
   int64_t int4_group_size = 32;      // compressed-tensors weights.group_size
+  int64_t int8_group_size = 0;       // int-quantized weights.group_size; 0: strategy channel
   std::optional<KdaConfig> kda;      // kimi_linear only
   bool mla_use_nope = false;         // kimi_linear: the 64-wide "rope" slices are not rotated
   bool mla_use_output_gate = false;  // K3: MLA output *= sigmoid(g_proj(x)) before o_proj

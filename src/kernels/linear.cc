@@ -6,7 +6,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "kernels/fp8_dot.h"
+#include "kernels/block_scaled_dot.h"
 #include "kernels/gemm_4bit.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
@@ -29,6 +29,26 @@ void dequantize_fp8_range(const LinearWeight& weight, int64_t row, int64_t col_b
     const int64_t end = std::min(col_end, (block + 1) * weight.block_cols - weight.col_offset);
     fp8_to_f32(codes + c, scales[block], out + (c - col_begin), end - c);
     c = end;
+  }
+}
+
+// value = code x the scale of its 1 x block_cols block (channel: one per row).
+void dequantize_int8_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
+  const int8_t* codes = static_cast<const int8_t*>(weight.data) + element_offset(weight, row);
+  const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
+  const float* scales = weight.block_scale + (weight.row_offset + row) * stored_blocks;
+  for (int64_t c = col_begin; c < col_end;) {
+    const int64_t block = (weight.col_offset + c) / weight.block_cols;
+    const int64_t end = std::min(col_end, (block + 1) * weight.block_cols - weight.col_offset);
+    const float scale = scales[block];
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; c + 8 <= end; c += 8) {
+      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
+      const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
+      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(values, _mm256_set1_ps(scale)));
+    }
+#endif
+    for (; c < end; ++c) out[c - col_begin] = float(codes[c]) * scale;
   }
 }
 
@@ -108,6 +128,7 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
       return;
     }
     case WeightFormat::Fp8Block: dequantize_fp8_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Int8Block: dequantize_int8_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
@@ -127,9 +148,13 @@ bool takes_q8_activations(const LinearWeight& weight) {
          (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
 }
 
-// out[k] = sum_c W[rows[k], c] * x[c] for n_rows FP8 rows (1, or 4 read together).
-void dot_fp8_weight_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, const Fp8Activations& x,
-                         float* out) {
+bool block_scaled(const LinearWeight& weight) {
+  return weight.format == WeightFormat::Fp8Block || weight.format == WeightFormat::Int8Block;
+}
+
+// out[k] = sum_c W[rows[k], c] * x[c] for n_rows FP8 or INT8 rows (1, or 4 read together).
+void dot_block_scaled_weight_rows(const LinearWeight& weight, const int64_t* rows, int n_rows,
+                                  const BlockScaledActivations& x, float* out) {
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
   const uint8_t* codes[4];
   const float* scales[4];
@@ -138,7 +163,8 @@ void dot_fp8_weight_rows(const LinearWeight& weight, const int64_t* rows, int n_
     scales[k] = weight.block_scale + ((weight.row_offset + rows[k]) / weight.block_rows) * stored_blocks +
                 weight.col_offset / weight.block_cols;
   }
-  dot_fp8_rows(codes, scales, n_rows, weight.col_offset % weight.block_cols, weight.block_cols, x, weight.cols, out);
+  dot_block_scaled_rows(codes, scales, n_rows, weight.col_offset % weight.block_cols, weight.block_cols, x,
+                        weight.cols, out);
 }
 
 // Rows in quads a quarter of the range apart: quad i of [begin, end) is rows begin + i,
@@ -174,23 +200,23 @@ void quad_single_token(const LinearWeight& weight, const int64_t rows[4], const 
   simd::dot_4xn<1>(w, &x, weight.cols, out);
 }
 
-// One token: decode is memory-bound, so each row is read once and bf16 or fp8 widened in
-// registers; BF16, F32 and FP8 rows go in spread quads.
+// One token: decode is memory-bound, so each row is read once and bf16, fp8 or int8 widened in
+// registers; BF16, F32, FP8 and INT8 rows go in spread quads.
 void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                        float* y) {
   const int64_t cols = weight.cols;
   const SpreadQuads quads(row_begin, row_end);
   int64_t r = row_begin;
-  thread_local Fp8Activations fp8_x;
-  const bool fp8 = weight.format == WeightFormat::Fp8Block;
-  if (fp8) fp8_x.prepare(x, cols);
-  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 || fp8) {
+  thread_local BlockScaledActivations scaled_x;
+  const bool byte_codes = block_scaled(weight);
+  if (byte_codes) scaled_x.prepare(x, cols, weight.format == WeightFormat::Fp8Block ? ByteCode::Fp8E4M3 : ByteCode::Int8);
+  if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 || byte_codes) {
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
       int64_t rows[4];
       quads.rows(quad, rows);
       float out[4];
-      if (fp8) {
-        dot_fp8_weight_rows(weight, rows, 4, fp8_x, out);
+      if (byte_codes) {
+        dot_block_scaled_weight_rows(weight, rows, 4, scaled_x, out);
       } else {
         quad_single_token(weight, rows, x, out);
       }
@@ -204,8 +230,8 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
       out = simd::dot_f32(row_data<float>(weight, r), x, cols);
     } else if (weight.format == WeightFormat::BF16) {
       out = simd::dot_bf16_f32(row_data<uint16_t>(weight, r), x, cols);
-    } else if (weight.format == WeightFormat::Fp8Block) {
-      dot_fp8_weight_rows(weight, &r, 1, fp8_x, &out);
+    } else if (byte_codes) {
+      dot_block_scaled_weight_rows(weight, &r, 1, scaled_x, &out);
     } else {
       float* w = row_scratch(cols);
       dequantize_row(weight, r, w);

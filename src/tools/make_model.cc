@@ -119,6 +119,34 @@ void add_fp8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::
                  }});
 }
 
+// compressed-tensors int-quantized INT8, strategy channel: scale = max|w| / 127 per output row
+// (rounded to bf16 first, so codes use the stored scale), q = clamp(round(w / scale), -127, 127).
+void add_int8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix) {
+  auto row_scale = [m](int64_t r, std::vector<float>& values) {
+    m.row(r, values.data());
+    float max_abs = 0.0f;
+    for (float v : values) max_abs = std::max(max_abs, std::fabs(v));
+    return f32_to_bf16(max_abs > 0 ? max_abs / 127.0f : 1.0f);
+  };
+  out.push_back({prefix + ".weight", DType::I8, {m.rows, m.cols}, [m, row_scale](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) {
+                     std::vector<float> values(static_cast<size_t>(m.cols));
+                     const float scale = bf16_to_f32(row_scale(r, values));
+                     for (int64_t c = 0; c < m.cols; ++c) {
+                       const auto q = int8_t(std::clamp(std::nearbyint(values[c] / scale), -127.0f, 127.0f));
+                       std::memcpy(bytes + r * m.cols + c, &q, 1);
+                     }
+                   });
+                 }});
+  out.push_back({prefix + ".weight_scale", DType::BF16, {m.rows, 1}, [m, row_scale](uint8_t* bytes) {
+                   for_rows(m.rows, [&](int64_t r) {
+                     std::vector<float> values(static_cast<size_t>(m.cols));
+                     const uint16_t scale = row_scale(r, values);
+                     std::memcpy(bytes + 2 * r, &scale, 2);
+                   });
+                 }});
+}
+
 // compressed-tensors pack-quantized INT4: symmetric per-group scale max|w| / 7 (rounded to
 // bf16 first, so codes use the stored scale), q = clamp(round(w / scale), -8, 7) stored as
 // q + 8, eight per int32, column c in bits 4 * (c % 8).
@@ -231,6 +259,8 @@ void TensorPlan::linear(const std::string& prefix, int64_t rows, int64_t cols, d
   const RandomMatrix m = matrix(prefix + ".weight", rows, cols, {0.0, std});
   if (options_.dtype == StorageDType::Fp8)
     add_fp8(tensors_, m, prefix);
+  else if (options_.dtype == StorageDType::Int8 && !prefix.ends_with("lm_head"))
+    add_int8(tensors_, m, prefix);
   else if (options_.dtype == StorageDType::Int4 && routed_expert)
     add_int4(tensors_, m, prefix, options_.int4_group_size);
   else if (options_.dtype == StorageDType::Mxfp4 && routed_expert)
@@ -380,6 +410,16 @@ json quantization_config(const MakeModelOptions& options) {
   if (options.dtype == StorageDType::Fp8)
     return {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
             {"weight_block_size", {128, 128}}};
+  if (options.dtype == StorageDType::Int8) {
+    // W8A8 as llm-compressor writes it: int8 weights per channel, int8 activations per token.
+    json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}};
+    json activations = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "int-quantized"},
+            {"quantization_status", "compressed"},
+            {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", activations}}}}},
+            {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
+  }
   json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
                   {"group_size", options.int4_group_size}, {"dynamic", false}};
   return {{"quant_method", "compressed-tensors"},
@@ -396,9 +436,10 @@ StorageDType storage_dtype_from_name(const std::string& name) {
   if (name == "f32") return StorageDType::F32;
   if (name == "bf16") return StorageDType::BF16;
   if (name == "fp8") return StorageDType::Fp8;
+  if (name == "int8") return StorageDType::Int8;
   if (name == "int4") return StorageDType::Int4;
   if (name == "mxfp4") return StorageDType::Mxfp4;
-  fail("unknown --dtype '{}' (f32, bf16, fp8, int4, mxfp4)", name);
+  fail("unknown --dtype '{}' (f32, bf16, fp8, int8, int4, mxfp4)", name);
 }
 
 void make_model(const MakeModelOptions& options) {

@@ -8,8 +8,8 @@
 
 namespace mlaserve {
 
-enum class StorageDType { F32, BF16, Fp8, Int4, Mxfp4 };
-StorageDType storage_dtype_from_name(const std::string& name);  // f32 | bf16 | fp8 | int4 | mxfp4
+enum class StorageDType { F32, BF16, Fp8, Int8, Int4, Mxfp4 };
+StorageDType storage_dtype_from_name(const std::string& name);  // f32 | bf16 | fp8 | int8 | int4 | mxfp4
 
 struct MakeModelOptions {
   nlohmann::json config;  // a DeepseekV3 / Kimi Linear / Kimi K3 config.json (preset or user file)

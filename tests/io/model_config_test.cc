@@ -54,6 +54,21 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of({{"vocab_size", nullptr}}).find("'vocab_size' is missing"), std::string::npos);
   EXPECT_NE(error_of({{"quantization_config", {{"quant_method", "gptq"}}}}).find("quant_method 'gptq'"),
             std::string::npos);
+  const auto int8_weights = [](nlohmann::json weights) {
+    return nlohmann::json{{"quantization_config",
+                           {{"quant_method", "compressed-tensors"},
+                            {"format", "int-quantized"},
+                            {"config_groups", {{"group_0", {{"weights", weights}}}}}}}};
+  };
+  EXPECT_EQ(error_of(int8_weights({{"num_bits", 8}, {"strategy", "channel"}})), "");
+  EXPECT_EQ(error_of(int8_weights({{"num_bits", 8}, {"strategy", "group"}, {"group_size", 64}})), "");
+  EXPECT_NE(error_of(int8_weights({{"num_bits", 4}})).find("8-bit symmetric int"), std::string::npos);
+  EXPECT_NE(error_of(int8_weights({{"num_bits", 8}, {"strategy", "tensor"}})).find("channel or group"),
+            std::string::npos);
+  EXPECT_NE(error_of(int8_weights({{"num_bits", 8}, {"symmetric", false}})).find("config_groups.group_0"),
+            std::string::npos);
+  EXPECT_NE(error_of(int8_weights({{"num_bits", 8}, {"strategy", "group"}, {"group_size", 0}})).find("group_size"),
+            std::string::npos);
   EXPECT_EQ(error_of(nlohmann::json::object()), "");
 }
 

@@ -119,6 +119,15 @@ def main():
     scale = "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv"
     run.expect_error("missing FP8 scale", variant(work, good, "scale", {k: v for k, v in tensors.items() if k != scale}),
                      f"missing tensor '{scale}'")
+    int8 = os.path.join(work, "int8")
+    subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "int8", "--override", json.dumps(MICRO),
+                    "--shard-mb", "0", int8], check=True, capture_output=True)
+    int8_tensors = read_safetensors(os.path.join(int8, "model.safetensors"))
+    scale = "model.layers.1.mlp.experts.3.up_proj.weight_scale"
+    run.expect_error("missing INT8 scale", variant(work, int8, "i8scale", {k: v for k, v in int8_tensors.items() if k != scale}),
+                     f"missing tensor '{scale}' for INT8 weight")
+    run.expect_error("INT8 weights without their config", variant(work, int8, "i8config", config_patch={"quantization_config": None}),
+                     "is I8 but config.json has no int-quantized")
     extra = dict(tensors)
     extra["model.layers.0.extra.weight"] = ("BF16", (2,), b"\0\0\0\0")
     run.expect_error("extra tensor", variant(work, good, "extra", extra), "unexpected tensor 'model.layers.0.extra.weight'")

@@ -65,6 +65,22 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t
         t.values[r * cols + c] = fp8_e4m3_to_f32(code) * t.block_scale[(r / 128) * block_cols + c / 128];
       }
     t.weight.block_scale = t.block_scale.data();
+  } else if (format == WeightFormat::Int8Block) {
+    // Scales per 1 x `group` block where group divides cols (strategy group), else one per row
+    // (strategy channel); codes over the whole int8 range.
+    const int64_t block = cols % group == 0 ? group : cols;
+    t.block_scale.resize(size_t(rows * (cols / block)));
+    for (auto& scale : t.block_scale) scale = 0.001f + 0.0001f * float(byte(rng));
+    t.bytes.resize(t.values.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto code = int8_t(byte(rng) - 128);
+        std::memcpy(&t.bytes[r * cols + c], &code, 1);
+        t.values[r * cols + c] = float(code) * t.block_scale[r * (cols / block) + c / block];
+      }
+    t.weight.block_scale = t.block_scale.data();
+    t.weight.block_rows = 1;
+    t.weight.block_cols = block;
   } else if (format == WeightFormat::Mxfp4) {
     // E2M1 from the OCP MX definition: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0;
     // exponent 0 is subnormal (0 or 0.5). Scales E8M0: 2^(s - 127).
@@ -148,7 +164,8 @@ TEST_P(LinearTest, MatchesScalarReference) {
 // Many tokens run as a packed GEMM (panels of 16 rows, pieces of 256 columns, tiles of 192
 // tokens in blocks of 6) from 64 tokens for F32/BF16/F16; the 4-bit formats from 16 tokens run
 // the integer GEMM (panels of 8 rows, chunks of 1024 columns, tiles of 128 tokens, on the
-// int8-rounded activations); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
+// int8-rounded activations); INT8 takes the packed GEMM like the float formats (panels
+// dequantised on packing); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
 // those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
 // count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
@@ -353,6 +370,32 @@ TEST(LinearFp8, OneTokenViewsAtAnyColumn) {
   }
 }
 
+// INT8 with one scale per row (strategy channel): views starting at any column keep reading
+// the row's scale (a view is never copied: its columns start inside the one scale block), for
+// one token (dequantised rows), a few (dot blocks) and many (the packed GEMM).
+TEST(LinearInt8, ChannelScaledViewsAtAnyColumn) {
+  const int64_t rows = 70, cols = 301;
+  const TestWeight t = make_weight(WeightFormat::Int8Block, rows, cols, 31, cols);
+  ASSERT_EQ(t.weight.block_cols, cols);
+  for (int64_t tokens : {1, 5, 66})
+    for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{37, 290}, {0, 301}}) {
+      const int64_t r0 = 3, r1 = 61;
+      const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
+      WeightCopies storage;
+      EXPECT_EQ(compact_columns(view, storage).col_offset, view.col_offset);
+      const std::vector<float> x = testing::random_vector(size_t(tokens * (c1 - c0)), uint64_t(c0 + tokens));
+      std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+      linear(view, x.data(), tokens, y.data());
+      for (int64_t n = 0; n < tokens; ++n)
+        for (int64_t r = r0; r < r1; ++r) {
+          double sum = 0;
+          for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * x[size_t(n * (c1 - c0) + c - c0)];
+          want[size_t(n * (r1 - r0) + r - r0)] = float(sum);
+        }
+      EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << "tokens " << tokens << " columns " << c0 << ".." << c1;
+    }
+}
+
 // A compacted copy of a column view computes the same numbers from its own bytes, for views
 // aligned to FP8 scale blocks (copied) and not (kept as views).
 TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
@@ -498,7 +541,8 @@ TEST(LinearBf16Panels, OnlyBf16IsRepackedAndPanelsHaveNoViews) {
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, LinearTest,
                          ::testing::Values(WeightFormat::F32, WeightFormat::BF16, WeightFormat::F16,
-                                           WeightFormat::Fp8Block, WeightFormat::Int4Group, WeightFormat::Mxfp4),
+                                           WeightFormat::Fp8Block, WeightFormat::Int8Block, WeightFormat::Int4Group,
+                                           WeightFormat::Mxfp4),
                          [](const auto& param_info) { return std::string(weight_format_name(param_info.param)); });
 
 }  // namespace

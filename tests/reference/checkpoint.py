@@ -121,6 +121,9 @@ class Weights:
             group = q.shape[1] // scale.shape[1]
             return q * np.repeat(scale, group, axis=1)
         weight = self.get(prefix + ".weight")
+        if self.tensors[prefix + ".weight"][0] == "I8":  # compressed-tensors int-quantized
+            scale = self.get(prefix + ".weight_scale")
+            return weight * np.repeat(scale, weight.shape[1] // scale.shape[1], axis=1)
         if self.tensors[prefix + ".weight"][0] == "F8_E4M3":  # one scale per block
             scale = self.get(prefix + ".weight_scale_inv")
             rows, cols = self.fp8_block

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deepseek_v3_ref  # noqa: E402
 
-TOLERANCE = {"f32": 1e-3, "bf16": 1e-3, "fp8": 1e-3, "int4": 3e-3, "mxfp4": 3e-3}
+TOLERANCE = {"f32": 1e-3, "bf16": 1e-3, "fp8": 1e-3, "int8": 1e-3, "int4": 3e-3, "mxfp4": 3e-3}
 YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 64, "beta_fast": 32,
         "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 1.0}
 
@@ -46,6 +46,7 @@ CASES = {
     "fp8 decode path": ("fp8", {"q_lora_rank": None}, ["--chunk", "1"]),
     "int4 routed experts": ("int4", {}, []),
     "int4 group 64, YaRN": ("int4", {"rope_scaling": YARN}, []),
+    "int8 per-channel (W8A8 checkpoint)": ("int8", {}, []),
 }
 
 

@@ -69,7 +69,7 @@ def main():
     check("mini total params (455M)", mini_plan["total_params"], 455e6, 0.002)
     check("mini active params (103M)", mini_plan["active_params"], 103e6, 0.01)
     # Quantised configs written by make-model: the planner reads their native format.
-    for preset, dtype, want in (("tiny", "int4", "int4:32"), ("kimi-k3-tiny", "mxfp4", "mxfp4")):
+    for preset, dtype, want in (("tiny", "int4", "int4:32"), ("tiny", "int8", "int8"), ("kimi-k3-tiny", "mxfp4", "mxfp4")):
         directory = os.path.join(work, f"{preset}-{dtype}")
         subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, directory], check=True,
                        capture_output=True)

@@ -23,6 +23,7 @@ std::string native_weights(const json& config) {
   const std::string method = quant.value("quant_method", "");
   if (method == "fp8") return "fp8";
   if (quant.value("format", "") == "mxfp4-pack-quantized") return "mxfp4";
+  if (quant.value("format", "") == "int-quantized") return "int8";
   if (method == "compressed-tensors") {
     const json groups = quant.value("config_groups", json::object());  // a copy: iterate a live object
     for (const auto& [name, group] : groups.items()) {

@@ -71,13 +71,15 @@ WeightBytes weight_bytes_of(const std::string& requested, const ModelSpec& model
   constexpr double kFp8 = 1.0 + 4.0 / (128.0 * 128.0);  // e4m3 + an f32 scale per 128x128 block
   if (format == "bf16") return {format, 2, 2};
   if (format == "fp8") return {format, kFp8, kFp8};
+  // W8A8 int-quantized: every linear layer int8, a scale per output row (< 0.1% of its bytes).
+  if (format == "int8") return {format, 1, 1};
   if (format == "mxfp4") return {format, 0.5 + 1.0 / 32.0, 2};  // E2M1 + an E8M0 scale per 32
   if (format.starts_with("int4")) {
     const int64_t group = format.size() > 5 ? std::stoll(format.substr(5)) : 32;
     MLA_CHECK(group > 0, "--weights int4:GROUP needs a positive group size");
     return {fmt::format("int4:{}", group), 0.5 + 2.0 / double(group), 2};  // + a bf16 scale per group
   }
-  fail("unknown --weights '{}' (native, bf16, fp8, int4[:group], mxfp4)", requested);
+  fail("unknown --weights '{}' (native, bf16, fp8, int8, int4[:group], mxfp4)", requested);
 }
 
 HeadPadding head_padding(int64_t heads, int64_t tp) {
