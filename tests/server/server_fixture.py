@@ -10,11 +10,13 @@ import time
 
 
 class Server:
-    def __init__(self, binary, model_dir, *extra_args, launcher=()):
-        """launcher: a command the server runs under, e.g. ("mpirun", "-np", "2")."""
+    def __init__(self, binary, model_dir, *extra_args, launcher=(), env=None):
+        """launcher: a command the server runs under, e.g. ("mpirun", "-np", "2"); env: variables
+        added to the server's environment."""
         self.log_lines = []
         self.proc = subprocess.Popen([*launcher, binary, "serve", "--model", model_dir, "--port", "0", *extra_args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                                     env={**os.environ, **(env or {})})
         self.port = None
         ready = threading.Event()
 

@@ -1,0 +1,227 @@
+#include "kernels/amx_gemm.h"
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/error.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define MLA_AMX 1
+#endif
+
+namespace mlaserve {
+
+#ifdef MLA_AMX
+namespace {
+
+constexpr int64_t kTileRows = 16;     // tokens (A, C) or column pairs (B) in a tile
+constexpr int64_t kStepCols = 32;     // columns one tile product consumes
+constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
+constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 64 x 2048 columns = 768 KB (L2)
+constexpr int kTerms = 3;
+
+// Linux's request for permission to use an extended state component, and AMX's tile data
+// component (asm/prctl.h ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
+constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+
+// LDTILECFG's 64-byte operand (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
+// every tile 16 rows of 64 bytes. The configuration is per thread.
+void configure_tiles() {
+  TileConfig config;
+  for (int tile = 0; tile < 8; ++tile) {
+    config.rows[tile] = kTileRows;
+    config.bytes_per_row[tile] = 64;
+  }
+  _tile_loadconfig(&config);
+}
+
+// (The zero-masked forms with every lane on: GCC 12's plain ones take an undefined source and
+// warn from inside its headers.)
+__m512 bf16_to_f32x16(__m256bh values) {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, __m256i(values)), 16));
+}
+
+// The group's activations as three bf16 terms, x = hi + mid + lo, each the round-to-nearest-even
+// bf16 of what the terms before it left, laid out as A tiles: [term][block][step][16][32] for
+// blocks of 16 tokens and steps of 32 columns (each tile 1 KB contiguous: rows of a plain
+// [token][col] array would lie 4 KB apart and fall in one L1 set). Zero past `tokens` and past
+// `cols`; a non-finite x is carried by hi alone (inf - inf would make the others NaN).
+void split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t blocks, int64_t cols, int64_t steps,
+                       uint16_t* out) {
+  const int64_t term_words = blocks * steps * kStepWords;
+  std::memset(out, 0, size_t(kTerms * term_words) * 2);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = x + t * x_stride;
+    uint16_t* first = out + (t / kTileRows) * steps * kStepWords + (t % kTileRows) * kStepCols;
+    auto at = [&](int term, int64_t c) { return first + term * term_words + (c / kStepCols) * kStepWords + c % kStepCols; };
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+      const __m512 v = _mm512_loadu_ps(row + c);
+      const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+      const __mmask16 finite = _mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+      const __m256bh h = _mm512_cvtneps_pbh(v);
+      const __m512 rest = _mm512_maskz_sub_ps(finite, v, bf16_to_f32x16(h));
+      const __m256bh m = _mm512_cvtneps_pbh(rest);
+      const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(rest, bf16_to_f32x16(m)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(0, c)), __m256i(h));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(1, c)), __m256i(m));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(2, c)), __m256i(l));
+    }
+    for (; c < cols; ++c) {
+      const uint16_t hi = f32_to_bf16(row[c]);
+      const float rest = std::isfinite(row[c]) ? row[c] - bf16_to_f32(hi) : 0.0f;
+      const uint16_t mid = f32_to_bf16(rest);
+      *at(0, c) = hi;
+      *at(1, c) = mid;
+      *at(2, c) = f32_to_bf16(rest - bf16_to_f32(mid));
+    }
+  }
+}
+
+// Word d of a B-tile row holds weight row d / 2 of the panel at column pair member d % 2; the
+// stored panel keeps a column's 16 rows in bf16_panel_slot order.
+__m512i pair_order() {
+  alignas(64) uint16_t order[32];
+  for (int d = 0; d < 32; ++d) order[d] = uint16_t((d % 2) * kBf16PanelRows + bf16_panel_slot(d / 2));
+  return _mm512_load_si512(order);
+}
+
+// A stored panel's first `cols` columns as B tiles, `steps` of them: row p of tile s holds
+// columns 32s + 2p and 32s + 2p + 1 for each of the panel's 16 weight rows ([pair][row][2],
+// AMX's layout for the second operand); zero past `cols`.
+void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* out) {
+  const __m512i order = pair_order();
+  for (int64_t pair = 0; pair < steps * kTileRows; ++pair) {
+    const int64_t c = 2 * pair;
+    uint16_t* row = out + pair * 2 * kBf16PanelRows;
+    if (c + 2 <= cols) {
+      _mm512_storeu_si512(row, _mm512_permutexvar_epi16(order, _mm512_loadu_si512(panel + c * kBf16PanelRows)));
+      continue;
+    }
+    for (int64_t n = 0; n < kBf16PanelRows; ++n) {
+      row[2 * n] = c < cols ? panel[c * kBf16PanelRows + bf16_panel_slot(n)] : 0;
+      row[2 * n + 1] = 0;
+    }
+  }
+}
+
+// C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
+// (a: block 0's first tile; blocks `steps` tiles apart, terms term_words apart) times the
+// panels' B tiles (b: panel 0's first; panels b_panel_words apart); stored to c as
+// [block][panel][16][16].
+template <int kBlocks, int kPanels>
+void tile_products(const uint16_t* a, int64_t term_words, const uint16_t* b, int64_t b_panel_words, int64_t steps,
+                   float* c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(6, b + s * kStepWords, 64);
+    if constexpr (kPanels == 2) _tile_loadd(7, b + b_panel_words + s * kStepWords, 64);
+    for (int term = 0; term < kTerms; ++term) {
+      const uint16_t* at = a + term * term_words + s * kStepWords;
+      _tile_loadd(4, at, 64);
+      if constexpr (kBlocks == 2) _tile_loadd(5, at + steps * kStepWords, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      if constexpr (kPanels == 2) _tile_dpbf16ps(1, 4, 7);
+      if constexpr (kBlocks == 2) _tile_dpbf16ps(2, 5, 6);
+      if constexpr (kBlocks == 2 && kPanels == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  constexpr int64_t kTileFloats = kTileRows * kTileRows;
+  _tile_stored(0, c, 64);
+  if constexpr (kPanels == 2) _tile_stored(1, c + kTileFloats, 64);
+  if constexpr (kBlocks == 2) _tile_stored(2, c + kPanels * kTileFloats, 64);
+  if constexpr (kBlocks == 2 && kPanels == 2) _tile_stored(3, c + 3 * kTileFloats, 64);
+}
+
+struct Buffers {
+  std::vector<uint16_t> terms, tiles;
+  alignas(64) float products[4 * kTileRows * kTileRows];
+};
+
+}  // namespace
+
+bool amx_bf16_available() {
+  static const bool granted = [] {
+    const char* setting = std::getenv("MLASERVE_AMX");
+    if (setting && std::strcmp(setting, "0") == 0) return false;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
+void bf16_panel_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  MLA_CHECK(weight.format == WeightFormat::Bf16Panels && amx_bf16_available(), "AMX GEMM: needs Bf16Panels and AMX");
+  thread_local Buffers buffers;
+  const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols;
+  const int64_t first_panel = row_begin / kBf16PanelRows, end_panel = (row_end + kBf16PanelRows - 1) / kBf16PanelRows;
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  buffers.tiles.resize(size_t(2 * steps * kStepWords));
+  configure_tiles();
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
+    const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
+    const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * steps * kStepWords;
+    buffers.terms.resize(size_t(kTerms * term_words));
+    split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
+    for (int64_t panel = first_panel; panel < end_panel; panel += 2) {
+      const int panels = panel + 1 < end_panel ? 2 : 1;
+      for (int p = 0; p < panels; ++p)
+        panel_tiles(stored + (panel + p) * cols * kBf16PanelRows, cols, steps, buffers.tiles.data() + p * steps * kStepWords);
+      for (int64_t block = 0; block < token_blocks; block += 2) {
+        const int blocks = block + 1 < token_blocks ? 2 : 1;
+        const uint16_t* a = buffers.terms.data() + block * steps * kStepWords;
+        const uint16_t* b = buffers.tiles.data();
+        const int64_t b_panel_words = steps * kStepWords;
+        float* c = buffers.products;
+        if (blocks == 2 && panels == 2) tile_products<2, 2>(a, term_words, b, b_panel_words, steps, c);
+        if (blocks == 2 && panels == 1) tile_products<2, 1>(a, term_words, b, b_panel_words, steps, c);
+        if (blocks == 1 && panels == 2) tile_products<1, 2>(a, term_words, b, b_panel_words, steps, c);
+        if (blocks == 1 && panels == 1) tile_products<1, 1>(a, term_words, b, b_panel_words, steps, c);
+        for (int bl = 0; bl < blocks; ++bl)
+          for (int p = 0; p < panels; ++p) {
+            const float* tile = c + (bl * panels + p) * kTileRows * kTileRows;
+            const int64_t first_row = (panel + p) * kBf16PanelRows;
+            const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kBf16PanelRows, row_end);
+            for (int64_t i = 0; i < kTileRows; ++i) {
+              const int64_t token = t0 + (block + bl) * kTileRows + i;
+              if (token >= n_tokens) break;
+              std::memcpy(y + token * y_stride + (r0 - row_begin), tile + i * kTileRows + (r0 - first_row),
+                          size_t(r1 - r0) * sizeof(float));
+            }
+          }
+      }
+    }
+  }
+  _tile_release();
+}
+
+#else
+
+bool amx_bf16_available() { return false; }
+
+void bf16_panel_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+  fail("AMX GEMM: this build has no AMX-BF16 (build with -march=native on a Sapphire Rapids or later host)");
+}
+
+#endif
+
+}  // namespace mlaserve

@@ -1,0 +1,126 @@
+// The AMX BF16 panel GEMM against a float64 reference, where the host has AMX (skipped
+// elsewhere: the kernel is compiled only with AMX-BF16 and runs only once Linux grants the
+// tile state).
+#include "kernels/amx_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+
+#include "base/dtype.h"
+#include "test_util.h"
+
+namespace mlaserve {
+namespace {
+
+// A random BF16 matrix repacked into panels, with the values it holds.
+struct PanelWeight {
+  std::vector<uint16_t> bf16;
+  std::vector<float> values;
+  WeightCopies storage;
+  LinearWeight packed;
+
+  PanelWeight(int64_t rows, int64_t cols, uint64_t seed) : bf16(size_t(rows * cols)), values(bf16.size()) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (size_t i = 0; i < bf16.size(); ++i) {
+      bf16[i] = f32_to_bf16(uniform(rng));
+      values[i] = bf16_to_f32(bf16[i]);
+    }
+    LinearWeight weight;
+    weight.format = WeightFormat::BF16;
+    weight.rows = rows;
+    weight.cols = weight.stored_cols = cols;
+    weight.data = bf16.data();
+    packed = repack_bf16_panels(weight, storage);
+  }
+};
+
+// y[t][r - row_begin] in float64 from the exact values.
+std::vector<float> reference(const PanelWeight& w, int64_t row_begin, int64_t row_end, const std::vector<float>& x,
+                             int64_t tokens) {
+  const int64_t cols = w.packed.cols, width = row_end - row_begin;
+  std::vector<float> y(size_t(tokens * width));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += double(w.values[size_t(r * cols + c)]) * x[size_t(t * cols + c)];
+      y[size_t(t * width + r - row_begin)] = float(sum);
+    }
+  return y;
+}
+
+class AmxGemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!amx_bf16_available()) GTEST_SKIP() << "no AMX-BF16 on this host or build";
+  }
+};
+
+// Sizes past every edge: fewer columns than one 32-column step, a column tail (odd, and even
+// inside a step), one and an odd number of panels, a partial last panel, row ranges starting
+// and ending inside panels, token blocks of 16 with a partial last one, a single block, and
+// two groups of 128 tokens. Splitting x into three bf16 terms represents it exactly, so the
+// sums are fp32 ones in another order (0.9e-7 to 4.5e-7 here): a bound of 1e-6, which a
+// two-term split (16 bits of x) fails at 2.1e-6 to 3.1e-6.
+TEST_F(AmxGemm, MatchesFloat64Reference) {
+  for (auto [rows, cols, row_begin, row_end, tokens] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{16, 31, 0, 16, 16}, {37, 203, 0, 37, 17},
+        {83, 613, 5, 79, 40}, {48, 96, 17, 31, 129}, {130, 2080, 0, 130, 300}, {64, 64, 16, 64, 33}}) {
+    const PanelWeight w(rows, cols, uint64_t(rows * 7 + cols));
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens + cols));
+    const int64_t width = row_end - row_begin + 2;  // a guard column either side
+    std::vector<float> y(size_t(tokens * width), -7.0f);
+    bf16_panel_rows_amx(w.packed, row_begin, row_end, x.data(), cols, tokens, y.data() + 1, width);
+    std::vector<float> got;
+    for (int64_t t = 0; t < tokens; ++t) {
+      EXPECT_EQ(y[size_t(t * width)], -7.0f);
+      EXPECT_EQ(y[size_t(t * width + width - 1)], -7.0f);
+      got.insert(got.end(), y.begin() + t * width + 1, y.begin() + (t + 1) * width - 1);
+    }
+    EXPECT_TRUE(testing::relative_close(got, reference(w, row_begin, row_end, x, tokens), 1e-6))
+        << "rows " << rows << " cols " << cols << " range " << row_begin << ".." << row_end << " tokens " << tokens;
+  }
+}
+
+// Activations a bf16 split must survive: 1e30 and 1e-30 beside ordinary values (each term
+// a normal bf16), and an infinity, which reaches the outputs as it would in fp32.
+TEST_F(AmxGemm, ExtremeActivations) {
+  const int64_t rows = 32, cols = 96, tokens = 16;
+  const PanelWeight w(rows, cols, 5);
+  std::vector<float> x = testing::random_vector(size_t(tokens * cols), 6);
+  for (int64_t c = 0; c < 32; ++c) x[size_t(c)] *= 1e30f;
+  for (int64_t c = 0; c < cols; ++c) x[size_t(cols + c)] *= 1e-30f;
+  std::vector<float> y(size_t(tokens * rows));
+  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
+  EXPECT_TRUE(testing::relative_close(y, reference(w, 0, rows, x, tokens), 1e-6));
+  x[size_t(2 * cols + 5)] = INFINITY;
+  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float weight = w.values[size_t(r * cols + 5)];
+    ASSERT_NE(weight, 0.0f);
+    EXPECT_EQ(y[size_t(2 * rows + r)], std::copysign(INFINITY, weight)) << "row " << r;
+  }
+  EXPECT_TRUE(std::isfinite(y[size_t(3 * rows)]));
+}
+
+// A token's outputs depend on its own activations only: the same bits in a batch of 16, of
+// 129 (another position in its block and group) and of 300.
+TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
+  const int64_t rows = 40, cols = 300;
+  const PanelWeight w(rows, cols, 9);
+  const std::vector<float> x = testing::random_vector(size_t(300 * cols), 10);
+  std::vector<float> all(size_t(300 * rows));
+  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, 300, all.data(), rows);
+  for (int64_t first : {0, 113, 284}) {
+    const int64_t tokens = first == 113 ? 129 : 16;
+    std::vector<float> part(size_t(tokens * rows));
+    bf16_panel_rows_amx(w.packed, 0, rows, x.data() + first * cols, cols, tokens, part.data(), rows);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + first * rows)) << "from token " << first;
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
