@@ -8,14 +8,17 @@
 #include <cstdint>
 
 #include "io/linear_weight.h"
+#include "kernels/quant_dot.h"
 
 namespace mlaserve {
 
-// Whether bf16_panel_rows_amx can run: built with AMX-BF16 (-march=native on such a host) and
-// the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
-bool amx_bf16_available();
+// Whether the AMX kernels can run: built with AMX-BF16 and AMX-INT8 (-march=native on such a
+// host), the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
+// once), and MLASERVE_AMX is not 0.
+bool amx_available();
 
-// From this many tokens bf16_panel_rows takes the AMX kernel where it is available.
+// From this many tokens bf16_panel_rows takes the AMX kernel where it is available (the 4-bit
+// formats switch to their integer GEMM, AMX or not, at the same count).
 constexpr int64_t kAmxMinTokens = 16;
 
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
@@ -23,5 +26,13 @@ constexpr int64_t kAmxMinTokens = 16;
 // token's outputs depend on its own activations only (the same bits in any batch).
 void bf16_panel_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                          int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+
+// The 4-bit formats' integer GEMM (gemm_4bit.h) on AMX-INT8: per 32-column block, 16 tokens'
+// int8 activations times 16 rows' codes as signed int8 (INT4: value; MXFP4: twice the E2M1
+// value) in one tdpbssd, the exact int32 sums then scaled by the token's and the row's block
+// scales and added in fp32, block after block. The same arguments and the same integer sums as
+// gemm_4bit_q8_rows; each token's outputs depend on its own activations only.
+void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
+                           int64_t n_tokens, float* y, int64_t y_stride);
 
 }  // namespace mlaserve

@@ -6,6 +6,7 @@
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
+#include "kernels/amx_gemm.h"
 #include "kernels/block_scaled_dot.h"
 #include "kernels/gemm_4bit.h"
 #include "kernels/packed_gemm.h"
@@ -378,6 +379,7 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
   if (q8 && n_tokens >= kIntegerGemmMinTokens) {
     thread_local Q8Buffer buffer;
     buffer.quantize(x, x_stride, n_tokens, weight.cols);
+    if (amx_available()) return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
     return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
   if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))

@@ -510,7 +510,7 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
   if (n_tokens == 2) return bf16_panel_few_tokens<2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
   if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
 #endif
-  if (n_tokens >= kAmxMinTokens && amx_bf16_available())
+  if (n_tokens >= kAmxMinTokens && amx_available())
     return bf16_panel_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "base/dtype.h"
+#include "kernels/gemm_4bit.h"
 #include "test_util.h"
 
 namespace mlaserve {
@@ -52,10 +53,38 @@ std::vector<float> reference(const PanelWeight& w, int64_t row_begin, int64_t ro
   return y;
 }
 
+// A random 4-bit weight: INT4 (groups of `group`) or MXFP4, codes and scales owned here.
+struct FourBitWeight {
+  std::vector<uint8_t> codes, e8m0;
+  std::vector<uint16_t> scales;
+  LinearWeight weight;
+
+  FourBitWeight(WeightFormat format, int64_t rows, int64_t cols, int64_t group, uint64_t seed)
+      : codes(size_t(rows * cols / 2)) {
+    std::mt19937_64 rng(seed);
+    for (auto& byte : codes) byte = uint8_t(rng());
+    weight.format = format;
+    weight.rows = rows;
+    weight.cols = weight.stored_cols = cols;
+    weight.data = codes.data();
+    if (format == WeightFormat::Mxfp4) {
+      e8m0.resize(size_t(rows * cols / 32));
+      for (auto& scale : e8m0) scale = uint8_t(120 + rng() % 12);
+      weight.e8m0_scale = e8m0.data();
+      weight.group_size = 32;
+    } else {
+      scales.resize(size_t(rows * cols / group));
+      for (auto& scale : scales) scale = f32_to_bf16(0.001f + 0.01f * float(rng() % 256));
+      weight.group_scale = scales.data();
+      weight.group_size = group;
+    }
+  }
+};
+
 class AmxGemm : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!amx_bf16_available()) GTEST_SKIP() << "no AMX-BF16 on this host or build";
+    if (!amx_available()) GTEST_SKIP() << "no AMX-BF16 on this host or build";
   }
 };
 
@@ -119,6 +148,34 @@ TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
     std::vector<float> part(size_t(tokens * rows));
     bf16_panel_rows_amx(w.packed, 0, rows, x.data() + first * cols, cols, tokens, part.data(), rows);
     EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + first * rows)) << "from token " << first;
+  }
+}
+
+// The 4-bit GEMM on AMX-INT8 against the AVX integer GEMM, which forms the same exact integer
+// block sums and scales them in another order (bound 1e-6): INT4 groups of 32 and 64, MXFP4, an
+// unpaired last block (odd block count), a partial last row panel inside a row range, a partial
+// last token block and two groups of 128 tokens; each token the same bits in a smaller batch.
+TEST_F(AmxGemm, FourBitMatchesTheIntegerGemm) {
+  for (auto [format, group, rows, cols, row_begin, row_end, tokens] :
+       {std::tuple<WeightFormat, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{WeightFormat::Int4Group, 32, 40, 96, 0, 40, 16},
+        {WeightFormat::Int4Group, 64, 37, 640, 3, 30, 129}, {WeightFormat::Mxfp4, 32, 48, 2080, 0, 48, 300},
+        {WeightFormat::Mxfp4, 32, 19, 160, 2, 19, 17}}) {
+    const FourBitWeight w(format, rows, cols, group, uint64_t(rows + cols));
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
+    Q8Buffer q8;
+    q8.quantize(x.data(), cols, tokens, cols);
+    const int64_t width = row_end - row_begin;
+    std::vector<float> got(size_t(tokens * width)), want(got.size());
+    gemm_4bit_q8_rows_amx(w.weight, row_begin, row_end, q8, tokens, got.data(), width);
+    gemm_4bit_q8_rows(w.weight, row_begin, row_end, q8, tokens, want.data(), width);
+    EXPECT_TRUE(testing::relative_close(got, want, 1e-6))
+        << weight_format_name(format) << " group " << group << " cols " << cols << " tokens " << tokens;
+    const int64_t last = tokens - 16;
+    Q8Buffer tail;
+    tail.quantize(x.data() + last * cols, cols, 16, cols);
+    std::vector<float> alone(size_t(16 * width));
+    gemm_4bit_q8_rows_amx(w.weight, row_begin, row_end, tail, 16, alone.data(), width);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + last * width)) << "tokens " << tokens;
   }
 }
 

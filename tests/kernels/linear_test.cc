@@ -527,7 +527,7 @@ TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
     for (int64_t n : {int64_t(0), tokens / 2, tokens - 1}) {
       linear(packed, x.data() + n * cols, 1, alone.data());
       const std::vector<float> in_batch(y.begin() + n * rows, y.begin() + (n + 1) * rows);
-      if (tokens >= kAmxMinTokens && amx_bf16_available()) {
+      if (tokens >= kAmxMinTokens && amx_available()) {
         EXPECT_TRUE(testing::relative_close(in_batch, alone, 1e-6)) << tokens << " tokens, token " << n;
       } else {
         EXPECT_EQ(in_batch, alone) << tokens << " tokens, token " << n;
