@@ -89,6 +89,8 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
   if (vocab.size() > 0) {
     out.embed_tokens = full.embed_tokens.rows_view(vocab.begin, vocab.end);
     out.lm_head = full.lm_head.rows_view(vocab.begin, vocab.end);
+    // An untied LM head is read like any projection (the embedding rows stay row-major for lookups).
+    if (spec.repack_bf16 && !config.tie_word_embeddings) out.lm_head = repack_bf16_panels(out.lm_head, storage, source);
   }
   for (const auto& layer : full.layers) {
     DecoderLayerWeights sharded = layer;
