@@ -123,6 +123,55 @@ void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* o
   }
 }
 
+// Rows [first_row, first_row + 16) of a row-major BF16 or INT8 weight as B tiles, as
+// panel_tiles; each B-tile row gathers the same two columns (INT8: four, two rows' worth) from
+// the 16 weight rows. Rows past the weight's last repeat it (their outputs are never copied
+// out). scales: each row's factor (INT8: its channel scale; BF16: 1).
+void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t steps, uint16_t* out, float* scales) {
+  const bool int8 = weight.format == WeightFormat::Int8Block;
+  const int64_t element = int8 ? 1 : 2, cols = weight.cols;
+  const int64_t stored_blocks = int8 ? (weight.stored_cols + weight.block_cols - 1) / weight.block_cols : 0;
+  const uint8_t* rows[kTileRows];
+  alignas(64) int32_t offsets[kTileRows];
+  for (int64_t n = 0; n < kTileRows; ++n) {
+    const int64_t stored_row = weight.row_offset + std::min(first_row + n, weight.rows - 1);
+    rows[n] = static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
+    offsets[n] = int32_t(rows[n] - rows[0]);
+    scales[n] = int8 ? weight.block_scale[stored_row * stored_blocks + weight.col_offset / weight.block_cols] : 1.0f;
+  }
+  const __m512i index = _mm512_load_si512(offsets);
+  auto value = [&](int64_t n, int64_t c) -> uint16_t {
+    if (c >= cols) return 0;
+    if (!int8) return uint16_t(rows[n][2 * c] | rows[n][2 * c + 1] << 8);
+    return f32_to_bf16(float(int8_t(rows[n][c])));
+  };
+  // bf16 bits of small integers: the high half of their fp32.
+  auto bf16_of = [](__m512i integers) { return _mm512_castps_si512(_mm512_maskz_cvtepi32_ps(0xffff, integers)); };
+  for (int64_t pair = 0; pair < steps * kTileRows; ++pair) {
+    const int64_t c = 2 * pair;
+    uint16_t* row = out + pair * 2 * kTileRows;
+    if (!int8 && c + 2 <= cols) {
+      _mm512_storeu_si512(row, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + 2 * c, 1));
+      continue;
+    }
+    if (int8 && c % 4 == 0 && c + 4 <= cols) {
+      const __m512i codes = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + c, 1);  // columns c..c+3
+      for (int half = 0; half < 2; ++half) {
+        const __m512i first = bf16_of(_mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 24 - 16 * half), 24));
+        const __m512i second = bf16_of(_mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 16 - 16 * half), 24));
+        _mm512_storeu_si512(row + half * 2 * kTileRows,
+                            _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, first, 16), _mm512_and_si512(second, _mm512_set1_epi32(int32_t(0xffff0000u)))));
+      }
+      ++pair;
+      continue;
+    }
+    for (int64_t n = 0; n < kTileRows; ++n) {
+      row[2 * n] = value(n, c);
+      row[2 * n + 1] = value(n, c + 1);
+    }
+  }
+}
+
 // C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
 // (a: block 0's first tile; blocks `steps` tiles apart, terms term_words apart) times the
 // panels' B tiles (b: panel 0's first; panels b_panel_words apart); stored to c as
@@ -157,6 +206,7 @@ void tile_products(const uint16_t* a, int64_t term_words, const uint16_t* b, int
 struct Buffers {
   std::vector<uint16_t> terms, tiles;
   alignas(64) float products[4 * kTileRows * kTileRows];
+  float scales[2][kTileRows];
 };
 
 
@@ -285,29 +335,43 @@ bool amx_available() {
   return granted;
 }
 
-void bf16_panel_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  MLA_CHECK(weight.format == WeightFormat::Bf16Panels && amx_available(), "AMX GEMM: needs Bf16Panels and AMX");
+bool amx_supports(const LinearWeight& weight) {
+  if (weight.format == WeightFormat::Bf16Panels || weight.format == WeightFormat::BF16) return true;
+  return weight.format == WeightFormat::Int8Block && weight.block_rows == 1 &&
+         weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+}
+
+void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
+  MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and BF16 or channel-scaled INT8 weights");
   thread_local Buffers buffers;
-  const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols;
-  const int64_t first_panel = row_begin / kBf16PanelRows, end_panel = (row_end + kBf16PanelRows - 1) / kBf16PanelRows;
-  const auto* stored = static_cast<const uint16_t*>(weight.data);
-  buffers.tiles.resize(size_t(2 * steps * kStepWords));
+  const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
+  const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols, b_panel_words = steps * kStepWords;
+  // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
+  const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
+  buffers.tiles.resize(size_t(2 * b_panel_words));
   configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
-    const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * steps * kStepWords;
+    const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;
     buffers.terms.resize(size_t(kTerms * term_words));
     split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
-    for (int64_t panel = first_panel; panel < end_panel; panel += 2) {
-      const int panels = panel + 1 < end_panel ? 2 : 1;
-      for (int p = 0; p < panels; ++p)
-        panel_tiles(stored + (panel + p) * cols * kBf16PanelRows, cols, steps, buffers.tiles.data() + p * steps * kStepWords);
+    for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
+      const int panels = pair_row + kTileRows < row_end ? 2 : 1;
+      for (int p = 0; p < panels; ++p) {
+        uint16_t* tiles = buffers.tiles.data() + p * b_panel_words;
+        const int64_t first_row = pair_row + p * kTileRows;
+        if (stored_panels) {
+          panel_tiles(static_cast<const uint16_t*>(weight.data) + first_row * cols, cols, steps, tiles);
+          std::fill(buffers.scales[p], buffers.scales[p] + kTileRows, 1.0f);
+        } else {
+          row_major_tiles(weight, first_row, steps, tiles, buffers.scales[p]);
+        }
+      }
       for (int64_t block = 0; block < token_blocks; block += 2) {
         const int blocks = block + 1 < token_blocks ? 2 : 1;
-        const uint16_t* a = buffers.terms.data() + block * steps * kStepWords;
+        const uint16_t* a = buffers.terms.data() + block * b_panel_words;
         const uint16_t* b = buffers.tiles.data();
-        const int64_t b_panel_words = steps * kStepWords;
         float* c = buffers.products;
         if (blocks == 2 && panels == 2) tile_products<2, 2>(a, term_words, b, b_panel_words, steps, c);
         if (blocks == 2 && panels == 1) tile_products<2, 1>(a, term_words, b, b_panel_words, steps, c);
@@ -316,13 +380,11 @@ void bf16_panel_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t 
         for (int bl = 0; bl < blocks; ++bl)
           for (int p = 0; p < panels; ++p) {
             const float* tile = c + (bl * panels + p) * kTileRows * kTileRows;
-            const int64_t first_row = (panel + p) * kBf16PanelRows;
-            const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kBf16PanelRows, row_end);
-            for (int64_t i = 0; i < kTileRows; ++i) {
-              const int64_t token = t0 + (block + bl) * kTileRows + i;
-              if (token >= n_tokens) break;
-              std::memcpy(y + token * y_stride + (r0 - row_begin), tile + i * kTileRows + (r0 - first_row),
-                          size_t(r1 - r0) * sizeof(float));
+            const int64_t first_row = pair_row + p * kTileRows;
+            const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kTileRows, row_end);
+            for (int64_t i = 0; i < kTileRows && t0 + (block + bl) * kTileRows + i < n_tokens; ++i) {
+              float* out = y + (t0 + (block + bl) * kTileRows + i) * y_stride - row_begin;
+              for (int64_t r = r0; r < r1; ++r) out[r] = tile[i * kTileRows + r - first_row] * buffers.scales[p][r - first_row];
             }
           }
       }
@@ -366,7 +428,9 @@ void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_
 
 bool amx_available() { return false; }
 
-void bf16_panel_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+bool amx_supports(const LinearWeight&) { return false; }
+
+void linear_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
   fail("AMX GEMM: this build has no AMX (build with -march=native on a Sapphire Rapids or later host)");
 }
 

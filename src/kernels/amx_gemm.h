@@ -17,15 +17,21 @@ namespace mlaserve {
 // once), and MLASERVE_AMX is not 0.
 bool amx_available();
 
-// From this many tokens bf16_panel_rows takes the AMX kernel where it is available (the 4-bit
-// formats switch to their integer GEMM, AMX or not, at the same count).
+// From this many tokens BF16 panels take the AMX kernel where it is available (the 4-bit
+// formats switch to their integer GEMM, AMX or not, at the same count; row-major BF16 and INT8
+// take it where they would take the packed GEMM).
 constexpr int64_t kAmxMinTokens = 16;
 
+// Whether linear_rows_amx takes this weight: BF16 panels, row-major BF16 (kv_b_proj, a tied LM
+// head, --no-repack), and INT8 whose columns share one scale a row (strategy channel), the
+// scale applied to the finished sum.
+bool amx_supports(const LinearWeight& weight);
+
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
-// [row_begin, row_end) and t < n_tokens, W a Bf16Panels weight, on the calling thread. Each
+// [row_begin, row_end) and t < n_tokens, on the calling thread, W a weight amx_supports. Each
 // token's outputs depend on its own activations only (the same bits in any batch).
-void bf16_panel_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride);
 
 // The 4-bit formats' integer GEMM (gemm_4bit.h) on AMX-INT8: per 32-column block, 16 tokens'
 // int8 activations times 16 rows' codes as signed int8 (INT4: value; MXFP4: twice the E2M1

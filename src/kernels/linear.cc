@@ -382,8 +382,11 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
     if (amx_available()) return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
     return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
-  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
+  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight)) {
+    if (amx_supports(weight) && amx_available())
+      return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
     return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  }
   if (q8) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);

@@ -511,7 +511,7 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
   if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
 #endif
   if (n_tokens >= kAmxMinTokens && amx_available())
-    return bf16_panel_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+    return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols;
   gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t, auto run_panel) {

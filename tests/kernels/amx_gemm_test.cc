@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 
@@ -102,7 +103,7 @@ TEST_F(AmxGemm, MatchesFloat64Reference) {
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens + cols));
     const int64_t width = row_end - row_begin + 2;  // a guard column either side
     std::vector<float> y(size_t(tokens * width), -7.0f);
-    bf16_panel_rows_amx(w.packed, row_begin, row_end, x.data(), cols, tokens, y.data() + 1, width);
+    linear_rows_amx(w.packed, row_begin, row_end, x.data(), cols, tokens, y.data() + 1, width);
     std::vector<float> got;
     for (int64_t t = 0; t < tokens; ++t) {
       EXPECT_EQ(y[size_t(t * width)], -7.0f);
@@ -123,16 +124,74 @@ TEST_F(AmxGemm, ExtremeActivations) {
   for (int64_t c = 0; c < 32; ++c) x[size_t(c)] *= 1e30f;
   for (int64_t c = 0; c < cols; ++c) x[size_t(cols + c)] *= 1e-30f;
   std::vector<float> y(size_t(tokens * rows));
-  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
+  linear_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
   EXPECT_TRUE(testing::relative_close(y, reference(w, 0, rows, x, tokens), 1e-6));
   x[size_t(2 * cols + 5)] = INFINITY;
-  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
+  linear_rows_amx(w.packed, 0, rows, x.data(), cols, tokens, y.data(), rows);
   for (int64_t r = 0; r < rows; ++r) {
     const float weight = w.values[size_t(r * cols + 5)];
     ASSERT_NE(weight, 0.0f);
     EXPECT_EQ(y[size_t(2 * rows + r)], std::copysign(INFINITY, weight)) << "row " << r;
   }
   EXPECT_TRUE(std::isfinite(y[size_t(3 * rows)]));
+}
+
+// Row-major BF16 and channel-scaled INT8 (B tiles gathered from the rows): views starting at
+// odd rows and columns, column counts with 1-3 left after the last whole pair or quad, and a
+// last partial 16-row panel; scales applied to the finished sums. INT8 with a scale per group
+// is not taken.
+TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
+  for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Int8Block})
+    for (auto [rows, cols, r0, r1, c0, c1, tokens] :
+         {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{40, 101, 0, 40, 0, 101, 64},
+          {70, 300, 3, 61, 5, 298, 80}, {33, 67, 1, 33, 2, 65, 129}}) {
+      std::mt19937_64 rng(uint64_t(rows + cols));
+      std::vector<uint8_t> data(size_t(rows * cols * (format == WeightFormat::BF16 ? 2 : 1)));
+      std::vector<float> values(size_t(rows * cols)), channel_scales(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        channel_scales[size_t(r)] = 0.001f + 0.0001f * float(rng() % 256);
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = size_t(r * cols + c);
+          if (format == WeightFormat::BF16) {
+            const uint16_t bits = f32_to_bf16(float(int(rng() % 2001) - 1000) / 997.0f);
+            std::memcpy(&data[2 * i], &bits, 2);
+            values[i] = bf16_to_f32(bits);
+          } else {
+            data[i] = uint8_t(rng());
+            values[i] = float(int8_t(data[i])) * channel_scales[size_t(r)];
+          }
+        }
+      }
+      LinearWeight weight;
+      weight.format = format;
+      weight.rows = rows;
+      weight.cols = weight.stored_cols = cols;
+      weight.data = data.data();
+      weight.block_scale = channel_scales.data();
+      weight.block_rows = 1;
+      weight.block_cols = cols;
+      const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
+      ASSERT_TRUE(amx_supports(view));
+      const int64_t width = c1 - c0;
+      const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(tokens));
+      std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+      linear_rows_amx(view, 0, r1 - r0, x.data(), width, tokens, y.data(), r1 - r0);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = r0; r < r1; ++r) {
+          double sum = 0;
+          for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
+          want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
+        }
+      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << weight_format_name(format) << " rows " << r0 << ".." << r1
+                                                          << " cols " << c0 << ".." << c1;
+    }
+  LinearWeight grouped;
+  grouped.format = WeightFormat::Int8Block;
+  grouped.rows = 4;
+  grouped.cols = grouped.stored_cols = 64;
+  grouped.block_rows = 1;
+  grouped.block_cols = 32;
+  EXPECT_FALSE(amx_supports(grouped));
 }
 
 // A token's outputs depend on its own activations only: the same bits in a batch of 16, of
@@ -142,11 +201,11 @@ TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
   const PanelWeight w(rows, cols, 9);
   const std::vector<float> x = testing::random_vector(size_t(300 * cols), 10);
   std::vector<float> all(size_t(300 * rows));
-  bf16_panel_rows_amx(w.packed, 0, rows, x.data(), cols, 300, all.data(), rows);
+  linear_rows_amx(w.packed, 0, rows, x.data(), cols, 300, all.data(), rows);
   for (int64_t first : {0, 113, 284}) {
     const int64_t tokens = first == 113 ? 129 : 16;
     std::vector<float> part(size_t(tokens * rows));
-    bf16_panel_rows_amx(w.packed, 0, rows, x.data() + first * cols, cols, tokens, part.data(), rows);
+    linear_rows_amx(w.packed, 0, rows, x.data() + first * cols, cols, tokens, part.data(), rows);
     EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + first * rows)) << "from token " << first;
   }
 }
