@@ -318,6 +318,25 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
   return weight;
 }
 
+namespace {
+
+// A weight of one byte an element (FP8, INT8) with a float scale per block_rows x block_cols.
+LinearWeight block_scaled(WeightFormat format, const TensorInfo& tensor, int64_t rows, int64_t cols, int64_t block_rows,
+                          int64_t block_cols, const float* block_scale) {
+  LinearWeight weight;
+  weight.format = format;
+  weight.rows = rows;
+  weight.cols = cols;
+  weight.stored_cols = cols;
+  weight.data = tensor.data;
+  weight.block_rows = block_rows;
+  weight.block_cols = block_cols;
+  weight.block_scale = block_scale;
+  return weight;
+}
+
+}  // namespace
+
 LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tensor, int64_t rows,
                                int64_t cols) {
   MLA_CHECK(config_.quant == WeightQuant::Fp8Block,
@@ -328,16 +347,8 @@ LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tens
   const std::string scale_name = prefix + ".weight_scale_inv";
   MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for FP8 weight '{}.weight'",
             scale_name, prefix);
-  LinearWeight weight;
-  weight.format = WeightFormat::Fp8Block;
-  weight.rows = rows;
-  weight.cols = cols;
-  weight.stored_cols = cols;
-  weight.data = tensor.data;
-  weight.block_rows = block_rows;
-  weight.block_cols = block_cols;
-  weight.block_scale = to_f32(expect(scale_name, scale_shape));
-  return weight;
+  return block_scaled(WeightFormat::Fp8Block, tensor, rows, cols, block_rows, block_cols,
+                      to_f32(expect(scale_name, scale_shape)));
 }
 
 // compressed-tensors int-quantized (W8A8 checkpoints): weight I8 [rows, cols], symmetric,
@@ -349,16 +360,7 @@ LinearWeight WeightLoader::int8(const std::string& prefix, const TensorInfo& ten
   MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
   const std::string scale_name = prefix + ".weight_scale";
   MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for INT8 weight '{}.weight'", scale_name, prefix);
-  LinearWeight weight;
-  weight.format = WeightFormat::Int8Block;
-  weight.rows = rows;
-  weight.cols = cols;
-  weight.stored_cols = cols;
-  weight.data = tensor.data;
-  weight.block_rows = 1;
-  weight.block_cols = group;
-  weight.block_scale = to_f32(expect(scale_name, {rows, cols / group}));
-  return weight;
+  return block_scaled(WeightFormat::Int8Block, tensor, rows, cols, 1, group, to_f32(expect(scale_name, {rows, cols / group})));
 }
 
 LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t cols) {

@@ -75,26 +75,34 @@ YarnScaling parse_rope_scaling(const json& scaling) {
   return yarn;
 }
 
-// compressed-tensors int-quantized: int8 weights, symmetric, one scale per output channel or
-// per group of input columns. W8A8 checkpoints also declare input_activations (int8 per
-// token, dynamic): mlaserve keeps activations in fp32 against the dequantised weights.
-void parse_int8_groups(const json& quant, ModelConfig& config) {
+// visit(name, weights) for each compressed-tensors config_groups entry's "weights" object.
+template <class Visit>
+void for_each_group_weights(const json& quant, Visit visit) {
   const json* groups = find_key(quant, "config_groups");
   MLA_CHECK(groups && groups->is_object() && !groups->empty(),
             "config.json: quantization_config.config_groups is missing");
   for (const auto& [group_name, group] : groups->items()) {
     const json* weights = find_key(group, "weights");
     MLA_CHECK(weights, "config.json: config_groups.{}.weights is missing", group_name);
-    const std::string strategy = get_string(*weights, "strategy", "channel");
-    MLA_CHECK(get_int(*weights, "num_bits") == 8 && get_string(*weights, "type", "int") == "int" &&
-                  get_bool(*weights, "symmetric", true) && (strategy == "channel" || strategy == "group"),
+    visit(group_name, *weights);
+  }
+}
+
+// compressed-tensors int-quantized: int8 weights, symmetric, one scale per output channel or
+// per group of input columns. W8A8 checkpoints also declare input_activations (int8 per
+// token, dynamic): mlaserve keeps activations in fp32 against the dequantised weights.
+void parse_int8_groups(const json& quant, ModelConfig& config) {
+  for_each_group_weights(quant, [&](const std::string& group_name, const json& weights) {
+    const std::string strategy = get_string(weights, "strategy", "channel");
+    MLA_CHECK(get_int(weights, "num_bits") == 8 && get_string(weights, "type", "int") == "int" &&
+                  get_bool(weights, "symmetric", true) && (strategy == "channel" || strategy == "group"),
               "config.json: config_groups.{}.weights must be 8-bit symmetric int, channel or group strategy "
               "(int-quantized)",
               group_name);
-    config.int8_group_size = strategy == "group" ? get_int(*weights, "group_size") : 0;
+    config.int8_group_size = strategy == "group" ? get_int(weights, "group_size") : 0;
     MLA_CHECK(strategy == "channel" || config.int8_group_size > 0,
               "config.json: config_groups.{}.weights.group_size must be positive", group_name);
-  }
+  });
   config.quant = WeightQuant::Int8;
 }
 
@@ -127,22 +135,15 @@ void parse_quantization(const json& quant, ModelConfig& config) {
             "config.json: quantization_config.format '{}' is not supported (pack-quantized, "
             "mxfp4-pack-quantized, int-quantized)",
             format);
-  const json* groups = find_key(quant, "config_groups");
-  MLA_CHECK(groups && groups->is_object() && !groups->empty(),
-            "config.json: quantization_config.config_groups is missing");
-  for (const auto& [group_name, group] : groups->items()) {
-    const json* weights = find_key(group, "weights");
-    MLA_CHECK(weights, "config.json: config_groups.{}.weights is missing", group_name);
-    MLA_CHECK(get_int(*weights, "num_bits") == 4 && get_string(*weights, "type", "int") == "int" &&
-                  get_bool(*weights, "symmetric", true) &&
-                  get_string(*weights, "strategy", "group") == "group",
-              "config.json: config_groups.{}.weights must be 4-bit symmetric int, group strategy",
-              group_name);
-    config.int4_group_size = get_int(*weights, "group_size", 32);
+  for_each_group_weights(quant, [&](const std::string& group_name, const json& weights) {
+    MLA_CHECK(get_int(weights, "num_bits") == 4 && get_string(weights, "type", "int") == "int" &&
+                  get_bool(weights, "symmetric", true) && get_string(weights, "strategy", "group") == "group",
+              "config.json: config_groups.{}.weights must be 4-bit symmetric int, group strategy", group_name);
+    config.int4_group_size = get_int(weights, "group_size", 32);
     MLA_CHECK(config.int4_group_size > 0 && config.int4_group_size % 8 == 0,
               "config.json: config_groups.{}.weights.group_size {} must be a positive multiple of 8",
               group_name, config.int4_group_size);
-  }
+  });
   config.quant = WeightQuant::Int4Group;
 }
 
