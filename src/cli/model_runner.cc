@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "kernels/linear.h"
 #include "parallel/mpi_world.h"
 #include "parallel/rank_commands.h"
 #include "parallel/thread_parallel.h"
@@ -141,15 +142,21 @@ class MpiLeaderExecutor : public ModelExecutor {
   std::unique_ptr<uint8_t[]> pool_;
 };
 
-}  // namespace
-
-std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, const ParallelFlags& flags) {
-  MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
+// The kernels this build runs and, on a machine with several NUMA nodes, what mlaserve does not do there.
+void log_machine() {
+  spdlog::info("kernels: {}", kernel_features());
   if (const int nodes = numa_node_count(); nodes > 1)
     spdlog::warn("this machine has {} NUMA nodes and mlaserve does not place weights per node (each page stays on the "
                  "node that first touched it); for the full memory bandwidth run one MPI rank per node bound to it "
                  "(mpirun --bind-to numa) or interleave pages (numactl --interleave=all)",
                  nodes);
+}
+
+}  // namespace
+
+std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, const ParallelFlags& flags) {
+  MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
+  log_machine();
   if (launched_by_mpi()) return std::make_unique<MpiLeaderExecutor>(model, flags);
   if (flags.tp == 1) {
     auto copy = single_rank_copy(model, flags);
@@ -198,11 +205,7 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
 std::unique_ptr<SequenceRunner> SequenceRunner::create(const CausalLM& model, const ParallelFlags& flags,
                                                        int64_t capacity) {
   MLA_CHECK(flags.tp >= 1, "--tp must be at least 1");
-  if (const int nodes = numa_node_count(); nodes > 1)
-    spdlog::warn("this machine has {} NUMA nodes and mlaserve does not place weights per node (each page stays on the "
-                 "node that first touched it); for the full memory bandwidth run one MPI rank per node bound to it "
-                 "(mpirun --bind-to numa) or interleave pages (numactl --interleave=all)",
-                 nodes);
+  log_machine();
   if (launched_by_mpi()) return std::make_unique<MpiRunner>(model, flags, capacity);
   if (flags.tp == 1) return std::make_unique<SingleRunner>(model, flags, capacity);
   return std::make_unique<ThreadRunner>(model, parallel_options(flags), capacity);

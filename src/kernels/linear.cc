@@ -392,6 +392,21 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
 }
 
+std::string kernel_features() {
+#if defined(__AVX512F__)
+  std::string features = "AVX-512";
+#if defined(__AVX512BF16__) && defined(__AVX512VNNI__)
+  features += " (BF16, VNNI)";
+#endif
+#elif defined(__AVX2__) && defined(__FMA__)
+  std::string features = "AVX2+FMA";
+#else
+  std::string features = "scalar (no AVX2: built without -march=native or for another CPU)";
+#endif
+  if (amx_available()) features += ", AMX tiles for GEMMs of 16+ tokens (MLASERVE_AMX=0 turns them off)";
+  return features;
+}
+
 void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y) {
   if (n_tokens <= 0) return;
   thread_pool().parallel_for(

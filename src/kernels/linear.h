@@ -2,10 +2,15 @@
 // The weight is read once per call for all tokens: the batch shares each row.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "io/linear_weight.h"
 
 namespace mlaserve {
+
+// The vector units the kernels were built for and AMX where it runs, for the start-up log:
+// e.g. "AVX-512 (BF16, VNNI), AMX tiles for GEMMs of 16+ tokens".
+std::string kernel_features();
 
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < n_tokens, all rows, threaded over rows.
 //   x: [n_tokens, W.cols] contiguous; y: [n_tokens, W.rows] contiguous.
