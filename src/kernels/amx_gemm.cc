@@ -123,42 +123,62 @@ void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* o
   }
 }
 
-// Rows [first_row, first_row + 16) of a row-major BF16 or INT8 weight as B tiles, as
-// panel_tiles; each B-tile row gathers the same two columns (INT8: four, two rows' worth) from
-// the 16 weight rows. Rows past the weight's last repeat it (their outputs are never copied
-// out). scales: each row's factor (INT8: its channel scale; BF16: 1).
+// Steps of 32 columns a scale segment spans: FP8 a scale block's columns, else the whole row.
+int64_t segment_steps(const LinearWeight& weight, int64_t steps) {
+  return weight.format == WeightFormat::Fp8Block ? weight.block_cols / kStepCols : steps;
+}
+
+// bf16 bits (exact) of the 16 codes in byte `byte` of each 32-bit lane, in the lanes' low
+// halves' high bits: INT8 as integers; FP8 E4M3 as value / 2^8, through binary16 as
+// fp8x16_to_half does (the scales carry the 2^8).
+__m512i byte_codes_to_bf16(__m512i codes, int byte, bool fp8) {
+  const __m512i code = _mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 24 - 8 * byte), 24);
+  if (!fp8) return _mm512_castps_si512(_mm512_maskz_cvtepi32_ps(0xffff, code));
+  const __m512i half = _mm512_and_si512(_mm512_maskz_slli_epi32(0xffff, code, 7), _mm512_set1_epi32(0xbfff));
+  return _mm512_castps_si512(_mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, half)));
+}
+
+// Rows [first_row, first_row + 16) of a row-major BF16, INT8 or FP8 weight as B tiles, as
+// panel_tiles; each B-tile row gathers the same two columns (INT8, FP8: four, two rows' worth)
+// from the 16 weight rows. Rows past the weight's last repeat it (their outputs are never
+// copied out). scales[segment][row]: the factor of each row's sum over a segment (INT8: its
+// channel scale; FP8: its block's scale times 2^8; BF16: 1).
 void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t steps, uint16_t* out, float* scales) {
-  const bool int8 = weight.format == WeightFormat::Int8Block;
-  const int64_t element = int8 ? 1 : 2, cols = weight.cols;
-  const int64_t stored_blocks = int8 ? (weight.stored_cols + weight.block_cols - 1) / weight.block_cols : 0;
+  const bool fp8 = weight.format == WeightFormat::Fp8Block, byte_codes = fp8 || weight.format == WeightFormat::Int8Block;
+  const int64_t element = byte_codes ? 1 : 2, cols = weight.cols;
+  const int64_t stored_blocks = byte_codes ? (weight.stored_cols + weight.block_cols - 1) / weight.block_cols : 0;
+  const int64_t segments = (steps + segment_steps(weight, steps) - 1) / segment_steps(weight, steps);
   const uint8_t* rows[kTileRows];
   alignas(64) int32_t offsets[kTileRows];
   for (int64_t n = 0; n < kTileRows; ++n) {
     const int64_t stored_row = weight.row_offset + std::min(first_row + n, weight.rows - 1);
     rows[n] = static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
     offsets[n] = int32_t(rows[n] - rows[0]);
-    scales[n] = int8 ? weight.block_scale[stored_row * stored_blocks + weight.col_offset / weight.block_cols] : 1.0f;
+    for (int64_t segment = 0; segment < segments; ++segment) {
+      const int64_t block = (weight.col_offset + segment * segment_steps(weight, steps) * kStepCols) / weight.block_cols;
+      scales[segment * kTileRows + n] =
+          byte_codes ? weight.block_scale[stored_row / weight.block_rows * stored_blocks + block] * (fp8 ? 256.0f : 1.0f)
+                     : 1.0f;
+    }
   }
   const __m512i index = _mm512_load_si512(offsets);
   auto value = [&](int64_t n, int64_t c) -> uint16_t {
     if (c >= cols) return 0;
-    if (!int8) return uint16_t(rows[n][2 * c] | rows[n][2 * c + 1] << 8);
-    return f32_to_bf16(float(int8_t(rows[n][c])));
+    if (!byte_codes) return uint16_t(rows[n][2 * c] | rows[n][2 * c + 1] << 8);
+    return f32_to_bf16(fp8 ? fp8_e4m3_table()[rows[n][c]] / 256.0f : float(int8_t(rows[n][c])));
   };
-  // bf16 bits of small integers: the high half of their fp32.
-  auto bf16_of = [](__m512i integers) { return _mm512_castps_si512(_mm512_maskz_cvtepi32_ps(0xffff, integers)); };
   for (int64_t pair = 0; pair < steps * kTileRows; ++pair) {
     const int64_t c = 2 * pair;
     uint16_t* row = out + pair * 2 * kTileRows;
-    if (!int8 && c + 2 <= cols) {
+    if (!byte_codes && c + 2 <= cols) {
       _mm512_storeu_si512(row, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + 2 * c, 1));
       continue;
     }
-    if (int8 && c % 4 == 0 && c + 4 <= cols) {
+    if (byte_codes && c % 4 == 0 && c + 4 <= cols) {
       const __m512i codes = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + c, 1);  // columns c..c+3
       for (int half = 0; half < 2; ++half) {
-        const __m512i first = bf16_of(_mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 24 - 16 * half), 24));
-        const __m512i second = bf16_of(_mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 16 - 16 * half), 24));
+        const __m512i first = byte_codes_to_bf16(codes, 2 * half, fp8);
+        const __m512i second = byte_codes_to_bf16(codes, 2 * half + 1, fp8);
         _mm512_storeu_si512(row + half * 2 * kTileRows,
                             _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, first, 16), _mm512_and_si512(second, _mm512_set1_epi32(int32_t(0xffff0000u)))));
       }
@@ -173,12 +193,12 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
 }
 
 // C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
-// (a: block 0's first tile; blocks `steps` tiles apart, terms term_words apart) times the
+// (a: block 0's first tile; blocks a_block_words apart, terms term_words apart) times the
 // panels' B tiles (b: panel 0's first; panels b_panel_words apart); stored to c as
 // [block][panel][16][16].
 template <int kBlocks, int kPanels>
-void tile_products(const uint16_t* a, int64_t term_words, const uint16_t* b, int64_t b_panel_words, int64_t steps,
-                   float* c) {
+void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words, const uint16_t* b,
+                   int64_t b_panel_words, int64_t steps, float* c) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -189,7 +209,7 @@ void tile_products(const uint16_t* a, int64_t term_words, const uint16_t* b, int
     for (int term = 0; term < kTerms; ++term) {
       const uint16_t* at = a + term * term_words + s * kStepWords;
       _tile_loadd(4, at, 64);
-      if constexpr (kBlocks == 2) _tile_loadd(5, at + steps * kStepWords, 64);
+      if constexpr (kBlocks == 2) _tile_loadd(5, at + a_block_words, 64);
       _tile_dpbf16ps(0, 4, 6);
       if constexpr (kPanels == 2) _tile_dpbf16ps(1, 4, 7);
       if constexpr (kBlocks == 2) _tile_dpbf16ps(2, 5, 6);
@@ -205,9 +225,20 @@ void tile_products(const uint16_t* a, int64_t term_words, const uint16_t* b, int
 
 struct Buffers {
   std::vector<uint16_t> terms, tiles;
+  std::vector<float> scales;  // [panel][segment][row]
   alignas(64) float products[4 * kTileRows * kTileRows];
-  float scales[2][kTileRows];
+  alignas(64) float sums[4 * kTileRows * kTileRows];
 };
+
+// sums (+)= c * scales row by row for one 16 x 16 tile: scales[r] for output row r.
+void scale_tile(const float* c, const float* scales, bool first_segment, float* sums) {
+  const __m512 scale = _mm512_loadu_ps(scales);
+  for (int64_t i = 0; i < kTileRows; ++i) {
+    const __m512 product = _mm512_load_ps(c + i * kTileRows);
+    _mm512_store_ps(sums + i * kTileRows, first_segment ? _mm512_mul_ps(product, scale)
+                                                        : _mm512_fmadd_ps(product, scale, _mm512_load_ps(sums + i * kTileRows)));
+  }
+}
 
 
 // The 4-bit GEMM's tiles: C[j] (16 tokens x 16 rows, int32) in 0-1, A[j] (16 tokens x 32
@@ -336,20 +367,29 @@ bool amx_available() {
 }
 
 bool amx_supports(const LinearWeight& weight) {
-  if (weight.format == WeightFormat::Bf16Panels || weight.format == WeightFormat::BF16) return true;
-  return weight.format == WeightFormat::Int8Block && weight.block_rows == 1 &&
-         weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+  switch (weight.format) {
+    case WeightFormat::Bf16Panels:
+    case WeightFormat::BF16: return true;
+    case WeightFormat::Int8Block:
+      return weight.block_rows == 1 &&
+             weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+    case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
+    default: return false;
+  }
 }
 
 void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
                      int64_t n_tokens, float* y, int64_t y_stride) {
-  MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and BF16 or channel-scaled INT8 weights");
+  MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and BF16, FP8 or channel-scaled INT8 weights");
   thread_local Buffers buffers;
   const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
   const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols, b_panel_words = steps * kStepWords;
+  // FP8: one scale a block of columns, applied to each block's sums (segments); else one segment.
+  const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
   // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
   const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
   buffers.tiles.resize(size_t(2 * b_panel_words));
+  buffers.scales.resize(size_t(2 * segments * kTileRows));
   configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
@@ -360,32 +400,39 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       for (int p = 0; p < panels; ++p) {
         uint16_t* tiles = buffers.tiles.data() + p * b_panel_words;
+        float* scales = buffers.scales.data() + p * segments * kTileRows;
         const int64_t first_row = pair_row + p * kTileRows;
         if (stored_panels) {
           panel_tiles(static_cast<const uint16_t*>(weight.data) + first_row * cols, cols, steps, tiles);
-          std::fill(buffers.scales[p], buffers.scales[p] + kTileRows, 1.0f);
+          std::fill(scales, scales + kTileRows, 1.0f);
         } else {
-          row_major_tiles(weight, first_row, steps, tiles, buffers.scales[p]);
+          row_major_tiles(weight, first_row, steps, tiles, scales);
         }
       }
       for (int64_t block = 0; block < token_blocks; block += 2) {
         const int blocks = block + 1 < token_blocks ? 2 : 1;
-        const uint16_t* a = buffers.terms.data() + block * b_panel_words;
-        const uint16_t* b = buffers.tiles.data();
-        float* c = buffers.products;
-        if (blocks == 2 && panels == 2) tile_products<2, 2>(a, term_words, b, b_panel_words, steps, c);
-        if (blocks == 2 && panels == 1) tile_products<2, 1>(a, term_words, b, b_panel_words, steps, c);
-        if (blocks == 1 && panels == 2) tile_products<1, 2>(a, term_words, b, b_panel_words, steps, c);
-        if (blocks == 1 && panels == 1) tile_products<1, 1>(a, term_words, b, b_panel_words, steps, c);
+        for (int64_t segment = 0; segment < segments; ++segment) {
+          const int64_t s0 = segment * per_segment, n = std::min(per_segment, steps - s0);
+          const uint16_t* a = buffers.terms.data() + block * b_panel_words + s0 * kStepWords;
+          const uint16_t* b = buffers.tiles.data() + s0 * kStepWords;
+          float* c = buffers.products;
+          if (blocks == 2 && panels == 2) tile_products<2, 2>(a, b_panel_words, term_words, b, b_panel_words, n, c);
+          if (blocks == 2 && panels == 1) tile_products<2, 1>(a, b_panel_words, term_words, b, b_panel_words, n, c);
+          if (blocks == 1 && panels == 2) tile_products<1, 2>(a, b_panel_words, term_words, b, b_panel_words, n, c);
+          if (blocks == 1 && panels == 1) tile_products<1, 1>(a, b_panel_words, term_words, b, b_panel_words, n, c);
+          for (int tile = 0; tile < blocks * panels; ++tile)
+            scale_tile(c + tile * kTileRows * kTileRows,
+                       buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,
+                       buffers.sums + tile * kTileRows * kTileRows);
+        }
         for (int bl = 0; bl < blocks; ++bl)
           for (int p = 0; p < panels; ++p) {
-            const float* tile = c + (bl * panels + p) * kTileRows * kTileRows;
+            const float* sums = buffers.sums + (bl * panels + p) * kTileRows * kTileRows;
             const int64_t first_row = pair_row + p * kTileRows;
             const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kTileRows, row_end);
-            for (int64_t i = 0; i < kTileRows && t0 + (block + bl) * kTileRows + i < n_tokens; ++i) {
-              float* out = y + (t0 + (block + bl) * kTileRows + i) * y_stride - row_begin;
-              for (int64_t r = r0; r < r1; ++r) out[r] = tile[i * kTileRows + r - first_row] * buffers.scales[p][r - first_row];
-            }
+            for (int64_t i = 0; i < kTileRows && t0 + (block + bl) * kTileRows + i < n_tokens; ++i)
+              std::memcpy(y + (t0 + (block + bl) * kTileRows + i) * y_stride + (r0 - row_begin),
+                          sums + i * kTileRows + (r0 - first_row), size_t(r1 - r0) * sizeof(float));
           }
       }
     }

@@ -382,11 +382,14 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
     if (amx_available()) return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
     return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
-  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight)) {
-    if (amx_supports(weight) && amx_available())
-      return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  // On AMX the tile kernel takes what would run the packed GEMM, and FP8 from 16 tokens (its
+  // several-token dots already differ from one token's).
+  const int64_t amx_min_tokens = weight.format == WeightFormat::Fp8Block ? kAmxMinTokens : kPackedGemmMinTokens;
+  if (n_tokens >= amx_min_tokens && (packed_gemm_supports(weight) || weight.format == WeightFormat::Fp8Block) &&
+      amx_supports(weight) && amx_available())
+    return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
     return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  }
   if (q8) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens == 1) return rows_single_token(weight, row_begin, row_end, x, y);
   rows_several_tokens(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);

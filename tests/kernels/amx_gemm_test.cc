@@ -194,6 +194,48 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
   EXPECT_FALSE(amx_supports(grouped));
 }
 
+// FP8 E4M3 with 128 x 128 block scales: every code (subnormals included: through binary16 they
+// reach the tile unit as normal bf16), row views whose 16-row panels straddle scale blocks, a
+// column view starting on a block boundary, column counts ending inside a block and inside a
+// 32-column step; views starting inside a block are not taken.
+TEST_F(AmxGemm, Fp8BlockScales) {
+  const int64_t rows = 300, cols = 600;
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> codes(size_t(rows * cols));
+  std::vector<float> block_scales(size_t(3 * 5)), values(codes.size());
+  for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      uint8_t code = uint8_t(rng());
+      if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes
+      codes[size_t(r * cols + c)] = code;
+      values[size_t(r * cols + c)] = fp8_e4m3_to_f32(code) * block_scales[size_t(r / 128 * 5 + c / 128)];
+    }
+  LinearWeight weight;
+  weight.format = WeightFormat::Fp8Block;
+  weight.rows = rows;
+  weight.cols = weight.stored_cols = cols;
+  weight.data = codes.data();
+  weight.block_scale = block_scales.data();
+  for (auto [r0, r1, c0, c1, tokens] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{0, 300, 0, 600, 16},
+                                        {9, 277, 128, 517, 40}, {120, 140, 256, 600, 129}}) {
+    const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
+    ASSERT_TRUE(amx_supports(view));
+    const int64_t width = c1 - c0;
+    const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(tokens + r0));
+    std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+    linear_rows_amx(view, 0, r1 - r0, x.data(), width, tokens, y.data(), r1 - r0);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = r0; r < r1; ++r) {
+        double sum = 0;
+        for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
+        want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
+      }
+    EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << "rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
+  }
+  EXPECT_FALSE(amx_supports(weight.cols_view(64, 600)));
+}
+
 // A token's outputs depend on its own activations only: the same bits in a batch of 16, of
 // 129 (another position in its block and group) and of 300.
 TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
