@@ -17,9 +17,9 @@ namespace mlaserve {
 // once), and MLASERVE_AMX is not 0.
 bool amx_available();
 
-// From this many tokens BF16 panels take the AMX kernel where it is available (the 4-bit
-// formats switch to their integer GEMM, AMX or not, at the same count; row-major BF16 and INT8
-// take it where they would take the packed GEMM).
+// From this many tokens BF16 panels and FP8 take the AMX kernel where it is available (the
+// 4-bit formats switch to their integer GEMM, AMX or not, at the same count; row-major BF16 and
+// INT8 take it where they would take the packed GEMM).
 constexpr int64_t kAmxMinTokens = 16;
 
 // Whether linear_rows_amx takes this weight: BF16 panels, row-major BF16 (kv_b_proj, a tied LM
