@@ -123,9 +123,11 @@ void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* o
   }
 }
 
-// Steps of 32 columns a scale segment spans: FP8 a scale block's columns, else the whole row.
+// Steps of 32 columns a scale segment spans: FP8 and INT8 a scale block's columns (INT8 per
+// channel: the row's), else the whole row.
 int64_t segment_steps(const LinearWeight& weight, int64_t steps) {
-  return weight.format == WeightFormat::Fp8Block ? weight.block_cols / kStepCols : steps;
+  const bool block_scaled = weight.format == WeightFormat::Fp8Block || weight.format == WeightFormat::Int8Block;
+  return block_scaled ? std::max<int64_t>(1, weight.block_cols / kStepCols) : steps;
 }
 
 // bf16 bits (exact) of the 16 codes in byte `byte` of each 32-bit lane, in the lanes' low
@@ -370,9 +372,10 @@ bool amx_supports(const LinearWeight& weight) {
   switch (weight.format) {
     case WeightFormat::Bf16Panels:
     case WeightFormat::BF16: return true;
-    case WeightFormat::Int8Block:
-      return weight.block_rows == 1 &&
-             weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+    case WeightFormat::Int8Block:  // a scale a row (channel), or groups of whole steps from a group's start
+      if (weight.block_rows != 1) return false;
+      if (weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols) return true;
+      return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
     case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
     default: return false;
   }

@@ -23,9 +23,9 @@ bool amx_available();
 constexpr int64_t kAmxMinTokens = 16;
 
 // Whether linear_rows_amx takes this weight: BF16 panels, row-major BF16 (kv_b_proj, a tied LM
-// head, --no-repack), INT8 whose columns share one scale a row (strategy channel), the scale
-// applied to the finished sum, and FP8 views starting on a scale block's first column (each
-// block's sums scaled as they finish).
+// head, --no-repack), INT8 with a scale a row (strategy channel) or a scale per group of whole
+// 32-column steps, and FP8 — views starting on a scale group's or block's first column; each
+// group's or block's sums are scaled as they finish.
 bool amx_supports(const LinearWeight& weight);
 
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in

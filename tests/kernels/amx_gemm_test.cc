@@ -1,6 +1,6 @@
-// The AMX BF16 panel GEMM against a float64 reference, where the host has AMX (skipped
-// elsewhere: the kernel is compiled only with AMX-BF16 and runs only once Linux grants the
-// tile state).
+// The AMX kernels (BF16 panels, row-major BF16, INT8 and FP8, the 4-bit integer GEMM) against
+// float64 references and the AVX integer GEMM, where the host has AMX (skipped elsewhere: the
+// kernels are compiled only with AMX and run only once Linux grants the tile state).
 #include "kernels/amx_gemm.h"
 
 #include <gtest/gtest.h>
@@ -136,20 +136,24 @@ TEST_F(AmxGemm, ExtremeActivations) {
   EXPECT_TRUE(std::isfinite(y[size_t(3 * rows)]));
 }
 
-// Row-major BF16 and channel-scaled INT8 (B tiles gathered from the rows): views starting at
-// odd rows and columns, column counts with 1-3 left after the last whole pair or quad, and a
-// last partial 16-row panel; scales applied to the finished sums. INT8 with a scale per group
-// is not taken.
+// Row-major BF16, channel-scaled INT8 and INT8 with a scale per 64 columns (B tiles gathered
+// from the rows): views starting at odd rows and columns (a group's first column for groups),
+// column counts with 1-3 left after the last whole pair or quad, and a last partial 16-row
+// panel; scales applied to each scale block's sums. Group views starting inside a group are not
+// taken.
 TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
+  for (int64_t group : {int64_t(0), int64_t(64)})
   for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Int8Block})
     for (auto [rows, cols, r0, r1, c0, c1, tokens] :
          {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{40, 101, 0, 40, 0, 101, 64},
-          {70, 300, 3, 61, 5, 298, 80}, {33, 67, 1, 33, 2, 65, 129}}) {
+          {70, 300, 3, 61, 5, 298, 80}, {70, 300, 3, 61, 64, 298, 80}, {33, 67, 1, 33, 2, 65, 129}}) {
+      if (group > 0 && (format == WeightFormat::BF16 || c0 % group != 0)) continue;
+      const int64_t block_cols = group > 0 ? group : cols, blocks = (cols + block_cols - 1) / block_cols;
       std::mt19937_64 rng(uint64_t(rows + cols));
       std::vector<uint8_t> data(size_t(rows * cols * (format == WeightFormat::BF16 ? 2 : 1)));
-      std::vector<float> values(size_t(rows * cols)), channel_scales(static_cast<size_t>(rows));
+      std::vector<float> values(size_t(rows * cols)), block_scales(size_t(rows * blocks));
+      for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
       for (int64_t r = 0; r < rows; ++r) {
-        channel_scales[size_t(r)] = 0.001f + 0.0001f * float(rng() % 256);
         for (int64_t c = 0; c < cols; ++c) {
           const size_t i = size_t(r * cols + c);
           if (format == WeightFormat::BF16) {
@@ -158,7 +162,7 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
             values[i] = bf16_to_f32(bits);
           } else {
             data[i] = uint8_t(rng());
-            values[i] = float(int8_t(data[i])) * channel_scales[size_t(r)];
+            values[i] = float(int8_t(data[i])) * block_scales[size_t(r * blocks + c / block_cols)];
           }
         }
       }
@@ -167,9 +171,9 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
       weight.rows = rows;
       weight.cols = weight.stored_cols = cols;
       weight.data = data.data();
-      weight.block_scale = channel_scales.data();
+      weight.block_scale = block_scales.data();
       weight.block_rows = 1;
-      weight.block_cols = cols;
+      weight.block_cols = block_cols;
       const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
       ASSERT_TRUE(amx_supports(view));
       const int64_t width = c1 - c0;
@@ -182,16 +186,17 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
           for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
           want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
         }
-      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << weight_format_name(format) << " rows " << r0 << ".." << r1
-                                                          << " cols " << c0 << ".." << c1;
+      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << weight_format_name(format) << " group " << group << " rows "
+                                                          << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
     }
   LinearWeight grouped;
   grouped.format = WeightFormat::Int8Block;
   grouped.rows = 4;
-  grouped.cols = grouped.stored_cols = 64;
+  grouped.cols = grouped.stored_cols = 128;
   grouped.block_rows = 1;
-  grouped.block_cols = 32;
-  EXPECT_FALSE(amx_supports(grouped));
+  grouped.block_cols = 64;
+  EXPECT_TRUE(amx_supports(grouped.cols_view(64, 128)));
+  EXPECT_FALSE(amx_supports(grouped.cols_view(32, 128)));
 }
 
 // FP8 E4M3 with 128 x 128 block scales: every code (subnormals included: through binary16 they
