@@ -82,6 +82,25 @@ struct FourBitWeight {
   }
 };
 
+// linear_rows_amx over rows [r0, r1) x columns [c0, c1) of a weight against the float64 sums
+// of the values they hold (values: the whole weight's, row-major), bound 1e-6.
+::testing::AssertionResult view_matches_reference(const LinearWeight& weight, const std::vector<float>& values,
+                                                  int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t tokens) {
+  const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
+  if (!amx_supports(view)) return ::testing::AssertionFailure() << "the AMX kernel does not take the view";
+  const int64_t width = c1 - c0, cols = weight.cols;
+  const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(tokens + r0));
+  std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+  linear_rows_amx(view, 0, r1 - r0, x.data(), width, tokens, y.data(), r1 - r0);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = r0; r < r1; ++r) {
+      double sum = 0;
+      for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
+      want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
+    }
+  return testing::relative_close(y, want, 1e-6);
+}
+
 class AmxGemm : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -174,20 +193,8 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
       weight.block_scale = block_scales.data();
       weight.block_rows = 1;
       weight.block_cols = block_cols;
-      const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
-      ASSERT_TRUE(amx_supports(view));
-      const int64_t width = c1 - c0;
-      const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(tokens));
-      std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
-      linear_rows_amx(view, 0, r1 - r0, x.data(), width, tokens, y.data(), r1 - r0);
-      for (int64_t t = 0; t < tokens; ++t)
-        for (int64_t r = r0; r < r1; ++r) {
-          double sum = 0;
-          for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
-          want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
-        }
-      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << weight_format_name(format) << " group " << group << " rows "
-                                                          << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
+      EXPECT_TRUE(view_matches_reference(weight, values, r0, r1, c0, c1, tokens))
+          << weight_format_name(format) << " group " << group << " rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
     }
   LinearWeight grouped;
   grouped.format = WeightFormat::Int8Block;
@@ -224,19 +231,8 @@ TEST_F(AmxGemm, Fp8BlockScales) {
   weight.block_scale = block_scales.data();
   for (auto [r0, r1, c0, c1, tokens] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{0, 300, 0, 600, 16},
                                         {9, 277, 128, 517, 40}, {120, 140, 256, 600, 129}}) {
-    const LinearWeight view = weight.rows_view(r0, r1).cols_view(c0, c1);
-    ASSERT_TRUE(amx_supports(view));
-    const int64_t width = c1 - c0;
-    const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(tokens + r0));
-    std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
-    linear_rows_amx(view, 0, r1 - r0, x.data(), width, tokens, y.data(), r1 - r0);
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t r = r0; r < r1; ++r) {
-        double sum = 0;
-        for (int64_t c = c0; c < c1; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * width + c - c0)];
-        want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
-      }
-    EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << "rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
+    EXPECT_TRUE(view_matches_reference(weight, values, r0, r1, c0, c1, tokens))
+        << "rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
   }
   EXPECT_FALSE(amx_supports(weight.cols_view(64, 600)));
 }
