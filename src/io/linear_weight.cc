@@ -118,8 +118,7 @@ void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run,
 
 LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source) {
-  // A byte an element and a scale per block of elements: FP8, INT8.
-  const bool block_scaled = view.format == WeightFormat::Fp8Block || view.format == WeightFormat::Int8Block;
+  const bool block_scaled = is_block_scaled(view.format);
   const bool int4 = view.format == WeightFormat::Int4Group;
   if (view.cols == view.stored_cols) return view;
   if (block_scaled && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
@@ -321,7 +320,7 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
 namespace {
 
 // A weight of one byte an element (FP8, INT8) with a float scale per block_rows x block_cols.
-LinearWeight block_scaled(WeightFormat format, const TensorInfo& tensor, int64_t rows, int64_t cols, int64_t block_rows,
+LinearWeight block_scaled_weight(WeightFormat format, const TensorInfo& tensor, int64_t rows, int64_t cols, int64_t block_rows,
                           int64_t block_cols, const float* block_scale) {
   LinearWeight weight;
   weight.format = format;
@@ -347,8 +346,8 @@ LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tens
   const std::string scale_name = prefix + ".weight_scale_inv";
   MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for FP8 weight '{}.weight'",
             scale_name, prefix);
-  return block_scaled(WeightFormat::Fp8Block, tensor, rows, cols, block_rows, block_cols,
-                      to_f32(expect(scale_name, scale_shape)));
+  return block_scaled_weight(WeightFormat::Fp8Block, tensor, rows, cols, block_rows, block_cols,
+                             to_f32(expect(scale_name, scale_shape)));
 }
 
 // compressed-tensors int-quantized (W8A8 checkpoints): weight I8 [rows, cols], symmetric,
@@ -360,7 +359,8 @@ LinearWeight WeightLoader::int8(const std::string& prefix, const TensorInfo& ten
   MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
   const std::string scale_name = prefix + ".weight_scale";
   MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for INT8 weight '{}.weight'", scale_name, prefix);
-  return block_scaled(WeightFormat::Int8Block, tensor, rows, cols, 1, group, to_f32(expect(scale_name, {rows, cols / group})));
+  return block_scaled_weight(WeightFormat::Int8Block, tensor, rows, cols, 1, group,
+                             to_f32(expect(scale_name, {rows, cols / group})));
 }
 
 LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t cols) {

@@ -24,6 +24,11 @@ enum class WeightFormat {
   Bf16Panels, // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
 };
 
+// FP8 and INT8: one byte an element with a float scale per block_rows x block_cols block.
+inline bool is_block_scaled(WeightFormat format) {
+  return format == WeightFormat::Fp8Block || format == WeightFormat::Int8Block;
+}
+
 // Bf16Panels: rows in panels of 16, stored [ceil(rows / 16), cols, 16]: for each column the
 // panel's 16 values lie together, row i of the panel in the low half of 32-bit lane i (i < 8)
 // or the high half of lane i - 8, so a shift and a mask widen them to two fp32 vectors of 8

@@ -27,7 +27,7 @@ namespace {
 constexpr int64_t kTileRows = 16;     // tokens (A, C) or column pairs (B) in a tile
 constexpr int64_t kStepCols = 32;     // columns one tile product consumes
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
-constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 64 x 2048 columns = 768 KB (L2)
+constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 128 x 2048 columns x 3 terms = 1.5 MB (L2)
 constexpr int kTerms = 3;
 
 // Linux's request for permission to use an extended state component, and AMX's tile data
@@ -123,11 +123,15 @@ void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* o
   }
 }
 
-// Steps of 32 columns a scale segment spans: FP8 and INT8 a scale block's columns (INT8 per
-// channel: the row's), else the whole row.
+// Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
+bool one_scale_block(const LinearWeight& weight) {
+  return weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+}
+
+// Steps of 32 columns a scale segment spans: FP8 and grouped INT8 a scale block's columns, else
+// (no block scales, or one block) the whole row.
 int64_t segment_steps(const LinearWeight& weight, int64_t steps) {
-  const bool block_scaled = weight.format == WeightFormat::Fp8Block || weight.format == WeightFormat::Int8Block;
-  return block_scaled ? std::max<int64_t>(1, weight.block_cols / kStepCols) : steps;
+  return is_block_scaled(weight.format) && !one_scale_block(weight) ? weight.block_cols / kStepCols : steps;
 }
 
 // bf16 bits (exact) of the 16 codes in byte `byte` of each 32-bit lane, in the lanes' low
@@ -146,10 +150,10 @@ __m512i byte_codes_to_bf16(__m512i codes, int byte, bool fp8) {
 // copied out). scales[segment][row]: the factor of each row's sum over a segment (INT8: its
 // channel scale; FP8: its block's scale times 2^8; BF16: 1).
 void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t steps, uint16_t* out, float* scales) {
-  const bool fp8 = weight.format == WeightFormat::Fp8Block, byte_codes = fp8 || weight.format == WeightFormat::Int8Block;
+  const bool fp8 = weight.format == WeightFormat::Fp8Block, byte_codes = is_block_scaled(weight.format);
   const int64_t element = byte_codes ? 1 : 2, cols = weight.cols;
   const int64_t stored_blocks = byte_codes ? (weight.stored_cols + weight.block_cols - 1) / weight.block_cols : 0;
-  const int64_t segments = (steps + segment_steps(weight, steps) - 1) / segment_steps(weight, steps);
+  const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
   const uint8_t* rows[kTileRows];
   alignas(64) int32_t offsets[kTileRows];
   for (int64_t n = 0; n < kTileRows; ++n) {
@@ -157,7 +161,7 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
     rows[n] = static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
     offsets[n] = int32_t(rows[n] - rows[0]);
     for (int64_t segment = 0; segment < segments; ++segment) {
-      const int64_t block = (weight.col_offset + segment * segment_steps(weight, steps) * kStepCols) / weight.block_cols;
+      const int64_t block = (weight.col_offset + segment * per_segment * kStepCols) / weight.block_cols;
       scales[segment * kTileRows + n] =
           byte_codes ? weight.block_scale[stored_row / weight.block_rows * stored_blocks + block] * (fp8 ? 256.0f : 1.0f)
                      : 1.0f;
@@ -241,7 +245,6 @@ void scale_tile(const float* c, const float* scales, bool first_segment, float* 
                                                         : _mm512_fmadd_ps(product, scale, _mm512_load_ps(sums + i * kTileRows)));
   }
 }
-
 
 // The 4-bit GEMM's tiles: C[j] (16 tokens x 16 rows, int32) in 0-1, A[j] (16 tokens x 32
 // int8) in 2-3, B[j] (8 rows of 16 weight rows x 4 int8) in 4-5, for two blocks at once.
@@ -374,7 +377,7 @@ bool amx_supports(const LinearWeight& weight) {
     case WeightFormat::BF16: return true;
     case WeightFormat::Int8Block:  // a scale a row (channel), or groups of whole steps from a group's start
       if (weight.block_rows != 1) return false;
-      if (weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols) return true;
+      if (one_scale_block(weight)) return true;
       return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
     case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
     default: return false;
@@ -383,11 +386,12 @@ bool amx_supports(const LinearWeight& weight) {
 
 void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
                      int64_t n_tokens, float* y, int64_t y_stride) {
-  MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and BF16, FP8 or channel-scaled INT8 weights");
+  MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and a weight amx_supports ({})",
+            weight_format_name(weight.format));
   thread_local Buffers buffers;
   const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
   const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols, b_panel_words = steps * kStepWords;
-  // FP8: one scale a block of columns, applied to each block's sums (segments); else one segment.
+  // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
   const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
   // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
   const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;

@@ -79,6 +79,17 @@ void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = table[codes[i]] * scale;
 }
 
+void int8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(values, _mm256_set1_ps(scale)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = float(int8_t(codes[i])) * scale;
+}
+
 void BlockScaledActivations::prepare(const float* x, int64_t n, ByteCode code) {
   code_ = code;
   float amax = 0.0f;

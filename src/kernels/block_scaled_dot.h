@@ -16,8 +16,10 @@ namespace mlaserve {
 
 enum class ByteCode { Fp8E4M3, Int8 };
 
-// out[c] = E4M3(codes[c]) * scale (the row dequantisation of batched FP8 layers).
+// out[c] = E4M3(codes[c]) * scale, or int8(codes[c]) * scale: the row dequantisation of
+// batched FP8 and INT8 layers.
 void fp8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n);
+void int8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n);
 
 // One token's activations as dot_block_scaled_rows reads them: x * 2^exponent (exponent chosen
 // from max |x|), each 16 columns as its 8 even columns then its 8 odd (the order the codes

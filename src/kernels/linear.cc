@@ -21,35 +21,18 @@ int64_t element_offset(const LinearWeight& weight, int64_t row) {
   return (weight.row_offset + row) * weight.stored_cols + weight.col_offset;
 }
 
-void dequantize_fp8_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
+// FP8 or INT8 codes times the scale of their block, one stored block of columns at a time.
+void dequantize_block_scaled_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end,
+                                   float* out) {
+  const auto convert = weight.format == WeightFormat::Fp8Block ? fp8_to_f32 : int8_to_f32;
   const uint8_t* codes = static_cast<const uint8_t*>(weight.data) + element_offset(weight, row);
   const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
   const float* scales = weight.block_scale + ((weight.row_offset + row) / weight.block_rows) * stored_blocks;
-  for (int64_t c = col_begin; c < col_end;) {  // one stored 128-column block at a time
-    const int64_t block = (weight.col_offset + c) / weight.block_cols;
-    const int64_t end = std::min(col_end, (block + 1) * weight.block_cols - weight.col_offset);
-    fp8_to_f32(codes + c, scales[block], out + (c - col_begin), end - c);
-    c = end;
-  }
-}
-
-// value = code x the scale of its 1 x block_cols block (channel: one per row).
-void dequantize_int8_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
-  const int8_t* codes = static_cast<const int8_t*>(weight.data) + element_offset(weight, row);
-  const int64_t stored_blocks = (weight.stored_cols + weight.block_cols - 1) / weight.block_cols;
-  const float* scales = weight.block_scale + (weight.row_offset + row) * stored_blocks;
   for (int64_t c = col_begin; c < col_end;) {
     const int64_t block = (weight.col_offset + c) / weight.block_cols;
     const int64_t end = std::min(col_end, (block + 1) * weight.block_cols - weight.col_offset);
-    const float scale = scales[block];
-#if defined(__AVX2__) && defined(__FMA__)
-    for (; c + 8 <= end; c += 8) {
-      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c));
-      const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
-      _mm256_storeu_ps(out + (c - col_begin), _mm256_mul_ps(values, _mm256_set1_ps(scale)));
-    }
-#endif
-    for (; c < end; ++c) out[c - col_begin] = float(codes[c]) * scale;
+    convert(codes + c, scales[block], out + (c - col_begin), end - c);
+    c = end;
   }
 }
 
@@ -128,8 +111,8 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
       for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(values[c]);
       return;
     }
-    case WeightFormat::Fp8Block: dequantize_fp8_range(weight, row, col_begin, col_end, out); return;
-    case WeightFormat::Int8Block: dequantize_int8_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Int8Block: dequantize_block_scaled_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
@@ -147,10 +130,6 @@ namespace {
 bool takes_q8_activations(const LinearWeight& weight) {
   return weight.format == WeightFormat::Mxfp4 ||
          (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
-}
-
-bool block_scaled(const LinearWeight& weight) {
-  return weight.format == WeightFormat::Fp8Block || weight.format == WeightFormat::Int8Block;
 }
 
 // out[k] = sum_c W[rows[k], c] * x[c] for n_rows FP8 or INT8 rows (1, or 4 read together).
@@ -209,7 +188,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   const SpreadQuads quads(row_begin, row_end);
   int64_t r = row_begin;
   thread_local BlockScaledActivations scaled_x;
-  const bool byte_codes = block_scaled(weight);
+  const bool byte_codes = is_block_scaled(weight.format);
   if (byte_codes) scaled_x.prepare(x, cols, weight.format == WeightFormat::Fp8Block ? ByteCode::Fp8E4M3 : ByteCode::Int8);
   if (weight.format == WeightFormat::BF16 || weight.format == WeightFormat::F32 || byte_codes) {
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
@@ -382,11 +361,10 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
     if (amx_available()) return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
     return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
-  // On AMX the tile kernel takes what would run the packed GEMM, and FP8 from 16 tokens (its
-  // several-token dots already differ from one token's).
+  // On AMX the tile kernel takes row-major BF16 and INT8 where they would take the packed GEMM,
+  // and FP8 from 16 tokens (its several-token dots already differ from one token's).
   const int64_t amx_min_tokens = weight.format == WeightFormat::Fp8Block ? kAmxMinTokens : kPackedGemmMinTokens;
-  if (n_tokens >= amx_min_tokens && (packed_gemm_supports(weight) || weight.format == WeightFormat::Fp8Block) &&
-      amx_supports(weight) && amx_available())
+  if (n_tokens >= amx_min_tokens && amx_supports(weight) && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
     return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
