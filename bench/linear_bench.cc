@@ -1,7 +1,7 @@
 // Microbenchmark of the linear kernels per weight format against this machine's read
 // bandwidth: one token (decode, memory-bound: bytes/s of weights read) and several tokens
 // (batched decode and prefill, compute-bound: FLOP/s). Shapes are `small`'s dense MLP
-// (2048 x 5632) and one routed expert of `small` (768 x 2048).
+// (2048 x 5632) and one routed expert of `small` (768 x 2048 and its down-projection).
 //   build/bench/linear_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
@@ -80,8 +80,10 @@ std::vector<float> random_activations(int64_t n) {
 
 void run_linear(benchmark::State& state, WeightFormat format) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
-  // Several copies so one token's weights come from memory, not from the 32 MB L3.
-  const int copies = tokens == 1 ? 8 : 1;
+  // One token: copies filling 1 GB, so its weights come from memory, not from L3 (32 MB a
+  // CCD on Zen 4, but 480 MB reported by some Xeon VMs).
+  const int64_t one_copy = int64_t(RandomWeight(format, rows, cols).weight.bytes());
+  const int copies = tokens == 1 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
   std::vector<RandomWeight> weights;
   for (int c = 0; c < copies; ++c) weights.emplace_back(format, rows, cols);
   const std::vector<float> x = random_activations(tokens * cols);
@@ -154,7 +156,7 @@ void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4);
 // over the pool's threads. Args: heads, qk_nope_head_dim, kv_lora_rank.
 void BM_TransposedBF16(benchmark::State& state) {
   const int64_t heads = state.range(0), nope = state.range(1), rank = state.range(2);
-  const int copies = int((int64_t(64) << 20) / (heads * nope * rank * 2));  // 64 MB: from memory, not from L3
+  const int copies = int((int64_t(1) << 30) / (heads * nope * rank * 2));  // 1 GB: from memory, not from L3
   std::vector<RandomWeight> weights;
   for (int c = 0; c < copies; ++c) weights.emplace_back(WeightFormat::BF16, heads * nope, rank);
   const std::vector<float> q = random_activations(heads * nope);
@@ -181,7 +183,7 @@ BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // (batched decode), 48 (an expert's share of a 512-token prefill), 128 and 512 (prefill); the
 // dense down-projection at 512.
 void linear_shapes(benchmark::internal::Benchmark* bench) {
-  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({5632, 2048, 8})->Args({768, 2048, 48})
+  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({2048, 768, 1})->Args({5632, 2048, 8})->Args({768, 2048, 48})
       ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->Args({2048, 5632, 512})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
