@@ -423,6 +423,7 @@ void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int6
       for (int p = 0; p < kPanels; ++p) {
         __m256 rows_0_7, rows_8_15;
         Bf16Panel{panels[p]}(k, rows_0_7, rows_8_15);
+        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
 #pragma GCC unroll 3
         for (int t = 0; t < kTokens; ++t) {
           const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
