@@ -139,7 +139,10 @@ int64_t block_chunks(const uint8_t* const codes[], const float* values, int64_t 
     __m512 x = _mm512_loadu_ps(values + c);
     __asm__("" : "+v"(x));  // pinned, as in simd::dot_4xn
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_fmadd_ps(codes_x16<kCode>(codes[r] + c), x, acc[r]);
+    for (int r = 0; r < kRows; ++r) {
+      if (c % 64 == 0) simd::prefetch_stream(codes[r] + c);  // once a line
+      acc[r] = _mm512_fmadd_ps(codes_x16<kCode>(codes[r] + c), x, acc[r]);
+    }
   }
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) total[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(block_scale[r]), total[r]);
@@ -175,6 +178,7 @@ int64_t block_chunks(const uint8_t* const codes[], const float* values, int64_t 
     __asm__("" : "+x"(x0), "+x"(x1));  // pinned, as in simd::dot_4xn
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
+      if (c % 64 == 0) simd::prefetch_stream(codes[r] + c);  // once a line
       __m256 even, odd;
       codes_x16<kCode>(codes[r] + c, even, odd);
       acc0[r] = _mm256_fmadd_ps(even, x0, acc0[r]);
