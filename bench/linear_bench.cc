@@ -80,10 +80,10 @@ std::vector<float> random_activations(int64_t n) {
 
 void run_linear(benchmark::State& state, WeightFormat format) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
-  // One token: copies filling 1 GB, so its weights come from memory, not from L3 (32 MB a
-  // CCD on Zen 4, but 480 MB reported by some Xeon VMs).
+  // Decode-sized batches (up to 8 tokens, memory-bound): copies filling 1 GB, so the weights
+  // come from memory, not from L3 (32 MB a CCD on Zen 4, but 480 MB reported by some Xeon VMs).
   const int64_t one_copy = int64_t(RandomWeight(format, rows, cols).weight.bytes());
-  const int copies = tokens == 1 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
+  const int copies = tokens <= 8 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
   std::vector<RandomWeight> weights;
   for (int c = 0; c < copies; ++c) weights.emplace_back(format, rows, cols);
   const std::vector<float> x = random_activations(tokens * cols);

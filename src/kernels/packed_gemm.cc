@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/bf16_panel_decode.h"
 #include "kernels/linear.h"
 #include "kernels/simd.h"
 
@@ -21,7 +22,7 @@ namespace {
 // Each step of the inner loop loads 2 weight vectors and broadcasts 6 activations for 12
 // FMAs; nothing in it widens or decodes. Measured on one Zen 4 core with L1-resident panels:
 // 6 x 16 reaches the FMA peak (98.9 of 98.9 GFLOP/s), 4 x 24 90, 3 x 32 and 2 x 48 spill.
-constexpr int64_t kDepth = 256;
+constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kTileTokens = 192;
 constexpr int kBlockTokens = 6;
 constexpr int kPanelRows = 16;
@@ -404,79 +405,6 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
   }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-// sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
-// kTokens tokens: kPanels panels read together (kPanels memory streams), each panel column
-// widened once for all the tokens. Every (row, token) sum runs in the packed GEMM's order —
-// one FMA chain over each piece of kDepth columns, the pieces added in turn — so a token gets
-// the same bits alone, in a few tokens or in a GEMM block (LinearBf16Panels.AnyTokenCountGives
-// TheSingleTokenBits); 2 x kPanels x kTokens chains cover the FMA latency (8 for 4 panels x 1
-// token and 2 panels x 2 tokens).
-template <int kPanels, int kTokens>
-void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
-                     float* sums) {
-  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
-    __m256 acc[2 * kPanels * kTokens];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
-#pragma GCC unroll 4
-      for (int p = 0; p < kPanels; ++p) {
-        __m256 rows_0_7, rows_8_15;
-        Bf16Panel{panels[p]}(k, rows_0_7, rows_8_15);
-        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
-#pragma GCC unroll 3
-        for (int t = 0; t < kTokens; ++t) {
-          const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
-          __m256* chain = acc + 2 * (t * kPanels + p);
-          chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
-          chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
-        }
-      }
-    for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
-      float* out = sums + 8 * i;
-      _mm256_storeu_ps(out, k0 == 0 ? acc[i] : _mm256_add_ps(acc[i], _mm256_loadu_ps(out)));
-    }
-  }
-}
-
-// y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens (1-3) tokens of a Bf16Panels weight,
-// each panel read once: the range's panels kSpread at a time, one from each of kSpread equal
-// parts (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x
-// 2048 at one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block
-// kernel would read one stream, with too few accumulator chains (2 tokens ran at half rate).
-template <int kTokens, int kSpread>
-void bf16_panel_few_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                           int64_t x_stride, float* y, int64_t y_stride) {
-  const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
-  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
-  alignas(32) float sums[kTokens * kSpread * kPanelRows];
-  const auto store = [&](const int64_t* panels, int n) {
-    for (int t = 0; t < kTokens; ++t)
-      for (int p = 0; p < n; ++p) {
-        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
-        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
-        for (int64_t r = first; r < end; ++r)
-          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
-      }
-  };
-  for (int64_t q = 0; q < part; ++q) {
-    int64_t panels[kSpread];
-    const uint16_t* data[kSpread];
-    for (int p = 0; p < kSpread; ++p) {
-      panels[p] = first_panel + p * part + q;
-      data[p] = stored + panels[p] * cols * kPanelRows;
-    }
-    bf16_panels_dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
-    store(panels, kSpread);
-  }
-  for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
-    const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
-    bf16_panels_dot<1, kTokens>(data, x, x_stride, cols, sums);
-    store(&panel, 1);
-  }
-}
-#endif
 
 }  // namespace
 
@@ -506,11 +434,8 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
 
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-#if defined(__AVX2__) && defined(__FMA__)
-  if (n_tokens == 1) return bf16_panel_few_tokens<1, 4>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-  if (n_tokens == 2) return bf16_panel_few_tokens<2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-  if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-#endif
+  if (n_tokens <= kBf16PanelFewTokens)
+    return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens >= kAmxMinTokens && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);

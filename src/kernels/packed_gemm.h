@@ -9,6 +9,11 @@
 
 namespace mlaserve {
 
+// Columns one FMA chain covers before its sum is added to the output's: every BF16 panel
+// kernel (the GEMM blocks here, the few-token dots of bf16_panel_decode) sums a (row, token)
+// in these pieces, in the same order, so a token gets the same bits in any batch.
+constexpr int64_t kPackedGemmDepth = 256;
+
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
 // [row_begin, row_end) and t < n_tokens, on the calling thread. Any weight format; for INT4
 // the column depth (256) must be a whole number of groups (group sizes dividing 256).
@@ -16,7 +21,8 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
                       int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
 // The same for a Bf16Panels weight (any number of tokens): the stored panels feed the kernel
-// directly, widened in registers; one token streams each panel once (a GEMV).
+// directly, widened in registers; up to kBf16PanelFewTokens tokens stream each panel once
+// (bf16_panel_decode.h).
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 

@@ -488,7 +488,8 @@ TEST(LinearBf16Panels, RepackedViewsMatchScalarReference) {
 }
 
 // Row ranges that start and end inside a panel write exactly their rows (7 panels: streamed in
-// quads, pairs or singly for 1, 2, 3 tokens, in blocks for 9).
+// quads, pairs or singly for 1, 2, 3 tokens; for 9, in panel pairs and a last single panel
+// with AVX-512, else GEMM blocks).
 TEST(LinearBf16Panels, RowRangesInsidePanels) {
   const int64_t rows = 120, cols = 72, row_begin = 5, row_end = 109;
   const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 41);
@@ -509,8 +510,9 @@ TEST(LinearBf16Panels, RowRangesInsidePanels) {
   }
 }
 
-// Every path over panels (4, 2 or 1 panels at a time for 1-3 tokens, GEMM blocks of 4-6
-// tokens, a second tile) sums a (row, token) in the same order: a token's outputs are the same
+// Every path over panels (4, 2 or 1 panels at a time for 1-3 tokens; panel pairs against token
+// blocks of 4-8 for 4-15 tokens with AVX-512; GEMM blocks of 4-6 tokens, a second tile) sums a
+// (row, token) in the same order: a token's outputs are the same
 // bits alone and in any batch, as the engine's continuous batching relies on. On an AMX host
 // batches from kAmxMinTokens run the AMX kernel, which sums in its own order: the same bits
 // in any such batch (AmxGemm.AnyBatchGivesTheSameBits), within fp32 rounding of the rest.
@@ -521,7 +523,7 @@ TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
   const LinearWeight packed = repack_bf16_panels(t.weight, storage);
   const std::vector<float> x = testing::random_vector(size_t(200 * cols), 58);
   std::vector<float> alone(static_cast<size_t>(rows));
-  for (int64_t tokens : {2, 3, 4, 7, 8, 13, 200}) {
+  for (int64_t tokens : {2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 200}) {
     std::vector<float> y(size_t(tokens * rows));
     linear(packed, x.data(), tokens, y.data());
     for (int64_t n : {int64_t(0), tokens / 2, tokens - 1}) {

@@ -1,0 +1,191 @@
+#include "kernels/bf16_panel_decode.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "kernels/packed_gemm.h"
+#include "kernels/simd.h"
+
+namespace mlaserve {
+namespace {
+
+constexpr int64_t kDepth = kPackedGemmDepth;
+constexpr int64_t kPanelRows = kBf16PanelRows;
+
+#if defined(__AVX2__) && defined(__FMA__)
+// sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
+// kTokens tokens: kPanels panels read together (kPanels memory streams), each panel column
+// widened once for all the tokens. Every (row, token) sum runs in the packed GEMM's order —
+// one FMA chain over each piece of kDepth columns, the pieces added in turn — so a token gets
+// the same bits alone, in a few tokens or in a GEMM block (LinearBf16Panels.AnyTokenCountGives
+// TheSingleTokenBits); 2 x kPanels x kTokens chains cover the FMA latency (8 for 4 panels x 1
+// token and 2 panels x 2 tokens).
+template <int kPanels, int kTokens>
+void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
+                     float* sums) {
+  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+    __m256 acc[2 * kPanels * kTokens];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
+#pragma GCC unroll 4
+      for (int p = 0; p < kPanels; ++p) {
+        // Slots widened as Bf16Panels lays them out: rows 0-7 in the low halves, 8-15 high.
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels[p] + k * kPanelRows));
+        const __m256 rows_0_7 = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+        const __m256 rows_8_15 = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+#pragma GCC unroll 3
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
+          __m256* chain = acc + 2 * (t * kPanels + p);
+          chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
+          chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
+        }
+      }
+    for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
+      float* out = sums + 8 * i;
+      _mm256_storeu_ps(out, k0 == 0 ? acc[i] : _mm256_add_ps(acc[i], _mm256_loadu_ps(out)));
+    }
+  }
+}
+
+// y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens (1-3) tokens of a Bf16Panels weight,
+// each panel read once: the range's panels kSpread at a time, one from each of kSpread equal
+// parts (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x
+// 2048 at one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block
+// kernel would read one stream, with too few accumulator chains (2 tokens ran at half rate).
+template <int kTokens, int kSpread>
+void bf16_panel_few_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                           int64_t x_stride, float* y, int64_t y_stride) {
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
+  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
+  alignas(32) float sums[kTokens * kSpread * kPanelRows];
+  const auto store = [&](const int64_t* panels, int n) {
+    for (int t = 0; t < kTokens; ++t)
+      for (int p = 0; p < n; ++p) {
+        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
+        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
+        for (int64_t r = first; r < end; ++r)
+          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
+      }
+  };
+  for (int64_t q = 0; q < part; ++q) {
+    int64_t panels[kSpread];
+    const uint16_t* data[kSpread];
+    for (int p = 0; p < kSpread; ++p) {
+      panels[p] = first_panel + p * part + q;
+      data[p] = stored + panels[p] * cols * kPanelRows;
+    }
+    bf16_panels_dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
+    store(panels, kSpread);
+  }
+  for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
+    const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
+    bf16_panels_dot<1, kTokens>(data, x, x_stride, cols, sums);
+    store(&panel, 1);
+  }
+}
+#endif
+
+#if defined(__AVX512F__)
+// sums[(t * kPanels + p) * 16 + slot] = the panel row in `slot` (bf16_panel_slot) of panels[p]
+// . x_t for kTokens tokens: one vector a panel and token, kPanels x kTokens chains (16 for 2
+// panels x 8 tokens), each panel column widened once for all the tokens; the same chains and
+// order as bf16_panels_dot.
+template <int kPanels, int kTokens>
+void bf16_panels_dot16(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
+                       float* sums) {
+  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+    __m512 acc[kPanels * kTokens];
+#pragma GCC unroll 16
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k) {
+      __m512 columns[kPanels];
+#pragma GCC unroll 4
+      for (int p = 0; p < kPanels; ++p) {
+        columns[p] = simd::load_bf16x16(panels[p] + k * kPanelRows);
+        __asm__("" : "+v"(columns[p]));  // loaded once for the tokens (see simd::dot_4xn)
+        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m512 value = _mm512_set1_ps(x[t * x_stride + k]);
+#pragma GCC unroll 4
+        for (int p = 0; p < kPanels; ++p) acc[t * kPanels + p] = _mm512_fmadd_ps(value, columns[p], acc[t * kPanels + p]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < kPanels * kTokens; ++i) {
+      float* out = sums + 16 * i;
+      _mm512_storeu_ps(out, k0 == 0 ? acc[i] : _mm512_add_ps(acc[i], _mm512_loadu_ps(out)));
+    }
+  }
+}
+
+// kTokens (4-8) tokens of x against panels [panel, panel + n) (n <= 2), rows
+// [row_begin, row_end) of them stored to y.
+template <int kTokens>
+void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, int64_t row_begin, int64_t row_end,
+                            const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  const int64_t cols = weight.cols;
+  alignas(64) float sums[kTokens * 2 * kPanelRows];
+  const uint16_t* data[2] = {stored + panel * cols * kPanelRows, stored + (panel + n - 1) * cols * kPanelRows};
+  if (n == 2)
+    bf16_panels_dot16<2, kTokens>(data, x, x_stride, cols, sums);
+  else
+    bf16_panels_dot16<1, kTokens>(data, x, x_stride, cols, sums);
+  const int64_t first = std::max(row_begin, panel * kPanelRows), end = std::min(row_end, (panel + n) * kPanelRows);
+  for (int t = 0; t < kTokens; ++t)
+    for (int64_t r = first; r < end; ++r) {
+      const int64_t p = r / kPanelRows - panel;
+      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + bf16_panel_slot(r % kPanelRows)];
+    }
+}
+
+// 4-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
+// against the tokens in blocks of up to 8 (12 tokens as 6 + 6), the later blocks finding the
+// pair in L2.
+void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  using Kernel = void (*)(const LinearWeight&, int64_t, int, int64_t, int64_t, const float*, int64_t, float*, int64_t);
+  static constexpr Kernel kKernels[8] = {nullptr,
+                                         nullptr,
+                                         nullptr,
+                                         bf16_panel_pair_tokens<4>,
+                                         bf16_panel_pair_tokens<5>,
+                                         bf16_panel_pair_tokens<6>,
+                                         bf16_panel_pair_tokens<7>,
+                                         bf16_panel_pair_tokens<8>};
+  const int64_t blocks = (n_tokens + 7) / 8, end_panel = (row_end + kPanelRows - 1) / kPanelRows;
+  for (int64_t panel = row_begin / kPanelRows; panel < end_panel; panel += 2) {
+    const int n = int(std::min<int64_t>(2, end_panel - panel));
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t first = block * n_tokens / blocks, count = (block + 1) * n_tokens / blocks - first;
+      kKernels[count - 1](weight, panel, n, row_begin, row_end, x + first * x_stride, x_stride, y + first * y_stride,
+                          y_stride);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                               int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  MLA_CHECK(n_tokens >= 1 && n_tokens <= kBf16PanelFewTokens, "BF16 panels: no few-token kernel for {} tokens",
+            n_tokens);
+#if defined(__AVX2__) && defined(__FMA__)
+  if (n_tokens == 1) return bf16_panel_few_tokens<1, 4>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  if (n_tokens == 2) return bf16_panel_few_tokens<2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+#endif
+#if defined(__AVX512F__)
+  bf16_panel_pairs(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+#endif
+}
+
+}  // namespace mlaserve
