@@ -220,7 +220,7 @@ void rows_single_token(const LinearWeight& weight, int64_t row_begin, int64_t ro
   }
 }
 
-// out[i * n_tokens + t] for 4-bit rows rows[i] (n_rows 1, or 4 with one token; quant_dot.h).
+// out[i * n_tokens + t] for 4-bit rows rows[i] (n_rows 1, or 4 with up to 3 tokens; quant_dot.h).
 void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, const Q8Activations* tokens,
                    int64_t n_tokens, float* out) {
   const uint32_t* words[4];
@@ -244,42 +244,31 @@ void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, 
 }
 
 // 4-bit weights: every token's activations quantized once (per thread: a few percent of one
-// row's work). One token: spread quads of rows. Several: each row's weights decoded once per
-// 4 tokens, tokens in tiles of 16 (32 KB of int8 activations at 2048 columns, L1-sized): at
-// 128 tokens untiled, every row streamed all 128 tokens' activations from L2 and ran at 61 vs
-// 107 GFLOP/s at 8 tokens.
+// row's work). Rows in spread quads (4 memory streams), each quad against the tokens in groups
+// of up to kQ8QuadTokens, the later groups finding the quad's weights in L1; leftover rows one
+// at a time, tokens in groups of up to kQ8MaxTokens. (Rows one at a time for 2-3 tokens, one
+// stream a thread, read 15 GB/s from memory where one token's quads read 28: 768 x 2048.)
 void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
              int64_t n_tokens, float* y, int64_t y_stride) {
   thread_local Q8Buffer buffer;
   buffer.quantize(x, x_stride, n_tokens, weight.cols);
   Q8Activations tokens[kQ8MaxTokens];
-  float out[kQ8MaxTokens];
-  if (n_tokens == 1) {
-    tokens[0] = buffer.token(0);
-    const SpreadQuads quads(row_begin, row_end);
-    for (int64_t quad = 0; quad < quads.quarter; ++quad) {
-      int64_t rows[4];
-      quads.rows(quad, rows);
-      dot_4bit_rows(weight, rows, 4, tokens, 1, out);
-      for (int k = 0; k < 4; ++k) y[rows[k] - row_begin] = out[k];
-    }
-    for (int64_t r = quads.leftover_begin(); r < row_end; ++r) {
-      dot_4bit_rows(weight, &r, 1, tokens, 1, out);
-      y[r - row_begin] = out[0];
-    }
-    return;
+  float out[4 * kQ8MaxTokens];
+  const auto run = [&](const int64_t* rows, int n_rows, int64_t first_token, int64_t group) {
+    const int64_t count = std::min(group, n_tokens - first_token);
+    for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(first_token + t);
+    dot_4bit_rows(weight, rows, n_rows, tokens, count, out);
+    for (int k = 0; k < n_rows; ++k)
+      for (int64_t t = 0; t < count; ++t) y[(first_token + t) * y_stride + rows[k] - row_begin] = out[k * count + t];
+  };
+  const SpreadQuads quads(row_begin, row_end);
+  for (int64_t quad = 0; quad < quads.quarter; ++quad) {
+    int64_t rows[4];
+    quads.rows(quad, rows);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kQ8QuadTokens) run(rows, 4, t0, kQ8QuadTokens);
   }
-  constexpr int64_t kTokenTile = 16;
-  for (int64_t tile = 0; tile < n_tokens; tile += kTokenTile) {
-    const int64_t tile_end = std::min(n_tokens, tile + kTokenTile);
-    for (int64_t r = row_begin; r < row_end; ++r)
-      for (int64_t t0 = tile; t0 < tile_end; t0 += kQ8MaxTokens) {
-        const int64_t count = std::min(kQ8MaxTokens, tile_end - t0);
-        for (int64_t t = 0; t < count; ++t) tokens[t] = buffer.token(t0 + t);
-        dot_4bit_rows(weight, &r, 1, tokens, count, out);
-        for (int64_t t = 0; t < count; ++t) y[(t0 + t) * y_stride + (r - row_begin)] = out[t];
-      }
-  }
+  for (int64_t r = quads.leftover_begin(); r < row_end; ++r)
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kQ8MaxTokens) run(&r, 1, t0, kQ8MaxTokens);
 }
 
 // y[t * y_stride + y_col[k]] for 4 rows w[k] and kTokens tokens x + t * x_stride.

@@ -226,9 +226,11 @@ void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int of
 template <bool kLookup, class Scales>
 void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset,
                         const Scales& scales, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
-  MLA_CHECK(n_rows == 1 || (n_rows == 4 && n_tokens == 1), "4-bit dot: {} rows x {} tokens is not a supported block",
-            n_rows, n_tokens);
-  if (n_rows == 4) return dot_4bit_q8<4, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
+  MLA_CHECK(n_rows == 1 || (n_rows == 4 && n_tokens <= kQ8QuadTokens),
+            "4-bit dot: {} rows x {} tokens is not a supported block", n_rows, n_tokens);
+  if (n_rows == 4 && n_tokens == 1) return dot_4bit_q8<4, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
+  if (n_rows == 4 && n_tokens == 2) return dot_4bit_q8<4, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
+  if (n_rows == 4) return dot_4bit_q8<4, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
   switch (n_tokens) {
     case 1: return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
     case 2: return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);

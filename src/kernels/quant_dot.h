@@ -60,9 +60,10 @@ class Q8Buffer {
 int64_t q8_index(int64_t blocks, int64_t block, int c);
 
 // out[r * n_tokens + t] = sum_c (nibble_c - 8) * bf16(w_scales[r][c / group]) * x[t]_c for
-// n_rows = 1 and n_tokens 1..4 tokens (the weights decoded once for all of them), or n_rows = 4
-// and one token (4 rows streamed at once; each row's result the same bits as alone); group a
-// multiple of 32, cols of group. Nibble c % 8 of word c / 8 is column c.
+// n_rows = 1 and n_tokens 1..kQ8MaxTokens (the weights decoded once for all of them), or
+// n_rows = 4 and 1..kQ8QuadTokens tokens (4 rows streamed at once); each (row, token) result
+// the same bits in any block. group a multiple of 32, cols of group. Nibble c % 8 of word c / 8
+// is column c.
 void dot_int4_q8(const uint32_t* const words[], const uint16_t* const w_scales[], int n_rows, int64_t group,
                  const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out);
 
@@ -72,5 +73,6 @@ void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int
                   int64_t n_tokens, int64_t cols, float* out);
 
 constexpr int64_t kQ8MaxTokens = 4;
+constexpr int64_t kQ8QuadTokens = 3;
 
 }  // namespace mlaserve

@@ -292,7 +292,7 @@ TEST(LinearBatch, FewTokensGiveTheSingleTokenBits) {
     const bool four_bit = format == WeightFormat::Int4Group || format == WeightFormat::Mxfp4;
     const int64_t rows = 23, cols = 288;  // quads and leftover rows on each thread
     const TestWeight t = make_weight(format, rows, cols, 31);
-    for (int64_t tokens : {2, 7, 15, 40, 63}) {
+    for (int64_t tokens : {2, 3, 4, 7, 15, 40, 63}) {
       if (four_bit && tokens >= 16) continue;
       const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 9);
       std::vector<float> batch(size_t(tokens * rows)), single(static_cast<size_t>(rows));
