@@ -14,11 +14,6 @@
 #include "base/error.h"
 #include "kernels/quant_dot.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__) && \
-    defined(__AVX512BW__)
-#define MLA_AMX 1
-#endif
-
 namespace mlaserve {
 
 #ifdef MLA_AMX
@@ -42,16 +37,16 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
-// every tile 16 rows of 64 bytes. The configuration is per thread.
-void configure_tiles() {
-  TileConfig config;
-  for (int tile = 0; tile < 8; ++tile) {
-    config.rows[tile] = kTileRows;
-    config.bytes_per_row[tile] = 64;
-  }
+// LDTILECFG. GCC 12's builtin does not tell the optimiser that it reads the 64 bytes: compiled
+// out of line, amx_configure_tiles lost its rows and widths as dead stores (an invalid
+// configuration: #GP, SIGSEGV). The empty asm reads them first.
+void load_tile_config(const TileConfig& config) {
+  __asm__ volatile("" : : "m"(config) : "memory");
   _tile_loadconfig(&config);
 }
+
+// Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
+// every tile 16 rows of 64 bytes (amx_configure_tiles). The configuration is per thread.
 
 // (The zero-masked forms with every lane on: GCC 12's plain ones take an undefined source and
 // warn from inside its headers.)
@@ -255,7 +250,7 @@ void configure_int8_tiles() {
     config.rows[2 + j] = kTileRows, config.bytes_per_row[2 + j] = kQ8Block;
     config.rows[4 + j] = kQ8Block / 4, config.bytes_per_row[4 + j] = 64;
   }
-  _tile_loadconfig(&config);
+  load_tile_config(config);
 }
 
 constexpr int64_t kInt8TileBytes = kTileRows * kQ8Block;  // an A or B tile: 512 bytes
@@ -362,6 +357,15 @@ struct Int8Buffers {
 
 }  // namespace
 
+void amx_configure_tiles() {
+  TileConfig config;
+  for (int tile = 0; tile < 8; ++tile) {
+    config.rows[tile] = kTileRows;
+    config.bytes_per_row[tile] = 64;
+  }
+  load_tile_config(config);
+}
+
 bool amx_available() {
   static const bool granted = [] {
     const char* setting = std::getenv("MLASERVE_AMX");
@@ -397,7 +401,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
   const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
   buffers.tiles.resize(size_t(2 * b_panel_words));
   buffers.scales.resize(size_t(2 * segments * kTileRows));
-  configure_tiles();
+  amx_configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
     const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;

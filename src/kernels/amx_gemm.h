@@ -10,6 +10,11 @@
 #include "io/linear_weight.h"
 #include "kernels/quant_dot.h"
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__) && \
+    defined(__AVX512BW__)
+#define MLA_AMX 1
+#endif
+
 namespace mlaserve {
 
 // Whether the AMX kernels can run: built with AMX-BF16 and AMX-INT8 (-march=native on such a
@@ -41,5 +46,11 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
 // gemm_4bit_q8_rows; each token's outputs depend on its own activations only.
 void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                            int64_t n_tokens, float* y, int64_t y_stride);
+
+#ifdef MLA_AMX
+// Configures the calling thread's eight tiles as 16 rows of 64 bytes, the one shape every AMX
+// kernel here uses; _tile_release() frees them. Needs amx_available().
+void amx_configure_tiles();
+#endif
 
 }  // namespace mlaserve

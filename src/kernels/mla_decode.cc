@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/amx_gemm.h"
 #include "kernels/attention.h"
 #include "kernels/simd.h"
 
@@ -96,6 +97,10 @@ thread_local std::vector<float> Fp32Tiles<B>::queries_;
 // block, the queries as [width / 2][16] bf16 pairs and each row's pair broadcast. Weighted
 // sums: for 16 columns at a time, two rows' values interleaved (vpermt2w) meet each head's
 // pair of weights; B accumulators stay in registers while the tile's rows pass.
+// Word 2c of vpermt2w's result is column c of the first row, word 2c + 1 column c of the second.
+alignas(64) constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+
 template <int B>
 class Bf16Tiles {
  public:
@@ -145,11 +150,7 @@ class Bf16Tiles {
     for (int h = 0; h < B; ++h)
       for (int64_t i = 0; i < n_pairs; ++i)
         weight_pairs[h][i] = bf16_pair(weights[h][2 * i], 2 * i + 1 < n ? weights[h][2 * i + 1] : 0.0f);
-    // Word 2c of the result is column c of the first row, word 2c + 1 column c of the second.
-    alignas(64) static constexpr int16_t kInterleave[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,
-                                                            37, 6, 38, 7, 39, 8,  40, 9,  41, 10, 42,
-                                                            11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i interleave = _mm512_load_si512(kInterleave);
+    const __m512i interleave = _mm512_load_si512(kInterleaveRows);
     for (int64_t d = 0; d < rank; d += 16) {
       __m512 sums[B];
 #pragma GCC unroll 16
@@ -168,7 +169,7 @@ class Bf16Tiles {
     }
   }
 
- private:
+ protected:
   static constexpr int kLanes = 16, kRows = 12;
   static int32_t bf16_pair(float low, float high) {
     return int32_t(uint32_t(f32_to_bf16(low)) | uint32_t(f32_to_bf16(high)) << 16);
@@ -179,6 +180,86 @@ class Bf16Tiles {
 };
 template <int B>
 thread_local std::vector<int32_t> Bf16Tiles<B>::query_pairs_;
+#endif
+
+#ifdef MLA_AMX
+// The tile kernels on AMX for 16 heads over a bf16 cache (width a multiple of 32): the same
+// bf16 products as Bf16Tiles, 16 x 16 x 32 of them an instruction. Scores as [16 positions][16
+// heads] tiles: 16 cached rows are an A tile where they lie (one cache block's rows are one
+// stride apart; rows across a block boundary, or a tile's last few, are copied first), the
+// queries' [width / 2][16] bf16 pairs the B tiles. Weighted sums as [16 heads][16 columns]
+// tiles of acc: the weights' bf16 pairs [16 heads][32 positions] the A tile, 32 rows' 16
+// columns interleaved in pairs (vpermt2w, as Bf16Tiles) the B tile.
+class AmxTiles : public Bf16Tiles<16> {
+ public:
+  AmxTiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : Bf16Tiles<16>(p, query, head0) {
+    amx_configure_tiles();
+  }
+  ~AmxTiles() { _tile_release(); }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+
+  static bool supports(const MlaAbsorbedParams& p) {
+    return amx_available() && mla_blocked_bf16_products(p) && (p.kv_lora_rank + p.qk_rope_head_dim) % 32 == 0;
+  }
+
+  void score(int64_t first, int64_t n, float scores[16][kTile]) {
+    const int64_t width = p_.kv_lora_rank + p_.qk_rope_head_dim;
+    for (int64_t i = 0; i < n; ++i) tile_rows_[i] = p_.cache.bf16_row(p_.layer, first + i);
+    alignas(64) float dots[16][16];  // [position][head]
+    for (int64_t i = 0; i < n; i += 16) {
+      const int64_t rows = std::min<int64_t>(16, n - i);
+      const uint16_t* a = tile_rows_[i];
+      if (rows < 16 || tile_rows_[i + 15] != a + 15 * width) {
+        staged_.resize(size_t(16 * width));
+        for (int64_t j = 0; j < 16; ++j)
+          std::memcpy(staged_.data() + j * width, tile_rows_[i + std::min(j, rows - 1)], size_t(width) * 2);
+        a = staged_.data();
+      }
+      _tile_zero(0);
+      for (int64_t k = 0; k < width; k += 32) {
+        _tile_loadd(1, a + k, width * 2);
+        _tile_loadd(2, query_pairs_.data() + k / 2 * kLanes, kLanes * 4);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+      _tile_stored(0, dots, 64);
+      for (int64_t j = 0; j < rows; ++j)
+        for (int h = 0; h < 16; ++h) scores[h][i + j] = p_.softmax_scale * dots[j][h];
+    }
+  }
+
+  void accumulate(float weights[16][kTile], int64_t n, float* acc) {
+    const int64_t rank = p_.kv_lora_rank, steps = (n + 31) / 32;
+    alignas(64) int32_t weight_pairs[16][kStepPairs * kMaxSteps];  // zero past n
+    for (int h = 0; h < 16; ++h)
+      for (int64_t i = 0; i < steps * kStepPairs; ++i)
+        weight_pairs[h][i] = bf16_pair(2 * i < n ? weights[h][2 * i] : 0.0f, 2 * i + 1 < n ? weights[h][2 * i + 1] : 0.0f);
+    const __m512i interleave = _mm512_load_si512(kInterleaveRows);
+    alignas(64) int32_t columns[kStepPairs][16];  // B: [position pair][column] bf16 pairs
+    for (int64_t d = 0; d < rank; d += 16) {
+      _tile_loadd(0, acc + d, rank * 4);
+      for (int64_t step = 0; step < steps; ++step) {
+        for (int64_t i = 0; i < kStepPairs; ++i) {
+          const int64_t row = step * 32 + 2 * i;  // rows past the tile: its last (weight 0)
+          const uint16_t* first = tile_rows_[std::min(row, n - 1)];
+          const uint16_t* second = tile_rows_[std::min(row + 1, n - 1)];
+          _mm512_store_si512(columns[i], _mm512_permutex2var_epi16(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + d))), interleave,
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + d)))));
+        }
+        _tile_loadd(1, &weight_pairs[0][step * kStepPairs], kStepPairs * kMaxSteps * 4);
+        _tile_loadd(2, columns, 64);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+      _tile_stored(0, acc + d, rank * 4);
+    }
+  }
+
+ private:
+  static constexpr int64_t kStepPairs = 16, kMaxSteps = (kTile + 31) / 32;
+  static thread_local std::vector<uint16_t> staged_;
+};
+thread_local std::vector<uint16_t> AmxTiles::staged_;
 #endif
 
 // The block's online softmax over [begin, end), a tile at a time.
@@ -228,7 +309,14 @@ void blocked(const MlaAbsorbedParams& p) {
   partials.resize(static_cast<size_t>(items));
   accumulators.resize(size_t(items * B * rank));
   [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(p);  // false without AVX512_BF16
+#ifdef MLA_AMX
+  const bool amx_tiles = B == 16 && AmxTiles::supports(p);
+#endif
   const auto run_part = [&](int64_t query, int64_t head0, int64_t begin, int64_t end, Partial<B>& part) {
+#ifdef MLA_AMX
+    if constexpr (B == 16)
+      if (amx_tiles) return blocked_part<B, AmxTiles>(p, query, head0, begin, end, part);
+#endif
 #if defined(__AVX512BF16__)
     if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, query, head0, begin, end, part);
 #endif

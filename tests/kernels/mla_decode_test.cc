@@ -17,7 +17,9 @@
 namespace mlaserve {
 namespace {
 
-constexpr int64_t kRank = 64, kRope = 16, kBlock = 16;
+// A cached row of 96 values: a multiple of 32, so 16 heads over a bf16 cache take the AMX tiles
+// on AMX hosts (tiles crossing cache blocks of 16 positions, and partial ones, included).
+constexpr int64_t kRank = 64, kRope = 32, kBlock = 16;
 
 struct Case {
   int64_t n_heads, n_queries, first_position;
