@@ -45,9 +45,6 @@ void load_tile_config(const TileConfig& config) {
   _tile_loadconfig(&config);
 }
 
-// Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
-// every tile 16 rows of 64 bytes (amx_configure_tiles). The configuration is per thread.
-
 // (The zero-masked forms with every lane on: GCC 12's plain ones take an undefined source and
 // warn from inside its headers.)
 __m512 bf16_to_f32x16(__m256bh values) {
@@ -193,6 +190,8 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
   }
 }
 
+// Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
+// every tile 16 rows of 64 bytes (amx_configure_tiles, per thread).
 // C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
 // (a: block 0's first tile; blocks a_block_words apart, terms term_words apart) times the
 // panels' B tiles (b: panel 0's first; panels b_panel_words apart); stored to c as

@@ -31,10 +31,8 @@ void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int6
     for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
 #pragma GCC unroll 4
       for (int p = 0; p < kPanels; ++p) {
-        // Slots widened as Bf16Panels lays them out: rows 0-7 in the low halves, 8-15 high.
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels[p] + k * kPanelRows));
-        const __m256 rows_0_7 = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-        const __m256 rows_8_15 = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+        __m256 rows_0_7, rows_8_15;  // Bf16Panels keeps rows 0-7 in the low halves, 8-15 high
+        simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7, rows_8_15);
         if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
 #pragma GCC unroll 3
         for (int t = 0; t < kTokens; ++t) {

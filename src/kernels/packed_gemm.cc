@@ -236,9 +236,7 @@ struct Bf16Panel {
   const uint16_t* panel;
 #if defined(__AVX2__) && defined(__FMA__)
   void operator()(int64_t k, __m256& rows_0_7, __m256& rows_8_15) const {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kPanelRows));
-    rows_0_7 = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-    rows_8_15 = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+    simd::load_bf16_pairs(panel + k * kPanelRows, rows_0_7, rows_8_15);
   }
 #endif
   float at(int64_t k, int i) const { return bf16_to_f32(panel[k * kPanelRows + bf16_panel_slot(i)]); }

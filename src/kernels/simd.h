@@ -43,6 +43,13 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 sums = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
   return _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
 }
+// 16 bf16 values as 8 floats from the even ones (the low halves of 32-bit lanes) and 8 from the
+// odd ones (the high halves): a shift and a mask, no shuffle (Bf16Panels' slot order).
+inline void load_bf16_pairs(const uint16_t* p, __m256& evens, __m256& odds) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  evens = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odds = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
 // 8 bf16 values -> 8 floats (bf16 is the high half of an f32).
 inline __m256 load_bf16x8(const uint16_t* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
