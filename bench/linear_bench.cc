@@ -1,7 +1,8 @@
 // Microbenchmark of the linear kernels per weight format against this machine's read
 // bandwidth: one token (decode, memory-bound: bytes/s of weights read) and several tokens
 // (batched decode and prefill, compute-bound: FLOP/s). Shapes are `small`'s dense MLP
-// (2048 x 5632) and one routed expert of `small` (768 x 2048 and its down-projection).
+// (2048 x 5632), one routed expert of `small` (768 x 2048 and its down-projection) and of
+// `mini` (512 x 1024: gate and up).
 //   build/bench/linear_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
@@ -179,11 +180,13 @@ void BM_TransposedBF16(benchmark::State& state) {
 BENCHMARK(BM_ReadBandwidth)->UseRealTime();
 BENCHMARK(BM_TransposedBF16)->Args({16, 64, 256})->Args({16, 128, 512})->UseRealTime();
 BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
-// rows, cols, tokens: small's dense up-projection and one routed expert; 1 token (decode), 2 (a
-// routed expert's tokens in a batch of 8 decodes), 8 (batched decode), 48 (an expert's share of
-// a 512-token prefill), 128 and 512 (prefill); the dense down-projection at 512.
+// rows, cols, tokens: small's dense up-projection and one routed expert, one of mini's (512 x
+// 1024); 1 token (decode), 2-3 (a routed expert's tokens in a batch of 8 decodes), 8 (batched
+// decode), 48 (an expert's share of a 512-token prefill), 128 and 512 (prefill); the dense
+// down-projection at 512.
 void linear_shapes(benchmark::internal::Benchmark* bench) {
-  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({2048, 768, 1})->Args({5632, 2048, 8})->Args({768, 2048, 48})
+  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({2048, 768, 1})
+      ->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({5632, 2048, 8})->Args({768, 2048, 48})
       ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->Args({2048, 5632, 512})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);

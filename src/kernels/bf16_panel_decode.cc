@@ -49,43 +49,14 @@ void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int6
   }
 }
 
-// y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens (1-3) tokens of a Bf16Panels weight,
-// each panel read once: the range's panels kSpread at a time, one from each of kSpread equal
-// parts (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x
-// 2048 at one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block
-// kernel would read one stream, with too few accumulator chains (2 tokens ran at half rate).
-template <int kTokens, int kSpread>
-void bf16_panel_few_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                           int64_t x_stride, float* y, int64_t y_stride) {
-  const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
-  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
-  alignas(32) float sums[kTokens * kSpread * kPanelRows];
-  const auto store = [&](const int64_t* panels, int n) {
-    for (int t = 0; t < kTokens; ++t)
-      for (int p = 0; p < n; ++p) {
-        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
-        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
-        for (int64_t r = first; r < end; ++r)
-          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
-      }
-  };
-  for (int64_t q = 0; q < part; ++q) {
-    int64_t panels[kSpread];
-    const uint16_t* data[kSpread];
-    for (int p = 0; p < kSpread; ++p) {
-      panels[p] = first_panel + p * part + q;
-      data[p] = stored + panels[p] * cols * kPanelRows;
-    }
-    bf16_panels_dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
-    store(panels, kSpread);
+// The dots bf16_panel_spread runs, with where each panel row lands in their sums.
+struct YmmDots {
+  template <int kPanels, int kTokens>
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
+    bf16_panels_dot<kPanels, kTokens>(panels, x, x_stride, cols, sums);
   }
-  for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
-    const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
-    bf16_panels_dot<1, kTokens>(data, x, x_stride, cols, sums);
-    store(&panel, 1);
-  }
-}
+  static int64_t slot(int64_t row_in_panel) { return row_in_panel; }
+};
 #endif
 
 #if defined(__AVX512F__)
@@ -123,6 +94,14 @@ void bf16_panels_dot16(const uint16_t* const panels[kPanels], const float* x, in
   }
 }
 
+struct ZmmDots {
+  template <int kPanels, int kTokens>
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
+    bf16_panels_dot16<kPanels, kTokens>(panels, x, x_stride, cols, sums);
+  }
+  static int64_t slot(int64_t row_in_panel) { return bf16_panel_slot(row_in_panel); }
+};
+
 // kTokens (4-8) tokens of x against panels [panel, panel + n) (n <= 2), rows
 // [row_begin, row_end) of them stored to y.
 template <int kTokens>
@@ -144,7 +123,7 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
     }
 }
 
-// 4-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
+// 7-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
 // against the tokens in blocks of up to 8 (12 tokens as 6 + 6), the later blocks finding the
 // pair in L2.
 void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
@@ -170,19 +149,65 @@ void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row
 }
 #endif
 
+// y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens tokens of a Bf16Panels weight, each
+// panel read once: the range's panels kSpread at a time, one from each of kSpread equal parts
+// (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x 2048 at
+// one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block kernel
+// would read one stream, with too few accumulator chains (2 tokens ran at half rate). Dots is
+// YmmDots (rows in order) or ZmmDots (rows in bf16_panel_slot order).
+template <class Dots, int kTokens, int kSpread>
+void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                       int64_t x_stride, float* y, int64_t y_stride) {
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
+  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
+  alignas(64) float sums[kTokens * kSpread * kPanelRows];
+  const auto store = [&](const int64_t* panels, int n) {
+    for (int t = 0; t < kTokens; ++t)
+      for (int p = 0; p < n; ++p) {
+        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
+        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
+        for (int64_t r = first; r < end; ++r)
+          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + Dots::slot(r - panels[p] * kPanelRows)];
+      }
+  };
+  for (int64_t q = 0; q < part; ++q) {
+    int64_t panels[kSpread];
+    const uint16_t* data[kSpread];
+    for (int p = 0; p < kSpread; ++p) {
+      panels[p] = first_panel + p * part + q;
+      data[p] = stored + panels[p] * cols * kPanelRows;
+    }
+    Dots::template dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
+    store(panels, kSpread);
+  }
+  for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
+    const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
+    Dots::template dot<1, kTokens>(data, x, x_stride, cols, sums);
+    store(&panel, 1);
+  }
+}
+
 }  // namespace
 
 void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   MLA_CHECK(n_tokens >= 1 && n_tokens <= kBf16PanelFewTokens, "BF16 panels: no few-token kernel for {} tokens",
             n_tokens);
-#if defined(__AVX2__) && defined(__FMA__)
-  if (n_tokens == 1) return bf16_panel_few_tokens<1, 4>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-  if (n_tokens == 2) return bf16_panel_few_tokens<2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-  if (n_tokens == 3) return bf16_panel_few_tokens<3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
-#endif
 #if defined(__AVX512F__)
+  using Kernel = void (*)(const LinearWeight&, int64_t, int64_t, const float*, int64_t, float*, int64_t);
+  // 1 token: the AVX2 dot (8 chains over 4 streams); 2-6: one vector a panel and token over 4
+  // streams (8-24 chains); 7-15: panel pairs.
+  static constexpr Kernel kSpread[6] = {bf16_panel_spread<YmmDots, 1, 4>, bf16_panel_spread<ZmmDots, 2, 4>,
+                                        bf16_panel_spread<ZmmDots, 3, 4>, bf16_panel_spread<ZmmDots, 4, 4>,
+                                        bf16_panel_spread<ZmmDots, 5, 4>, bf16_panel_spread<ZmmDots, 6, 4>};
+  if (n_tokens <= 6) return kSpread[n_tokens - 1](weight, row_begin, row_end, x, x_stride, y, y_stride);
   bf16_panel_pairs(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+#elif defined(__AVX2__) && defined(__FMA__)
+  // Two tokens read two streams and three one: 16 ymm registers hold 8 and 6 chains.
+  if (n_tokens == 1) return bf16_panel_spread<YmmDots, 1, 4>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  if (n_tokens == 2) return bf16_panel_spread<YmmDots, 2, 2>(weight, row_begin, row_end, x, x_stride, y, y_stride);
+  bf16_panel_spread<YmmDots, 3, 1>(weight, row_begin, row_end, x, x_stride, y, y_stride);
 #endif
 }
 
