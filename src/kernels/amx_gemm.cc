@@ -190,6 +190,29 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
   }
 }
 
+// The next panel pair's bytes fetched into L2 a few lines a tile step while the current pair's
+// products run: converting a pair into B tiles otherwise waits on memory with the tile unit
+// idle (an expert's ~48 tokens of a 512-token prefill compute a pair in about the time its
+// 128 KB take to read).
+struct PairPrefetch {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int64_t lines_per_step = 0;
+  void step() {
+    for (int64_t i = 0; i < lines_per_step && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T1);
+  }
+};
+
+// The stored panels of rows [next_row, next_row + 32) that lie before row_end, spread over
+// `tile_steps` steps.
+PairPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end, int64_t tile_steps) {
+  if (next_row >= row_end) return {};
+  const int64_t panels = std::min<int64_t>(2, (row_end - next_row + kTileRows - 1) / kTileRows);
+  const int64_t panel_bytes = kTileRows * weight.cols * 2, lines = panels * panel_bytes / 64;
+  const char* first = static_cast<const char*>(weight.data) + next_row * weight.cols * 2;
+  return {first, first + panels * panel_bytes, (lines + tile_steps - 1) / tile_steps};
+}
+
 // Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
 // every tile 16 rows of 64 bytes (amx_configure_tiles, per thread).
 // C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
@@ -198,12 +221,13 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
 // [block][panel][16][16].
 template <int kBlocks, int kPanels>
 void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words, const uint16_t* b,
-                   int64_t b_panel_words, int64_t steps, float* c) {
+                   int64_t b_panel_words, int64_t steps, PairPrefetch& prefetch, float* c) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
+    prefetch.step();
     _tile_loadd(6, b + s * kStepWords, 64);
     if constexpr (kPanels == 2) _tile_loadd(7, b + b_panel_words + s * kStepWords, 64);
     for (int term = 0; term < kTerms; ++term) {
@@ -419,6 +443,9 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           row_major_tiles(weight, first_row, steps, tiles, scales);
         }
       }
+      PairPrefetch prefetch;
+      if (stored_panels)
+        prefetch = next_pair_prefetch(weight, pair_row + 2 * kTileRows, row_end, steps * ((token_blocks + 1) / 2));
       for (int64_t block = 0; block < token_blocks; block += 2) {
         const int blocks = block + 1 < token_blocks ? 2 : 1;
         for (int64_t segment = 0; segment < segments; ++segment) {
@@ -426,10 +453,10 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           const uint16_t* a = buffers.terms.data() + block * b_panel_words + s0 * kStepWords;
           const uint16_t* b = buffers.tiles.data() + s0 * kStepWords;
           float* c = buffers.products;
-          if (blocks == 2 && panels == 2) tile_products<2, 2>(a, b_panel_words, term_words, b, b_panel_words, n, c);
-          if (blocks == 2 && panels == 1) tile_products<2, 1>(a, b_panel_words, term_words, b, b_panel_words, n, c);
-          if (blocks == 1 && panels == 2) tile_products<1, 2>(a, b_panel_words, term_words, b, b_panel_words, n, c);
-          if (blocks == 1 && panels == 1) tile_products<1, 1>(a, b_panel_words, term_words, b, b_panel_words, n, c);
+          if (blocks == 2 && panels == 2) tile_products<2, 2>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
+          if (blocks == 2 && panels == 1) tile_products<2, 1>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
+          if (blocks == 1 && panels == 2) tile_products<1, 2>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
+          if (blocks == 1 && panels == 1) tile_products<1, 1>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
           for (int tile = 0; tile < blocks * panels; ++tile)
             scale_tile(c + tile * kTileRows * kTileRows,
                        buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,
