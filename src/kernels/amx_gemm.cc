@@ -190,27 +190,46 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
   }
 }
 
-// The next panel pair's bytes fetched into L2 a few lines a tile step while the current pair's
-// products run: converting a pair into B tiles otherwise waits on memory with the tile unit
-// idle (an expert's ~48 tokens of a 512-token prefill compute a pair in about the time its
-// 128 KB take to read).
-struct PairPrefetch {
-  const char* next = nullptr;
-  const char* end = nullptr;
-  int64_t lines_per_step = 0;
+// The bytes the next B tiles are built from, fetched into L2 a few lines a tile step while the
+// current tiles' products run: building them otherwise waits on memory with the tile unit idle
+// (an expert's ~48 tokens of a 512-token prefill compute a BF16 panel pair in about the time
+// its 128 KB take to read). `rows` spans of row_bytes, row_stride apart.
+struct NextTilesPrefetch {
+  const char* row = nullptr;
+  int64_t row_bytes = 0, row_stride = 0, rows = 0, offset = 0, lines_per_step = 0;
+
   void step() {
-    for (int64_t i = 0; i < lines_per_step && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T1);
+    for (int64_t i = 0; i < lines_per_step && rows > 0; ++i) {
+      _mm_prefetch(row + offset, _MM_HINT_T1);
+      offset += 64;
+      if (offset >= row_bytes) offset = 0, row += row_stride, --rows;
+    }
   }
 };
 
-// The stored panels of rows [next_row, next_row + 32) that lie before row_end, spread over
-// `tile_steps` steps.
-PairPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end, int64_t tile_steps) {
+NextTilesPrefetch spread_prefetch(const char* first, int64_t row_bytes, int64_t row_stride, int64_t rows,
+                                  int64_t tile_steps) {
+  tile_steps = std::max<int64_t>(1, tile_steps);
+  return {first, row_bytes, row_stride, rows, 0, (rows * row_bytes / 64 + tile_steps - 1) / tile_steps};
+}
+
+// The stored panels of rows [next_row, next_row + 32) that lie before row_end, over `tile_steps`.
+NextTilesPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end,
+                                     int64_t tile_steps) {
   if (next_row >= row_end) return {};
   const int64_t panels = std::min<int64_t>(2, (row_end - next_row + kTileRows - 1) / kTileRows);
-  const int64_t panel_bytes = kTileRows * weight.cols * 2, lines = panels * panel_bytes / 64;
   const char* first = static_cast<const char*>(weight.data) + next_row * weight.cols * 2;
-  return {first, first + panels * panel_bytes, (lines + tile_steps - 1) / tile_steps};
+  return spread_prefetch(first, panels * kTileRows * weight.cols * 2, 0, 1, tile_steps);
+}
+
+// A 4-bit weight's codes of rows [next_row, next_row + 16) before row_end, over `tile_steps`.
+NextTilesPrefetch next_4bit_rows_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end,
+                                          int64_t tile_steps) {
+  if (next_row >= row_end) return {};
+  const char* first = static_cast<const char*>(weight.data) +
+                      (weight.row_offset + next_row) * (weight.stored_cols / 2) + weight.col_offset / 2;
+  const int64_t rows = std::min(kTileRows, row_end - next_row);
+  return spread_prefetch(first, weight.cols / 2, weight.stored_cols / 2, rows, tile_steps);
 }
 
 // Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
@@ -221,7 +240,7 @@ PairPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_row, in
 // [block][panel][16][16].
 template <int kBlocks, int kPanels>
 void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words, const uint16_t* b,
-                   int64_t b_panel_words, int64_t steps, PairPrefetch& prefetch, float* c) {
+                   int64_t b_panel_words, int64_t steps, NextTilesPrefetch& prefetch, float* c) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -345,11 +364,12 @@ void scale_and_add(const int32_t* c, const float* x_scales, int64_t x_scale_stri
 // y rows of one token block and one panel: for each block, C = A * B (exact int32), then scaled
 // into fp32 accumulators in block order; two blocks' products in flight at a time.
 void token_block_4bit(const int8_t* a, const int8_t* b, const float* x_scales, const float* w_scales, int64_t blocks,
-                      __m512 acc[]) {
+                      NextTilesPrefetch& prefetch, __m512 acc[]) {
   alignas(64) int32_t c[2][kTileRows * kTileRows];
   for (int t = 0; t < kTileRows; ++t) acc[t] = _mm512_setzero_ps();
   int64_t block = 0;
   for (; block + 2 <= blocks; block += 2) {
+    prefetch.step();
     _tile_zero(0);
     _tile_zero(1);
     _tile_loadd(2, a + block * kInt8TileBytes, kQ8Block);
@@ -443,7 +463,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           row_major_tiles(weight, first_row, steps, tiles, scales);
         }
       }
-      PairPrefetch prefetch;
+      NextTilesPrefetch prefetch;
       if (stored_panels)
         prefetch = next_pair_prefetch(weight, pair_row + 2 * kTileRows, row_end, steps * ((token_blocks + 1) / 2));
       for (int64_t block = 0; block < token_blocks; block += 2) {
@@ -495,10 +515,13 @@ void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_
     for (int64_t first_row = row_begin; first_row < row_end; first_row += kTileRows) {
       const int n_rows = int(std::min<int64_t>(kTileRows, row_end - first_row));
       build_4bit_tiles(weight, first_row, n_rows, blocks, buffers.b.data(), buffers.w_scales.data());
+      NextTilesPrefetch prefetch =
+          next_4bit_rows_prefetch(weight, first_row + kTileRows, row_end, token_blocks * (blocks / 2));
       for (int64_t block = 0; block < token_blocks; ++block) {
         __m512 acc[kTileRows];
         token_block_4bit(buffers.a.data() + block * blocks * kInt8TileBytes, buffers.b.data(),
-                         buffers.x_scales.data() + block * kTileRows * blocks, buffers.w_scales.data(), blocks, acc);
+                         buffers.x_scales.data() + block * kTileRows * blocks, buffers.w_scales.data(), blocks, prefetch,
+                         acc);
         for (int64_t i = 0; i < kTileRows && t0 + block * kTileRows + i < n_tokens; ++i)
           _mm512_mask_storeu_ps(y + (t0 + block * kTileRows + i) * y_stride + (first_row - row_begin),
                                 __mmask16((1u << n_rows) - 1), acc[i]);
