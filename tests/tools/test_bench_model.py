@@ -57,8 +57,16 @@ def main():
     check("decode % of the read-bandwidth roofline", close(
         report["decode_read_roofline_pct"],
         100 * report["decode_tok_s"] * report["bytes_per_decoded_token"] / (report["read_bw_gb_s"] * 1e9)))
+    if report["peak_bf16_dot_gflops"] > 0:  # a build with AVX512_BF16
+        check("prefill % of the bf16 dot's peak", close(
+            report["prefill_bf16_dot_peak_pct"],
+            100 * report["prefill_tok_s"] * flops / (report["peak_bf16_dot_gflops"] * 1e9), 1e-6))
+    else:
+        check("no bf16 dot, no % of it", report["prefill_bf16_dot_peak_pct"] is None,
+              f"{report['prefill_bf16_dot_peak_pct']}")
     before, after = report["machine_before"], report["machine_after"]
-    for name, key in (("triad_gb_s", "membw_gb_s"), ("read_gb_s", "read_bw_gb_s"), ("fma_gflops", "peak_fma_gflops")):
+    for name, key in (("triad_gb_s", "membw_gb_s"), ("read_gb_s", "read_bw_gb_s"), ("fma_gflops", "peak_fma_gflops"),
+                      ("bf16_dot_gflops", "peak_bf16_dot_gflops")):
         check(f"{key}: the better of the measurements before and after",
               report[key] == max(before[name], after[name]), f"{report[key]} {before[name]} {after[name]}")
     check("batch speedup", close(report["decode_batch_speedup"], report["decode_batch_tok_s"] / report["decode_tok_s"]))

@@ -100,15 +100,19 @@ double time_decode(ModelExecutor& executor, const BenchCaches& caches, const Mod
 // one measurement sometimes meets a descheduled core (half the FMA peak, a low triad), and
 // the limits do not change within a run, so each is the best of the two.
 struct MachineLimits {
-  double triad_gb_s = 0, read_gb_s = 0, fma_gflops = 0;
+  double triad_gb_s = 0, read_gb_s = 0, fma_gflops = 0, bf16_dot_gflops = 0;
   static MachineLimits measure() {
-    return {measure_triad_bandwidth_gb_s(), measure_read_bandwidth_gb_s(), measure_peak_fma_gflops()};
+    return {measure_triad_bandwidth_gb_s(), measure_read_bandwidth_gb_s(), measure_peak_fma_gflops(),
+            measure_peak_bf16_dot_gflops()};
   }
   MachineLimits best(const MachineLimits& other) const {
     return {std::max(triad_gb_s, other.triad_gb_s), std::max(read_gb_s, other.read_gb_s),
-            std::max(fma_gflops, other.fma_gflops)};
+            std::max(fma_gflops, other.fma_gflops), std::max(bf16_dot_gflops, other.bf16_dot_gflops)};
   }
-  nlohmann::json json() const { return {{"triad_gb_s", triad_gb_s}, {"read_gb_s", read_gb_s}, {"fma_gflops", fma_gflops}}; }
+  nlohmann::json json() const {
+    return {{"triad_gb_s", triad_gb_s}, {"read_gb_s", read_gb_s}, {"fma_gflops", fma_gflops},
+            {"bf16_dot_gflops", bf16_dot_gflops}};
+  }
 };
 
 double peak_rss_mb() {
@@ -130,7 +134,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
   const ModelSpec spec = load_model_spec(options.model_dir);
-  spdlog::info("measuring this machine: memory bandwidth (triad, read) and peak FMA rate");
+  spdlog::info("measuring this machine: memory bandwidth (triad, read) and peak FMA and bf16 dot rates");
   const MachineLimits before = MachineLimits::measure();
   reset_peak_rss();
   const int64_t capacity = std::max(options.prompt, std::max<int64_t>(1, options.depth) + options.generate);
@@ -183,6 +187,10 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"machine_before", before.json()}, {"machine_after", after.json()},
           {"flops_per_prefill_token", flops_per_token},
           {"prefill_peak_pct", 100.0 * prefill_tok_s * flops_per_token / (peak * 1e9)},
+          {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
+          {"prefill_bf16_dot_peak_pct", limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_tok_s * flops_per_token /
+                                                                                     (limits.bf16_dot_gflops * 1e9))
+                                                                   : nlohmann::json(nullptr)},
           {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"peak_rss_mb", rss_mb}};
 }
 
@@ -195,8 +203,12 @@ std::string model_bench_table(const nlohmann::json& r) {
                      r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
                      r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());
   out += "| test              |        t/s | roofline |\n|-------------------|-----------:|---------:|\n";
-  out += fmt::format("| pp{:<15} | {:10.2f} | {:6.1f}% of peak FLOP/s\n", r["prompt"].get<int64_t>(),
-                     r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>());
+  out += fmt::format("| pp{:<15} | {:10.2f} | {:6.1f}% of peak FLOP/s (fp32 FMA){}\n", r["prompt"].get<int64_t>(),
+                     r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>(),
+                     r["prefill_bf16_dot_peak_pct"].is_null()
+                         ? ""
+                         : fmt::format("; {:.1f}% of the bf16 dot's {:.1f} GFLOP/s",
+                                       r["prefill_bf16_dot_peak_pct"].get<double>(), r["peak_bf16_dot_gflops"].get<double>()));
   out += fmt::format("| tg{:<15} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s; {:.1f}% of read)\n",
                      r["generate"].get<int64_t>(), r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
                      r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
