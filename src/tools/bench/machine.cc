@@ -17,6 +17,16 @@ double seconds(const std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+#if defined(__AVX512F__)
+// Sums the accumulators into a volatile, so that their chains are not optimised away.
+void keep_sums(const __m512* acc, int n) {
+  float sink = 0;
+  for (int i = 0; i < n; ++i) sink += simd::hsum(acc[i]);
+  volatile float keep = sink;
+  (void)keep;
+}
+#endif
+
 // 8 independent accumulators hide the FMA latency; returns FLOPs done.
 double fma_chains(int64_t iterations) {
 #if defined(__AVX512F__)
@@ -25,10 +35,7 @@ double fma_chains(int64_t iterations) {
   const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
   for (int64_t i = 0; i < iterations; ++i)
     for (auto& a : acc) a = _mm512_fmadd_ps(a, mul, add);
-  float sink = 0;
-  for (auto& a : acc) sink += simd::hsum(a);
-  volatile float keep = sink;
-  (void)keep;
+  keep_sums(acc, 8);
   return double(iterations) * 8 * 16 * 2;
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[8];
@@ -64,10 +71,7 @@ double bf16_dot_chains(int64_t iterations) {
   for (int64_t i = 0; i < iterations; ++i)
 #pragma GCC unroll 12
     for (auto& a : acc) a = _mm512_dpbf16_ps(a, a_pairs, b_pairs);
-  float sink = 0;
-  for (auto& a : acc) sink += simd::hsum(a);
-  volatile float keep = sink;
-  (void)keep;
+  keep_sums(acc, 12);
   return double(iterations) * 12 * 16 * 4;
 #else
   (void)iterations;
