@@ -168,7 +168,8 @@ void BM_TransposedBF16(benchmark::State& state) {
     std::fill(y.begin(), y.end(), 0.0f);
     thread_pool().parallel_for(heads, [&](int64_t begin, int64_t end, int) {
       for (int64_t head = begin; head < end; ++head)
-        linear_transposed_rows(weight, head * nope, (head + 1) * nope, q.data() + head * nope, y.data() + head * rank);
+        linear_transposed_rows(weight, head * nope, (head + 1) * nope, q.data() + head * nope, 0, 1,
+                               y.data() + head * rank, 0);
     });
     next = (next + 1) % copies;
     benchmark::DoNotOptimize(y.data());

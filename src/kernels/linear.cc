@@ -387,27 +387,30 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
       8);
 }
 
-void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
-                            const float* coef, float* y) {
+void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* coef,
+                            int64_t coef_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   if (weight.format == WeightFormat::BF16) {  // widened in registers, rows in spread quads
     const SpreadQuads quads(row_begin, row_end);
     for (int64_t quad = 0; quad < quads.quarter; ++quad) {
-      float quad_coef[4];
       const uint16_t* w[4];
-      for (int k = 0; k < 4; ++k) {
-        quad_coef[k] = coef[quads.row(quad, k) - row_begin];
-        w[k] = row_data<uint16_t>(weight, quads.row(quad, k));
+      for (int k = 0; k < 4; ++k) w[k] = row_data<uint16_t>(weight, quads.row(quad, k));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        float quad_coef[4];
+        for (int k = 0; k < 4; ++k) quad_coef[k] = coef[t * coef_stride + quads.row(quad, k) - row_begin];
+        simd::axpy_bf16_x4(quad_coef, w, y + t * y_stride, weight.cols);
       }
-      simd::axpy_bf16_x4(quad_coef, w, y, weight.cols);
     }
     for (int64_t r = quads.leftover_begin(); r < row_end; ++r)
-      simd::axpy_bf16(coef[r - row_begin], row_data<uint16_t>(weight, r), y, weight.cols);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        simd::axpy_bf16(coef[t * coef_stride + r - row_begin], row_data<uint16_t>(weight, r), y + t * y_stride,
+                        weight.cols);
     return;
   }
   float* w = row_scratch(weight.cols);
   for (int64_t r = row_begin; r < row_end; ++r) {
     dequantize_row(weight, r, w);
-    simd::axpy(coef[r - row_begin], w, y, weight.cols);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      simd::axpy(coef[t * coef_stride + r - row_begin], w, y + t * y_stride, weight.cols);
   }
 }
 

@@ -21,10 +21,12 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
 void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
-// y[c] += sum_{r in [row_begin, row_end)} coef[r - row_begin] * W[r, c] (the transposed
-// product, used to absorb kv_b_proj's key half into the query for MLA decode). y: [W.cols].
-void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
-                            const float* coef, float* y);
+// y_t[c] += sum_{r in [row_begin, row_end)} coef_t[r - row_begin] * W[r, c] for n_tokens
+// tokens, coef_t = coef + t * coef_stride, y_t = y + t * y_stride (the transposed product, used
+// to absorb kv_b_proj's key half into the queries for MLA decode). y_t: [W.cols]. Each row is
+// read once for all the tokens, and each token's sums run in the same order as alone.
+void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* coef,
+                            int64_t coef_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
 // out[c] = W[row, c] in fp32. out: [W.cols].
 void dequantize_row(const LinearWeight& weight, int64_t row, float* out);

@@ -142,49 +142,70 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   causal_attention(params);
 }
 
-// attn: [seq.n_tokens, H * v_head_dim]. kv_b_proj rows of head h: [h*(nope+v), +nope) are W_UK,
-// [h*(nope+v)+nope, +v) are W_UV; q_latent = W_UK^T q_nope, out = W_UV o_latent.
-void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
+// The absorbed sequences of a batch (decode) together. kv_b_proj rows of head h:
+// [h*(nope+v), +nope) are W_UK, [h*(nope+v)+nope, +v) are W_UV; q_latent = W_UK^T q_nope,
+// out = W_UV o_latent, each head's rows read once for all the sequences' tokens (read once a
+// sequence, a batch of 8 decodes re-read mini's kv_b_proj 16 times a layer); attention over
+// each sequence's cache in turn. q: [n_tokens, H, qk] and attn: [n_tokens, H * v_head_dim] of
+// the whole batch.
+void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span<const MlaSequence* const> seqs,
                      int64_t layer, const float* q, float* attn) {
-  const int64_t n_tokens = seq.n_tokens, n_heads = shape.n_heads, rank = shape.kv_lora_rank;
-  const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim;
-  const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-  thread_local std::vector<float> q_latent_buffer, q_pe_buffer, o_latent_buffer;
-  std::vector<float>& q_latent = q_latent_buffer;
-  std::vector<float>& q_pe = q_pe_buffer;
-  std::vector<float>& o_latent = o_latent_buffer;
-  q_latent.assign(size_t(n_tokens * n_heads * rank), 0.0f);  // [T, H, kv_lora_rank], accumulated
-  q_pe.resize(size_t(n_tokens * n_heads * rope_dim));         // [T, H, rope]
-  o_latent.resize(size_t(n_tokens * n_heads * rank));         // [T, H, kv_lora_rank]
-  thread_pool().parallel_for(n_tokens * n_heads, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t head = item % n_heads;
-      const float* q_head = q + item * qk_dim;
-      linear_transposed_rows(weights.kv_b_proj, head * kv_dim, head * kv_dim + nope, q_head,
-                             q_latent.data() + item * rank);
-      std::memcpy(q_pe.data() + item * rope_dim, q_head + nope, size_t(rope_dim) * sizeof(float));
+  const int64_t n_heads = shape.n_heads, rank = shape.kv_lora_rank, nope = shape.qk_nope_head_dim;
+  const int64_t rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim();
+  const int64_t kv_dim = nope + v_dim, q_stride = n_heads * qk_dim, attn_stride = n_heads * v_dim;
+  thread_local std::vector<float> q_buffer, q_latent_buffer, q_pe_buffer, o_latent_buffer, out_buffer;
+  std::vector<float>& queries = q_buffer;    // [T, H, qk]: the absorbed tokens' queries, gathered
+  std::vector<float>& q_latent = q_latent_buffer;  // [T, H, kv_lora_rank], accumulated
+  std::vector<float>& q_pe = q_pe_buffer;          // [T, H, rope]
+  std::vector<float>& o_latent = o_latent_buffer;  // [T, H, kv_lora_rank]
+  std::vector<float>& out = out_buffer;            // [T, H, v]
+  int64_t n_tokens = 0;
+  for (const MlaSequence* seq : seqs) n_tokens += seq->n_tokens;
+  queries.resize(size_t(n_tokens * q_stride));
+  for (int64_t first = 0; const MlaSequence* seq : seqs) {
+    std::memcpy(queries.data() + first * q_stride, q + seq->token_offset * q_stride,
+                size_t(seq->n_tokens * q_stride) * sizeof(float));
+    first += seq->n_tokens;
+  }
+  q_latent.assign(size_t(n_tokens * n_heads * rank), 0.0f);
+  q_pe.resize(size_t(n_tokens * n_heads * rope_dim));
+  o_latent.resize(size_t(n_tokens * n_heads * rank));
+  out.resize(size_t(n_tokens * attn_stride));
+  thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t head = begin; head < end; ++head) {
+      linear_transposed_rows(weights.kv_b_proj, head * kv_dim, head * kv_dim + nope, queries.data() + head * qk_dim,
+                             q_stride, n_tokens, q_latent.data() + head * rank, n_heads * rank);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        std::memcpy(q_pe.data() + (t * n_heads + head) * rope_dim, queries.data() + t * q_stride + head * qk_dim + nope,
+                    size_t(rope_dim) * sizeof(float));
     }
   });
-  MlaAbsorbedParams params;
-  params.q_latent = q_latent.data();
-  params.q_pe = q_pe.data();
-  params.out_latent = o_latent.data();
-  params.cache = seq.cache;
-  params.layer = layer;
-  params.n_queries = n_tokens;
-  params.first_position = seq.start_position;
-  params.n_heads = n_heads;
-  params.kv_lora_rank = rank;
-  params.qk_rope_head_dim = rope_dim;
-  params.softmax_scale = shape.softmax_scale;
-  mla_absorbed_attention(params);
-  thread_pool().parallel_for(n_tokens * n_heads, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t head = item % n_heads;
-      linear_rows(weights.kv_b_proj, head * kv_dim + nope, head * kv_dim + kv_dim,
-                  o_latent.data() + item * rank, rank, 1, attn + item * v_dim, v_dim);
-    }
+  for (int64_t first = 0; const MlaSequence* seq : seqs) {
+    MlaAbsorbedParams params;
+    params.q_latent = q_latent.data() + first * n_heads * rank;
+    params.q_pe = q_pe.data() + first * n_heads * rope_dim;
+    params.out_latent = o_latent.data() + first * n_heads * rank;
+    params.cache = seq->cache;
+    params.layer = layer;
+    params.n_queries = seq->n_tokens;
+    params.first_position = seq->start_position;
+    params.n_heads = n_heads;
+    params.kv_lora_rank = rank;
+    params.qk_rope_head_dim = rope_dim;
+    params.softmax_scale = shape.softmax_scale;
+    mla_absorbed_attention(params);
+    first += seq->n_tokens;
+  }
+  thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t head = begin; head < end; ++head)
+      linear_rows(weights.kv_b_proj, head * kv_dim + nope, head * kv_dim + kv_dim, o_latent.data() + head * rank,
+                  n_heads * rank, n_tokens, out.data() + head * v_dim, attn_stride);
   });
+  for (int64_t first = 0; const MlaSequence* seq : seqs) {
+    std::memcpy(attn + seq->token_offset * attn_stride, out.data() + first * attn_stride,
+                size_t(seq->n_tokens * attn_stride) * sizeof(float));
+    first += seq->n_tokens;
+  }
 }
 
 }  // namespace
@@ -197,17 +218,20 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
   write_latents(shape, weights, rope, input, places);
   const int64_t q_stride = shape.n_heads * shape.qk_head_dim(), attn_stride = shape.n_heads * shape.v_head_dim;
   attn.resize(size_t(input.n_tokens * attn_stride));  // [n_tokens, H * v_head_dim]
+  thread_local std::vector<const MlaSequence*> absorbed;
+  absorbed.clear();
   for (const MlaSequence& seq : input.sequences) {
     const MlaPath path = seq.path != MlaPath::Auto ? seq.path
                          : seq.n_tokens > 1        ? MlaPath::Expanded
                                                    : MlaPath::Absorbed;
-    const float* seq_q = q.data() + seq.token_offset * q_stride;
-    float* seq_attn = attn.data() + seq.token_offset * attn_stride;
-    if (path == MlaPath::Expanded)
-      attend_expanded(shape, weights, seq, input.layer, seq_q, seq_attn);
-    else
-      attend_absorbed(shape, weights, seq, input.layer, seq_q, seq_attn);
+    if (path == MlaPath::Absorbed) {
+      absorbed.push_back(&seq);
+      continue;
+    }
+    attend_expanded(shape, weights, seq, input.layer, q.data() + seq.token_offset * q_stride,
+                    attn.data() + seq.token_offset * attn_stride);
   }
+  if (!absorbed.empty()) attend_absorbed(shape, weights, absorbed, input.layer, q.data(), attn.data());
   if (weights.g_proj) {  // Kimi K3's output gate: attn *= sigmoid(g_proj(x))
     thread_local std::vector<float> gate;
     gate.resize(attn.size());

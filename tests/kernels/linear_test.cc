@@ -307,17 +307,26 @@ TEST(LinearBatch, FewTokensGiveTheSingleTokenBits) {
 }
 
 // Rows 5..29: 6 spread quads of BF16 rows and one leftover; for the float formats also a
-// column count with a tail after the 8-wide vectors.
+// column count with a tail after the 8-wide vectors. Three tokens at once (coefficient and
+// output strides wider than a row) against the reference, and each with the bits it gets alone.
 TEST_P(LinearTest, TransposedRowsMatchReference) {
   const bool any_cols = GetParam() == WeightFormat::BF16 || GetParam() == WeightFormat::F32;
   for (const int64_t cols : any_cols ? std::vector<int64_t>{64, 67} : std::vector<int64_t>{64}) {
-    const int64_t rows = 40;
+    const int64_t rows = 40, tokens = 3, coef_stride = rows + 3, y_stride = cols + 5;
     const TestWeight t = make_weight(GetParam(), rows, cols, 7);
-    const std::vector<float> coef = testing::random_vector(size_t(rows), 3);
-    std::vector<float> y(size_t(cols), 0.5f), want(size_t(cols), 0.5f);
-    linear_transposed_rows(t.weight, 5, 30, coef.data() + 5, y.data());
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t r = 5; r < 30; ++r) want[c] += coef[r] * t.values[r * cols + c];
+    const std::vector<float> coef = testing::random_vector(size_t(tokens * coef_stride), 3);
+    const std::vector<float> start = testing::random_vector(size_t(tokens * y_stride), 4);
+    std::vector<float> y = start, want = start;
+    linear_transposed_rows(t.weight, 5, 30, coef.data() + 5, coef_stride, tokens, y.data(), y_stride);
+    for (int64_t token = 0; token < tokens; ++token) {
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 5; r < 30; ++r)
+          want[size_t(token * y_stride + c)] += coef[size_t(token * coef_stride + r)] * t.values[r * cols + c];
+      std::vector<float> alone(start.begin() + token * y_stride, start.begin() + token * y_stride + cols);
+      linear_transposed_rows(t.weight, 5, 30, coef.data() + token * coef_stride + 5, 0, 1, alone.data(), 0);
+      EXPECT_EQ(alone, std::vector<float>(y.begin() + token * y_stride, y.begin() + token * y_stride + cols))
+          << weight_format_name(GetParam()) << " token " << token;
+    }
     EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << weight_format_name(GetParam()) << " cols " << cols;
   }
 }

@@ -2,6 +2,8 @@
 // recomputing the whole sequence with the expanded form.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "kernels/sampling.h"
 #include "model/deepseek_v3.h"
 #include "test_util.h"
@@ -38,6 +40,43 @@ TEST(Decode, LatentCacheDecodeEqualsFullRecomputation) {
     ASSERT_TRUE(testing::relative_close(got, want, 1e-4)) << "step " << step;
     ASSERT_EQ(argmax(got.data(), vocab), argmax(want.data(), vocab)) << "step " << step;
   }
+}
+
+// Sequences decoding together (one absorbed token each, at different depths, beside a prefill
+// chunk on the expanded path) get the logits each gets alone, bit for bit: the batch shares
+// kv_b_proj's reads, not its arithmetic.
+TEST(Decode, BatchedAbsorbedDecodeEqualsEachAlone) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 6);
+  auto model = load_causal_lm(dir.path());
+  const int64_t vocab = model->config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {{5, 17, 300, 8}, {900, 3}, {41, 42, 43, 44, 45, 46, 47}};
+  const std::vector<int32_t> next = {77, 1234, 9};
+  const std::vector<int32_t> chunk = {60, 61, 62};  // a fourth sequence's prefill, expanded
+  std::vector<float> alone(4 * size_t(vocab)), together(4 * size_t(vocab));
+  std::vector<float> scratch(static_cast<size_t>(vocab));
+  std::vector<std::unique_ptr<SequenceCache>> solo, shared;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    for (auto* caches : {&solo, &shared}) {
+      caches->push_back(std::make_unique<SequenceCache>(model->config(), 16));
+      model->forward(prompts[s], 0, caches->back()->view(), false, scratch.data());
+    }
+    model->forward(std::span(&next[s], 1), int64_t(prompts[s].size()), solo[s]->view(), false,
+                   alone.data() + s * vocab, MlaPath::Absorbed);
+  }
+  SequenceCache chunk_solo(model->config(), 16), chunk_shared(model->config(), 16);
+  model->forward(chunk, 0, chunk_solo.view(), false, alone.data() + 3 * vocab, MlaPath::Expanded);
+  std::vector<ForwardSequence> batch;
+  for (size_t s = 0; s < prompts.size(); ++s)
+    batch.push_back({std::span(&next[s], 1), int64_t(prompts[s].size()), shared[s]->view(), MlaPath::Absorbed,
+                     ForwardSequence::Logits::Last});
+  batch.insert(batch.begin() + 1, {chunk, 0, chunk_shared.view(), MlaPath::Expanded, ForwardSequence::Logits::Last});
+  model->forward(batch, together.data());
+  const std::vector<size_t> row_of = {0, 2, 3, 1};  // batch order: seq 0, the chunk, seq 1, seq 2
+  for (size_t s = 0; s < 4; ++s)
+    EXPECT_EQ(std::vector<float>(alone.begin() + s * vocab, alone.begin() + (s + 1) * vocab),
+              std::vector<float>(together.begin() + row_of[s] * vocab, together.begin() + (row_of[s] + 1) * vocab))
+        << "sequence " << s;
 }
 
 }  // namespace
