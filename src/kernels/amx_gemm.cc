@@ -473,10 +473,9 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           const uint16_t* a = buffers.terms.data() + block * b_panel_words + s0 * kStepWords;
           const uint16_t* b = buffers.tiles.data() + s0 * kStepWords;
           float* c = buffers.products;
-          if (blocks == 2 && panels == 2) tile_products<2, 2>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
-          if (blocks == 2 && panels == 1) tile_products<2, 1>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
-          if (blocks == 1 && panels == 2) tile_products<1, 2>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
-          if (blocks == 1 && panels == 1) tile_products<1, 1>(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
+          const auto products = blocks == 2 ? (panels == 2 ? tile_products<2, 2> : tile_products<2, 1>)
+                                            : (panels == 2 ? tile_products<1, 2> : tile_products<1, 1>);
+          products(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
           for (int tile = 0; tile < blocks * panels; ++tile)
             scale_tile(c + tile * kTileRows * kTileRows,
                        buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,

@@ -22,40 +22,34 @@ constexpr int64_t kPanelRows = kBf16PanelRows;
 // the same bits alone, in a few tokens or in a GEMM block (LinearBf16Panels.AnyTokenCountGives
 // TheSingleTokenBits); 2 x kPanels x kTokens chains cover the FMA latency (8 for 4 panels x 1
 // token and 2 panels x 2 tokens).
-template <int kPanels, int kTokens>
-void bf16_panels_dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
-                     float* sums) {
-  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
-    __m256 acc[2 * kPanels * kTokens];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
-#pragma GCC unroll 4
-      for (int p = 0; p < kPanels; ++p) {
-        __m256 rows_0_7, rows_8_15;  // Bf16Panels keeps rows 0-7 in the low halves, 8-15 high
-        simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7, rows_8_15);
-        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
-#pragma GCC unroll 3
-        for (int t = 0; t < kTokens; ++t) {
-          const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
-          __m256* chain = acc + 2 * (t * kPanels + p);
-          chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
-          chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
-        }
-      }
-    for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
-      float* out = sums + 8 * i;
-      _mm256_storeu_ps(out, k0 == 0 ? acc[i] : _mm256_add_ps(acc[i], _mm256_loadu_ps(out)));
-    }
-  }
-}
-
-// The dots bf16_panel_spread runs, with where each panel row lands in their sums.
 struct YmmDots {
   template <int kPanels, int kTokens>
-  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
-    bf16_panels_dot<kPanels, kTokens>(panels, x, x_stride, cols, sums);
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
+                  float* sums) {
+    for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+      __m256 acc[2 * kPanels * kTokens];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
+#pragma GCC unroll 4
+        for (int p = 0; p < kPanels; ++p) {
+          __m256 rows_0_7, rows_8_15;  // Bf16Panels keeps rows 0-7 in the low halves, 8-15 high
+          simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7, rows_8_15);
+          if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+#pragma GCC unroll 3
+          for (int t = 0; t < kTokens; ++t) {
+            const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
+            __m256* chain = acc + 2 * (t * kPanels + p);
+            chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
+            chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
+          }
+        }
+      for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
+        float* out = sums + 8 * i;
+        _mm256_storeu_ps(out, k0 == 0 ? acc[i] : _mm256_add_ps(acc[i], _mm256_loadu_ps(out)));
+      }
+    }
   }
-  static int64_t slot(int64_t row_in_panel) { return row_in_panel; }
+  static int64_t slot(int64_t row_in_panel) { return row_in_panel; }  // rows in order
 };
 #endif
 
@@ -63,41 +57,37 @@ struct YmmDots {
 // sums[(t * kPanels + p) * 16 + slot] = the panel row in `slot` (bf16_panel_slot) of panels[p]
 // . x_t for kTokens tokens: one vector a panel and token, kPanels x kTokens chains (16 for 2
 // panels x 8 tokens), each panel column widened once for all the tokens; the same chains and
-// order as bf16_panels_dot.
-template <int kPanels, int kTokens>
-void bf16_panels_dot16(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
-                       float* sums) {
-  for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
-    __m512 acc[kPanels * kTokens];
-#pragma GCC unroll 16
-    for (auto& a : acc) a = _mm512_setzero_ps();
-    for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k) {
-      __m512 columns[kPanels];
-#pragma GCC unroll 4
-      for (int p = 0; p < kPanels; ++p) {
-        columns[p] = simd::load_bf16x16(panels[p] + k * kPanelRows);
-        __asm__("" : "+v"(columns[p]));  // loaded once for the tokens (see simd::dot_4xn)
-        if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
-      }
-#pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) {
-        const __m512 value = _mm512_set1_ps(x[t * x_stride + k]);
-#pragma GCC unroll 4
-        for (int p = 0; p < kPanels; ++p) acc[t * kPanels + p] = _mm512_fmadd_ps(value, columns[p], acc[t * kPanels + p]);
-      }
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < kPanels * kTokens; ++i) {
-      float* out = sums + 16 * i;
-      _mm512_storeu_ps(out, k0 == 0 ? acc[i] : _mm512_add_ps(acc[i], _mm512_loadu_ps(out)));
-    }
-  }
-}
-
+// order as YmmDots.
 struct ZmmDots {
   template <int kPanels, int kTokens>
-  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
-    bf16_panels_dot16<kPanels, kTokens>(panels, x, x_stride, cols, sums);
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
+                  float* sums) {
+    for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+      __m512 acc[kPanels * kTokens];
+#pragma GCC unroll 16
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k) {
+        __m512 columns[kPanels];
+#pragma GCC unroll 4
+        for (int p = 0; p < kPanels; ++p) {
+          columns[p] = simd::load_bf16x16(panels[p] + k * kPanelRows);
+          __asm__("" : "+v"(columns[p]));  // loaded once for the tokens (see simd::dot_4xn)
+          if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < kTokens; ++t) {
+          const __m512 value = _mm512_set1_ps(x[t * x_stride + k]);
+#pragma GCC unroll 4
+          for (int p = 0; p < kPanels; ++p)
+            acc[t * kPanels + p] = _mm512_fmadd_ps(value, columns[p], acc[t * kPanels + p]);
+        }
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < kPanels * kTokens; ++i) {
+        float* out = sums + 16 * i;
+        _mm512_storeu_ps(out, k0 == 0 ? acc[i] : _mm512_add_ps(acc[i], _mm512_loadu_ps(out)));
+      }
+    }
   }
   static int64_t slot(int64_t row_in_panel) { return bf16_panel_slot(row_in_panel); }
 };
@@ -112,14 +102,14 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
   alignas(64) float sums[kTokens * 2 * kPanelRows];
   const uint16_t* data[2] = {stored + panel * cols * kPanelRows, stored + (panel + n - 1) * cols * kPanelRows};
   if (n == 2)
-    bf16_panels_dot16<2, kTokens>(data, x, x_stride, cols, sums);
+    ZmmDots::dot<2, kTokens>(data, x, x_stride, cols, sums);
   else
-    bf16_panels_dot16<1, kTokens>(data, x, x_stride, cols, sums);
+    ZmmDots::dot<1, kTokens>(data, x, x_stride, cols, sums);
   const int64_t first = std::max(row_begin, panel * kPanelRows), end = std::min(row_end, (panel + n) * kPanelRows);
   for (int t = 0; t < kTokens; ++t)
     for (int64_t r = first; r < end; ++r) {
       const int64_t p = r / kPanelRows - panel;
-      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + bf16_panel_slot(r % kPanelRows)];
+      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + ZmmDots::slot(r % kPanelRows)];
     }
 }
 

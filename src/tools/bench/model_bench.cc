@@ -170,6 +170,9 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double flops_per_token = 2.0 * (double(spec.active_params) - output_params) + attention_flops +
                                  2.0 * output_params / double(options.prompt);
   const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
+  const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
+  const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
+      limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
   return {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
           {"ranks", executor.ranks()}, {"prompt", options.prompt},
@@ -186,11 +189,9 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"read_bw_gb_s", read_bw}, {"decode_read_roofline_pct", 100.0 * decode_tok_s * bytes_per_token / (read_bw * 1e9)},
           {"machine_before", before.json()}, {"machine_after", after.json()},
           {"flops_per_prefill_token", flops_per_token},
-          {"prefill_peak_pct", 100.0 * prefill_tok_s * flops_per_token / (peak * 1e9)},
+          {"prefill_peak_pct", 100.0 * prefill_gflops / peak},
           {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
-          {"prefill_bf16_dot_peak_pct", limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_tok_s * flops_per_token /
-                                                                                     (limits.bf16_dot_gflops * 1e9))
-                                                                   : nlohmann::json(nullptr)},
+          {"prefill_bf16_dot_peak_pct", prefill_bf16_dot_pct},
           {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"peak_rss_mb", rss_mb}};
 }
 
