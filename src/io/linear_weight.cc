@@ -40,7 +40,7 @@ size_t LinearWeight::bytes() const {
     case WeightFormat::Int4Group: return count / 2 + count / size_t(group_size) * 2;
     case WeightFormat::Mxfp4: return count / 2 + count / 32;
     case WeightFormat::Bf16Panels:
-      return size_t((rows + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows) * size_t(cols) * 2;
+      return size_t((rows + kBf16PanelRows - 1) / kBf16PanelRows) * size_t(bf16_panel_words(cols)) * 2;
   }
   return 0;
 }
@@ -184,36 +184,28 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
 
 namespace {
 
-// One panel: out[c * 16 + bf16_panel_slot(i)] = rows[i][c] for 16 rows (null: a zero row past
-// the weight's end). 8 columns at a time: each pair of rows i, i + 8 interleaved into 32-bit
-// lanes (unpack), then 4 x 4 transposes of those lanes put each column's 16 values together.
+// One panel: out[bf16_panel_index(i, c)] = rows[i][c] for 16 rows (null: a zero row past the
+// weight's end), zero past `cols` to the panel's end. A row's two columns from an even one are
+// already one 32-bit lane, so 8 columns of 4 rows at a time are a 4 x 4 transpose of lanes.
 void repack_panel(const uint16_t* const rows[kBf16PanelRows], int64_t cols, uint16_t* out) {
   int64_t c = 0;
 #if defined(__SSE2__)
-  for (; c + 8 <= cols; c += 8) {
-    __m128i pairs[2][8];  // [columns 0-3 | 4-7][lane j]: rows j (low half) and j + 8 (high half)
-    for (int j = 0; j < 8; ++j) {
-      const auto load = [&](int i) {
-        return rows[i] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + c)) : _mm_setzero_si128();
-      };
-      const __m128i low = load(j), high = load(j + 8);
-      pairs[0][j] = _mm_unpacklo_epi16(low, high);
-      pairs[1][j] = _mm_unpackhi_epi16(low, high);
+  for (; c + 8 <= cols; c += 8)
+    for (int i = 0; i < kBf16PanelRows; i += 4) {
+      __m128i lanes[4];  // row i + j's columns c..c+7 as 4 pairs
+      for (int j = 0; j < 4; ++j)
+        lanes[j] = rows[i + j] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + j] + c)) : _mm_setzero_si128();
+      const __m128i t0 = _mm_unpacklo_epi32(lanes[0], lanes[1]), t1 = _mm_unpacklo_epi32(lanes[2], lanes[3]);
+      const __m128i t2 = _mm_unpackhi_epi32(lanes[0], lanes[1]), t3 = _mm_unpackhi_epi32(lanes[2], lanes[3]);
+      const __m128i pairs[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
+                                _mm_unpackhi_epi64(t2, t3)};
+      for (int pair = 0; pair < 4; ++pair)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + bf16_panel_index(i, c + 2 * pair)), pairs[pair]);
     }
-    for (int half = 0; half < 2; ++half)
-      for (int lanes = 0; lanes < 8; lanes += 4) {
-        const __m128i* p = pairs[half] + lanes;
-        const __m128i t0 = _mm_unpacklo_epi32(p[0], p[1]), t1 = _mm_unpacklo_epi32(p[2], p[3]);
-        const __m128i t2 = _mm_unpackhi_epi32(p[0], p[1]), t3 = _mm_unpackhi_epi32(p[2], p[3]);
-        const __m128i columns[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
-                                    _mm_unpackhi_epi64(t2, t3)};
-        for (int k = 0; k < 4; ++k)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (c + 4 * half + k) * kBf16PanelRows + 2 * lanes), columns[k]);
-      }
-  }
 #endif
-  for (; c < cols; ++c)
-    for (int i = 0; i < kBf16PanelRows; ++i) out[c * kBf16PanelRows + bf16_panel_slot(i)] = rows[i] ? rows[i][c] : 0;
+  const int64_t padded_cols = bf16_panel_words(cols) / kBf16PanelRows;
+  for (; c < padded_cols; ++c)
+    for (int i = 0; i < kBf16PanelRows; ++i) out[bf16_panel_index(i, c)] = c < cols && rows[i] ? rows[i][c] : 0;
 }
 
 }  // namespace
@@ -221,7 +213,8 @@ void repack_panel(const uint16_t* const rows[kBf16PanelRows], int64_t cols, uint
 LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source) {
   if (weight.format != WeightFormat::BF16) return weight;
   const int64_t panels = (weight.rows + kBf16PanelRows - 1) / kBf16PanelRows, cols = weight.cols;
-  auto* out = reinterpret_cast<uint16_t*>(storage.emplace_back(size_t(panels * kBf16PanelRows * cols) * 2).data());
+  const int64_t panel_words = bf16_panel_words(cols);
+  auto* out = reinterpret_cast<uint16_t*>(storage.emplace_back(size_t(panels * panel_words) * 2).data());
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   thread_pool().parallel_for(panels, [&](int64_t begin, int64_t end, int) {
     for (int64_t panel = begin; panel < end; ++panel) {
@@ -230,7 +223,7 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
         const int64_t row = panel * kBf16PanelRows + i;
         rows[i] = row < weight.rows ? stored + (weight.row_offset + row) * weight.stored_cols + weight.col_offset : nullptr;
       }
-      repack_panel(rows, cols, out + panel * cols * kBf16PanelRows);
+      repack_panel(rows, cols, out + panel * panel_words);
     }
   });
   if (source)

@@ -29,13 +29,19 @@ inline bool is_block_scaled(WeightFormat format) {
   return format == WeightFormat::Fp8Block || format == WeightFormat::Int8Block;
 }
 
-// Bf16Panels: rows in panels of 16, stored [ceil(rows / 16), cols, 16]: for each column the
-// panel's 16 values lie together, row i of the panel in the low half of 32-bit lane i (i < 8)
-// or the high half of lane i - 8, so a shift and a mask widen them to two fp32 vectors of 8
-// rows each. Rows past `rows` are zero.
+// Bf16Panels: rows in panels of 16, each panel stored as column pairs, [pair][row][2]: word
+// (c / 2) * 32 + 2 * i + c % 2 of a panel holds row i's column c (bf16_panel_index). A 32-bit
+// lane holds one row's two neighbouring columns, so a shift and a mask widen a load into the
+// fp32 rows of both columns, and 16 pairs (32 columns, 1 KB) are an AMX B tile as stored.
+// Panels are whole 32-column steps (bf16_panel_words); rows past `rows` and columns past
+// `cols` are zero.
 constexpr int64_t kBf16PanelRows = 16;
-inline int64_t bf16_panel_slot(int64_t row_in_panel) {
-  return row_in_panel < 8 ? 2 * row_in_panel : 2 * (row_in_panel - 8) + 1;
+constexpr int64_t kBf16PanelStepCols = 32;
+inline int64_t bf16_panel_words(int64_t cols) {
+  return (cols + kBf16PanelStepCols - 1) / kBf16PanelStepCols * kBf16PanelStepCols * kBf16PanelRows;
+}
+inline int64_t bf16_panel_index(int64_t row_in_panel, int64_t col) {
+  return col / 2 * 2 * kBf16PanelRows + 2 * row_in_panel + col % 2;
 }
 
 const char* weight_format_name(WeightFormat format);

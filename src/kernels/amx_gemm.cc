@@ -24,6 +24,7 @@ constexpr int64_t kStepCols = 32;     // columns one tile product consumes
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
 constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 128 x 2048 columns x 3 terms = 1.5 MB (L2)
 constexpr int kTerms = 3;
+static_assert(kTileRows == kBf16PanelRows && kStepCols == kBf16PanelStepCols, "a stored panel's steps are B tiles");
 
 // Linux's request for permission to use an extended state component, and AMX's tile data
 // component (asm/prctl.h ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
@@ -88,33 +89,6 @@ void split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t
   }
 }
 
-// Word d of a B-tile row holds weight row d / 2 of the panel at column pair member d % 2; the
-// stored panel keeps a column's 16 rows in bf16_panel_slot order.
-__m512i pair_order() {
-  alignas(64) uint16_t order[32];
-  for (int d = 0; d < 32; ++d) order[d] = uint16_t((d % 2) * kBf16PanelRows + bf16_panel_slot(d / 2));
-  return _mm512_load_si512(order);
-}
-
-// A stored panel's first `cols` columns as B tiles, `steps` of them: row p of tile s holds
-// columns 32s + 2p and 32s + 2p + 1 for each of the panel's 16 weight rows ([pair][row][2],
-// AMX's layout for the second operand); zero past `cols`.
-void panel_tiles(const uint16_t* panel, int64_t cols, int64_t steps, uint16_t* out) {
-  const __m512i order = pair_order();
-  for (int64_t pair = 0; pair < steps * kTileRows; ++pair) {
-    const int64_t c = 2 * pair;
-    uint16_t* row = out + pair * 2 * kBf16PanelRows;
-    if (c + 2 <= cols) {
-      _mm512_storeu_si512(row, _mm512_permutexvar_epi16(order, _mm512_loadu_si512(panel + c * kBf16PanelRows)));
-      continue;
-    }
-    for (int64_t n = 0; n < kBf16PanelRows; ++n) {
-      row[2 * n] = c < cols ? panel[c * kBf16PanelRows + bf16_panel_slot(n)] : 0;
-      row[2 * n + 1] = 0;
-    }
-  }
-}
-
 // Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
 bool one_scale_block(const LinearWeight& weight) {
   return weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
@@ -136,9 +110,11 @@ __m512i byte_codes_to_bf16(__m512i codes, int byte, bool fp8) {
   return _mm512_castps_si512(_mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, half)));
 }
 
-// Rows [first_row, first_row + 16) of a row-major BF16, INT8 or FP8 weight as B tiles, as
-// panel_tiles; each B-tile row gathers the same two columns (INT8, FP8: four, two rows' worth)
-// from the 16 weight rows. Rows past the weight's last repeat it (their outputs are never
+// Rows [first_row, first_row + 16) of a row-major BF16, INT8 or FP8 weight as B tiles, `steps`
+// of them: row p of tile s holds columns 32s + 2p and 32s + 2p + 1 of each of the 16 weight
+// rows ([pair][row][2], AMX's layout for the second operand, as Bf16Panels stores a panel),
+// zero past `cols`; each B-tile row gathers the same two columns (INT8, FP8: four, two rows'
+// worth) from the 16 weight rows. Rows past the weight's last repeat it (their outputs are never
 // copied out). scales[segment][row]: the factor of each row's sum over a segment (INT8: its
 // channel scale; FP8: its block's scale times 2^8; BF16: 1).
 void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t steps, uint16_t* out, float* scales) {
@@ -218,8 +194,9 @@ NextTilesPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_ro
                                      int64_t tile_steps) {
   if (next_row >= row_end) return {};
   const int64_t panels = std::min<int64_t>(2, (row_end - next_row + kTileRows - 1) / kTileRows);
-  const char* first = static_cast<const char*>(weight.data) + next_row * weight.cols * 2;
-  return spread_prefetch(first, panels * kTileRows * weight.cols * 2, 0, 1, tile_steps);
+  const int64_t panel_bytes = bf16_panel_words(weight.cols) * 2;
+  const char* first = static_cast<const char*>(weight.data) + next_row / kTileRows * panel_bytes;
+  return spread_prefetch(first, panels * panel_bytes, 0, 1, tile_steps);
 }
 
 // A 4-bit weight's codes of rows [next_row, next_row + 16) before row_end, over `tile_steps`.
@@ -452,15 +429,16 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
     split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
     for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
+      // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other
+      // formats are built into buffers.tiles.
+      const uint16_t* b_tiles = stored_panels ? static_cast<const uint16_t*>(weight.data) + pair_row / kTileRows * b_panel_words
+                                              : buffers.tiles.data();
       for (int p = 0; p < panels; ++p) {
-        uint16_t* tiles = buffers.tiles.data() + p * b_panel_words;
         float* scales = buffers.scales.data() + p * segments * kTileRows;
-        const int64_t first_row = pair_row + p * kTileRows;
         if (stored_panels) {
-          panel_tiles(static_cast<const uint16_t*>(weight.data) + first_row * cols, cols, steps, tiles);
           std::fill(scales, scales + kTileRows, 1.0f);
         } else {
-          row_major_tiles(weight, first_row, steps, tiles, scales);
+          row_major_tiles(weight, pair_row + p * kTileRows, steps, buffers.tiles.data() + p * b_panel_words, scales);
         }
       }
       NextTilesPrefetch prefetch;
@@ -471,7 +449,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
         for (int64_t segment = 0; segment < segments; ++segment) {
           const int64_t s0 = segment * per_segment, n = std::min(per_segment, steps - s0);
           const uint16_t* a = buffers.terms.data() + block * b_panel_words + s0 * kStepWords;
-          const uint16_t* b = buffers.tiles.data() + s0 * kStepWords;
+          const uint16_t* b = b_tiles + s0 * kStepWords;
           float* c = buffers.products;
           const auto products = blocks == 2 ? (panels == 2 ? tile_products<2, 2> : tile_products<2, 1>)
                                             : (panels == 2 ? tile_products<1, 2> : tile_products<1, 1>);

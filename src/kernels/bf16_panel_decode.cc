@@ -16,7 +16,7 @@ constexpr int64_t kPanelRows = kBf16PanelRows;
 
 #if defined(__AVX2__) && defined(__FMA__)
 // sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
-// kTokens tokens: kPanels panels read together (kPanels memory streams), each panel column
+// kTokens tokens: kPanels panels read together (kPanels memory streams), each column pair
 // widened once for all the tokens. Every (row, token) sum runs in the packed GEMM's order —
 // one FMA chain over each piece of kDepth columns, the pieces added in turn — so a token gets
 // the same bits alone, in a few tokens or in a GEMM block (LinearBf16Panels.AnyTokenCountGives
@@ -29,18 +29,24 @@ struct YmmDots {
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
       __m256 acc[2 * kPanels * kTokens];
       for (auto& a : acc) a = _mm256_setzero_ps();
-      for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k)
+      const int64_t end = std::min(cols, k0 + kDepth);
+      for (int64_t k = k0; k < end; k += 2)  // a column pair a step (a lone last column: its first)
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
-          __m256 rows_0_7, rows_8_15;  // Bf16Panels keeps rows 0-7 in the low halves, 8-15 high
-          simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7, rows_8_15);
-          if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+          __m256 rows_0_7[2], rows_8_15[2];  // [column k, k + 1]
+          simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7[0], rows_0_7[1]);
+          simd::load_bf16_pairs(panels[p] + k * kPanelRows + kPanelRows, rows_8_15[0], rows_8_15[1]);
+          simd::prefetch_stream(panels[p] + k * kPanelRows);  // a pair a line
+#pragma GCC unroll 2
+          for (int column = 0; column < 2; ++column) {
+            if (column == 1 && k + 1 == end) break;
 #pragma GCC unroll 3
-          for (int t = 0; t < kTokens; ++t) {
-            const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k);
-            __m256* chain = acc + 2 * (t * kPanels + p);
-            chain[0] = _mm256_fmadd_ps(value, rows_0_7, chain[0]);
-            chain[1] = _mm256_fmadd_ps(value, rows_8_15, chain[1]);
+            for (int t = 0; t < kTokens; ++t) {
+              const __m256 value = _mm256_broadcast_ss(x + t * x_stride + k + column);
+              __m256* chain = acc + 2 * (t * kPanels + p);
+              chain[0] = _mm256_fmadd_ps(value, rows_0_7[column], chain[0]);
+              chain[1] = _mm256_fmadd_ps(value, rows_8_15[column], chain[1]);
+            }
           }
         }
       for (int i = 0; i < 2 * kPanels * kTokens; ++i) {
@@ -49,15 +55,13 @@ struct YmmDots {
       }
     }
   }
-  static int64_t slot(int64_t row_in_panel) { return row_in_panel; }  // rows in order
 };
 #endif
 
 #if defined(__AVX512F__)
-// sums[(t * kPanels + p) * 16 + slot] = the panel row in `slot` (bf16_panel_slot) of panels[p]
-// . x_t for kTokens tokens: one vector a panel and token, kPanels x kTokens chains (16 for 2
-// panels x 8 tokens), each panel column widened once for all the tokens; the same chains and
-// order as YmmDots.
+// YmmDots with one vector a panel and token: kPanels x kTokens chains (16 for 2 panels x 8
+// tokens), each column pair one load widened into both columns' 16 rows; the same chains and
+// order.
 struct ZmmDots {
   template <int kPanels, int kTokens>
   static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
@@ -66,20 +70,25 @@ struct ZmmDots {
       __m512 acc[kPanels * kTokens];
 #pragma GCC unroll 16
       for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t k = k0; k < std::min(cols, k0 + kDepth); ++k) {
-        __m512 columns[kPanels];
+      const int64_t end = std::min(cols, k0 + kDepth);
+      for (int64_t k = k0; k < end; k += 2) {  // a column pair a step (a lone last column: its first)
+        __m512 columns[2][kPanels];           // [column k, k + 1][panel]
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
-          columns[p] = simd::load_bf16x16(panels[p] + k * kPanelRows);
-          __asm__("" : "+v"(columns[p]));  // loaded once for the tokens (see simd::dot_4xn)
-          if (k % 2 == 0) simd::prefetch_stream(panels[p] + k * kPanelRows);  // 2 steps a line
+          simd::load_bf16_pairs(panels[p] + k * kPanelRows, columns[0][p], columns[1][p]);
+          __asm__("" : "+v"(columns[0][p]), "+v"(columns[1][p]));  // loaded once for the tokens (see simd::dot_4xn)
+          simd::prefetch_stream(panels[p] + k * kPanelRows);       // a pair a line
         }
+#pragma GCC unroll 2
+        for (int column = 0; column < 2; ++column) {
+          if (column == 1 && k + 1 == end) break;
 #pragma GCC unroll 8
-        for (int t = 0; t < kTokens; ++t) {
-          const __m512 value = _mm512_set1_ps(x[t * x_stride + k]);
+          for (int t = 0; t < kTokens; ++t) {
+            const __m512 value = _mm512_set1_ps(x[t * x_stride + k + column]);
 #pragma GCC unroll 4
-          for (int p = 0; p < kPanels; ++p)
-            acc[t * kPanels + p] = _mm512_fmadd_ps(value, columns[p], acc[t * kPanels + p]);
+            for (int p = 0; p < kPanels; ++p)
+              acc[t * kPanels + p] = _mm512_fmadd_ps(value, columns[column][p], acc[t * kPanels + p]);
+          }
         }
       }
 #pragma GCC unroll 16
@@ -89,7 +98,6 @@ struct ZmmDots {
       }
     }
   }
-  static int64_t slot(int64_t row_in_panel) { return bf16_panel_slot(row_in_panel); }
 };
 
 // kTokens (4-8) tokens of x against panels [panel, panel + n) (n <= 2), rows
@@ -100,7 +108,8 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols;
   alignas(64) float sums[kTokens * 2 * kPanelRows];
-  const uint16_t* data[2] = {stored + panel * cols * kPanelRows, stored + (panel + n - 1) * cols * kPanelRows};
+  const int64_t panel_words = bf16_panel_words(cols);
+  const uint16_t* data[2] = {stored + panel * panel_words, stored + (panel + n - 1) * panel_words};
   if (n == 2)
     ZmmDots::dot<2, kTokens>(data, x, x_stride, cols, sums);
   else
@@ -109,7 +118,7 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
   for (int t = 0; t < kTokens; ++t)
     for (int64_t r = first; r < end; ++r) {
       const int64_t p = r / kPanelRows - panel;
-      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + ZmmDots::slot(r % kPanelRows)];
+      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r % kPanelRows];
     }
 }
 
@@ -144,12 +153,12 @@ void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row
 // (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x 2048 at
 // one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block kernel
 // would read one stream, with too few accumulator chains (2 tokens ran at half rate). Dots is
-// YmmDots (rows in order) or ZmmDots (rows in bf16_panel_slot order).
+// YmmDots or ZmmDots.
 template <class Dots, int kTokens, int kSpread>
 void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                        int64_t x_stride, float* y, int64_t y_stride) {
   const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t cols = weight.cols, first_panel = row_begin / kPanelRows;
+  const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols), first_panel = row_begin / kPanelRows;
   const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
   alignas(64) float sums[kTokens * kSpread * kPanelRows];
   const auto store = [&](const int64_t* panels, int n) {
@@ -158,7 +167,7 @@ void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t ro
         const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
         const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
         for (int64_t r = first; r < end; ++r)
-          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + Dots::slot(r - panels[p] * kPanelRows)];
+          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
       }
   };
   for (int64_t q = 0; q < part; ++q) {
@@ -166,13 +175,13 @@ void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t ro
     const uint16_t* data[kSpread];
     for (int p = 0; p < kSpread; ++p) {
       panels[p] = first_panel + p * part + q;
-      data[p] = stored + panels[p] * cols * kPanelRows;
+      data[p] = stored + panels[p] * panel_words;
     }
     Dots::template dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
     store(panels, kSpread);
   }
   for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
-    const uint16_t* data[1] = {stored + panel * cols * kPanelRows};
+    const uint16_t* data[1] = {stored + panel * panel_words};
     Dots::template dot<1, kTokens>(data, x, x_stride, cols, sums);
     store(&panel, 1);
   }

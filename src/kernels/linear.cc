@@ -82,12 +82,12 @@ void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col
   }
 }
 
-// A Bf16Panels row: every 16th value of its panel (never a view: see repack_bf16_panels).
+// A Bf16Panels row: its pairs' words in its panel (never a view: see repack_bf16_panels).
 void dequantize_bf16_panel_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end,
                                  float* out) {
-  const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * weight.cols * kBf16PanelRows;
-  const int64_t slot = bf16_panel_slot(row % kBf16PanelRows);
-  for (int64_t c = col_begin; c < col_end; ++c) out[c - col_begin] = bf16_to_f32(panel[c * kBf16PanelRows + slot]);
+  const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * bf16_panel_words(weight.cols);
+  for (int64_t c = col_begin; c < col_end; ++c)
+    out[c - col_begin] = bf16_to_f32(panel[bf16_panel_index(row % kBf16PanelRows, c)]);
 }
 
 // A per-thread row buffer for formats that are dequantized before the dot product.

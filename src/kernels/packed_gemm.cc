@@ -217,29 +217,33 @@ void pack_panel(const LinearWeight& weight, int64_t row, int64_t n_rows, int64_t
     for (int i = 0; i < kPanelRows; ++i) panel[k * kPanelRows + i] = rows[i * kDepth + k];
 }
 
-// The panel source of block_kernel: an fp32 panel [depth][16] (decoded per call), or a
-// stored Bf16Panels panel [cols][16] widened in registers (a shift gives rows 0-7, a mask rows
-// 8-15: two more vector operations a step beside the 12 FMAs, which measured free on one Zen 4
-// core: 94 vs 95 GFLOP/s for the 6 x 16 block with L1-resident panels).
+// The panel source of block_kernel: an fp32 panel [depth][16] (decoded per call), a column at
+// a time, or a stored Bf16Panels panel widened in registers a column pair at a time (a shift
+// gives column k, a mask column k + 1, for 8 rows: one more vector operation a column beside
+// the 12 FMAs; two measured free on one Zen 4 core, 94 vs 95 GFLOP/s for the 6 x 16 block
+// with L1-resident panels).
 struct Fp32Panel {
   const float* panel;
+  static constexpr int kColumns = 1;
 #if defined(__AVX2__) && defined(__FMA__)
-  void operator()(int64_t k, __m256& rows_0_7, __m256& rows_8_15) const {
-    rows_0_7 = _mm256_load_ps(panel + k * kPanelRows);
-    rows_8_15 = _mm256_load_ps(panel + k * kPanelRows + 8);
+  void operator()(int64_t k, __m256* rows_0_7, __m256* rows_8_15) const {
+    rows_0_7[0] = _mm256_load_ps(panel + k * kPanelRows);
+    rows_8_15[0] = _mm256_load_ps(panel + k * kPanelRows + 8);
   }
 #endif
   float at(int64_t k, int i) const { return panel[k * kPanelRows + i]; }
 };
 
 struct Bf16Panel {
-  const uint16_t* panel;
+  const uint16_t* panel;  // from an even column
+  static constexpr int kColumns = 2;
 #if defined(__AVX2__) && defined(__FMA__)
-  void operator()(int64_t k, __m256& rows_0_7, __m256& rows_8_15) const {
-    simd::load_bf16_pairs(panel + k * kPanelRows, rows_0_7, rows_8_15);
+  void operator()(int64_t k, __m256* rows_0_7, __m256* rows_8_15) const {
+    simd::load_bf16_pairs(panel + k * kPanelRows, rows_0_7[0], rows_0_7[1]);
+    simd::load_bf16_pairs(panel + k * kPanelRows + 8 * 2, rows_8_15[0], rows_8_15[1]);
   }
 #endif
-  float at(int64_t k, int i) const { return bf16_to_f32(panel[k * kPanelRows + bf16_panel_slot(i)]); }
+  float at(int64_t k, int i) const { return bf16_to_f32(panel[bf16_panel_index(i, k)]); }
 };
 
 // y[t * y_stride + i - first_row] (+)= sum_k tokens[k * 6 + t] * panel row i at k, for kTokens
@@ -249,8 +253,8 @@ struct Bf16Panel {
 // every step of k.
 #if defined(__AVX512F__)
 // Two stored Bf16Panels panels side by side (32 rows; the second at panel + panel_stride):
-// with AVX-512 the packed GEMM runs them together, each step's 16 rows of a panel widened
-// into one vector, so kTokens tokens keep 2 x kTokens FMA chains (a panel alone gave 6, too few
+// with AVX-512 the packed GEMM runs them together, a panel's column pair one load widened into
+// a vector of 16 rows for each column, so kTokens tokens keep 2 x kTokens FMA chains (a panel alone gave 6, too few
 // to cover the FMA latency: 238 vs 196 GFLOP/s for the AVX2 kernel's 12 at 128 tokens).
 struct Bf16PanelPair {
   const uint16_t* panel;
@@ -271,27 +275,31 @@ void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t dep
   __m512 acc[2 * kTokens];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm512_setzero_ps();
-  for (int64_t k = 0; k < depth; ++k) {
-    __m512 first = simd::load_bf16x16(pair.panel + k * kPanelRows);
-    __m512 second = simd::load_bf16x16(pair.panel + pair.panel_stride + k * kPanelRows);
-    __asm__("" : "+v"(first), "+v"(second));  // loaded once for the tokens (see simd::dot_4xn)
+  for (int64_t k = 0; k < depth; k += 2) {  // a column pair a step (a lone last column: its first)
+    __m512 first[2], second[2];               // [column k, k + 1]
+    simd::load_bf16_pairs(pair.panel + k * kPanelRows, first[0], first[1]);
+    simd::load_bf16_pairs(pair.panel + pair.panel_stride + k * kPanelRows, second[0], second[1]);
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      if (c == 1 && k + 1 == depth) break;
+      __asm__("" : "+v"(first[c]), "+v"(second[c]));  // loaded once for the tokens (see simd::dot_4xn)
 #pragma GCC unroll 6
-    for (int t = 0; t < kTokens; ++t) {
-      const __m512 value = _mm512_set1_ps(tokens[k * kBlockTokens + t]);
-      acc[2 * t] = _mm512_fmadd_ps(value, first, acc[2 * t]);
-      acc[2 * t + 1] = _mm512_fmadd_ps(value, second, acc[2 * t + 1]);
+      for (int t = 0; t < kTokens; ++t) {
+        const __m512 value = _mm512_set1_ps(tokens[(k + c) * kBlockTokens + t]);
+        acc[2 * t] = _mm512_fmadd_ps(value, first[c], acc[2 * t]);
+        acc[2 * t + 1] = _mm512_fmadd_ps(value, second[c], acc[2 * t + 1]);
+      }
     }
   }
 #pragma GCC unroll 6
   for (int t = 0; t < kTokens; ++t) {
-    alignas(64) float slots[2 * kPanelRows];  // lanes in stored slot order, bf16_panel_slot
-    _mm512_store_ps(slots, acc[2 * t]);
-    _mm512_store_ps(slots + kPanelRows, acc[2 * t + 1]);
+    alignas(64) float rows[2 * kPanelRows];
+    _mm512_store_ps(rows, acc[2 * t]);
+    _mm512_store_ps(rows + kPanelRows, acc[2 * t + 1]);
     float* token_out = y + t * y_stride;  // row i of the pair at token_out[i - first_row]
     for (int i = first_row; i < end_row; ++i) {
-      const float value = slots[i / kPanelRows * kPanelRows + bf16_panel_slot(i % kPanelRows)];
       float& out = token_out[i - first_row];
-      out = accumulate ? out + value : value;
+      out = accumulate ? out + rows[i] : rows[i];
     }
   }
 }
@@ -319,7 +327,7 @@ void block_kernel(const float* tokens, Panel panel, int64_t depth, float* y, int
   __m256 acc[kTokens * kVectors];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm256_setzero_ps();
-  simd::broadcast_times_loaded_panel<kTokens, kVectors>(
+  simd::broadcast_times_loaded_panel<kTokens, kVectors, Panel::kColumns>(
       [&](int t, int64_t k) { return tokens + k * kBlockTokens + t; }, panel, depth, acc);
   // Whole vectors of rows directly, partial ones through memory (AMD's masked stores are
   // microcoded and slow).
@@ -437,19 +445,19 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
   if (n_tokens >= kAmxMinTokens && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t cols = weight.cols;
+  const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
   gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t, auto run_panel) {
     int64_t panel = row_begin / kPanelRows;
 #if defined(__AVX512F__)
     for (; (panel + 2) * kPanelRows <= row_end; panel += 2) {  // whole pairs (the first may start before row_begin)
       const int64_t first = panel * kPanelRows;
-      run_panel(Bf16PanelPair{stored + (panel * cols + k0) * kPanelRows, cols * kPanelRows},
+      run_panel(Bf16PanelPair{stored + panel * panel_words + k0 * kPanelRows, panel_words},
                 std::max(first, row_begin) - row_begin, int(std::max<int64_t>(0, row_begin - first)), 2 * int(kPanelRows));
     }
 #endif
     for (; panel * kPanelRows < row_end; ++panel) {
       const int64_t first = panel * kPanelRows;
-      run_panel(Bf16Panel{stored + (panel * cols + k0) * kPanelRows}, std::max(first, row_begin) - row_begin,
+      run_panel(Bf16Panel{stored + panel * panel_words + k0 * kPanelRows}, std::max(first, row_begin) - row_begin,
                 int(std::max<int64_t>(0, row_begin - first)), int(std::min<int64_t>(kPanelRows, row_end - first)));
     }
   });

@@ -44,7 +44,7 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
 }
 // 16 bf16 values as 8 floats from the even ones (the low halves of 32-bit lanes) and 8 from the
-// odd ones (the high halves): a shift and a mask, no shuffle (Bf16Panels' slot order).
+// odd ones (the high halves): a shift and a mask, no shuffle (a Bf16Panels pair of columns).
 inline void load_bf16_pairs(const uint16_t* p, __m256& evens, __m256& odds) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   evens = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
@@ -132,6 +132,12 @@ inline __m512 load_bf16x16(const uint16_t* p) {
 }
 inline __m512 load_f32x16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load_f32x16(const uint16_t* p) { return load_bf16x16(p); }
+// load_bf16_pairs for 32 values: 16 floats from the even ones, 16 from the odd ones.
+inline void load_bf16_pairs(const uint16_t* p, __m512& evens, __m512& odds) {
+  const __m512i raw = _mm512_loadu_si512(p);
+  evens = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, raw, 16));
+  odds = _mm512_castsi512_ps(_mm512_maskz_and_epi32(0xffff, raw, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
+}
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
 inline __m256 load_f32x8(const float* p) { return _mm256_loadu_ps(p); }
@@ -285,25 +291,31 @@ inline void weighted_rows_4(const float* const alpha[4], const float* const* x, 
 
 #if defined(__AVX2__) && defined(__FMA__)
 // acc[r * kVectors + v] (lanes 0-7) += sum_k *at(r, k) * panel_v(k)[lane], where
-// load(k, panel_0, panel_1) gives the panel's kVectors vectors at depth k: the register block
-// of the packed GEMM (r a token) and of MLA decode's scores (r a cached row). Per k, kVectors
-// panel vectors and kRows broadcasts feed kRows * kVectors FMAs with no horizontal sums; 6 x 2
-// and 12 x 1 keep 12 accumulators, enough to cover the FMA latency. The panel vectors are
-// named and pinned and every small loop unrolled: GCC otherwise folds the loads into each FMA,
-// or keeps the accumulators in memory (see dot_4xn).
-template <int kRows, int kVectors, class BroadcastAt, class LoadPanel>
+// load(k, p0, p1) gives the panel's vectors at depth k, k + 1, ..., k + kColumns - 1 (p0[c],
+// p1[c]: panel_0(k + c), panel_1(k + c); a BF16 column pair is one load, kColumns 2): the
+// register block of the packed GEMM (r a token) and of MLA decode's scores (r a cached row).
+// Per column, kVectors panel vectors and kRows broadcasts feed kRows * kVectors FMAs with no
+// horizontal sums; 6 x 2 and 12 x 1 keep 12 accumulators, enough to cover the FMA latency.
+// Each accumulator adds the columns in order (a lone last column of a pair loader: its first
+// only). The panel vectors are named and pinned and every small loop unrolled: GCC otherwise
+// folds the loads into each FMA, or keeps the accumulators in memory (see dot_4xn).
+template <int kRows, int kVectors, int kColumns, class BroadcastAt, class LoadPanel>
 inline void broadcast_times_loaded_panel(BroadcastAt at, LoadPanel load, int64_t depth, __m256* acc) {
   static_assert(kVectors == 1 || kVectors == 2);
-  for (int64_t k = 0; k < depth; ++k) {
-    __m256 p0, p1;
+  for (int64_t k = 0; k < depth; k += kColumns) {
+    __m256 p0[kColumns], p1[kColumns];
     load(k, p0, p1);
-    __asm__("" : "+x"(p0));
-    if constexpr (kVectors == 2) __asm__("" : "+x"(p1));
+#pragma GCC unroll 2
+    for (int c = 0; c < kColumns; ++c) {
+      if (c > 0 && k + c == depth) break;
+      __asm__("" : "+x"(p0[c]));
+      if constexpr (kVectors == 2) __asm__("" : "+x"(p1[c]));
 #pragma GCC unroll 12
-    for (int r = 0; r < kRows; ++r) {
-      const __m256 a = _mm256_broadcast_ss(at(r, k));
-      acc[r * kVectors] = _mm256_fmadd_ps(a, p0, acc[r * kVectors]);
-      if constexpr (kVectors == 2) acc[r * kVectors + 1] = _mm256_fmadd_ps(a, p1, acc[r * kVectors + 1]);
+      for (int r = 0; r < kRows; ++r) {
+        const __m256 a = _mm256_broadcast_ss(at(r, k + c));
+        acc[r * kVectors] = _mm256_fmadd_ps(a, p0[c], acc[r * kVectors]);
+        if constexpr (kVectors == 2) acc[r * kVectors + 1] = _mm256_fmadd_ps(a, p1[c], acc[r * kVectors + 1]);
+      }
     }
   }
 }
@@ -312,11 +324,11 @@ inline void broadcast_times_loaded_panel(BroadcastAt at, LoadPanel load, int64_t
 template <int kRows, int kVectors, class BroadcastAt>
 inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t panel_stride, int64_t depth,
                                   __m256* acc) {
-  broadcast_times_loaded_panel<kRows, kVectors>(
+  broadcast_times_loaded_panel<kRows, kVectors, 1>(
       at,
-      [&](int64_t k, __m256& p0, __m256& p1) {
-        p0 = _mm256_loadu_ps(panel + k * panel_stride);
-        p1 = kVectors == 2 ? _mm256_loadu_ps(panel + k * panel_stride + 8) : p0;
+      [&](int64_t k, __m256* p0, __m256* p1) {
+        p0[0] = _mm256_loadu_ps(panel + k * panel_stride);
+        p1[0] = kVectors == 2 ? _mm256_loadu_ps(panel + k * panel_stride + 8) : p0[0];
       },
       depth, acc);
 }
