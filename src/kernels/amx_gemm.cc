@@ -431,8 +431,8 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other
       // formats are built into buffers.tiles.
-      const uint16_t* b_tiles = stored_panels ? static_cast<const uint16_t*>(weight.data) + pair_row / kTileRows * b_panel_words
-                                              : buffers.tiles.data();
+      const auto* stored = static_cast<const uint16_t*>(weight.data);
+      const uint16_t* b_tiles = stored_panels ? stored + pair_row / kTileRows * b_panel_words : buffers.tiles.data();
       for (int p = 0; p < panels; ++p) {
         float* scales = buffers.scales.data() + p * segments * kTileRows;
         if (stored_panels) {

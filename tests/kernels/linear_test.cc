@@ -519,6 +519,24 @@ TEST(LinearBf16Panels, RowRangesInsidePanels) {
   }
 }
 
+// Panels are read a column pair at a time: with an odd number of columns the last pair's
+// second column is padding, and no path reads the activation after a row's last one (here a
+// NaN, which times the padding's zero would poison the sum).
+TEST(LinearBf16Panels, OddColumnsReadNoActivationPastTheRow) {
+  const int64_t rows = 37, cols = 203, x_stride = cols + 1;
+  const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 43);
+  WeightCopies storage;
+  const LinearWeight packed = repack_bf16_panels(t.weight, storage);
+  for (int64_t tokens : {1, 2, 3, 5, 9, 20, 70}) {
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens + 5));
+    std::vector<float> strided(size_t(tokens * x_stride), std::nanf(""));
+    for (int64_t n = 0; n < tokens; ++n) std::copy_n(x.begin() + n * cols, cols, strided.begin() + n * x_stride);
+    std::vector<float> y(size_t(tokens * rows));
+    linear_rows(packed, 0, rows, strided.data(), x_stride, tokens, y.data(), rows);
+    EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-5)) << tokens << " tokens";
+  }
+}
+
 // Every path over panels (4, 2 or 1 panels at a time for 1-3 tokens; panel pairs against token
 // blocks of 4-8 for 4-15 tokens with AVX-512; GEMM blocks of 4-6 tokens, a second tile) sums a
 // (row, token) in the same order: a token's outputs are the same
