@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -69,7 +70,29 @@ struct RandomWeight {
       weight.block_scale = f32;
     }
   }
+
+  // A copy of `source` in memory of its own (the copies keep the weights out of L3): copying
+  // bytes, where drawing new values for 1 GB of copies took seconds on every benchmark run.
+  explicit RandomWeight(const RandomWeight& source) : data(source.data), scales(source.scales), weight(source.weight) {
+    if (weight.format == WeightFormat::Bf16Panels) {
+      WeightCopy& copy = repacked->emplace_back(weight.bytes());
+      std::memcpy(copy.data(), source.weight.data, weight.bytes());
+      weight.data = copy.data();
+      return;
+    }
+    weight.data = data.data();
+    if (weight.group_scale) weight.group_scale = reinterpret_cast<const uint16_t*>(scales.data());
+    if (weight.e8m0_scale) weight.e8m0_scale = scales.data();
+    if (weight.block_scale) weight.block_scale = reinterpret_cast<const float*>(scales.data());
+  }
+  RandomWeight(RandomWeight&&) = default;
 };
+
+// Grows `weights` (a drawn weight) to `copies` copies of its first.
+void add_copies(std::vector<RandomWeight>& weights, int copies) {
+  weights.reserve(size_t(copies));  // no reallocation while the first is copied
+  while (int(weights.size()) < copies) weights.emplace_back(weights.front());
+}
 
 std::vector<float> random_activations(int64_t n) {
   std::mt19937 rng(3);
@@ -83,10 +106,11 @@ void run_linear(benchmark::State& state, WeightFormat format) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   // Decode-sized batches (up to 8 tokens, memory-bound): copies filling 1 GB, so the weights
   // come from memory, not from L3 (32 MB a CCD on Zen 4, but 480 MB reported by some Xeon VMs).
-  const int64_t one_copy = int64_t(RandomWeight(format, rows, cols).weight.bytes());
-  const int copies = tokens <= 8 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
   std::vector<RandomWeight> weights;
-  for (int c = 0; c < copies; ++c) weights.emplace_back(format, rows, cols);
+  weights.emplace_back(format, rows, cols);
+  const int64_t one_copy = int64_t(weights.front().weight.bytes());
+  const int copies = tokens <= 8 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
+  add_copies(weights, copies);
   const std::vector<float> x = random_activations(tokens * cols);
   std::vector<float> y(size_t(tokens * rows));
   int next = 0;
@@ -159,7 +183,8 @@ void BM_TransposedBF16(benchmark::State& state) {
   const int64_t heads = state.range(0), nope = state.range(1), rank = state.range(2);
   const int copies = int((int64_t(1) << 30) / (heads * nope * rank * 2));  // 1 GB: from memory, not from L3
   std::vector<RandomWeight> weights;
-  for (int c = 0; c < copies; ++c) weights.emplace_back(WeightFormat::BF16, heads * nope, rank);
+  weights.emplace_back(WeightFormat::BF16, heads * nope, rank);
+  add_copies(weights, copies);
   const std::vector<float> q = random_activations(heads * nope);
   std::vector<float> y(size_t(heads * rank));
   int next = 0;
