@@ -414,6 +414,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
             weight_format_name(weight.format));
   thread_local Buffers buffers;
   const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols, b_panel_words = steps * kStepWords;
   // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
   const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
@@ -431,7 +432,6 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other
       // formats are built into buffers.tiles.
-      const auto* stored = static_cast<const uint16_t*>(weight.data);
       const uint16_t* b_tiles = stored_panels ? stored + pair_row / kTileRows * b_panel_words : buffers.tiles.data();
       for (int p = 0; p < panels; ++p) {
         float* scales = buffers.scales.data() + p * segments * kTileRows;

@@ -34,8 +34,8 @@ struct YmmDots {
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
           __m256 rows_0_7[2], rows_8_15[2];  // [column k, k + 1]
-          simd::load_bf16_pairs(panels[p] + k * kPanelRows, rows_0_7[0], rows_0_7[1]);
-          simd::load_bf16_pairs(panels[p] + k * kPanelRows + kPanelRows, rows_8_15[0], rows_8_15[1]);
+          simd::load_bf16_pairs(panels[p] + bf16_panel_index(0, k), rows_0_7[0], rows_0_7[1]);
+          simd::load_bf16_pairs(panels[p] + bf16_panel_index(8, k), rows_8_15[0], rows_8_15[1]);
           simd::prefetch_stream(panels[p] + k * kPanelRows);  // a pair a line
 #pragma GCC unroll 2
           for (int column = 0; column < 2; ++column) {

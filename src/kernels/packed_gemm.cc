@@ -239,8 +239,8 @@ struct Bf16Panel {
   static constexpr int kColumns = 2;
 #if defined(__AVX2__) && defined(__FMA__)
   void operator()(int64_t k, __m256* rows_0_7, __m256* rows_8_15) const {
-    simd::load_bf16_pairs(panel + k * kPanelRows, rows_0_7[0], rows_0_7[1]);
-    simd::load_bf16_pairs(panel + k * kPanelRows + 8 * 2, rows_8_15[0], rows_8_15[1]);
+    simd::load_bf16_pairs(panel + bf16_panel_index(0, k), rows_0_7[0], rows_0_7[1]);
+    simd::load_bf16_pairs(panel + bf16_panel_index(8, k), rows_8_15[0], rows_8_15[1]);
   }
 #endif
   float at(int64_t k, int i) const { return bf16_to_f32(panel[bf16_panel_index(i, k)]); }
@@ -254,8 +254,9 @@ struct Bf16Panel {
 #if defined(__AVX512F__)
 // Two stored Bf16Panels panels side by side (32 rows; the second at panel + panel_stride):
 // with AVX-512 the packed GEMM runs them together, a panel's column pair one load widened into
-// a vector of 16 rows for each column, so kTokens tokens keep 2 x kTokens FMA chains (a panel alone gave 6, too few
-// to cover the FMA latency: 238 vs 196 GFLOP/s for the AVX2 kernel's 12 at 128 tokens).
+// a vector of 16 rows for each column, so kTokens tokens keep 2 x kTokens FMA chains (a panel
+// alone gave 6, too few to cover the FMA latency: 238 vs 196 GFLOP/s for the AVX2 kernel's 12
+// at 128 tokens).
 struct Bf16PanelPair {
   const uint16_t* panel;
   int64_t panel_stride;
