@@ -75,6 +75,7 @@ class CausalLM {
   // Every linear weight (the embedding and LM head included, once when they are tied).
   virtual void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const = 0;
   size_t weight_bytes() const;  // of the weights for_each_weight visits
+  virtual double routed_expert_bytes() const = 0;  // of every layer's routed experts (0 without MoE)
   // Weight bytes one decoded token reads (the active experts' share of the routed experts).
   virtual double active_weight_bytes_per_token() const = 0;
 

@@ -72,12 +72,17 @@ void DeepseekV3Model::for_each_weight(const std::function<void(const LinearWeigh
   if (!config_.tie_word_embeddings) visit(weights_.lm_head);
 }
 
-double DeepseekV3Model::active_weight_bytes_per_token() const {
+double DeepseekV3Model::routed_expert_bytes() const {
   double routed = 0;
   for (const auto& layer : weights_.layers)
     if (layer.moe)
       for (const auto& expert : layer.moe->experts) routed += double(expert.bytes());
-  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed, config_);
+  return routed;
+}
+
+double DeepseekV3Model::active_weight_bytes_per_token() const {
+  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed_expert_bytes(),
+                             config_);
 }
 
 void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {

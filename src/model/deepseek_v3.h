@@ -57,6 +57,7 @@ class DeepseekV3Model : public CausalLM {
   void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;
   // Everything but the embedding table and the routed experts, plus num_experts_per_tok
   // average experts per MoE layer, plus one embedding row.
+  double routed_expert_bytes() const override;
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits) const override;
   using CausalLM::forward;

@@ -207,12 +207,17 @@ void KimiLinearModel::for_each_weight(const std::function<void(const LinearWeigh
   }
 }
 
-double KimiLinearModel::active_weight_bytes_per_token() const {
+double KimiLinearModel::routed_expert_bytes() const {
   double routed = 0;
   for (const auto& layer : weights_.layers)
     if (layer.moe)
       for (const auto& expert : layer.moe->experts) routed += double(expert.bytes());
-  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed, config_);
+  return routed;
+}
+
+double KimiLinearModel::active_weight_bytes_per_token() const {
+  return active_weight_bytes(double(weight_bytes()), double(weights_.embed_tokens.bytes()), routed_expert_bytes(),
+                             config_);
 }
 
 void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, std::span<const ForwardSequence> batch,

@@ -50,6 +50,7 @@ class KimiLinearModel : public CausalLM {
 
   const ModelConfig& config() const override { return config_; }
   void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;
+  double routed_expert_bytes() const override;
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits) const override;
   using CausalLM::forward;

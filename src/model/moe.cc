@@ -1,5 +1,6 @@
 #include "model/moe.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -120,9 +121,13 @@ void add_all_tokens_job(JobList& list, const MlpWeights& mlp, const float* x, in
   job.input = x;
 }
 
-// Jobs for the routed experts this rank owns that have tokens, inputs gathered from x.
+std::atomic<int64_t> routed_bytes_read{0};
+
+// Jobs for the routed experts this rank owns that have tokens, inputs gathered from x; their
+// weights' bytes are added to routed_bytes_read.
 void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
                      const float* x, int64_t width, JobList& list) {
+  int64_t bytes = 0;
   for (int64_t e = 0; e < int64_t(tokens_of.size()); ++e) {
     const auto& assigned = tokens_of[size_t(e)];
     if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
@@ -134,10 +139,14 @@ void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<st
       std::memcpy(job.gathered.data() + i * size_t(width), x + assigned[i].first * width, size_t(width) * sizeof(float));
     }
     job.input = job.gathered.data();
+    bytes += int64_t(job.mlp->bytes());
   }
+  routed_bytes_read.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace
+
+int64_t routed_expert_bytes_read() { return routed_bytes_read.load(std::memory_order_relaxed); }
 
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {
   const int64_t hidden = weights.gate_proj.cols;

@@ -67,4 +67,10 @@ void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, fl
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
                  int64_t n_tokens, float* out, Communicator* comm = nullptr);
 
+// The bytes of routed-expert weights moe_forward has read in this process since it started:
+// each call adds the bytes of the experts its tokens chose, each expert once however many of
+// its tokens chose it (ranks run as threads each add their shard's). bench-model measures a
+// batch step's distinct experts by the growth over its steps.
+int64_t routed_expert_bytes_read();
+
 }  // namespace mlaserve

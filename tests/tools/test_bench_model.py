@@ -27,6 +27,28 @@ def expected_prefill_flops(config, active_params, prompt):
     return 2 * (active_params - output) + attention + 2 * output / prompt
 
 
+def check_batch_step(config, report, batch, generate):
+    """A batch step reads the weights once, each routed expert its tokens chose once: between
+    top-k and batch x top-k experts a MoE layer, and the bytes, roofline and speedup limit follow."""
+    top_k, n_experts = config["num_experts_per_tok"], config["n_routed_experts"]
+    experts = report["decode_batch_experts_per_layer"]
+    check("batch step: at least top-k routed experts a MoE layer, at most batch x top-k",
+          top_k <= experts <= min(batch * top_k, n_experts) + 1e-9, f"{experts}")
+    moe_layers = config["num_hidden_layers"] - config["first_k_dense_replace"]
+    routed_per_token = moe_layers * top_k * 3 * config["hidden_size"] * config["moe_intermediate_size"] * 2  # bf16
+    kv_per_token = config["num_hidden_layers"] * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 2 * (
+        1 + generate // 2)  # bf16 latent rows at the decode's average depth
+    weights_per_token = report["bytes_per_decoded_token"] - kv_per_token
+    step = weights_per_token - routed_per_token + routed_per_token * experts / top_k + batch * kv_per_token
+    check("batch step: bytes = other weights once + its distinct experts + each sequence's cache",
+          close(report["decode_batch_bytes_per_step"], step, 1e-9), f"{report['decode_batch_bytes_per_step']} vs {step}")
+    check("batch step: % of the bandwidth roofline", close(
+        report["decode_batch_roofline_pct"],
+        100 * report["decode_batch_tok_s"] / batch * step / (report["membw_gb_s"] * 1e9), 1e-9))
+    check("batch step: speedup limit = batch x bytes a token / bytes a step",
+          close(report["decode_batch_speedup_limit"], batch * report["bytes_per_decoded_token"] / step, 1e-9))
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -70,6 +92,7 @@ def main():
         check(f"{key}: the better of the measurements before and after",
               report[key] == max(before[name], after[name]), f"{report[key]} {before[name]} {after[name]}")
     check("batch speedup", close(report["decode_batch_speedup"], report["decode_batch_tok_s"] / report["decode_tok_s"]))
+    check_batch_step(config, report, batch=3, generate=4)
 
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,
                          text=True, timeout=60)

@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "kernels/amx_gemm.h"
 #include "kernels/mla_decode.h"
+#include "model/moe.h"
 #include "tools/bench/machine.h"
 #include "tools/plan/model_spec.h"
 
@@ -72,8 +73,14 @@ double time_prefill(ModelExecutor& executor, const BenchCaches& caches, int64_t 
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Seconds for `steps` decode steps of `batch` sequences, each starting at `depth` tokens.
-double time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, int64_t batch,
+// A timed run of decode steps: its seconds and the routed-expert bytes its steps read.
+struct DecodeRun {
+  double seconds = 0;
+  int64_t routed_bytes = 0;
+};
+
+// `options.generate` decode steps of `batch` sequences, each starting at `depth` tokens.
+DecodeRun time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, int64_t batch,
                    uint64_t seed) {
   const ModelConfig& config = executor.config();
   const int64_t depth = std::max<int64_t>(1, options.depth);
@@ -85,6 +92,7 @@ double time_decode(ModelExecutor& executor, const BenchCaches& caches, const Mod
                                   ForwardSequence::Logits::Last};
     executor.forward(std::span(&prefill, 1), logits.data());
   }
+  const int64_t routed_before = routed_expert_bytes_read();
   const auto start = Clock::now();
   for (int64_t step = 0; step < options.generate; ++step) {
     std::vector<ForwardSequence> sequences;
@@ -93,7 +101,7 @@ double time_decode(ModelExecutor& executor, const BenchCaches& caches, const Mod
                            MlaPath::Absorbed, ForwardSequence::Logits::Last});
     executor.forward(sequences, logits.data());
   }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return {std::chrono::duration<double>(Clock::now() - start).count(), routed_expert_bytes_read() - routed_before};
 }
 
 // The machine's limits, measured before and after the model runs: on this kind of shared VM
@@ -144,13 +152,17 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   spdlog::info("warm-up: pp{} (not counted)", options.prompt);
   time_prefill(executor, caches, options.prompt, 5);
   std::vector<double> prefill, decode, decode_batch;
+  double routed_bytes_alone = 0, routed_bytes_batch = 0;  // over all the repetitions' steps
   for (int64_t r = 0; r < options.repetitions; ++r) {
     spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
                  options.generate, options.generate, options.batch);
     prefill.push_back(double(options.prompt) / time_prefill(executor, caches, options.prompt, 7 + uint64_t(r)));
-    decode.push_back(double(options.generate) / time_decode(executor, caches, options, 1, 11 + uint64_t(r)));
-    decode_batch.push_back(double(options.generate * options.batch) /
-                           time_decode(executor, caches, options, options.batch, 13 + uint64_t(r)));
+    const DecodeRun alone = time_decode(executor, caches, options, 1, 11 + uint64_t(r));
+    const DecodeRun batch = time_decode(executor, caches, options, options.batch, 13 + uint64_t(r));
+    decode.push_back(double(options.generate) / alone.seconds);
+    decode_batch.push_back(double(options.generate * options.batch) / batch.seconds);
+    routed_bytes_alone += double(alone.routed_bytes);
+    routed_bytes_batch += double(batch.routed_bytes);
   }
   const double rss_mb = peak_rss_mb();  // before the second measurement's arrays
   spdlog::info("measuring this machine again");
@@ -161,6 +173,19 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   const double bytes_per_token = weights_per_token + kv_per_token;
+  // A batch step reads the weights once, and each routed expert any of its tokens chose once:
+  // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
+  // distinct experts per MoE layer over num_experts_per_tok (a ratio, so it holds when this
+  // process runs one MPI rank's share). Each further token's embedding row (KB) is left out.
+  const double routed_per_token = config.n_routed_experts > 0 ? model.routed_expert_bytes() *
+                                                                    double(config.num_experts_per_tok) /
+                                                                    double(config.n_routed_experts)
+                                                              : 0.0;
+  const double step_expert_ratio = routed_bytes_alone > 0 ? routed_bytes_batch / routed_bytes_alone : 0.0;
+  const double bytes_per_step = weights_per_token - routed_per_token + routed_per_token * step_expert_ratio +
+                                kv_per_token * double(options.batch);
+  const nlohmann::json experts_per_layer =  // null without MoE
+      routed_bytes_alone > 0 ? nlohmann::json(step_expert_ratio * double(config.num_experts_per_tok)) : nlohmann::json();
   // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2. The
   // output projection (lm_head, or the tied embedding) runs for the prompt's last token only
   // (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
@@ -192,7 +217,12 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"prefill_peak_pct", 100.0 * prefill_gflops / peak},
           {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
           {"prefill_bf16_dot_peak_pct", prefill_bf16_dot_pct},
-          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"peak_rss_mb", rss_mb}};
+          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"decode_batch_bytes_per_step", bytes_per_step},
+          {"decode_batch_experts_per_layer", experts_per_layer},
+          {"decode_batch_roofline_tok_s", double(options.batch) * membw * 1e9 / bytes_per_step},
+          {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes_per_step / (membw * 1e9)},
+          {"decode_batch_speedup_limit", double(options.batch) * bytes_per_token / bytes_per_step},
+          {"peak_rss_mb", rss_mb}};
 }
 
 std::string model_bench_table(const nlohmann::json& r) {
@@ -214,8 +244,15 @@ std::string model_bench_table(const nlohmann::json& r) {
                      r["generate"].get<int64_t>(), r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
                      r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
                      r["decode_read_roofline_pct"].get<double>());
-  out += fmt::format("| tg{} x batch {:<4} | {:10.2f} | {:.2f}x batch 1\n", r["generate"].get<int64_t>(),
-                     r["batch"].get<int64_t>(), r["decode_batch_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>());
+  const nlohmann::json& experts = r["decode_batch_experts_per_layer"];
+  out += fmt::format(
+      "| tg{} x batch {:<4} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/step{}, limit {:.1f} t/s); {:.2f}x batch 1, "
+      "limit {:.2f}x\n",
+      r["generate"].get<int64_t>(), r["batch"].get<int64_t>(), r["decode_batch_tok_s"].get<double>(),
+      r["decode_batch_roofline_pct"].get<double>(), r["decode_batch_bytes_per_step"].get<double>() / 1e6,
+      experts.is_null() ? "" : fmt::format(": {:.1f} routed experts a MoE layer", experts.get<double>()),
+      r["decode_batch_roofline_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>(),
+      r["decode_batch_speedup_limit"].get<double>());
   return out;
 }
 
