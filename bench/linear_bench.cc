@@ -75,9 +75,9 @@ struct RandomWeight {
   // bytes, where drawing new values for 1 GB of copies took seconds on every benchmark run.
   explicit RandomWeight(const RandomWeight& source) : data(source.data), scales(source.scales), weight(source.weight) {
     if (weight.format == WeightFormat::Bf16Panels) {
-      WeightCopy& copy = repacked->emplace_back(weight.bytes());
-      std::memcpy(copy.data(), source.weight.data, weight.bytes());
-      weight.data = copy.data();
+      uint8_t* copy = repacked->allocate(weight.bytes());
+      std::memcpy(copy, source.weight.data, weight.bytes());
+      weight.data = copy;
       return;
     }
     weight.data = data.data();

@@ -93,19 +93,36 @@ LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
   return view;
 }
 
-WeightCopy::WeightCopy(size_t bytes) : size_(bytes) {
-  constexpr size_t kHugePage = size_t(2) << 20;
-  if (bytes < kHugePage) {
-    bytes_.reset(static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes, 1))));
-  } else {
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, rounded)));
-    if (bytes_) madvise(bytes_.get(), rounded, MADV_HUGEPAGE);  // advice only: no error if refused
-  }
-  MLA_CHECK(bytes_ != nullptr, "out of memory copying {} bytes of weights", bytes);
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20, kSharedBlock = size_t(32) << 20;
+
+uint8_t* huge_page_block(size_t bytes) {
+  auto* block = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
+  MLA_CHECK(block != nullptr, "out of memory copying {} bytes of weights", bytes);
+  madvise(block, bytes, MADV_HUGEPAGE);  // advice only: no error if refused
+  return block;
 }
 
-void WeightCopy::Free::operator()(uint8_t* bytes) const { std::free(bytes); }
+}  // namespace
+
+uint8_t* WeightCopies::allocate(size_t bytes) {
+  bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  bytes_ += bytes;
+  if (bytes >= kHugePage) {
+    return blocks_.emplace_back(huge_page_block((bytes + kHugePage - 1) / kHugePage * kHugePage)).get();
+  }
+  if (bytes > left_) {
+    next_ = blocks_.emplace_back(huge_page_block(kSharedBlock)).get();
+    left_ = kSharedBlock;
+  }
+  uint8_t* copy = next_;
+  next_ += bytes;
+  left_ -= bytes;
+  return copy;
+}
+
+void WeightCopies::Free::operator()(uint8_t* block) const { std::free(block); }
 
 namespace {
 
@@ -132,29 +149,29 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
   if (int4) {  // 8 columns a word; scales one bf16 per group
     const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
     const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
-    WeightCopy& buffer = storage.emplace_back(size_t(view.rows) * (words * 4 + groups * 2));
+    uint8_t* buffer = storage.allocate(size_t(view.rows) * (words * 4 + groups * 2));
     gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
-                stored_words * 4, words * 4, buffer.data());
-    uint8_t* scales = buffer.data() + size_t(view.rows) * words * 4;
+                stored_words * 4, words * 4, buffer);
+    uint8_t* scales = buffer + size_t(view.rows) * words * 4;
     gather_runs(reinterpret_cast<const uint8_t*>(view.group_scale) +
                     (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / view.group_size)) * 2,
                 view.rows, stored_groups * 2, groups * 2, scales);
     release(view.data, stored_words * 4, view.row_offset, view.rows);
-    out.data = buffer.data();
+    out.data = buffer;
     out.group_scale = reinterpret_cast<const uint16_t*>(scales);
     return out;
   }
   if (view.format == WeightFormat::Mxfp4) {  // 2 columns a byte; one E8M0 byte per 32 columns
     const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
     const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
-    WeightCopy& buffer = storage.emplace_back(size_t(view.rows) * (bytes + groups));
+    uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups));
     gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
-                bytes, buffer.data());
-    uint8_t* scales = buffer.data() + size_t(view.rows) * bytes;
+                bytes, buffer);
+    uint8_t* scales = buffer + size_t(view.rows) * bytes;
     gather_runs(view.e8m0_scale + size_t(view.row_offset) * stored_groups + size_t(view.col_offset / 32), view.rows,
                 stored_groups, groups, scales);
     release(view.data, stored_bytes, view.row_offset, view.rows);
-    out.data = buffer.data();
+    out.data = buffer;
     out.e8m0_scale = scales;
     return out;
   }
@@ -167,13 +184,13 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
     scale_bytes = block_row_count * block_count * 4;
   }
   const size_t data_bytes = size_t(view.rows * view.cols) * element;
-  WeightCopy& buffer = storage.emplace_back((data_bytes + 3) / 4 * 4 + scale_bytes);
+  uint8_t* buffer = storage.allocate((data_bytes + 3) / 4 * 4 + scale_bytes);
   gather_runs(data + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element, view.rows,
-              size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer.data());
+              size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer);
   release(view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
-  out.data = buffer.data();
+  out.data = buffer;
   if (block_scaled) {
-    uint8_t* scales = buffer.data() + (data_bytes + 3) / 4 * 4;
+    uint8_t* scales = buffer + (data_bytes + 3) / 4 * 4;
     gather_runs(reinterpret_cast<const uint8_t*>(view.block_scale) +
                     (size_t(view.row_offset / view.block_rows) * stored_blocks + size_t(view.col_offset / view.block_cols)) * 4,
                 int64_t(block_row_count), stored_blocks * 4, block_count * 4, scales);
@@ -214,7 +231,7 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
   if (weight.format != WeightFormat::BF16) return weight;
   const int64_t panels = (weight.rows + kBf16PanelRows - 1) / kBf16PanelRows, cols = weight.cols;
   const int64_t panel_words = bf16_panel_words(cols);
-  auto* out = reinterpret_cast<uint16_t*>(storage.emplace_back(size_t(panels * panel_words) * 2).data());
+  auto* out = reinterpret_cast<uint16_t*>(storage.allocate(size_t(panels * panel_words) * 2));
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   thread_pool().parallel_for(panels, [&](int64_t begin, int64_t end, int) {
     for (int64_t panel = begin; panel < end; ++panel) {

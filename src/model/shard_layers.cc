@@ -37,8 +37,7 @@ void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers
 }
 
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds) {
-  size_t bytes = 0;
-  for (const auto& copy : copies) bytes += copy.size();
+  const size_t bytes = copies.bytes();
   if (bytes == 0) return;
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
                double(bytes) / 1e9, spec.repack_bf16 ? "column slices, BF16 panels" : "column slices", seconds);

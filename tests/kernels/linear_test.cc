@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <random>
 #include <string>
@@ -415,7 +416,7 @@ TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
     const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
     WeightCopies storage;
     const LinearWeight packed = compact_columns(view, storage);
-    const bool copied = !storage.empty();
+    const bool copied = storage.bytes() > 0;
     EXPECT_EQ(copied, GetParam() != WeightFormat::Fp8Block || r0 % 128 == 0) << weight_format_name(GetParam());
     if (copied) {
       EXPECT_EQ(packed.stored_cols, c1 - c0);
@@ -565,11 +566,36 @@ TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
   }
 }
 
+// Copies are 64-byte aligned, disjoint (each keeps its own bytes however the small ones are
+// packed), those of 2 MB and more on 2 MB boundaries, and counted in bytes().
+TEST(WeightCopies, AlignedDisjointAndCounted) {
+  WeightCopies storage;
+  const std::vector<size_t> sizes = {1, 100, 512 << 10, 3 << 20, 70, 31 << 20, 2 << 20, 1000};
+  std::vector<std::pair<uint8_t*, size_t>> copies;
+  size_t counted = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    uint8_t* copy = storage.allocate(sizes[i]);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(copy) % 64, 0u) << sizes[i];
+    if (sizes[i] >= (2u << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(copy) % (2u << 20), 0u) << sizes[i];
+    }
+    std::memset(copy, int(i + 1), sizes[i]);
+    copies.emplace_back(copy, sizes[i]);
+    counted += (sizes[i] + 63) / 64 * 64;
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto [copy, size] = copies[i];
+    EXPECT_EQ(copy[0], uint8_t(i + 1)) << sizes[i];
+    EXPECT_EQ(copy[size - 1], uint8_t(i + 1)) << sizes[i];
+  }
+  EXPECT_EQ(storage.bytes(), counted);
+}
+
 TEST(LinearBf16Panels, OnlyBf16IsRepackedAndPanelsHaveNoViews) {
   const TestWeight int4 = make_weight(WeightFormat::Int4Group, 16, 64, 3);
   WeightCopies storage;
   EXPECT_EQ(repack_bf16_panels(int4.weight, storage).format, WeightFormat::Int4Group);
-  EXPECT_TRUE(storage.empty());
+  EXPECT_EQ(storage.bytes(), 0u);
   const TestWeight bf16 = make_weight(WeightFormat::BF16, 16, 64, 3);
   const LinearWeight packed = repack_bf16_panels(bf16.weight, storage);
   EXPECT_THROW(packed.rows_view(0, 8), Error);
