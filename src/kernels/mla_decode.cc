@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "base/error.h"
@@ -289,91 +290,127 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
   }
 }
 
+// One unit of blocked work: a block of B heads of one query of one sequence, over part `part`
+// of `parts` of its visible positions.
+struct BlockedItem {
+  const MlaAbsorbedParams* p;
+  int64_t query, head0, part, parts;
+  int64_t begin() const { return (p->first_position + query + 1) * part / parts; }
+  int64_t end() const { return (p->first_position + query + 1) * (part + 1) / parts; }
+};
+
+// Every sequence's (query, head block, part) items of a decode step in one parallel pass, the
+// threads taking contiguous shares of their positions (plus a fixed cost an item): one pass a
+// sequence left the other thread idle (a decoding sequence with 16 heads is one item) and cost
+// a dispatch each, 1.3 ms of a 23 ms step of mini at batch 8. Positions split over the threads
+// (flash-decoding) when the step has fewer (query, head block) pairs than threads, in parts of
+// at least 64 positions.
 template <int B>
-void blocked(const MlaAbsorbedParams& p) {
-  const int64_t rank = p.kv_lora_rank, n_blocks = p.n_heads / B;
-  const int64_t longest = p.first_position + p.n_queries;
-  // Positions split over the threads (flash-decoding) when there are fewer (query, head
-  // block) pairs than threads, in parts of at least 64 positions: one decoding sequence with
-  // 16 heads is a single pair, and unsplit it left the other threads idle for 3.7% of mini's
-  // decode time (perf).
-  const int64_t pairs = p.n_queries * n_blocks, threads = thread_pool().size();
-  const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
-  const int64_t items = pairs * parts;
+void blocked(std::span<const MlaAbsorbedParams> batch) {
+  const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();
+  int64_t pairs = 0;
+  for (const auto& p : batch) pairs += p.n_queries * (p.n_heads / B);
   // Reused: the decode path allocates nothing. Named through references, which the pool's
   // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
+  thread_local std::vector<BlockedItem> item_buffer;
+  thread_local std::vector<int64_t> cost_buffer;  // cost of the items before item i
   thread_local std::vector<Partial<B>> partial_buffer;
   thread_local std::vector<float> accumulator_buffer;
+  std::vector<BlockedItem>& items = item_buffer;
+  std::vector<int64_t>& costs = cost_buffer;
   std::vector<Partial<B>>& partials = partial_buffer;
   std::vector<float>& accumulators = accumulator_buffer;
-  partials.resize(static_cast<size_t>(items));
-  accumulators.resize(size_t(items * B * rank));
-  [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(p);  // false without AVX512_BF16
-#ifdef MLA_AMX
-  const bool amx_tiles = B == 16 && AmxTiles::supports(p);
-#endif
-  const auto run_part = [&](int64_t query, int64_t head0, int64_t begin, int64_t end, Partial<B>& part) {
+  items.clear();
+  costs.assign(1, 0);
+  for (const auto& p : batch) {
+    MLA_CHECK(p.kv_lora_rank == rank && p.n_heads == batch[0].n_heads, "one decode step's MLA shapes differ");
+    const int64_t longest = p.first_position + p.n_queries;
+    const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
+    for (int64_t query = 0; query < p.n_queries; ++query)
+      for (int64_t head0 = 0; head0 < p.n_heads; head0 += B)
+        for (int64_t part = 0; part < parts; ++part) {
+          items.push_back({&p, query, head0, part, parts});
+          costs.push_back(costs.back() + items.back().end() - items.back().begin() + 32);
+        }
+  }
+  partials.resize(items.size());
+  accumulators.resize(items.size() * size_t(B * rank));
+  const auto run_part = [&](const BlockedItem& item, Partial<B>& part) {
+    [[maybe_unused]] const MlaAbsorbedParams& p = *item.p;
 #ifdef MLA_AMX
     if constexpr (B == 16)
-      if (amx_tiles) return blocked_part<B, AmxTiles>(p, query, head0, begin, end, part);
+      if (AmxTiles::supports(p)) return blocked_part<B, AmxTiles>(p, item.query, item.head0, item.begin(), item.end(), part);
 #endif
 #if defined(__AVX512BF16__)
-    if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, query, head0, begin, end, part);
+    if (mla_blocked_bf16_products(p))
+      return blocked_part<B, Bf16Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
 #endif
-    blocked_part<B, Fp32Tiles<B>>(p, query, head0, begin, end, part);
+    blocked_part<B, Fp32Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
   };
-  thread_pool().parallel_for(items, [&](int64_t first, int64_t last, int) {
-    for (int64_t item = first; item < last; ++item) {
-      const int64_t part = item % parts, block = item / parts % n_blocks, query = item / parts / n_blocks;
-      const int64_t n_visible = p.first_position + query + 1;
-      const int64_t begin = n_visible * part / parts, end = n_visible * (part + 1) / parts;
-      partials[size_t(item)].acc = accumulators.data() + item * B * rank;
-      run_part(query, block * B, begin, end, partials[size_t(item)]);
+  const int64_t total = costs.back();
+  thread_pool().parallel_for(threads, [&](int64_t first_thread, int64_t end_thread, int) {
+    // The items whose costs start in [total * first_thread / threads, total * end_thread / threads).
+    const auto first = std::lower_bound(costs.begin(), costs.end() - 1, total * first_thread / threads);
+    const auto last = std::lower_bound(costs.begin(), costs.end() - 1, total * end_thread / threads);
+    for (auto i = size_t(first - costs.begin()); i < size_t(last - costs.begin()); ++i) {
+      partials[i].acc = accumulators.data() + i * size_t(B * rank);
+      run_part(items[i], partials[i]);
     }
   });
-  // Merge the parts: rescale each to the common maximum, then normalise.
-  for (int64_t query = 0; query < p.n_queries; ++query)
-    for (int64_t block = 0; block < n_blocks; ++block)
-      for (int h = 0; h < B; ++h) {
-        const int64_t first_item = (query * n_blocks + block) * parts;
-        float max = -INFINITY, sum = 0.0f;
-        for (int64_t part = 0; part < parts; ++part) max = std::max(max, partials[size_t(first_item + part)].max[h]);
-        float* out = p.out_latent + (query * p.n_heads + block * B + h) * rank;
-        std::fill(out, out + rank, 0.0f);
-        for (int64_t part = 0; part < parts; ++part) {
-          const Partial<B>& partial = partials[size_t(first_item + part)];
-          if (partial.sum[h] == 0.0f) continue;  // an empty part
-          const float scale = std::exp(partial.max[h] - max);
-          sum += partial.sum[h] * scale;
-          simd::axpy(scale, partial.acc + h * rank, out, rank);
-        }
-        const float inverse = 1.0f / sum;
-        for (int64_t d = 0; d < rank; ++d) out[d] *= inverse;
+  // Merge each (query, head block)'s parts: rescale each to the common maximum, then normalise.
+  for (size_t first = 0; first < items.size(); first += size_t(items[first].parts)) {
+    const BlockedItem& item = items[first];
+    for (int h = 0; h < B; ++h) {
+      float max = -INFINITY, sum = 0.0f;
+      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part)].max[h]);
+      float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
+      std::fill(out, out + rank, 0.0f);
+      for (int64_t part = 0; part < item.parts; ++part) {
+        const Partial<B>& partial = partials[first + size_t(part)];
+        if (partial.sum[h] == 0.0f) continue;  // an empty part
+        const float scale = std::exp(partial.max[h] - max);
+        sum += partial.sum[h] * scale;
+        simd::axpy(scale, partial.acc + h * rank, out, rank);
       }
+      const float inverse = 1.0f / sum;
+      for (int64_t d = 0; d < rank; ++d) out[d] *= inverse;
+    }
+  }
 }
 
 // Padded: the queries of n_heads heads with zero heads appended up to a supported count; a
 // zero query scores 0 everywhere and its output is dropped.
-void padded(const MlaAbsorbedParams& p) {
-  const int64_t heads = mla_padded_heads(p.n_heads), rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
+void padded(std::span<const MlaAbsorbedParams> batch) {
+  const int64_t n_heads = batch[0].n_heads, heads = mla_padded_heads(n_heads), rank = batch[0].kv_lora_rank;
+  const int64_t rope = batch[0].qk_rope_head_dim;
+  int64_t n_queries = 0;
+  for (const auto& p : batch) n_queries += p.n_queries;
   thread_local std::vector<float> q_latent, q_pe, out;  // reused across calls
-  q_latent.assign(size_t(p.n_queries * heads * rank), 0.0f);
-  q_pe.assign(size_t(p.n_queries * heads * rope), 0.0f);
+  thread_local std::vector<MlaAbsorbedParams> wide;
+  q_latent.assign(size_t(n_queries * heads * rank), 0.0f);
+  q_pe.assign(size_t(n_queries * heads * rope), 0.0f);
   out.resize(q_latent.size());
-  for (int64_t query = 0; query < p.n_queries; ++query) {
-    std::memcpy(q_latent.data() + query * heads * rank, p.q_latent + query * p.n_heads * rank,
-                size_t(p.n_heads * rank) * sizeof(float));
-    std::memcpy(q_pe.data() + query * heads * rope, p.q_pe + query * p.n_heads * rope, size_t(p.n_heads * rope) * sizeof(float));
+  wide.assign(batch.begin(), batch.end());
+  for (int64_t first = 0; auto& p : wide) {
+    for (int64_t query = 0; query < p.n_queries; ++query) {
+      std::memcpy(q_latent.data() + (first + query) * heads * rank, p.q_latent + query * n_heads * rank,
+                  size_t(n_heads * rank) * sizeof(float));
+      std::memcpy(q_pe.data() + (first + query) * heads * rope, p.q_pe + query * n_heads * rope,
+                  size_t(n_heads * rope) * sizeof(float));
+    }
+    p.q_latent = q_latent.data() + first * heads * rank;
+    p.q_pe = q_pe.data() + first * heads * rope;
+    p.out_latent = out.data() + first * heads * rank;
+    p.n_heads = heads;
+    first += p.n_queries;
   }
-  MlaAbsorbedParams wide = p;
-  wide.q_latent = q_latent.data();
-  wide.q_pe = q_pe.data();
-  wide.out_latent = out.data();
-  wide.n_heads = heads;
   mla_absorbed_blocked(wide);
-  for (int64_t query = 0; query < p.n_queries; ++query)
-    std::memcpy(p.out_latent + query * p.n_heads * rank, out.data() + query * heads * rank,
-                size_t(p.n_heads * rank) * sizeof(float));
+  for (int64_t first = 0; const auto& p : batch) {
+    for (int64_t query = 0; query < p.n_queries; ++query)
+      std::memcpy(p.out_latent + query * n_heads * rank, out.data() + (first + query) * heads * rank,
+                  size_t(n_heads * rank) * sizeof(float));
+    first += p.n_queries;
+  }
 }
 
 }  // namespace
@@ -419,13 +456,17 @@ MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice) {
   return padded_cost <= generic_cost ? MlaDecodeKernel::Padded : MlaDecodeKernel::Generic;
 }
 
-void mla_absorbed_attention(const MlaAbsorbedParams& params) {
-  switch (mla_decode_plan(params.n_heads, mla_decode_kernel())) {
-    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(params);
-    case MlaDecodeKernel::Padded: return padded(params);
-    default: return mla_absorbed_generic(params);
+void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch) {
+  if (batch.empty()) return;
+  switch (mla_decode_plan(batch[0].n_heads, mla_decode_kernel())) {
+    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch);
+    case MlaDecodeKernel::Padded: return padded(batch);
+    default:
+      for (const auto& params : batch) mla_absorbed_generic(params);
   }
 }
+
+void mla_absorbed_attention(const MlaAbsorbedParams& params) { mla_absorbed_attention(std::span(&params, 1)); }
 
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
 #if defined(__AVX512BF16__)
@@ -435,12 +476,16 @@ bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
 #endif
 }
 
-void mla_absorbed_blocked(const MlaAbsorbedParams& params) {
-  MLA_CHECK(mla_blocked_supports(params.n_heads), "the blocked MLA kernel does not support {} heads", params.n_heads);
-  if (params.n_heads == 4) return blocked<4>(params);
-  if (params.n_heads == 8) return blocked<8>(params);
-  blocked<16>(params);
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch) {
+  if (batch.empty()) return;
+  const int64_t n_heads = batch[0].n_heads;
+  MLA_CHECK(mla_blocked_supports(n_heads), "the blocked MLA kernel does not support {} heads", n_heads);
+  if (n_heads == 4) return blocked<4>(batch);
+  if (n_heads == 8) return blocked<8>(batch);
+  blocked<16>(batch);
 }
+
+void mla_absorbed_blocked(const MlaAbsorbedParams& params) { mla_absorbed_blocked(std::span(&params, 1)); }
 
 void mla_absorbed_generic(const MlaAbsorbedParams& params) {
   const int64_t rank = params.kv_lora_rank, rope = params.qk_rope_head_dim;

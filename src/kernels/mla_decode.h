@@ -9,6 +9,7 @@
 // supported count and sliced back, or run generic; the dispatcher's cost model chooses.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "kernels/latent_cache_view.h"
 
@@ -48,8 +49,13 @@ MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice);
 // then rounded to bf16 (relative error up to 2^-9 a product); otherwise every product is fp32.
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
 
-void mla_absorbed_attention(const MlaAbsorbedParams& params);  // dispatches as above
+// The sequences of a decode step together (one kv_lora_rank and head count), dispatched as
+// above: the blocked kernel splits every sequence's work over the threads in one pass; the
+// generic one runs them in turn.
+void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch);
+void mla_absorbed_attention(const MlaAbsorbedParams& params);
 void mla_absorbed_generic(const MlaAbsorbedParams& params);
-void mla_absorbed_blocked(const MlaAbsorbedParams& params);     // n_heads must be supported
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch);  // n_heads must be supported
+void mla_absorbed_blocked(const MlaAbsorbedParams& params);
 
 }  // namespace mlaserve

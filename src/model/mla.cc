@@ -180,8 +180,11 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
                     size_t(rope_dim) * sizeof(float));
     }
   });
+  thread_local std::vector<MlaAbsorbedParams> attention_buffer;  // one a sequence
+  std::vector<MlaAbsorbedParams>& attention = attention_buffer;
+  attention.clear();
   for (int64_t first = 0; const MlaSequence* seq : seqs) {
-    MlaAbsorbedParams params;
+    MlaAbsorbedParams& params = attention.emplace_back();
     params.q_latent = q_latent.data() + first * n_heads * rank;
     params.q_pe = q_pe.data() + first * n_heads * rope_dim;
     params.out_latent = o_latent.data() + first * n_heads * rank;
@@ -193,9 +196,9 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
     params.kv_lora_rank = rank;
     params.qk_rope_head_dim = rope_dim;
     params.softmax_scale = shape.softmax_scale;
-    mla_absorbed_attention(params);
     first += seq->n_tokens;
   }
+  mla_absorbed_attention(attention);
   thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t head = begin; head < end; ++head)
       linear_rows(weights.kv_b_proj, head * kv_dim + nope, head * kv_dim + kv_dim, o_latent.data() + head * rank,

@@ -33,16 +33,16 @@ struct Fixture {
   MlaAbsorbedParams params;
 };
 
-Fixture make(const Case& c) {
+Fixture make(const Case& c, uint64_t seed = 0) {
   Fixture f;
   const int64_t positions = c.first_position + c.n_queries, n_blocks = (positions + kBlock - 1) / kBlock;
-  f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * kRank), 1, 0.3f);
-  f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * kRope), 2, 0.3f);
+  f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * kRank), 1 + 10 * seed, 0.3f);
+  f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * kRope), 2 + 10 * seed, 0.3f);
   f.table.resize(size_t(n_blocks));
   std::iota(f.table.rbegin(), f.table.rend(), 0);  // reversed: block b of the sequence is pool block n-1-b
   f.pool.resize(size_t(n_blocks * kBlock * 2 * (kRank + kRope)) * cache_dtype_size(c.dtype));
   f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, kRank + kRope};
-  const std::vector<float> rows = testing::random_vector(size_t(positions * (kRank + kRope)), 3);
+  const std::vector<float> rows = testing::random_vector(size_t(positions * (kRank + kRope)), 3 + 10 * seed);
   for (int64_t s = 0; s < positions; ++s) f.params.cache.store(1, s, rows.data() + s * (kRank + kRope));
   f.params.q_latent = f.q_latent.data();
   f.params.q_pe = f.q_pe.data();
@@ -108,6 +108,40 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
     }
     set_mla_decode_kernel(MlaDecodeKernel::Auto);
   }
+}
+
+// A decode step's sequences in one call (one pass over the threads for the blocked kernel):
+// each sequence, at its own depth and with its own queries and cache, gets its own reference.
+TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
+  ScopedThreadPool pool(2);
+  for (CacheDType dtype : {CacheDType::F32, CacheDType::BF16})
+    for (int64_t n_heads : {16, 12, 8, 1}) {
+      std::vector<Fixture> fixtures;
+      std::vector<std::vector<float>> want, got;
+      uint64_t seed = 0;
+      for (const auto& [n_queries, first_position] : {std::pair<int64_t, int64_t>{1, 0}, {1, 130}, {2, 700}, {1, 47}}) {
+        fixtures.push_back(make(Case{n_heads, n_queries, first_position, dtype}, ++seed));
+        want.push_back(reference(fixtures.back()));
+        got.emplace_back(want.back().size());
+      }
+      for (MlaDecodeKernel choice : {MlaDecodeKernel::Padded, MlaDecodeKernel::Generic, MlaDecodeKernel::Auto}) {
+        std::vector<MlaAbsorbedParams> batch;
+        for (size_t s = 0; s < fixtures.size(); ++s) {
+          std::fill(got[s].begin(), got[s].end(), NAN);
+          batch.push_back(fixtures[s].params);
+          batch.back().out_latent = got[s].data();
+        }
+        set_mla_decode_kernel(choice);
+        mla_absorbed_attention(batch);
+        const bool bf16 = mla_decode_plan(n_heads, choice) != MlaDecodeKernel::Generic &&
+                          mla_blocked_bf16_products(batch[0]);
+        for (size_t s = 0; s < fixtures.size(); ++s)
+          EXPECT_TRUE(testing::relative_close(got[s], want[s], bf16 ? 1e-2 : 1e-5))
+              << mla_decode_kernel_name(choice) << ", heads " << n_heads << ", sequence " << s << ", "
+              << (dtype == CacheDType::BF16 ? "bf16" : "fp32");
+      }
+      set_mla_decode_kernel(MlaDecodeKernel::Auto);
+    }
 }
 
 // Zero queries score every position alike, so every softmax weight is exactly 1 (in bf16
