@@ -58,10 +58,7 @@ std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communic
 void DeepseekV3Model::for_each_weight(const std::function<void(const LinearWeight&)>& visit) const {
   visit(weights_.embed_tokens);
   for (const auto& layer : weights_.layers) {
-    const MlaWeights& attn = layer.self_attn;
-    for (const auto* w : {&attn.kv_a_proj_with_mqa, &attn.kv_b_proj, &attn.o_proj}) visit(*w);
-    for (const auto& w : {attn.q_proj, attn.q_a_proj, attn.q_b_proj})
-      if (w) visit(*w);
+    visit_mla(layer.self_attn, visit);
     if (layer.mlp) visit_mlp(*layer.mlp, visit);
     if (layer.moe) {
       visit(layer.moe->gate);

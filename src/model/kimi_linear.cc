@@ -184,9 +184,7 @@ void KimiLinearModel::for_each_weight(const std::function<void(const LinearWeigh
   if (!config_.tie_word_embeddings) visit(weights_.lm_head);
   for (const auto& layer : weights_.layers) {
     if (const auto* mla = std::get_if<MlaWeights>(&layer.self_attn)) {
-      for (const auto* w : {&mla->kv_a_proj_with_mqa, &mla->kv_b_proj, &mla->o_proj}) visit(*w);
-      for (const auto& w : {mla->q_proj, mla->q_a_proj, mla->q_b_proj, mla->g_proj})
-        if (w) visit(*w);
+      visit_mla(*mla, visit);
     } else {
       const auto& kda = std::get<KdaWeights>(layer.self_attn);
       for (const auto* w : {&kda.q_proj, &kda.k_proj, &kda.v_proj, &kda.f_a_proj, &kda.f_b_proj, &kda.b_proj,

@@ -173,8 +173,12 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
   out.resize(size_t(n_tokens * attn_stride));
   thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t head = begin; head < end; ++head) {
-      linear_transposed_rows(weights.kv_b_proj, head * kv_dim, head * kv_dim + nope, queries.data() + head * qk_dim,
-                             q_stride, n_tokens, q_latent.data() + head * rank, n_heads * rank);
+      if (weights.absorbed_uk_t)
+        linear_rows(*weights.absorbed_uk_t, head * rank, (head + 1) * rank, queries.data() + head * qk_dim, q_stride,
+                    n_tokens, q_latent.data() + head * rank, n_heads * rank);
+      else
+        linear_transposed_rows(weights.kv_b_proj, head * kv_dim, head * kv_dim + nope, queries.data() + head * qk_dim,
+                               q_stride, n_tokens, q_latent.data() + head * rank, n_heads * rank);
       for (int64_t t = 0; t < n_tokens; ++t)
         std::memcpy(q_pe.data() + (t * n_heads + head) * rope_dim, queries.data() + t * q_stride + head * qk_dim + nope,
                     size_t(rope_dim) * sizeof(float));
@@ -201,8 +205,12 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
   mla_absorbed_attention(attention);
   thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t head = begin; head < end; ++head)
-      linear_rows(weights.kv_b_proj, head * kv_dim + nope, head * kv_dim + kv_dim, o_latent.data() + head * rank,
-                  n_heads * rank, n_tokens, out.data() + head * v_dim, attn_stride);
+      if (weights.absorbed_uv)
+        linear_rows(*weights.absorbed_uv, head * v_dim, (head + 1) * v_dim, o_latent.data() + head * rank,
+                    n_heads * rank, n_tokens, out.data() + head * v_dim, attn_stride);
+      else
+        linear_rows(weights.kv_b_proj, head * kv_dim + nope, head * kv_dim + kv_dim, o_latent.data() + head * rank,
+                    n_heads * rank, n_tokens, out.data() + head * v_dim, attn_stride);
   });
   for (int64_t first = 0; const MlaSequence* seq : seqs) {
     std::memcpy(attn + seq->token_offset * attn_stride, out.data() + first * attn_stride,
@@ -242,6 +250,42 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
     for (size_t i = 0; i < attn.size(); ++i) attn[i] /= 1.0f + std::exp(-gate[i]);
   }
   linear(weights.o_proj, attn.data(), input.n_tokens, out);
+}
+
+void visit_mla(const MlaWeights& mla, const std::function<void(const LinearWeight&)>& visit) {
+  for (const auto* w : {&mla.kv_a_proj_with_mqa, &mla.kv_b_proj, &mla.o_proj}) visit(*w);
+  for (const auto* w : {&mla.q_proj, &mla.q_a_proj, &mla.q_b_proj, &mla.g_proj, &mla.absorbed_uk_t, &mla.absorbed_uv})
+    if (*w) visit(**w);
+}
+
+void add_absorbed_panels(MlaWeights& mla, int64_t qk_nope_head_dim, int64_t v_head_dim, WeightCopies& storage) {
+  const LinearWeight& kv_b = mla.kv_b_proj;
+  if (kv_b.format != WeightFormat::BF16) return;
+  const int64_t nope = qk_nope_head_dim, v_dim = v_head_dim, kv_dim = nope + v_dim, rank = kv_b.cols;
+  const int64_t n_heads = kv_b.rows / kv_dim;
+  std::vector<uint16_t> uk_t(size_t(n_heads * rank * nope)), uv(size_t(n_heads * v_dim * rank));
+  const auto* stored = static_cast<const uint16_t*>(kv_b.data);
+  const auto row = [&](int64_t r) { return stored + (kv_b.row_offset + r) * kv_b.stored_cols + kv_b.col_offset; };
+  thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t head = begin; head < end; ++head) {
+      for (int64_t i = 0; i < nope; ++i) {
+        const uint16_t* w_uk = row(head * kv_dim + i);
+        for (int64_t d = 0; d < rank; ++d) uk_t[size_t((head * rank + d) * nope + i)] = w_uk[d];
+      }
+      for (int64_t j = 0; j < v_dim; ++j)
+        std::memcpy(uv.data() + (head * v_dim + j) * rank, row(head * kv_dim + nope + j), size_t(rank) * 2);
+    }
+  });
+  const auto panels = [&](const std::vector<uint16_t>& values, int64_t rows, int64_t cols) {
+    LinearWeight weight;
+    weight.format = WeightFormat::BF16;
+    weight.rows = rows;
+    weight.cols = weight.stored_cols = cols;
+    weight.data = values.data();
+    return repack_bf16_panels(weight, storage);
+  };
+  mla.absorbed_uk_t = panels(uk_t, n_heads * rank, nope);
+  mla.absorbed_uv = panels(uv, n_heads * v_dim, rank);
 }
 
 MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {

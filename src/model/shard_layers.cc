@@ -63,11 +63,12 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   out.o_proj = column_slice(mla.o_proj, heads.begin * v, heads.end * v, context);
   if (mla.g_proj) out.g_proj = mla.g_proj->rows_view(heads.begin * v, heads.end * v);
   // Into panels: the projections split by heads, and the replicated q_a / kv_a only on a
-  // single rank (ranks of a split would each hold a copy of them). kv_b_proj stays mapped:
-  // absorbed decode reads its rows transposed (linear_transposed_rows).
+  // single rank (ranks of a split would each hold a copy of them). kv_b_proj stays mapped for
+  // the expanded form; absorbed decode gets its own panels of W_UK transposed and W_UV.
   for (auto* weight : {&out.q_proj, &out.q_b_proj, &out.g_proj})
     if (*weight) repack_if_asked(**weight, context);
   repack_if_asked(out.o_proj, context);
+  if (context.spec.repack_bf16) add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
   if (context.spec.size == 1) {
     if (out.q_a_proj) repack_if_asked(*out.q_a_proj, context);
     repack_if_asked(out.kv_a_proj_with_mqa, context);

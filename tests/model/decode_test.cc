@@ -45,10 +45,7 @@ TEST(Decode, LatentCacheDecodeEqualsFullRecomputation) {
 // Sequences decoding together (one absorbed token each, at different depths, beside a prefill
 // chunk on the expanded path) get the logits each gets alone, bit for bit: the batch shares
 // kv_b_proj's reads, not its arithmetic.
-TEST(Decode, BatchedAbsorbedDecodeEqualsEachAlone) {
-  testing::TempDir dir;
-  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 6);
-  auto model = load_causal_lm(dir.path());
+void expect_batched_absorbed_decode_equals_each_alone(const CausalLM* model) {
   const int64_t vocab = model->config().vocab_size;
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 300, 8}, {900, 3}, {41, 42, 43, 44, 45, 46, 47}};
   const std::vector<int32_t> next = {77, 1234, 9};
@@ -77,6 +74,34 @@ TEST(Decode, BatchedAbsorbedDecodeEqualsEachAlone) {
     EXPECT_EQ(std::vector<float>(alone.begin() + s * vocab, alone.begin() + (s + 1) * vocab),
               std::vector<float>(together.begin() + row_of[s] * vocab, together.begin() + (row_of[s] + 1) * vocab))
         << "sequence " << s;
+}
+
+TEST(Decode, BatchedAbsorbedDecodeEqualsEachAlone) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 6);
+  auto model = load_causal_lm(dir.path());
+  expect_batched_absorbed_decode_equals_each_alone(model.get());
+}
+
+// Repacked, absorbed decode runs kv_b_proj's products from panels of W_UK transposed and W_UV:
+// still the same bits together as alone, and the mapped model's logits within fp32 rounding.
+TEST(Decode, AbsorbedPanelsDecodeEqualsEachAloneAndTheMappedWeights) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 6);
+  auto model = load_causal_lm(dir.path());
+  ShardSpec spec;
+  spec.repack_bf16 = true;
+  auto repacked = model->shard(spec, nullptr);
+  expect_batched_absorbed_decode_equals_each_alone(repacked.get());
+  const int64_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = {5, 17, 300, 8, 1234};
+  std::vector<float> mapped(static_cast<size_t>(vocab)), panels(mapped.size()), scratch(mapped.size());
+  for (auto [lm, logits] : {std::pair{model.get(), &mapped}, {repacked.get(), &panels}}) {
+    SequenceCache cache(model->config(), 16);
+    lm->forward(std::span(prompt).first(4), 0, cache.view(), false, scratch.data());
+    lm->forward(std::span(prompt).subspan(4), 4, cache.view(), false, logits->data(), MlaPath::Absorbed);
+  }
+  EXPECT_TRUE(testing::relative_close(panels, mapped, 1e-4));
 }
 
 }  // namespace

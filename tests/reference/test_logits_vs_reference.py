@@ -42,6 +42,7 @@ CASES = {
     "f32 chunked prefill (chunk 7, expanded MLA over the cache)": ("f32", {}, ["--chunk", "7", "--mla-path", "expanded"]),
     "f32 sharded checkpoint": ("f32", {}, []),
     "bf16": ("bf16", {}, []),
+    "bf16 decode path (chunk 1, absorbed MLA from panels of kv_b)": ("bf16", {}, ["--chunk", "1"]),
     "fp8 block-scaled": ("fp8", {}, []),
     "fp8 decode path": ("fp8", {"q_lora_rank": None}, ["--chunk", "1"]),
     "int4 routed experts": ("int4", {}, []),
