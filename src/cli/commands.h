@@ -21,7 +21,7 @@ struct ParallelFlags {
   int tp = 1;
   bool ep = false;
   double comm_timeout_s = 120;
-  bool repack = true;  // BF16 projections into the CPU kernels' panels (ShardSpec::repack_bf16)
+  bool repack = true;  // weights copied out of the checkpoint at load (ShardSpec::copy_weights)
   bool mlock = false;  // each rank's weights locked in RAM (ShardSpec::lock_weights)
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);

@@ -18,7 +18,7 @@ ParallelOptions parallel_options(const ParallelFlags& flags) {
   options.size = flags.tp;
   options.expert_parallel = flags.ep;
   options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
-  options.repack_bf16 = flags.repack;
+  options.copy_weights = flags.repack;
   options.lock_weights = flags.mlock;
   return options;
 }
@@ -194,9 +194,10 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
   cmd->add_flag("!--no-repack", flags.repack,
-                "keep BF16 weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
-                "attention projections into the CPU kernels' panel layout at load: faster prefill, those weights "
-                "no longer paged from the file)");
+                "keep the weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
+                "attention projections and LM head at load, BF16 into the CPU kernels' panel layout and other "
+                "formats as stored, onto huge pages: faster prefill and decode, those weights no longer paged "
+                "from the file)");
   cmd->add_flag("--mlock", flags.mlock,
                 "lock each rank's weights in RAM (mlock) so memory pressure cannot page them out; needs "
                 "CAP_IPC_LOCK or a large enough `ulimit -l` (warns and runs unlocked otherwise)");

@@ -135,9 +135,14 @@ void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run,
 
 LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source) {
+  if (view.cols == view.stored_cols) return view;
+  return copy_weight(view, storage, source);
+}
+
+LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
   const bool block_scaled = is_block_scaled(view.format);
   const bool int4 = view.format == WeightFormat::Int4Group;
-  if (view.cols == view.stored_cols) return view;
+  if (view.format == WeightFormat::Bf16Panels) return view;
   if (block_scaled && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
   LinearWeight out = view;
   out.stored_cols = view.cols;

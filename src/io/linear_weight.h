@@ -110,6 +110,13 @@ class WeightCopies {
 LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
                              const Checkpoint* source = nullptr);
 
+// The view's own bytes (and scales) copied into `storage` whether or not they are contiguous,
+// the stored rows' pages of `source` released: what a rank does with its non-BF16 weights at
+// load, so that decode streams them from huge pages rather than the mapping's 4 KB pages
+// (small INT4 decode 24 -> 32 tok/s). Panels, and FP8 views not aligned to the scale blocks,
+// are returned unchanged.
+LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source = nullptr);
+
 // A BF16 weight (or view) copied into the Bf16Panels layout, in a buffer appended to `storage`,
 // and the stored rows' pages of `source` released, as compact_columns does. Prefill then runs
 // the packed GEMM straight from the copy with no per-call decoding, and decode streams one

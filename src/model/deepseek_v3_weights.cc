@@ -78,7 +78,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
                                             const ShardSpec& spec, WeightCopies& storage,
                      const Checkpoint* source) {
   MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
-  if (spec.size == 1 && !spec.repack_bf16) return full;
+  if (spec.size == 1 && !spec.copy_weights) return full;
   const Range heads = heads_of_rank(config.num_attention_heads, spec.size, spec.rank);
   MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size, spec.size);
   const int64_t slice = (config.vocab_size + spec.size - 1) / spec.size;
@@ -90,7 +90,9 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
     out.embed_tokens = full.embed_tokens.rows_view(vocab.begin, vocab.end);
     out.lm_head = full.lm_head.rows_view(vocab.begin, vocab.end);
     // An untied LM head is read like any projection (the embedding rows stay row-major for lookups).
-    if (spec.repack_bf16 && !config.tie_word_embeddings) out.lm_head = repack_bf16_panels(out.lm_head, storage, source);
+    if (spec.copy_weights && !config.tie_word_embeddings)
+      out.lm_head = out.lm_head.format == WeightFormat::BF16 ? repack_bf16_panels(out.lm_head, storage, source)
+                                                              : copy_weight(out.lm_head, storage, source);
   }
   for (const auto& layer : full.layers) {
     DecoderLayerWeights sharded = layer;

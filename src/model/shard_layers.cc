@@ -11,16 +11,18 @@ int64_t split_alignment(const LinearWeight& weight) {
   return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
-// The weight in the panel layout when the spec asks for it (repack_bf16_panels).
+// The weight copied when the spec asks for it: BF16 into the panel layout, else as stored.
 void repack_if_asked(LinearWeight& weight, const ShardContext& context) {
-  if (context.spec.repack_bf16) weight = repack_bf16_panels(weight, context.storage, context.source);
+  if (!context.spec.copy_weights) return;
+  weight = weight.format == WeightFormat::BF16 ? repack_bf16_panels(weight, context.storage, context.source)
+                                               : copy_weight(weight, context.storage, context.source);
 }
 
-// Columns [begin, end) of a weight: left a view when it is about to be repacked (copied once,
-// from the view), else compacted (compact_columns).
+// Columns [begin, end) of a weight: left a view when it is about to be copied (once, from the
+// view), else compacted (compact_columns).
 LinearWeight column_slice(const LinearWeight& weight, int64_t begin, int64_t end, const ShardContext& context) {
   const LinearWeight view = weight.cols_view(begin, end);
-  if (context.spec.repack_bf16 && view.format == WeightFormat::BF16) return view;
+  if (context.spec.copy_weights) return view;
   return compact_columns(view, context.storage, context.source);
 }
 
@@ -32,7 +34,7 @@ MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
 }  // namespace
 
 void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers) {
-  if (spec.repack_bf16 && layers >= 8 && layers_done * 4 / layers != (layers_done - 1) * 4 / layers)
+  if (spec.copy_weights && layers >= 8 && layers_done * 4 / layers != (layers_done - 1) * 4 / layers)
     spdlog::info("rank {} of {}: {} of {} layers sharded and repacked", spec.rank, spec.size, layers_done, layers);
 }
 
@@ -40,7 +42,7 @@ void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double 
   const size_t bytes = copies.bytes();
   if (bytes == 0) return;
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
-               double(bytes) / 1e9, spec.repack_bf16 ? "column slices, BF16 panels" : "column slices", seconds);
+               double(bytes) / 1e9, spec.copy_weights ? "BF16 panels, other formats as stored" : "column slices", seconds);
 }
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context) {
@@ -68,7 +70,10 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   for (auto* weight : {&out.q_proj, &out.q_b_proj, &out.g_proj})
     if (*weight) repack_if_asked(**weight, context);
   repack_if_asked(out.o_proj, context);
-  if (context.spec.repack_bf16) add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
+  if (context.spec.copy_weights) {
+    add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
+    if (out.kv_b_proj.format != WeightFormat::BF16) repack_if_asked(out.kv_b_proj, context);
+  }
   if (context.spec.size == 1) {
     if (out.q_a_proj) repack_if_asked(*out.q_a_proj, context);
     repack_if_asked(out.kv_a_proj_with_mqa, context);

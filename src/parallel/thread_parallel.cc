@@ -14,7 +14,7 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOpt
   comms_ = make_thread_communicators(options.size, options.collective_timeout);
   for (int rank = 0; rank < options.size; ++rank)
     shards_.push_back(
-        full.shard({rank, options.size, options.expert_parallel, options.repack_bf16, options.lock_weights},
+        full.shard({rank, options.size, options.expert_parallel, options.copy_weights, options.lock_weights},
                    comms_[size_t(rank)].get()));
   const int total = options.threads > 0 ? options.threads : default_num_threads();
   const int per_rank = std::max(1, total / options.size);

@@ -22,7 +22,7 @@ struct ParallelOptions {
   bool expert_parallel = false;  // MoE experts split over the ranks instead of their columns
   int threads = 0;               // kernel threads in all (0: the process default), split over ranks
   std::chrono::milliseconds collective_timeout{120000};
-  bool repack_bf16 = false;      // ShardSpec::repack_bf16
+  bool copy_weights = false;      // ShardSpec::copy_weights
   bool lock_weights = false;     // ShardSpec::lock_weights
 };
 

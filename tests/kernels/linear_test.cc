@@ -429,6 +429,26 @@ TEST_P(LinearTest, CompactedColumnViewsMatchTheView) {
   }
 }
 
+// A copied weight (what a rank does with non-BF16 weights at load) computes the same numbers
+// from its own bytes: the whole weight and a row view, each copied into storage.
+TEST_P(LinearTest, CopiedWeightsMatchTheWeight) {
+  const int64_t rows = 300, cols = 512, tokens = 3;
+  const TestWeight t = make_weight(GetParam(), rows, cols, 29);
+  for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {128, 256}}) {
+    const LinearWeight view = t.weight.rows_view(r0, r1);
+    WeightCopies storage;
+    const LinearWeight copy = copy_weight(view, storage);
+    EXPECT_GE(storage.bytes(), view.bytes()) << weight_format_name(GetParam());
+    EXPECT_NE(copy.data, view.data);
+    EXPECT_EQ(copy.row_offset, 0);
+    const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 11);
+    std::vector<float> want(size_t(tokens * (r1 - r0))), got(want.size());
+    linear(view, x.data(), tokens, want.data());
+    linear(copy, x.data(), tokens, got.data());
+    EXPECT_EQ(got, want) << weight_format_name(GetParam()) << " rows " << r0;
+  }
+}
+
 // What --mlock locks: a weight's stored rows of data and scales. The whole weight spans its
 // buffers; a view [r0, r1) x [c0, c1) spans whole stored rows r0..r1 (FP8: the scale-block rows
 // they fall in).

@@ -90,7 +90,7 @@ TEST(Decode, AbsorbedPanelsDecodeEqualsEachAloneAndTheMappedWeights) {
   testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 6);
   auto model = load_causal_lm(dir.path());
   ShardSpec spec;
-  spec.repack_bf16 = true;
+  spec.copy_weights = true;
   auto repacked = model->shard(spec, nullptr);
   expect_batched_absorbed_decode_equals_each_alone(repacked.get());
   const int64_t vocab = model->config().vocab_size;
