@@ -147,10 +147,8 @@ class Bf16Tiles {
 
   void accumulate(float weights[B][kTile], int64_t n, float* acc) {
     const int64_t rank = p_.kv_lora_rank, n_pairs = (n + 1) / 2;
-    int32_t weight_pairs[B][kTile / 2];
-    for (int h = 0; h < B; ++h)
-      for (int64_t i = 0; i < n_pairs; ++i)
-        weight_pairs[h][i] = bf16_pair(weights[h][2 * i], 2 * i + 1 < n ? weights[h][2 * i + 1] : 0.0f);
+    alignas(64) int32_t weight_pairs[B][kPairSteps * 16];
+    for (int h = 0; h < B; ++h) to_bf16_pairs(weights[h], n, weight_pairs[h]);
     const __m512i interleave = _mm512_load_si512(kInterleaveRows);
     for (int64_t d = 0; d < rank; d += 16) {
       __m512 sums[B];
@@ -174,6 +172,20 @@ class Bf16Tiles {
   static constexpr int kLanes = 16, kRows = 12;
   static int32_t bf16_pair(float low, float high) {
     return int32_t(uint32_t(f32_to_bf16(low)) | uint32_t(f32_to_bf16(high)) << 16);
+  }
+  // weights[0, n) (n <= kTile) as bf16 pairs, rounded to nearest even (vcvtne2ps2bf16; a
+  // weight under 2^-126 becomes 0), zero past n, in whole steps of 16 pairs: out[0, 16 *
+  // ceil(n / 32)). Converted one at a time they were most of the AMX kernel's time.
+  static constexpr int64_t kPairSteps = (kTile + 31) / 32;
+  static void to_bf16_pairs(const float* weights, int64_t n, int32_t* out) {
+    const auto lanes = [](int64_t count) {
+      return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+    };
+    for (int64_t i = 0; i < n; i += 32) {
+      const __m512 low = _mm512_maskz_loadu_ps(lanes(n - i), weights + i);
+      const __m512 high = _mm512_maskz_loadu_ps(lanes(n - i - 16), weights + i + 16);
+      _mm512_storeu_si512(out + i / 2, __m512i(_mm512_cvtne2ps_pbh(high, low)));
+    }
   }
   const MlaAbsorbedParams& p_;
   const uint16_t* tile_rows_[kTile];
@@ -232,9 +244,7 @@ class AmxTiles : public Bf16Tiles<16> {
   void accumulate(float weights[16][kTile], int64_t n, float* acc) {
     const int64_t rank = p_.kv_lora_rank, steps = (n + 31) / 32;
     alignas(64) int32_t weight_pairs[16][kStepPairs * kMaxSteps];  // zero past n
-    for (int h = 0; h < 16; ++h)
-      for (int64_t i = 0; i < steps * kStepPairs; ++i)
-        weight_pairs[h][i] = bf16_pair(2 * i < n ? weights[h][2 * i] : 0.0f, 2 * i + 1 < n ? weights[h][2 * i + 1] : 0.0f);
+    for (int h = 0; h < 16; ++h) to_bf16_pairs(weights[h], n, weight_pairs[h]);
     const __m512i interleave = _mm512_load_si512(kInterleaveRows);
     alignas(64) int32_t columns[kStepPairs][16];  // B: [position pair][column] bf16 pairs
     for (int64_t d = 0; d < rank; d += 16) {
@@ -277,7 +287,7 @@ void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int6
     const int64_t n = std::min(kTile, end - tile);
     tiles.score(tile, n, scores);
     for (int h = 0; h < B; ++h) {
-      const float tile_max = *std::max_element(scores[h], scores[h] + n);
+      const float tile_max = simd::max_of(scores[h], n);
       if (tile_max > part.max[h]) {
         const float correction = std::exp(part.max[h] - tile_max);  // 0 on the first tile
         part.sum[h] *= correction;

@@ -106,6 +106,23 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
+// max of x[0, n), n >= 1.
+inline float max_of(const float* x, int64_t n) {
+  int64_t i = 0;
+  float best = x[0];
+#if defined(__AVX2__)
+  if (n >= 8) {
+    __m256 acc = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (float lane : lanes) best = std::max(best, lane);
+  }
+#endif
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
 // x[i] = e^(x[i] - shift); returns the sum of the new values (softmax numerators).
 inline float exp_shifted(float* x, int64_t n, float shift) {
   int64_t i = 0;
