@@ -90,9 +90,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
     out.embed_tokens = full.embed_tokens.rows_view(vocab.begin, vocab.end);
     out.lm_head = full.lm_head.rows_view(vocab.begin, vocab.end);
     // An untied LM head is read like any projection (the embedding rows stay row-major for lookups).
-    if (spec.copy_weights && !config.tie_word_embeddings)
-      out.lm_head = out.lm_head.format == WeightFormat::BF16 ? repack_bf16_panels(out.lm_head, storage, source)
-                                                              : copy_weight(out.lm_head, storage, source);
+    if (!config.tie_word_embeddings) out.lm_head = copied_if_asked(out.lm_head, context);
   }
   for (const auto& layer : full.layers) {
     DecoderLayerWeights sharded = layer;

@@ -169,6 +169,8 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
     if (layer.moe) layer.moe = shard_moe_weights(*layer.moe, context);
     log_shard_progress(spec, i + 1, weights.layers.size());
   }
+  // The LM head is replicated (every rank computes every logit): copied on a single rank only.
+  if (spec.size == 1 && !config_.tie_word_embeddings) weights.lm_head = copied_if_asked(weights.lm_head, context);
   log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(storage_, std::move(weights)));
   shard->shard_copies_ = std::move(copies);

@@ -11,12 +11,7 @@ int64_t split_alignment(const LinearWeight& weight) {
   return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
-// The weight copied when the spec asks for it: BF16 into the panel layout, else as stored.
-void repack_if_asked(LinearWeight& weight, const ShardContext& context) {
-  if (!context.spec.copy_weights) return;
-  weight = weight.format == WeightFormat::BF16 ? repack_bf16_panels(weight, context.storage, context.source)
-                                               : copy_weight(weight, context.storage, context.source);
-}
+void repack_if_asked(LinearWeight& weight, const ShardContext& context) { weight = copied_if_asked(weight, context); }
 
 // Columns [begin, end) of a weight: left a view when it is about to be copied (once, from the
 // view), else compacted (compact_columns).
@@ -32,6 +27,12 @@ MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
 }
 
 }  // namespace
+
+LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context) {
+  if (!context.spec.copy_weights) return weight;
+  return weight.format == WeightFormat::BF16 ? repack_bf16_panels(weight, context.storage, context.source)
+                                             : copy_weight(weight, context.storage, context.source);
+}
 
 void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers) {
   if (spec.copy_weights && layers >= 8 && layers_done * 4 / layers != (layers_done - 1) * 4 / layers)

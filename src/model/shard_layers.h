@@ -31,6 +31,10 @@ void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers
 // anything, and how long making the shard took.
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds);
 
+// The weight copied out of the checkpoint when the spec asks for it (ShardSpec::copy_weights):
+// BF16 into the panel layout, other formats as stored; else unchanged.
+LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context);
+
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context);
 MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, const Range& heads,
                              const ShardContext& context);
