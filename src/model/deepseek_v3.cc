@@ -28,7 +28,7 @@ DeepseekV3Model::DeepseekV3Model(std::shared_ptr<ModelStorage> storage, Deepseek
       rope_(config_),
       mla_shape_(mla_shape_of(config_)),
       router_(RouterParams::from_config(config_)),
-      vocab_end_(config_.vocab_size) {}
+      vocab_(VocabSlice::whole(config_.vocab_size)) {}
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir) {
   auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir));
@@ -48,9 +48,7 @@ std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communic
   shard->shard_copies_ = std::move(copies);
   shard->mla_shape_.n_heads = config_.num_attention_heads / spec.size;
   shard->comm_ = spec.size > 1 ? comm : nullptr;
-  const int64_t slice = (config_.vocab_size + spec.size - 1) / spec.size;
-  shard->vocab_begin_ = std::min(config_.vocab_size, slice * spec.rank);
-  shard->vocab_end_ = std::min(config_.vocab_size, slice * (spec.rank + 1));
+  shard->vocab_ = VocabSlice::of_rank(config_.vocab_size, spec.size, spec.rank);
   if (spec.lock_weights) lock_weights(*shard);
   return shard;
 }
@@ -92,7 +90,7 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   residual.resize(size_t(n_tokens * hidden));                // [n_tokens, hidden]
   normed.resize(residual.size());
   mixed.resize(residual.size());
-  embed(batch, residual.data());
+  embed_vocab_slice(weights_.embed_tokens, vocab_, config_.vocab_size, hidden, batch, residual.data(), comm_);
   // Sharded: each rank adds its heads' / columns' / experts' partial sums; one all-reduce after
   // attention and one after the FFN make every rank's residual stream whole again.
   auto reduce = [&](std::vector<float>& partial) {
@@ -123,46 +121,7 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden,
              config_.rms_norm_eps, normed.data() + r * hidden, hidden);
-  project_logits(normed.data(), n_out, logits);
-}
-
-// Vocabulary-parallel embedding: a rank fills the rows of tokens in its slice (zeros
-// elsewhere) and the all-reduce assembles the whole lookup.
-void DeepseekV3Model::embed(std::span<const ForwardSequence> batch, float* residual) const {
-  const int64_t hidden = config_.hidden_size;
-  int64_t row = 0;
-  for (const auto& seq : batch)
-    for (int32_t token : seq.tokens) {
-      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token,
-                config_.vocab_size);
-      float* out = residual + hidden * row++;
-      if (token >= vocab_begin_ && token < vocab_end_)
-        dequantize_row(weights_.embed_tokens, token - vocab_begin_, out);
-      else
-        std::fill(out, out + hidden, 0.0f);
-    }
-  if (comm_) comm_->all_reduce_sum(residual, row * hidden);
-}
-
-// Vocabulary-parallel LM head: every rank computes its slice of the logits (padded to equal
-// slices) and an all-gather assembles [n_rows, vocab] on every rank.
-void DeepseekV3Model::project_logits(const float* normed, int64_t n_rows, float* logits) const {
-  if (!comm_) return linear(weights_.lm_head, normed, n_rows, logits);
-  const int64_t vocab = config_.vocab_size, ranks = comm_->size();
-  const int64_t slice = (vocab + ranks - 1) / ranks, local_rows = vocab_end_ - vocab_begin_;
-  thread_local std::vector<float> local, gathered, packed;  // reused from step to step
-  local.assign(size_t(n_rows * slice), 0.0f);
-  gathered.resize(size_t(ranks * n_rows * slice));
-  packed.resize(size_t(n_rows * std::max<int64_t>(local_rows, 1)));
-  if (local_rows > 0) linear(weights_.lm_head, normed, n_rows, packed.data());
-  for (int64_t t = 0; t < n_rows; ++t)
-    std::copy_n(packed.data() + t * local_rows, local_rows, local.data() + t * slice);
-  comm_->all_gather(local.data(), n_rows * slice, gathered.data());
-  for (int64_t r = 0; r < ranks; ++r)
-    for (int64_t t = 0; t < n_rows; ++t) {
-      const int64_t begin = r * slice, count = std::max<int64_t>(0, std::min(vocab, begin + slice) - begin);
-      std::copy_n(gathered.data() + (r * n_rows + t) * slice, count, logits + t * vocab + begin);
-    }
+  project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
 
 }  // namespace mlaserve

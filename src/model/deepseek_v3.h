@@ -16,6 +16,7 @@
 #include "model/causal_lm.h"
 #include "model/mla.h"
 #include "model/moe.h"
+#include "model/vocab_parallel.h"
 #include "parallel/communicator.h"
 
 namespace mlaserve {
@@ -64,8 +65,6 @@ class DeepseekV3Model : public CausalLM {
 
  private:
   DeepseekV3Model(std::shared_ptr<ModelStorage> storage, DeepseekV3Weights weights);
-  void embed(std::span<const ForwardSequence> batch, float* residual) const;
-  void project_logits(const float* normed, int64_t n_rows, float* logits) const;
 
   std::shared_ptr<ModelStorage> storage_;
   WeightCopies shard_copies_;  // a shard's compacted column slices
@@ -75,7 +74,7 @@ class DeepseekV3Model : public CausalLM {
   MlaShape mla_shape_;
   RouterParams router_;
   Communicator* comm_ = nullptr;             // null: a single rank
-  int64_t vocab_begin_ = 0, vocab_end_ = 0;  // this rank's rows of embed_tokens and lm_head
+  VocabSlice vocab_;                         // this rank's rows of embed_tokens and lm_head
 };
 
 }  // namespace mlaserve

@@ -81,8 +81,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
   if (spec.size == 1 && !spec.copy_weights) return full;
   const Range heads = heads_of_rank(config.num_attention_heads, spec.size, spec.rank);
   MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size, spec.size);
-  const int64_t slice = (config.vocab_size + spec.size - 1) / spec.size;
-  const Range vocab{std::min(config.vocab_size, slice * spec.rank), std::min(config.vocab_size, slice * (spec.rank + 1))};
+  const VocabSlice vocab = VocabSlice::of_rank(config.vocab_size, spec.size, spec.rank);
   const ShardContext context{spec, storage, source};
   DeepseekV3Weights out;
   out.norm = full.norm;

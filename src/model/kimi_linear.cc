@@ -134,7 +134,8 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLine
       kda_shape_{config_.hidden_size, config_.kda->num_heads, config_.kda->head_dim,
                  config_.kda->short_conv_kernel_size, config_.rms_norm_eps,
                  config_.kda->gate_lower_bound ? std::optional<float>(float(*config_.kda->gate_lower_bound)) : std::nullopt},
-      router_(RouterParams::from_config(config_)) {
+      router_(RouterParams::from_config(config_)),
+      vocab_(VocabSlice::whole(config_.vocab_size)) {
   int64_t mla = 0, kda = 0;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i)
     ordinal_.push_back(config_.kda->is_mla_layer[size_t(i)] ? mla++ : kda++);
@@ -169,14 +170,20 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
     if (layer.moe) layer.moe = shard_moe_weights(*layer.moe, context);
     log_shard_progress(spec, i + 1, weights.layers.size());
   }
-  // The LM head is replicated (every rank computes every logit): copied on a single rank only.
-  if (spec.size == 1 && !config_.tie_word_embeddings) weights.lm_head = copied_if_asked(weights.lm_head, context);
+  // Vocabulary-parallel embedding and LM head, as DeepSeek-V3's.
+  MLA_CHECK(config_.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config_.vocab_size,
+            spec.size);
+  const VocabSlice vocab = VocabSlice::of_rank(config_.vocab_size, spec.size, spec.rank);
+  weights.embed_tokens = vocab.size() > 0 ? weights_.embed_tokens.rows_view(vocab.begin, vocab.end) : LinearWeight{};
+  weights.lm_head = vocab.size() > 0 ? weights_.lm_head.rows_view(vocab.begin, vocab.end) : LinearWeight{};
+  if (vocab.size() > 0 && !config_.tie_word_embeddings) weights.lm_head = copied_if_asked(weights.lm_head, context);
   log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(storage_, std::move(weights)));
   shard->shard_copies_ = std::move(copies);
   shard->mla_shape_.n_heads = mla_heads.size();
   shard->kda_shape_.n_heads = kda_heads.size();
   shard->comm_ = spec.size > 1 ? comm : nullptr;
+  shard->vocab_ = vocab;
   if (spec.lock_weights) lock_weights(*shard);
   return shard;
 }
@@ -357,12 +364,7 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
   }
   thread_local std::vector<float> residual, normed;  // reused from step to step
   residual.resize(size_t(n_tokens * hidden));
-  int64_t row = 0;
-  for (const auto& seq : batch)
-    for (int32_t token : seq.tokens) {
-      MLA_CHECK(token >= 0 && token < config_.vocab_size, "token id {} is outside [0, {})", token, config_.vocab_size);
-      dequantize_row(weights_.embed_tokens, token, residual.data() + hidden * row++);
-    }
+  embed_vocab_slice(weights_.embed_tokens, vocab_, config_.vocab_size, hidden, batch, residual.data(), comm_);
   const Pass pass{batch, layout.sequences, n_tokens};
   if (config_.attn_res_block_size)
     run_layers_attn_res(pass, residual);
@@ -373,7 +375,7 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
              normed.data() + r * hidden, hidden);
-  linear(weights_.lm_head, normed.data(), n_out, logits);
+  project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
 
 }  // namespace mlaserve

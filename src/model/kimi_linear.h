@@ -18,6 +18,7 @@
 #include "model/causal_lm.h"
 #include "model/kda.h"
 #include "model/moe.h"
+#include "model/vocab_parallel.h"
 
 namespace mlaserve {
 
@@ -82,6 +83,7 @@ class KimiLinearModel : public CausalLM {
   MlaShape mla_shape_;
   KdaShape kda_shape_;
   RouterParams router_;
+  VocabSlice vocab_;  // this rank's rows of embed_tokens and lm_head
   std::vector<int64_t> ordinal_;  // per layer: its index among the MLA layers or among the KDA layers
 };
 
