@@ -333,7 +333,8 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
   items.clear();
   costs.assign(1, 0);
   for (const auto& p : batch) {
-    MLA_CHECK(p.kv_lora_rank == rank && p.n_heads == batch[0].n_heads, "one decode step's MLA shapes differ");
+    MLA_CHECK(p.kv_lora_rank == rank && p.n_heads == batch[0].n_heads && p.cache.dtype == batch[0].cache.dtype,
+              "one decode step's MLA shapes or cache dtypes differ");
     const int64_t longest = p.first_position + p.n_queries;
     const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
     for (int64_t query = 0; query < p.n_queries; ++query)
@@ -345,15 +346,19 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
   }
   partials.resize(items.size());
   accumulators.resize(items.size() * size_t(B * rank));
+  // The tile kernel, alike for every sequence of the step (one shape, one cache dtype).
+  [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(batch[0]);  // false without AVX512_BF16
+#ifdef MLA_AMX
+  const bool amx_tiles = B == 16 && AmxTiles::supports(batch[0]);
+#endif
   const auto run_part = [&](const BlockedItem& item, Partial<B>& part) {
-    [[maybe_unused]] const MlaAbsorbedParams& p = *item.p;
+    const MlaAbsorbedParams& p = *item.p;
 #ifdef MLA_AMX
     if constexpr (B == 16)
-      if (AmxTiles::supports(p)) return blocked_part<B, AmxTiles>(p, item.query, item.head0, item.begin(), item.end(), part);
+      if (amx_tiles) return blocked_part<B, AmxTiles>(p, item.query, item.head0, item.begin(), item.end(), part);
 #endif
 #if defined(__AVX512BF16__)
-    if (mla_blocked_bf16_products(p))
-      return blocked_part<B, Bf16Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
+    if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
 #endif
     blocked_part<B, Fp32Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
   };

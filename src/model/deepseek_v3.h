@@ -2,7 +2,6 @@
 // first_k_dense_replace layers, routed MoE with shared experts after. HF semantics exactly;
 // activations and accumulations in fp32.
 #pragma once
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>

@@ -7,7 +7,6 @@
 // residuals.
 // Each sequence carries its KDA state beside its latent cache (LatentCacheView::state).
 #pragma once
-#include <deque>
 #include <memory>
 #include <optional>
 #include <variant>

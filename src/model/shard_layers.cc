@@ -11,8 +11,6 @@ int64_t split_alignment(const LinearWeight& weight) {
   return weight.format == WeightFormat::Int4Group || weight.format == WeightFormat::Mxfp4 ? weight.group_size : 1;
 }
 
-void repack_if_asked(LinearWeight& weight, const ShardContext& context) { weight = copied_if_asked(weight, context); }
-
 // Columns [begin, end) of a weight: left a view when it is about to be copied (once, from the
 // view), else compacted (compact_columns).
 LinearWeight column_slice(const LinearWeight& weight, int64_t begin, int64_t end, const ShardContext& context) {
@@ -21,8 +19,8 @@ LinearWeight column_slice(const LinearWeight& weight, int64_t begin, int64_t end
   return compact_columns(view, context.storage, context.source);
 }
 
-MlpWeights repacked_if_asked(MlpWeights mlp, const ShardContext& context) {
-  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) repack_if_asked(*weight, context);
+MlpWeights mlp_copied_if_asked(MlpWeights mlp, const ShardContext& context) {
+  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) *weight = copied_if_asked(*weight, context);
   return mlp;
 }
 
@@ -50,7 +48,7 @@ MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context)
   const ShardSpec& spec = context.spec;
   const Range part = even_split(mlp.gate_proj.rows, spec.size, spec.rank, split_alignment(mlp.down_proj));
   MLA_CHECK(part.size() > 0, "an MLP of width {} cannot be split {} ways", mlp.gate_proj.rows, spec.size);
-  return repacked_if_asked(
+  return mlp_copied_if_asked(
       MlpWeights{mlp.gate_proj.rows_view(part.begin, part.end), mlp.up_proj.rows_view(part.begin, part.end),
                  column_slice(mlp.down_proj, part.begin, part.end, context), mlp.activation},
       context);
@@ -69,15 +67,15 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   // single rank (ranks of a split would each hold a copy of them). kv_b_proj stays mapped for
   // the expanded form; absorbed decode gets its own panels of W_UK transposed and W_UV.
   for (auto* weight : {&out.q_proj, &out.q_b_proj, &out.g_proj})
-    if (*weight) repack_if_asked(**weight, context);
-  repack_if_asked(out.o_proj, context);
+    if (*weight) **weight = copied_if_asked(**weight, context);
+  out.o_proj = copied_if_asked(out.o_proj, context);
   if (context.spec.copy_weights) {
     add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
-    if (out.kv_b_proj.format != WeightFormat::BF16) repack_if_asked(out.kv_b_proj, context);
+    if (out.kv_b_proj.format != WeightFormat::BF16) out.kv_b_proj = copied_if_asked(out.kv_b_proj, context);
   }
   if (context.spec.size == 1) {
-    if (out.q_a_proj) repack_if_asked(*out.q_a_proj, context);
-    repack_if_asked(out.kv_a_proj_with_mqa, context);
+    if (out.q_a_proj) *out.q_a_proj = copied_if_asked(*out.q_a_proj, context);
+    out.kv_a_proj_with_mqa = copied_if_asked(out.kv_a_proj_with_mqa, context);
   }
   return out;
 }
@@ -92,7 +90,7 @@ MoeWeights shard_moe_weights(const MoeWeights& moe, const ShardContext& context)
     out.first_owned_expert = experts.begin;
     out.end_owned_expert = experts.end;
     for (int64_t e = experts.begin; e < experts.end; ++e)
-      out.experts[size_t(e)] = repacked_if_asked(moe.experts[size_t(e)], context);
+      out.experts[size_t(e)] = mlp_copied_if_asked(moe.experts[size_t(e)], context);
   } else {
     for (auto& expert : out.experts) expert = shard_mlp_weights(expert, context);
   }

@@ -4,7 +4,6 @@
 // else each expert's columns. Row slices are views into the mapped checkpoint; column slices
 // are compacted into `storage` (see compact_columns).
 #pragma once
-#include <deque>
 #include <vector>
 
 #include "io/model_config.h"
