@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libcpp-httplib-dev
-          libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy)
+          libopenmpi-dev openmpi-bin libnuma-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -52,24 +52,6 @@ int lock_in_memory(const void* begin, size_t bytes) {
   return ::mlock(begin, bytes) == 0 ? 0 : errno;
 }
 
-int count_numa_nodes(const std::string& node_list) {
-  int nodes = 0;
-  std::istringstream ranges(node_list);
-  for (std::string range; std::getline(ranges, range, ',');) {
-    if (range.find_first_of("0123456789") == std::string::npos) continue;
-    const size_t dash = range.find('-');
-    nodes += dash == std::string::npos ? 1 : std::stoi(range.substr(dash + 1)) - std::stoi(range.substr(0, dash)) + 1;
-  }
-  return nodes;
-}
-
-int numa_node_count() {
-  std::ifstream in("/sys/devices/system/node/online");
-  std::string list;
-  if (!std::getline(in, list)) return 1;
-  return std::max(1, count_numa_nodes(list));
-}
-
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MLA_CHECK(in.good(), "cannot open '{}'", path);

@@ -36,10 +36,4 @@ std::string read_text_file(const std::string& path);  // throws Error naming the
 // (ENOMEM or EPERM past RLIMIT_MEMLOCK without CAP_IPC_LOCK).
 int lock_in_memory(const void* begin, size_t bytes);
 
-// NUMA nodes in a kernel node list such as /sys/devices/system/node/online ("0", "0-1",
-// "0,2-3"), and this machine's count (1 when the list cannot be read). mlaserve does not
-// place memory per node; the runners warn when there is more than one.
-int count_numa_nodes(const std::string& node_list);
-int numa_node_count();
-
 }  // namespace mlaserve

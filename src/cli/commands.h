@@ -23,6 +23,7 @@ struct ParallelFlags {
   double comm_timeout_s = 120;
   bool repack = true;  // weights copied out of the checkpoint at load (ShardSpec::copy_weights)
   bool mlock = false;  // each rank's weights locked in RAM (ShardSpec::lock_weights)
+  std::string numa = "auto";  // parse_numa_mode: auto | bind | off
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
 

@@ -4,7 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
-#include "base/mmap_file.h"
+#include "base/numa.h"
+#include "base/thread_pool.h"
 #include "kernels/linear.h"
 #include "parallel/mpi_world.h"
 #include "parallel/rank_commands.h"
@@ -20,24 +21,69 @@ ParallelOptions parallel_options(const ParallelFlags& flags) {
   options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
   options.copy_weights = flags.repack;
   options.lock_weights = flags.mlock;
+  options.numa = parse_numa_mode(flags.numa);
   return options;
 }
 
-// The model a single rank runs: a shard of size 1 (repacked, locked) when either is asked for.
-std::unique_ptr<CausalLM> single_rank_copy(const CausalLM& model, const ParallelFlags& flags) {
+int env_int(const char* ompi_name, const char* mpich_name, int fallback) {
+  const char* value = std::getenv(ompi_name);
+  if (!value) value = std::getenv(mpich_name);
+  return value ? std::atoi(value) : fallback;
+}
+
+// Where this process runs when it is one rank (--tp 1, or an MPI process), its threads bound
+// to it (the kernel pool restarted, so that its workers inherit the binding). Under mpirun the
+// ranks on this machine split it as thread ranks do, unless the launcher already bound them
+// (--bind-to numa): then each keeps what it was given.
+RankPlacement place_this_process(const ParallelFlags& flags) {
+  const NumaTopology topology = NumaTopology::read();
+  const std::vector<int> allowed = this_thread_cpus();
+  size_t machine_cpus = 0;
+  for (const NumaNode& node : topology.nodes) machine_cpus += node.cpus.size();
+  int rank = 0, ranks = 1;
+  if (launched_by_mpi() && allowed.size() >= machine_cpus) {
+    ranks = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", 1));
+    rank = std::clamp(env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0), 0, ranks - 1);
+  }
+  const RankPlacement placement = plan_rank_placement(topology, allowed, rank, ranks, parse_numa_mode(flags.numa));
+  if (!placement.placed()) return placement;
+  if (const std::string error = bind_this_thread(placement); !error.empty()) {
+    spdlog::warn("could not bind this process to {} ({}); it runs unbound", placement.describe(), error);
+    return {};
+  }
+  set_num_threads(default_num_threads());
+  spdlog::info("this process: {}", placement.describe());
+  return placement;
+}
+
+void place_cache(void* pool, size_t bytes, const RankPlacement& placement) {
+  if (const std::string error = place_memory(pool, bytes, placement.nodes); !error.empty())
+    spdlog::warn("the latent cache could not be placed on {} ({})", placement.describe(), error);
+}
+
+// The model a single rank runs: a shard of size 1 (repacked, locked, on its NUMA node(s)) when
+// either is asked for.
+std::unique_ptr<CausalLM> single_rank_copy(const CausalLM& model, const ParallelFlags& flags,
+                                           const RankPlacement& placement) {
   if (!flags.repack && !flags.mlock) return nullptr;
-  return model.shard({0, 1, false, flags.repack, flags.mlock}, nullptr);
+  return model.shard({0, 1, false, flags.repack, flags.mlock, placement.nodes}, nullptr);
 }
 
 class SingleRunner : public SequenceRunner {
  public:
   SingleRunner(const CausalLM& model, const ParallelFlags& flags, int64_t capacity)
-      : copy_(single_rank_copy(model, flags)), model_(copy_ ? *copy_ : model), cache_(model.config(), capacity) {}
+      : placement_(place_this_process(flags)),
+        copy_(single_rank_copy(model, flags, placement_)),
+        model_(copy_ ? *copy_ : model),
+        cache_(model.config(), capacity) {
+    place_cache(cache_.view().pool, cache_.bytes(), placement_);
+  }
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     model_.forward(tokens, start, cache_.view(), all_logits, logits, path);
   }
 
  private:
+  RankPlacement placement_;
   std::unique_ptr<CausalLM> copy_;
   const CausalLM& model_;
   SequenceCache cache_;
@@ -58,14 +104,15 @@ class ThreadRunner : public SequenceRunner {
   std::unique_ptr<ThreadParallelModel::Sequence> sequence_;
 };
 
-// This process's shard of the model under mpirun.
-std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& flags, Communicator& comm) {
+// This process's shard of the model under mpirun, on its NUMA node(s).
+std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& flags, Communicator& comm,
+                                    const RankPlacement& placement) {
   MLA_CHECK(flags.tp == 1 || flags.tp == comm.size(), "--tp {} does not match the MPI world size {} (mpirun -np)",
             flags.tp, comm.size());
   if (comm.rank() == 0)
     spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm.size(), flags.ep ? "expert" : "tensor",
                  model.config().num_attention_heads / comm.size());
-  return model.shard({comm.rank(), comm.size(), flags.ep, flags.repack, flags.mlock}, &comm);
+  return model.shard({comm.rank(), comm.size(), flags.ep, flags.repack, flags.mlock, placement.nodes}, &comm);
 }
 
 // Under mpirun every process runs the same command on its own shard and latent cache; the
@@ -73,7 +120,12 @@ std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ParallelFlags& 
 class MpiRunner : public SequenceRunner {
  public:
   MpiRunner(const CausalLM& model, const ParallelFlags& flags, int64_t capacity)
-      : comm_(make_mpi_communicator()), cache_(model.config(), capacity), shard_(mpi_shard(model, flags, *comm_)) {}
+      : placement_(place_this_process(flags)),
+        comm_(make_mpi_communicator()),
+        cache_(model.config(), capacity),
+        shard_(mpi_shard(model, flags, *comm_, placement_)) {
+    place_cache(cache_.view().pool, cache_.bytes(), placement_);
+  }
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     shard_->forward(tokens, start, cache_.view(), all_logits, logits, path);
   }
@@ -82,6 +134,7 @@ class MpiRunner : public SequenceRunner {
   int ranks() const override { return comm_->size(); }
 
  private:
+  RankPlacement placement_;
   std::unique_ptr<Communicator> comm_;
   SequenceCache cache_;
   std::unique_ptr<CausalLM> shard_;
@@ -97,6 +150,7 @@ class ThreadRanksExecutor : public ModelExecutor {
     for (int rank = 0; rank < ranks_.size(); ++rank) {
       pools_.emplace_back(new uint8_t[bytes]);
       pool_addresses_.push_back(pools_.back().get());
+      ranks_.place_cache_pool(pool_addresses_.back(), bytes, rank);
     }
     return pool_addresses_[0];
   }
@@ -117,7 +171,9 @@ class ThreadRanksExecutor : public ModelExecutor {
 class MpiLeaderExecutor : public ModelExecutor {
  public:
   MpiLeaderExecutor(const CausalLM& model, const ParallelFlags& flags)
-      : comm_(make_mpi_communicator()), shard_(mpi_shard(model, flags, *comm_)) {}
+      : placement_(place_this_process(flags)),
+        comm_(make_mpi_communicator()),
+        shard_(mpi_shard(model, flags, *comm_, placement_)) {}
   ~MpiLeaderExecutor() override { send_stop(*comm_); }
   const ModelConfig& config() const override { return shard_->config(); }
   int ranks() const override { return comm_->size(); }
@@ -125,6 +181,7 @@ class MpiLeaderExecutor : public ModelExecutor {
   void* allocate_cache(size_t bytes) override {
     send_allocate_cache(*comm_, int64_t(bytes));
     pool_.reset(new uint8_t[bytes]);
+    place_cache(pool_.get(), bytes, placement_);
     return pool_.get();
   }
   void forward(std::span<const ForwardSequence> batch, float* logits) override {
@@ -137,20 +194,13 @@ class MpiLeaderExecutor : public ModelExecutor {
   }
 
  private:
+  RankPlacement placement_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<CausalLM> shard_;
   std::unique_ptr<uint8_t[]> pool_;
 };
 
-// The kernels this build runs and, on a machine with several NUMA nodes, what mlaserve does not do there.
-void log_machine() {
-  spdlog::info("kernels: {}", kernel_features());
-  if (const int nodes = numa_node_count(); nodes > 1)
-    spdlog::warn("this machine has {} NUMA nodes and mlaserve does not place weights per node (each page stays on the "
-                 "node that first touched it); for the full memory bandwidth run one MPI rank per node bound to it "
-                 "(mpirun --bind-to numa) or interleave pages (numactl --interleave=all)",
-                 nodes);
-}
+void log_machine() { spdlog::info("kernels: {}", kernel_features()); }
 
 }  // namespace
 
@@ -159,8 +209,10 @@ std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, cons
   log_machine();
   if (launched_by_mpi()) return std::make_unique<MpiLeaderExecutor>(model, flags);
   if (flags.tp == 1) {
-    auto copy = single_rank_copy(model, flags);
-    return copy ? std::make_unique<SingleRankExecutor>(std::move(copy)) : std::make_unique<SingleRankExecutor>(model);
+    const RankPlacement placement = place_this_process(flags);
+    auto copy = single_rank_copy(model, flags, placement);
+    return copy ? std::make_unique<SingleRankExecutor>(std::move(copy), placement.nodes)
+                : std::make_unique<SingleRankExecutor>(model, placement.nodes);
   }
   return std::make_unique<ThreadRanksExecutor>(model, parallel_options(flags));
 }
@@ -168,8 +220,9 @@ std::unique_ptr<ModelExecutor> create_model_executor(const CausalLM& model, cons
 bool is_mpi_follower() { return launched_by_mpi() && make_mpi_communicator()->rank() != 0; }
 
 void follow_rank_zero(const CausalLM& model, const ParallelFlags& flags) {
+  const RankPlacement placement = place_this_process(flags);
   auto comm = make_mpi_communicator();
-  auto shard = mpi_shard(model, flags, *comm);
+  auto shard = mpi_shard(model, flags, *comm, placement);
   std::unique_ptr<uint8_t[]> pool;
   std::vector<float> logits;
   for (;;) {
@@ -177,6 +230,7 @@ void follow_rank_zero(const CausalLM& model, const ParallelFlags& flags) {
     if (command.kind == RankCommandKind::Stop) return;
     if (command.kind == RankCommandKind::AllocateCache) {
       pool.reset(new uint8_t[size_t(command.cache_bytes)]);
+      place_cache(pool.get(), size_t(command.cache_bytes), placement);
       continue;
     }
     if (command.kind == RankCommandKind::CopyInCache) {
@@ -198,6 +252,12 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
                 "attention projections and LM head at load, BF16 into the CPU kernels' panel layout and other "
                 "formats as stored, onto huge pages: faster prefill and decode, those weights no longer paged "
                 "from the file)");
+  cmd->add_option("--numa", flags.numa,
+                  "auto: on a machine with several NUMA nodes bind each rank's threads to its node(s) (ranks split "
+                  "the nodes, or share a node's cores) and put its weight copies and latent cache there, a lone "
+                  "rank's interleaved over all nodes; bind: the same on one node; off: leave them to the kernel")
+      ->check(CLI::IsMember({"auto", "bind", "off"}))
+      ->capture_default_str();
   cmd->add_flag("--mlock", flags.mlock,
                 "lock each rank's weights in RAM (mlock) so memory pressure cannot page them out; needs "
                 "CAP_IPC_LOCK or a large enough `ulimit -l` (warns and runs unlocked otherwise)");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model/causal_lm.h"
 
@@ -31,11 +32,13 @@ class ModelExecutor {
 // memmove inside one pool.
 void copy_within(void* pool, int64_t from, int64_t to, int64_t bytes);
 
-// The whole model on this thread's kernel pool.
+// The whole model on this thread's kernel pool; its cache pool on `numa_nodes` (place_memory).
 class SingleRankExecutor : public ModelExecutor {
  public:
-  explicit SingleRankExecutor(const CausalLM& model) : model_(model) {}
-  explicit SingleRankExecutor(std::unique_ptr<CausalLM> owned) : owned_(std::move(owned)), model_(*owned_) {}
+  explicit SingleRankExecutor(const CausalLM& model, std::vector<int> numa_nodes = {})
+      : model_(model), numa_nodes_(std::move(numa_nodes)) {}
+  explicit SingleRankExecutor(std::unique_ptr<CausalLM> owned, std::vector<int> numa_nodes = {})
+      : owned_(std::move(owned)), model_(*owned_), numa_nodes_(std::move(numa_nodes)) {}
   const ModelConfig& config() const override { return model_.config(); }
   std::string describe() const override { return "1 rank"; }
   void* allocate_cache(size_t bytes) override;
@@ -45,6 +48,7 @@ class SingleRankExecutor : public ModelExecutor {
  private:
   std::unique_ptr<CausalLM> owned_;  // the model_ it runs, when it owns it
   const CausalLM& model_;
+  std::vector<int> numa_nodes_;
   std::unique_ptr<uint8_t[]> pool_;
 };
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/numa.h"
 #include "base/thread_pool.h"
 
 namespace mlaserve {
@@ -97,23 +98,25 @@ namespace {
 
 constexpr size_t kHugePage = size_t(2) << 20, kSharedBlock = size_t(32) << 20;
 
-uint8_t* huge_page_block(size_t bytes) {
+}  // namespace
+
+uint8_t* WeightCopies::new_block(size_t bytes) {
   auto* block = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
   MLA_CHECK(block != nullptr, "out of memory copying {} bytes of weights", bytes);
   madvise(block, bytes, MADV_HUGEPAGE);  // advice only: no error if refused
-  return block;
+  const std::string error = place_memory(block, bytes, numa_nodes_);
+  if (placement_error_.empty()) placement_error_ = error;
+  return blocks_.emplace_back(block).get();
 }
-
-}  // namespace
 
 uint8_t* WeightCopies::allocate(size_t bytes) {
   bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   bytes_ += bytes;
   if (bytes >= kHugePage) {
-    return blocks_.emplace_back(huge_page_block((bytes + kHugePage - 1) / kHugePage * kHugePage)).get();
+    return new_block((bytes + kHugePage - 1) / kHugePage * kHugePage);
   }
   if (bytes > left_) {
-    next_ = blocks_.emplace_back(huge_page_block(kSharedBlock)).get();
+    next_ = new_block(kSharedBlock);
     left_ = kSharedBlock;
   }
   uint8_t* copy = next_;

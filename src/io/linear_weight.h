@@ -85,17 +85,26 @@ struct LinearWeight {
 // matrix) are packed one after another into shared 32 MB blocks: malloc'd one by one they sat
 // on 4 KB pages, and mini's routed experts read at ~17 GB/s where its huge-page LM head read
 // at ~30. Not zeroed: whoever fills a copy touches its pages first, so for the repacking the
-// pool's threads fault them in (and the kernel clears them) in parallel.
+// pool's threads fault them in (and the kernel clears them) in parallel. With NUMA nodes
+// (`--numa`: the rank's), each block's pages are placed on them before anything touches them.
 class WeightCopies {
  public:
+  explicit WeightCopies(std::vector<int> numa_nodes = {}) : numa_nodes_(std::move(numa_nodes)) {}
   // `bytes` of uninitialised memory, 64-byte aligned, owned until this is destroyed.
   uint8_t* allocate(size_t bytes);
   size_t bytes() const { return bytes_; }  // allocated so far
+  const std::vector<int>& numa_nodes() const { return numa_nodes_; }
+  // The first failure to place a block on the nodes ("" when none: the copies run unplaced).
+  const std::string& placement_error() const { return placement_error_; }
 
  private:
   struct Free {
     void operator()(uint8_t* block) const;
   };
+  uint8_t* new_block(size_t bytes);
+
+  std::vector<int> numa_nodes_;
+  std::string placement_error_;
   std::vector<std::unique_ptr<uint8_t, Free>> blocks_;
   uint8_t* next_ = nullptr;  // the free end of the last shared block
   size_t left_ = 0;          // bytes free after next_

@@ -68,6 +68,9 @@ struct ShardSpec {
   bool copy_weights = false;
   // The rank's weights locked in RAM once sharded (lock_weights); also with size 1.
   bool lock_weights = false;
+  // The NUMA nodes the rank's copies are placed on (`--numa`, RankPlacement::nodes; empty:
+  // wherever the copying threads first touch them).
+  std::vector<int> numa_nodes;
 };
 
 class CausalLM {
@@ -108,6 +111,7 @@ class SequenceCache {
  public:
   SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype = CacheDType::F32);
   const LatentCacheView& view() const { return view_; }
+  size_t bytes() const { return storage_.size(); }
 
  private:
   std::vector<uint8_t> storage_;

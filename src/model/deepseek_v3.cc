@@ -41,7 +41,7 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_
 
 std::unique_ptr<CausalLM> DeepseekV3Model::shard(const ShardSpec& spec, Communicator* comm) const {
   const auto start = std::chrono::steady_clock::now();
-  WeightCopies copies;
+  WeightCopies copies(spec.numa_nodes);
   DeepseekV3Weights weights = shard_deepseek_v3_weights(weights_, config_, spec, copies, &storage_->checkpoint);
   log_shard_copies(spec, copies, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   auto shard = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(storage_, std::move(weights)));

@@ -157,7 +157,7 @@ std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communic
   const Range mla_heads = heads_of_rank(config_.num_attention_heads, spec.size, spec.rank);
   const Range kda_heads = heads_of_rank(config_.kda->num_heads, spec.size, spec.rank);
   const auto start = std::chrono::steady_clock::now();
-  WeightCopies copies;
+  WeightCopies copies(spec.numa_nodes);
   const ShardContext context{spec, copies, &storage_->checkpoint};
   KimiLinearWeights weights = weights_;
   for (size_t i = 0; i < weights.layers.size(); ++i) {

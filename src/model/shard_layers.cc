@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/numa.h"
 
 namespace mlaserve {
 namespace {
@@ -42,6 +43,9 @@ void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double 
   if (bytes == 0) return;
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
                double(bytes) / 1e9, spec.copy_weights ? "BF16 panels, other formats as stored" : "column slices", seconds);
+  if (!copies.placement_error().empty())
+    spdlog::warn("rank {} of {}: its weight copies could not be placed on NUMA node(s) {} ({}); they stay where first "
+                 "touched", spec.rank, spec.size, format_cpu_list(copies.numa_nodes()), copies.placement_error());
 }
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context) {

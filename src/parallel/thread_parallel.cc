@@ -12,10 +12,16 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOpt
     : config_(full.config()), errors_(size_t(options.size)) {
   MLA_CHECK(options.size >= 1, "the tensor-parallel size must be at least 1, got {}", options.size);
   comms_ = make_thread_communicators(options.size, options.collective_timeout);
+  const NumaTopology topology = NumaTopology::read();
+  const std::vector<int> allowed_cpus = this_thread_cpus();
+  for (int rank = 0; rank < options.size; ++rank) {
+    placements_.push_back(plan_rank_placement(topology, allowed_cpus, rank, options.size, options.numa));
+    if (placements_.back().placed()) spdlog::info("rank {}: {}", rank, placements_.back().describe());
+  }
   for (int rank = 0; rank < options.size; ++rank)
-    shards_.push_back(
-        full.shard({rank, options.size, options.expert_parallel, options.copy_weights, options.lock_weights},
-                   comms_[size_t(rank)].get()));
+    shards_.push_back(full.shard({rank, options.size, options.expert_parallel, options.copy_weights,
+                                  options.lock_weights, placements_[size_t(rank)].nodes},
+                                 comms_[size_t(rank)].get()));
   const int total = options.threads > 0 ? options.threads : default_num_threads();
   const int per_rank = std::max(1, total / options.size);
   spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.size,
@@ -33,6 +39,9 @@ ThreadParallelModel::~ThreadParallelModel() {
 }
 
 void ThreadParallelModel::rank_loop(int rank, int threads) {
+  // The pool's workers inherit this thread's CPUs and memory policy.
+  if (const std::string error = bind_this_thread(placements_[size_t(rank)]); !error.empty())
+    spdlog::warn("rank {}: could not bind it to {} ({}); it runs unbound", rank, placements_[size_t(rank)].describe(), error);
   ScopedThreadPool pool(threads);
   uint64_t seen = 0;
   for (;;) {
@@ -73,8 +82,16 @@ void ThreadParallelModel::run_on_all_ranks(const std::function<void(int)>& job) 
 
 std::unique_ptr<ThreadParallelModel::Sequence> ThreadParallelModel::new_sequence(int64_t capacity) const {
   auto sequence = std::make_unique<Sequence>();
-  for (int rank = 0; rank < size(); ++rank) sequence->caches.push_back(std::make_unique<SequenceCache>(config_, capacity));
+  for (int rank = 0; rank < size(); ++rank) {
+    sequence->caches.push_back(std::make_unique<SequenceCache>(config_, capacity));
+    place_cache_pool(sequence->caches.back()->view().pool, sequence->caches.back()->bytes(), rank);
+  }
   return sequence;
+}
+
+void ThreadParallelModel::place_cache_pool(void* pool, size_t bytes, int rank) const {
+  if (const std::string error = place_memory(pool, bytes, placement(rank).nodes); !error.empty())
+    spdlog::warn("rank {}: its latent cache could not be placed on {} ({})", rank, placement(rank).describe(), error);
 }
 
 void ThreadParallelModel::forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position,

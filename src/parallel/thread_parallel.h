@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/numa.h"
 #include "model/causal_lm.h"
 #include "parallel/communicator.h"
 
@@ -24,6 +25,7 @@ struct ParallelOptions {
   std::chrono::milliseconds collective_timeout{120000};
   bool copy_weights = false;      // ShardSpec::copy_weights
   bool lock_weights = false;     // ShardSpec::lock_weights
+  NumaMode numa = NumaMode::Auto;  // each rank's threads and memory on its NUMA node(s) (plan_rank_placement)
 };
 
 class ThreadParallelModel {
@@ -33,12 +35,15 @@ class ThreadParallelModel {
 
   const ModelConfig& config() const { return config_; }
   int size() const { return int(shards_.size()); }
+  const RankPlacement& placement(int rank) const { return placements_[size_t(rank)]; }
   double collective_seconds(int rank) const { return comms_[size_t(rank)]->collective_seconds(); }
 
   struct Sequence {
     std::vector<std::unique_ptr<SequenceCache>> caches;  // one per rank
   };
-  std::unique_ptr<Sequence> new_sequence(int64_t capacity) const;
+  std::unique_ptr<Sequence> new_sequence(int64_t capacity) const;  // each rank's cache on its node(s)
+  // Places `rank`'s cache pool of `bytes` on its NUMA node(s); a warning if that fails.
+  void place_cache_pool(void* pool, size_t bytes, int rank) const;
   // As CausalLM::forward for one sequence; rank 0's logits land in `logits`.
   void forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position, bool all_logits,
                float* logits, MlaPath path = MlaPath::Auto);
@@ -51,6 +56,7 @@ class ThreadParallelModel {
   void rank_loop(int rank, int threads);
 
   ModelConfig config_;
+  std::vector<RankPlacement> placements_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<CausalLM>> shards_;
   std::vector<std::thread> threads_;
