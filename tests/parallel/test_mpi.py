@@ -21,6 +21,28 @@ def mpirun(n, *args, timeout=300):
     return subprocess.run(["mpirun", "--oversubscribe", "-np", str(n), *args], capture_output=True, text=True, timeout=timeout)
 
 
+def check_numa_bind(binary, model, ids, want, work):
+    """--numa bind (what auto does on a machine with several nodes): one rank binds itself and
+    gives the unbound logits bit for bit; two MPI processes that mpirun left unbound split the
+    node's CPUs by local rank."""
+    out = os.path.join(work, "numa.npy")
+    proc = subprocess.run([binary, "logits", "--model", model, "--ids", ids, "--out", out, "--numa", "bind"],
+                          capture_output=True, text=True)
+    check("logits --numa bind: bound, the unbound logits bit for bit", proc.returncode == 0 and
+          "this process: node" in proc.stderr and np.array_equal(np.load(out), want), proc.stderr[-300:])
+    os.remove(out)
+    proc = mpirun(2, "--bind-to", "none", binary, "logits", "--model", model, "--ids", ids, "--out", out, "--numa", "bind")
+    placed = sorted(line.split("this process: ")[1] for line in proc.stderr.splitlines() if "this process: " in line)
+    with open("/sys/devices/system/node/node0/cpulist") as f:  # e.g. "0-1" or "0,2"
+        ranges = [part.split("-") for part in f.read().strip().split(",")]
+    node0_cpus = sum(int(r[-1]) - int(r[0]) + 1 for r in ranges)
+    # Two CPUs or more: one each; a one-CPU node binds both processes to it.
+    ok = proc.returncode == 0 and len(placed) == 2 and (len(set(placed)) == 2 or node0_cpus < 2)
+    error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
+    check(f"mpirun -np 2 --numa bind: each process on its share of node 0 ({placed}), rel error {error:.1e}",
+          ok and error <= 1e-5, proc.stderr[-300:])
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     if shutil.which("mpirun") is None:
@@ -43,6 +65,7 @@ def main():
         ok = proc.returncode == 0 and os.path.exists(out)
         error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
         check(f"mpirun -np 2 logits, {label} (rel error {error:.1e})", ok and error <= 1e-5, proc.stderr[-300:])
+    check_numa_bind(binary, model, ids, want, work)
     k3 = os.path.join(work, "kimi-k3-f32")
     if not os.path.exists(os.path.join(k3, "config.json")):
         subprocess.run([binary, "make-model", "--preset", "kimi-k3-tiny", "--dtype", "f32", "--seed", "4", k3], check=True,
