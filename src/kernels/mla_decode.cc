@@ -332,6 +332,13 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
   std::vector<float>& accumulators = accumulator_buffer;
   items.clear();
   costs.assign(1, 0);
+  // A pair splits into at most ceil(threads / pairs) parts: room for them all, so that
+  // splitting once sequences grow deeper does not reallocate.
+  const size_t most_items = size_t(pairs + threads);
+  items.reserve(most_items);
+  costs.reserve(most_items + 1);
+  partials.reserve(most_items);
+  accumulators.reserve(most_items * size_t(B * rank));
   for (const auto& p : batch) {
     MLA_CHECK(p.kv_lora_rank == rank && p.n_heads == batch[0].n_heads && p.cache.dtype == batch[0].cache.dtype,
               "one decode step's MLA shapes or cache dtypes differ");

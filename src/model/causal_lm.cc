@@ -19,8 +19,10 @@ int64_t logit_rows(std::span<const ForwardSequence> batch) {
   return rows;
 }
 
-BatchLayout layout_batch(std::span<const ForwardSequence> batch) {
-  BatchLayout layout;
+void layout_batch(std::span<const ForwardSequence> batch, BatchLayout& layout) {
+  layout.sequences.clear();
+  layout.logit_tokens.clear();
+  layout.n_tokens = 0;
   for (const auto& seq : batch) {
     const int64_t count = int64_t(seq.tokens.size()), first = layout.n_tokens;
     MLA_CHECK(count > 0, "forward needs at least one token per sequence");
@@ -33,7 +35,6 @@ BatchLayout layout_batch(std::span<const ForwardSequence> batch) {
       layout.logit_tokens.push_back(first + count - 1);
     layout.n_tokens += count;
   }
-  return layout;
 }
 
 double active_weight_bytes(double total_bytes, double embedding_bytes, double routed_bytes, const ModelConfig& config) {

@@ -31,13 +31,15 @@ struct ForwardSequence {
 int64_t logit_rows(std::span<const ForwardSequence> batch);
 
 // A batch laid out as one token matrix: each sequence's slice of it and the rows that need
-// logits. Throws Error for an empty sequence or one that overruns its cache.
+// logits. layout_batch refills `layout` (a forward keeps one a thread, so its vectors keep
+// their capacity from step to step); throws Error for an empty sequence or one that overruns
+// its cache.
 struct BatchLayout {
   std::vector<MlaSequence> sequences;
   std::vector<int64_t> logit_tokens;  // batch indices of the tokens that need logits
   int64_t n_tokens = 0;
 };
-BatchLayout layout_batch(std::span<const ForwardSequence> batch);
+void layout_batch(std::span<const ForwardSequence> batch, BatchLayout& layout);
 
 // The mapped checkpoint and the buffers the loader converted: shared by a model's shards.
 struct ModelStorage {

@@ -82,7 +82,8 @@ double DeepseekV3Model::active_weight_bytes_per_token() const {
 
 void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {
   const int64_t hidden = config_.hidden_size;
-  const BatchLayout layout = layout_batch(batch);
+  thread_local BatchLayout layout;
+  layout_batch(batch, layout);
   const int64_t n_tokens = layout.n_tokens;
   const std::vector<MlaSequence>& sequences = layout.sequences;
   const std::vector<int64_t>& logit_tokens = layout.logit_tokens;

@@ -355,7 +355,8 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
 
 void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits) const {
   const int64_t hidden = config_.hidden_size;
-  const BatchLayout layout = layout_batch(batch);
+  thread_local BatchLayout layout;
+  layout_batch(batch, layout);
   const int64_t n_tokens = layout.n_tokens;
   for (const auto& seq : batch) {
     MLA_CHECK(seq.cache.state(), "{} needs a recurrent state with each sequence's cache", config_.model_type);

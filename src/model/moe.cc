@@ -21,16 +21,15 @@ float glu(const GluActivation& act, float gate, float up) {
 }
 
 // One expert (or MLP) of a layer on the tokens routed to it: out[token] += weight * mlp(x).
-// Jobs live in thread-local lists reused from step to step (JobList), so their vectors keep
-// their capacity and the decode path allocates nothing once they have grown.
+// Its tokens, weights and inputs are slices of buffers shared by the step's jobs (JobList),
+// which keep their capacity from step to step: a decode step allocates nothing.
 struct ExpertJob {
   const MlpWeights* mlp = nullptr;
-  std::vector<int64_t> tokens;  // rows of x / out
-  std::vector<float> weights;   // one per token
-  const float* input = nullptr;  // [tokens, in width]: x itself, or `gathered`
-  std::vector<float> gathered;
-  std::vector<float> hidden;    // [tokens, intermediate]: act(gate) * up
-  int64_t first_cost = 0;       // of this job's gate/up rows among all the jobs' (pass 1)
+  std::span<const int64_t> tokens;  // rows of x / out
+  std::span<const float> weights;   // one per token
+  const float* input = nullptr;     // [tokens, in width]: x itself, or gathered rows of it
+  float* hidden = nullptr;          // [tokens, intermediate]: act(gate) * up (run_expert_jobs)
+  int64_t first_cost = 0;           // of this job's gate/up rows among all the jobs' (pass 1)
 };
 
 // Pass 1 splits the jobs' gate/up rows by cost, not by count. A row costs reading it plus its
@@ -64,10 +63,17 @@ int64_t row_at_cost(const ExpertJob& job, int64_t cost) {
 // no locking.
 void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, int64_t out_width) {
   int64_t total_cost = 0;
+  size_t hidden_size = 0;
   for (auto& job : jobs) {
     job.first_cost = total_cost;
     total_cost += job.mlp->gate_proj.rows * row_cost(job);
-    job.hidden.resize(job.tokens.size() * size_t(job.mlp->gate_proj.rows));
+    hidden_size += job.tokens.size() * size_t(job.mlp->gate_proj.rows);
+  }
+  thread_local std::vector<float> hidden;
+  hidden.resize(hidden_size);
+  for (size_t at = 0; auto& job : jobs) {
+    job.hidden = hidden.data() + at;
+    at += job.tokens.size() * size_t(job.mlp->gate_proj.rows);
   }
   const int n_threads = thread_pool().size();
   thread_pool().parallel_for(n_threads, [&](int64_t first_thread, int64_t end_thread, int) {
@@ -78,7 +84,7 @@ void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, in
       if (row_begin >= row_end) continue;
       thread_local std::vector<float> up;
       up.resize(size_t(count * (row_end - row_begin)));
-      float* gate = job.hidden.data() + row_begin;
+      float* gate = job.hidden + row_begin;
       linear_rows(job.mlp->gate_proj, row_begin, row_end, job.input, in_width, count, gate, width);
       linear_rows(job.mlp->up_proj, row_begin, row_end, job.input, in_width, count, up.data(), row_end - row_begin);
       for (int64_t t = 0; t < count; ++t)
@@ -91,7 +97,7 @@ void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, in
     for (const auto& job : jobs) {
       const int64_t count = int64_t(job.tokens.size()), width = job.mlp->gate_proj.rows;
       partial.resize(size_t(count * (end - begin)));
-      linear_rows(job.mlp->down_proj, begin, end, job.hidden.data(), width, count, partial.data(), end - begin);
+      linear_rows(job.mlp->down_proj, begin, end, job.hidden, width, count, partial.data(), end - begin);
       for (int64_t t = 0; t < count; ++t)
         simd::axpy(job.weights[size_t(t)], partial.data() + t * (end - begin), out + job.tokens[size_t(t)] * out_width + begin,
                    end - begin);
@@ -99,47 +105,65 @@ void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, in
   }, 8);
 }
 
-// The jobs of one step: `used` of `jobs`, whose elements (and their vectors) are kept.
+// The jobs of one step (a thread-local list: its vectors keep their capacity).
 struct JobList {
   std::vector<ExpertJob> jobs;
-  size_t used = 0;
-  ExpertJob& add(const MlpWeights& mlp) {
-    if (used == jobs.size()) jobs.emplace_back();
-    ExpertJob& job = jobs[used++];
-    job.mlp = &mlp;
-    job.tokens.clear();
-    job.weights.clear();
-    return job;
+  std::vector<int64_t> all_tokens;  // 0, 1, ..., n_tokens - 1: an MLP's or shared expert's tokens
+  std::vector<float> ones;          // their weights
+  std::vector<float> gathered;      // the routed jobs' input rows, job after job
+  void clear() { jobs.clear(); }
+};
+
+// The routed tokens grouped by expert: expert e's are pairs [first[e], first[e + 1]) of
+// `tokens` (rows of x) and `weights`, in token order (a counting sort of the router's choices).
+struct ExpertAssignments {
+  std::vector<int64_t> first, tokens;
+  std::vector<float> weights;
+  void assign(std::span<const int32_t> ids, std::span<const float> id_weights, int64_t top_k, int64_t n_experts) {
+    first.assign(size_t(n_experts + 1), 0);
+    for (int32_t id : ids) ++first[size_t(id) + 1];
+    for (size_t e = 0; e < size_t(n_experts); ++e) first[e + 1] += first[e];
+    tokens.resize(ids.size());
+    weights.resize(ids.size());
+    thread_local std::vector<int64_t> next;
+    next.assign(first.begin(), first.end() - 1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto at = size_t(next[size_t(ids[i])]++);
+      tokens[at] = int64_t(i) / top_k;
+      weights[at] = id_weights[i];
+    }
   }
-  std::span<ExpertJob> active() { return {jobs.data(), used}; }
 };
 
 void add_all_tokens_job(JobList& list, const MlpWeights& mlp, const float* x, int64_t n_tokens) {
-  ExpertJob& job = list.add(mlp);
-  for (int64_t t = 0; t < n_tokens; ++t) job.tokens.push_back(t);
-  job.weights.assign(size_t(n_tokens), 1.0f);
-  job.input = x;
+  list.all_tokens.resize(size_t(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) list.all_tokens[size_t(t)] = t;
+  list.ones.assign(size_t(n_tokens), 1.0f);
+  list.jobs.push_back({&mlp, list.all_tokens, list.ones, x});
 }
 
 std::atomic<int64_t> routed_bytes_read{0};
 
 // Jobs for the routed experts this rank owns that have tokens, inputs gathered from x; their
 // weights' bytes are added to routed_bytes_read.
-void add_routed_jobs(const MoeWeights& weights, const std::vector<std::vector<std::pair<int64_t, float>>>& tokens_of,
-                     const float* x, int64_t width, JobList& list) {
+void add_routed_jobs(const MoeWeights& weights, const ExpertAssignments& assigned, const float* x, int64_t width,
+                     JobList& list) {
+  const int64_t n_experts = int64_t(assigned.first.size()) - 1;
+  const int64_t begin = std::clamp<int64_t>(weights.first_owned_expert, 0, n_experts);
+  const int64_t end = std::clamp<int64_t>(weights.end_owned_expert, begin, n_experts);
+  const int64_t first_row = assigned.first[size_t(begin)], end_row = assigned.first[size_t(end)];
+  list.gathered.resize(size_t((end_row - first_row) * width));
+  for (int64_t row = first_row; row < end_row; ++row)
+    std::memcpy(list.gathered.data() + (row - first_row) * width, x + assigned.tokens[size_t(row)] * width,
+                size_t(width) * sizeof(float));
   int64_t bytes = 0;
-  for (int64_t e = 0; e < int64_t(tokens_of.size()); ++e) {
-    const auto& assigned = tokens_of[size_t(e)];
-    if (assigned.empty() || e < weights.first_owned_expert || e >= weights.end_owned_expert) continue;
-    ExpertJob& job = list.add(weights.experts[size_t(e)]);
-    job.gathered.resize(assigned.size() * size_t(width));
-    for (size_t i = 0; i < assigned.size(); ++i) {
-      job.tokens.push_back(assigned[i].first);
-      job.weights.push_back(assigned[i].second);
-      std::memcpy(job.gathered.data() + i * size_t(width), x + assigned[i].first * width, size_t(width) * sizeof(float));
-    }
-    job.input = job.gathered.data();
-    bytes += int64_t(job.mlp->bytes());
+  for (int64_t e = begin; e < end; ++e) {
+    const int64_t row = assigned.first[size_t(e)], count = assigned.first[size_t(e) + 1] - row;
+    if (count == 0) continue;
+    list.jobs.push_back({&weights.experts[size_t(e)], std::span(assigned.tokens).subspan(size_t(row), size_t(count)),
+                         std::span(assigned.weights).subspan(size_t(row), size_t(count)),
+                         list.gathered.data() + (row - first_row) * width});
+    bytes += int64_t(weights.experts[size_t(e)].bytes());
   }
   routed_bytes_read.fetch_add(bytes, std::memory_order_relaxed);
 }
@@ -152,9 +176,9 @@ void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, fl
   const int64_t hidden = weights.gate_proj.cols;
   std::fill(out, out + n_tokens * weights.down_proj.rows, 0.0f);
   thread_local JobList list;
-  list.used = 0;
+  list.clear();
   add_all_tokens_job(list, weights, x, n_tokens);
-  run_expert_jobs(list.active(), hidden, out, weights.down_proj.rows);
+  run_expert_jobs(list.jobs, hidden, out, weights.down_proj.rows);
 }
 
 void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
@@ -163,28 +187,25 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   // Reused from step to step: the decode path allocates nothing once these have grown.
   thread_local std::vector<float> logits, expert_weights;
   thread_local std::vector<int32_t> ids;
-  thread_local std::vector<std::vector<std::pair<int64_t, float>>> tokens_of;
+  thread_local ExpertAssignments assigned;
   logits.resize(size_t(n_tokens * router.n_experts));  // [n_tokens, n_experts]
   linear(weights.gate, x, n_tokens, logits.data());
   ids.resize(size_t(n_tokens * top_k));
   expert_weights.resize(size_t(n_tokens * top_k));
-  tokens_of.resize(static_cast<size_t>(router.n_experts));
-  for (auto& assigned : tokens_of) assigned.clear();
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  for (int64_t t = 0; t < n_tokens; ++t)
     route_token(logits.data() + t * router.n_experts, weights.e_score_correction_bias, router,
                 ids.data() + t * top_k, expert_weights.data() + t * top_k);
-    for (int64_t k = 0; k < top_k; ++k)
-      tokens_of[ids[t * top_k + k]].emplace_back(t, expert_weights[t * top_k + k]);
-  }
+  assigned.assign(ids, expert_weights, top_k, router.n_experts);
   std::fill(out, out + n_tokens * hidden, 0.0f);
   thread_local JobList list, routed_list;
-  list.used = routed_list.used = 0;
+  list.clear();
+  routed_list.clear();
   if (weights.shared_experts) add_all_tokens_job(list, *weights.shared_experts, x, n_tokens);
   if (!weights.latent) {
-    add_routed_jobs(weights, tokens_of, x, hidden, list);
-    return run_expert_jobs(list.active(), hidden, out, hidden);
+    add_routed_jobs(weights, assigned, x, hidden, list);
+    return run_expert_jobs(list.jobs, hidden, out, hidden);
   }
-  if (list.used > 0) run_expert_jobs(list.active(), hidden, out, hidden);
+  if (!list.jobs.empty()) run_expert_jobs(list.jobs, hidden, out, hidden);
   const LatentMoeWeights& latent = *weights.latent;
   const int64_t width = latent.routed_expert_down_proj.rows;
   thread_local std::vector<float> h, routed, back;
@@ -192,8 +213,8 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   routed.assign(h.size(), 0.0f);
   back.resize(size_t(n_tokens * hidden));
   linear(latent.routed_expert_down_proj, x, n_tokens, h.data());
-  add_routed_jobs(weights, tokens_of, h.data(), width, routed_list);
-  run_expert_jobs(routed_list.active(), width, routed.data(), width);
+  add_routed_jobs(weights, assigned, h.data(), width, routed_list);
+  run_expert_jobs(routed_list.jobs, width, routed.data(), width);
   if (comm) comm->all_reduce_sum(routed.data(), int64_t(routed.size()));
   if (comm && comm->rank() != 0) return;
   if (latent.routed_expert_norm)
