@@ -107,12 +107,16 @@ void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float*
                                   std::span<void* const> rank_pools) {
   MLA_CHECK(int(rank_pools.size()) == size(), "{} cache pools for {} ranks", rank_pools.size(), size());
   const size_t rows = size_t(logit_rows(batch));
-  std::vector<std::vector<float>> scratch(static_cast<size_t>(size()));
-  for (int rank = 1; rank < size(); ++rank) scratch[size_t(rank)].resize(rows * size_t(config_.vocab_size));
-  run_on_all_ranks([&](int rank) {
-    std::vector<ForwardSequence> own(batch.begin(), batch.end());
-    for (auto& seq : own) seq.cache.pool = rank_pools[size_t(rank)];
-    shards_[size_t(rank)]->forward(own, rank == 0 ? logits : scratch[size_t(rank)].data());
+  rank_batches_.resize(size_t(size()));
+  rank_logits_.resize(size_t(size()));
+  for (int rank = 0; rank < size(); ++rank) {
+    rank_batches_[size_t(rank)].assign(batch.begin(), batch.end());
+    for (auto& seq : rank_batches_[size_t(rank)]) seq.cache.pool = rank_pools[size_t(rank)];
+    if (rank > 0) rank_logits_[size_t(rank)].resize(rows * size_t(config_.vocab_size));
+  }
+  // Two pointers captured: std::function holds them in place, without allocating.
+  run_on_all_ranks([this, logits](int rank) {
+    shards_[size_t(rank)]->forward(rank_batches_[size_t(rank)], rank == 0 ? logits : rank_logits_[size_t(rank)].data());
   });
 }
 

@@ -67,6 +67,9 @@ class ThreadParallelModel {
   int pending_ = 0;
   bool stopping_ = false;
   std::vector<std::string> errors_;  // per rank, from the last job
+  // A step's batch as each rank sees it (its own cache pool) and ranks 1..'s logits, reused.
+  std::vector<std::vector<ForwardSequence>> rank_batches_;
+  std::vector<std::vector<float>> rank_logits_;
 };
 
 }  // namespace mlaserve

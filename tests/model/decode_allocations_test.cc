@@ -1,5 +1,7 @@
 // After its first steps a decode step allocates nothing on the heap: the model's and kernels'
-// buffers are thread-local and reused (issue #6: "no allocation on the per-token path").
+// buffers are thread-local and reused (issue #6: "no allocation on the per-token path"). The
+// warm-up goes past 128 positions, where a lone sequence's attention starts splitting over the
+// threads (64 positions a part) and the second thread first runs an item of it.
 // Its own test binary, since it replaces the global operator new to count every allocation
 // of every thread (the rank's kernel pool included).
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <new>
 
 #include "model/causal_lm.h"
+#include "parallel/thread_parallel.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -42,24 +45,38 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 namespace mlaserve {
 namespace {
 
-// Steps of `batch` sequences decoding one token each (absorbed MLA over their caches); the
-// allocations of steps after the first `warm_up`.
-int64_t allocations_after_warm_up(const CausalLM& model, int batch, int warm_up, int steps) {
-  const int64_t vocab = model.config().vocab_size;
-  std::vector<std::unique_ptr<SequenceCache>> caches;
+constexpr int kWarmUp = 140, kSteps = 60, kMaxBatch = 4;
+
+// fp32 latent-cache pool of kMaxBatch blocks, each long enough for a sequence's steps.
+std::vector<float> cache_pool(const ModelConfig& config) {
+  return std::vector<float>(size_t(kMaxBatch * (kWarmUp + kSteps) * config.cache_layers() * config.kv_latent_dim()));
+}
+
+// Steps of `batch` sequences decoding one token each (absorbed MLA; sequence s in block s of
+// one pool) through forward(sequences, logits); the allocations after the first kWarmUp.
+template <class Forward>
+int64_t allocations_after_warm_up(const ModelConfig& config, Forward forward, int batch) {
+  const int64_t vocab = config.vocab_size;
+  std::vector<float> pool = cache_pool(config);
+  const std::vector<int32_t> blocks = {0, 1, 2, 3};
   std::vector<int32_t> tokens(static_cast<size_t>(batch));
   std::vector<float> logits(size_t(batch) * size_t(vocab));
   std::vector<ForwardSequence> sequences;
   for (int s = 0; s < batch; ++s) {
-    caches.push_back(std::make_unique<SequenceCache>(model.config(), warm_up + steps + 1));
+    LatentCacheView cache;
+    cache.pool = pool.data();
+    cache.block_table = &blocks[size_t(s)];
+    cache.n_blocks = 1;
+    cache.block_size = kWarmUp + kSteps;
+    cache.n_layers = config.cache_layers();
+    cache.latent_dim = config.kv_latent_dim();
     tokens[size_t(s)] = 7 + 1000 * s;
-    sequences.push_back({std::span(&tokens[size_t(s)], 1), 0, caches.back()->view(), MlaPath::Absorbed,
-                         ForwardSequence::Logits::Last});
+    sequences.push_back({std::span(&tokens[size_t(s)], 1), 0, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
   }
   int64_t before = 0;
-  for (int step = 0; step < warm_up + steps; ++step) {
-    if (step == warm_up) before = allocations.load();
-    model.forward(sequences, logits.data());
+  for (int step = 0; step < kWarmUp + kSteps; ++step) {
+    if (step == kWarmUp) before = allocations.load();
+    forward(sequences, logits.data());
     for (int s = 0; s < batch; ++s) {
       tokens[size_t(s)] = int32_t(std::max_element(logits.begin() + s * vocab, logits.begin() + (s + 1) * vocab) -
                                   (logits.begin() + s * vocab));
@@ -78,11 +95,32 @@ TEST(DecodeAllocations, NoneAfterTheFirstSteps) {
   auto copied = mapped->shard(spec, nullptr);
   for (const CausalLM* model : {mapped.get(), copied.get()})
     for (int batch : {1, 4}) {
-      // Past 128 positions a lone sequence's attention splits over the threads (at 64 a part)
-      // and the second thread runs it for the first time: the warm-up goes that deep.
-      EXPECT_EQ(allocations_after_warm_up(*model, batch, 140, 60), 0)
+      const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
+        model->forward(sequences, logits);
+      };
+      EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
           << "batch " << batch << (model == copied.get() ? ", copied weights" : ", mapped weights");
     }
+}
+
+// The same through two thread ranks, each with its own caches (the engine's pools).
+TEST(DecodeAllocations, NoneAfterTheFirstStepsOnThreadRanks) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 8);
+  auto model = load_causal_lm(dir.path());
+  ParallelOptions options;
+  options.size = 2;
+  options.threads = 2;
+  options.copy_weights = true;
+  ThreadParallelModel ranks(*model, options);
+  std::vector<float> second_rank_pool = cache_pool(model->config());  // rank 1's copy of the pool
+  for (int batch : {1, 3}) {
+    const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
+      void* const pools[2] = {sequences[0].cache.pool, second_rank_pool.data()};
+      ranks.forward(sequences, logits, pools);
+    };
+    EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0) << "batch " << batch;
+  }
 }
 
 }  // namespace
