@@ -233,7 +233,8 @@ void KimiLinearModel::mix(int64_t layer, const float* normed, int64_t n_tokens, 
   if (const auto* mla = std::get_if<MlaWeights>(&attn)) {
     mla_forward(mla_shape_, *mla, rope_, MlaInput{normed, n_tokens, mla_sequences, ordinal_[size_t(layer)]}, out);
   } else {
-    std::vector<KdaSequence> sequences;
+    thread_local std::vector<KdaSequence> sequences;  // reused from step to step
+    sequences.clear();
     for (size_t s = 0; s < batch.size(); ++s)
       sequences.push_back({mla_sequences[s].token_offset, mla_sequences[s].n_tokens,
                            batch[s].cache.state() + ordinal_[size_t(layer)] * kda_shape_.state_floats()});

@@ -47,9 +47,13 @@ namespace {
 
 constexpr int kWarmUp = 140, kSteps = 60, kMaxBatch = 4;
 
-// fp32 latent-cache pool of kMaxBatch blocks, each long enough for a sequence's steps.
+// An fp32 latent-cache pool of kMaxBatch blocks, each long enough for a sequence's steps,
+// then kMaxBatch recurrent states (Kimi Linear's KDA layers).
+int64_t block_floats(const ModelConfig& config) {
+  return (kWarmUp + kSteps) * config.cache_layers() * config.kv_latent_dim();
+}
 std::vector<float> cache_pool(const ModelConfig& config) {
-  return std::vector<float>(size_t(kMaxBatch * (kWarmUp + kSteps) * config.cache_layers() * config.kv_latent_dim()));
+  return std::vector<float>(size_t(kMaxBatch * (block_floats(config) + config.recurrent_state_bytes() / 4)));
 }
 
 // Steps of `batch` sequences decoding one token each (absorbed MLA; sequence s in block s of
@@ -70,6 +74,8 @@ int64_t allocations_after_warm_up(const ModelConfig& config, Forward forward, in
     cache.block_size = kWarmUp + kSteps;
     cache.n_layers = config.cache_layers();
     cache.latent_dim = config.kv_latent_dim();
+    if (config.recurrent_state_bytes() > 0)
+      cache.state_offset = (kMaxBatch * block_floats(config)) * 4 + s * config.recurrent_state_bytes();
     tokens[size_t(s)] = 7 + 1000 * s;
     sequences.push_back({std::span(&tokens[size_t(s)], 1), 0, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
   }
@@ -86,21 +92,24 @@ int64_t allocations_after_warm_up(const ModelConfig& config, Forward forward, in
   return allocations.load() - before;
 }
 
+// DeepSeek-V3 (MLA + MoE) and Kimi K3 (KDA + MLA, LatentMoE).
 TEST(DecodeAllocations, NoneAfterTheFirstSteps) {
-  testing::TempDir dir;
-  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 8);
-  auto mapped = load_causal_lm(dir.path());
-  ShardSpec spec;
-  spec.copy_weights = true;
-  auto copied = mapped->shard(spec, nullptr);
-  for (const CausalLM* model : {mapped.get(), copied.get()})
-    for (int batch : {1, 4}) {
-      const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
-        model->forward(sequences, logits);
-      };
-      EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
-          << "batch " << batch << (model == copied.get() ? ", copied weights" : ", mapped weights");
-    }
+  for (const char* preset : {"tiny", "kimi-k3-tiny"}) {
+    testing::TempDir dir;
+    testing::write_model(dir.path(), model_preset(preset), StorageDType::BF16, 8);
+    auto mapped = load_causal_lm(dir.path());
+    ShardSpec spec;
+    spec.copy_weights = true;
+    auto copied = mapped->shard(spec, nullptr);
+    for (const CausalLM* model : {mapped.get(), copied.get()})
+      for (int batch : {1, 4}) {
+        const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
+          model->forward(sequences, logits);
+        };
+        EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
+            << preset << ", batch " << batch << (model == copied.get() ? ", copied weights" : ", mapped weights");
+      }
+  }
 }
 
 // The same through two thread ranks, each with its own caches (the engine's pools).
