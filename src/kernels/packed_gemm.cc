@@ -227,8 +227,8 @@ struct Fp32Panel {
   static constexpr int kColumns = 1;
 #if defined(__AVX2__) && defined(__FMA__)
   void operator()(int64_t k, __m256* rows_0_7, __m256* rows_8_15) const {
-    rows_0_7[0] = _mm256_load_ps(panel + k * kPanelRows);
-    rows_8_15[0] = _mm256_load_ps(panel + k * kPanelRows + 8);
+    rows_0_7[0] = _mm256_loadu_ps(panel + k * kPanelRows);  // stored panels (fp32_panel_rows) may be unaligned
+    rows_8_15[0] = _mm256_loadu_ps(panel + k * kPanelRows + 8);
   }
 #endif
   float at(int64_t k, int i) const { return panel[k * kPanelRows + i]; }
@@ -265,14 +265,37 @@ struct Bf16PanelPair {
 // block_kernel for a panel pair: rows [first_row, end_row) of the 32. Each (row, token) sum
 // is the same FMA chain as in the AVX2 kernel and the few-token dots, so a token keeps the
 // same bits in any batch.
+// The outputs a pair block writes, asked for now (see block_kernel).
 template <int kTokens>
-void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t depth, float* y, int64_t y_stride,
-                            int first_row, int end_row, bool accumulate) {
+void prefetch_pair_outputs(float* y, int64_t y_stride, int first_row, int end_row) {
 #pragma GCC unroll 6
-  for (int t = 0; t < kTokens; ++t) {  // see block_kernel
+  for (int t = 0; t < kTokens; ++t) {
     __builtin_prefetch(y + t * y_stride, 1, 3);
     __builtin_prefetch(y + t * y_stride + end_row - first_row - 1, 1, 3);
   }
+}
+
+// y[t * y_stride + i - first_row] (+)= acc[2t] (rows 0-15), acc[2t + 1] (rows 16-31) for the
+// pair's rows i in [first_row, end_row).
+template <int kTokens>
+void store_pair_block(const __m512* acc, float* y, int64_t y_stride, int first_row, int end_row, bool accumulate) {
+#pragma GCC unroll 6
+  for (int t = 0; t < kTokens; ++t) {
+    alignas(64) float rows[2 * kPanelRows];
+    _mm512_store_ps(rows, acc[2 * t]);
+    _mm512_store_ps(rows + kPanelRows, acc[2 * t + 1]);
+    float* token_out = y + t * y_stride;  // row i of the pair at token_out[i - first_row]
+    for (int i = first_row; i < end_row; ++i) {
+      float& out = token_out[i - first_row];
+      out = accumulate ? out + rows[i] : rows[i];
+    }
+  }
+}
+
+template <int kTokens>
+void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t depth, float* y, int64_t y_stride,
+                            int first_row, int end_row, bool accumulate) {
+  prefetch_pair_outputs<kTokens>(y, y_stride, first_row, end_row);
   __m512 acc[2 * kTokens];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm512_setzero_ps();
@@ -292,24 +315,48 @@ void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t dep
       }
     }
   }
-#pragma GCC unroll 6
-  for (int t = 0; t < kTokens; ++t) {
-    alignas(64) float rows[2 * kPanelRows];
-    _mm512_store_ps(rows, acc[2 * t]);
-    _mm512_store_ps(rows + kPanelRows, acc[2 * t + 1]);
-    float* token_out = y + t * y_stride;  // row i of the pair at token_out[i - first_row]
-    for (int i = first_row; i < end_row; ++i) {
-      float& out = token_out[i - first_row];
-      out = accumulate ? out + rows[i] : rows[i];
-    }
-  }
+  store_pair_block<kTokens>(acc, y, y_stride, first_row, end_row, accumulate);
 }
 
-// kBlockKernels' counterpart for panel pairs: [tokens - 1].
+// Two decoded fp32 panels ([depth][16] each) run together, as Bf16PanelPair: a column is one
+// vector of 16 rows from each, 2 x kTokens FMA chains (one 16-row panel, 8-wide, ran at half
+// the vector width: F32 attention scores 123 GFLOP/s).
+struct Fp32PanelPair {
+  const float* first;
+  const float* second;
+};
+
+// block_kernel for an fp32 panel pair; each (row, token) sum is the AVX2 kernel's FMA chain.
+template <int kTokens>
+void fp32_pair_block_kernel(const float* tokens, Fp32PanelPair pair, int64_t depth, float* y, int64_t y_stride,
+                            int first_row, int end_row, bool accumulate) {
+  prefetch_pair_outputs<kTokens>(y, y_stride, first_row, end_row);
+  __m512 acc[2 * kTokens];
+#pragma GCC unroll 12
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    __m512 first = _mm512_loadu_ps(pair.first + k * kPanelRows), second = _mm512_loadu_ps(pair.second + k * kPanelRows);
+    __asm__("" : "+v"(first), "+v"(second));  // loaded once for the tokens (see simd::dot_4xn)
+#pragma GCC unroll 6
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512 value = _mm512_set1_ps(tokens[k * kBlockTokens + t]);
+      acc[2 * t] = _mm512_fmadd_ps(value, first, acc[2 * t]);
+      acc[2 * t + 1] = _mm512_fmadd_ps(value, second, acc[2 * t + 1]);
+    }
+  }
+  store_pair_block<kTokens>(acc, y, y_stride, first_row, end_row, accumulate);
+}
+
+// kBlockKernels' counterparts for panel pairs: [tokens - 1].
 constexpr void (*kPairBlockKernels[kBlockTokens])(const float*, Bf16PanelPair, int64_t, float*, int64_t, int, int,
                                                    bool) = {
     bf16_pair_block_kernel<1>, bf16_pair_block_kernel<2>, bf16_pair_block_kernel<3>,
     bf16_pair_block_kernel<4>, bf16_pair_block_kernel<5>, bf16_pair_block_kernel<6>,
+};
+constexpr void (*kFp32PairBlockKernels[kBlockTokens])(const float*, Fp32PanelPair, int64_t, float*, int64_t, int, int,
+                                                       bool) = {
+    fp32_pair_block_kernel<1>, fp32_pair_block_kernel<2>, fp32_pair_block_kernel<3>,
+    fp32_pair_block_kernel<4>, fp32_pair_block_kernel<5>, fp32_pair_block_kernel<6>,
 };
 #endif
 
@@ -380,6 +427,7 @@ const BlockKernel<Panel>* block_kernels(Panel, int end_row) {
 }
 #if defined(__AVX512F__)
 inline const auto* block_kernels(Bf16PanelPair, int) { return kPairBlockKernels; }
+inline const auto* block_kernels(Fp32PanelPair, int) { return kFp32PairBlockKernels; }
 #endif
 
 // The loop nest above for n_tokens tokens against a weight of `cols` columns: token tiles,
@@ -427,15 +475,40 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
   // 64-byte aligned: a panel step (16 floats) is then one cache line, and no weight load
   // straddles two.
   struct alignas(64) Buffers {
-    float rows[kPanelRows * kDepth], panel[kPanelRows * kDepth];
+    float rows[kPanelRows * kDepth], panel[kPanelRows * kDepth], second_panel[kPanelRows * kDepth];
   };
   thread_local std::unique_ptr<Buffers> buffers = std::make_unique<Buffers>();
   gemm_tiles(x, x_stride, n_tokens, weight.cols, y, y_stride, [&](int64_t k0, int64_t depth, auto run_panel) {
-    for (int64_t r = row_begin; r < row_end; r += kPanelRows) {
+    int64_t r = row_begin;
+#if defined(__AVX512F__)
+    for (; r + 2 * kPanelRows <= row_end; r += 2 * kPanelRows) {  // whole pairs of panels
+      pack_panel(weight, r, kPanelRows, k0, depth, buffers->rows, buffers->panel);
+      pack_panel(weight, r + kPanelRows, kPanelRows, k0, depth, buffers->rows, buffers->second_panel);
+      run_panel(Fp32PanelPair{buffers->panel, buffers->second_panel}, r - row_begin, 0, 2 * int(kPanelRows));
+    }
+#endif
+    for (; r < row_end; r += kPanelRows) {
       const int n_rows = int(std::min<int64_t>(kPanelRows, row_end - r));
       pack_panel(weight, r, n_rows, k0, depth, buffers->rows, buffers->panel);
       run_panel(Fp32Panel{buffers->panel}, r - row_begin, 0, n_rows);
     }
+  });
+}
+
+void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, int64_t cols, const float* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const int64_t n_panels = (rows + kPanelRows - 1) / kPanelRows;
+  gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t, auto run_panel) {
+    const auto panel_at = [&](int64_t panel) { return panels + panel * panel_stride + k0 * kPanelRows; };
+    const auto rows_of = [&](int64_t panel, int64_t count) {
+      return int(std::min<int64_t>(count * kPanelRows, rows - panel * kPanelRows));
+    };
+    int64_t panel = 0;
+#if defined(__AVX512F__)
+    for (; panel + 2 <= n_panels; panel += 2)
+      run_panel(Fp32PanelPair{panel_at(panel), panel_at(panel + 1)}, panel * kPanelRows, 0, rows_of(panel, 2));
+#endif
+    for (; panel < n_panels; ++panel) run_panel(Fp32Panel{panel_at(panel)}, panel * kPanelRows, 0, rows_of(panel, 1));
   });
 }
 

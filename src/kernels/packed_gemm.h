@@ -26,6 +26,14 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
+// The same for a matrix the caller lays out as fp32 panels (the expanded prefill attention's
+// keys and values): panel p holds rows [16p, 16p + 16) as [column][16] floats from
+// panels + p * panel_stride (panel_stride >= 16 * cols); y gets rows [0, rows), for columns
+// [0, cols). A last panel's rows past `rows` are read (the caller zero-fills them) but not
+// written. Any number of tokens.
+void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, int64_t cols, const float* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+
 // Whether linear_rows should use packed_gemm_rows for this weight (not for FP8, whose 4 x 3 dot
 // blocks measured faster, nor INT4 groups that do not divide 256).
 bool packed_gemm_supports(const LinearWeight& weight);

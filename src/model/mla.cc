@@ -98,13 +98,14 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
   std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
   std::vector<float>& kv = kv_buffer;            // [n_keys, H, nope + v]
-  std::vector<float>& k = k_buffer;              // [H, n_keys, nope + rope]
-  std::vector<float>& v = v_buffer;              // [H, n_keys, v]
+  std::vector<float>& k = k_buffer;              // [H] key panels (attention.h)
+  std::vector<float>& v = v_buffer;              // [H] value panels
+  const int64_t head_keys = key_panels_floats(n_keys, qk_dim), head_values = value_panels_floats(n_keys, v_dim);
   latents.resize(size_t(n_keys * rank));
   k_pe.resize(size_t(n_keys * rope_dim));
   kv.resize(size_t(n_keys * n_heads * kv_dim));
-  k.resize(size_t(n_keys * n_heads * qk_dim));
-  v.resize(size_t(n_keys * n_heads * v_dim));
+  k.resize(size_t(n_heads * head_keys));
+  v.resize(size_t(n_heads * head_values));
   thread_pool().parallel_for(
       n_keys,
       [&](int64_t begin, int64_t end, int) {
@@ -117,21 +118,28 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
   thread_pool().parallel_for(
       n_keys,
-      [&](int64_t begin, int64_t end, int) {
-        for (int64_t s = begin; s < end; ++s)
-          for (int64_t h = 0; h < n_heads; ++h) {
+      [&](int64_t begin, int64_t end, int) {  // whole panels of 16 keys a task
+        const int64_t padded_end = end == n_keys ? round_up_to_panel(n_keys) : end;
+        for (int64_t h = 0; h < n_heads; ++h) {
+          float* k_head = k.data() + h * head_keys;
+          float* v_head = v.data() + h * head_values;
+          for (int64_t s = begin; s < padded_end; ++s) {
             const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
-            float* k_head = k.data() + (h * n_keys + s) * qk_dim;
-            std::memcpy(k_head, kv_head, size_t(nope) * sizeof(float));
-            std::memcpy(k_head + nope, k_pe.data() + s * rope_dim, size_t(rope_dim) * sizeof(float));
-            std::memcpy(v.data() + (h * n_keys + s) * v_dim, kv_head + nope, size_t(v_dim) * sizeof(float));
+            for (int64_t d = 0; d < qk_dim; ++d)
+              k_head[key_panel_index(s, d, qk_dim)] =
+                  s >= n_keys ? 0.0f : d < nope ? kv_head[d] : k_pe[size_t(s * rope_dim + d - nope)];
+            if (s >= n_keys) continue;
+            for (int64_t d = 0; d < round_up_to_panel(v_dim); ++d)
+              v_head[value_panel_index(s, d, n_keys)] = d < v_dim ? kv_head[nope + d] : 0.0f;
           }
+        }
       },
       kTokensPerTask);
+  static_assert(kTokensPerTask % kAttentionPanel == 0, "each task writes whole key panels");
   CausalAttentionParams params;
   params.q = q;
-  params.k = k.data();
-  params.v = v.data();
+  params.k_panels = k.data();
+  params.v_panels = v.data();
   params.out = attn;
   params.n_queries = seq.n_tokens;
   params.n_keys = n_keys;

@@ -169,10 +169,13 @@ TEST_P(LinearTest, MatchesScalarReference) {
 // int8-rounded activations); INT8 takes the packed GEMM like the float formats (panels
 // dequantised on packing); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
 // those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
-// count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots.
+// count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots. 100
+// rows give each thread whole pairs of panels (AVX-512 runs decoded panels two at a time) and
+// a lone one.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
   const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
-  for (auto [rows, cols, tokens] : {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}}) {
+  for (auto [rows, cols, tokens] :
+       {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}, {100, four_bit ? 288 : 300, 70}}) {
     const TestWeight t = make_weight(GetParam(), rows, cols, uint64_t(rows * 7 + cols));
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
     std::vector<float> y(size_t(tokens * rows));
