@@ -265,13 +265,31 @@ struct Bf16PanelPair {
 // block_kernel for a panel pair: rows [first_row, end_row) of the 32. Each (row, token) sum
 // is the same FMA chain as in the AVX2 kernel and the few-token dots, so a token keeps the
 // same bits in any batch.
-// The outputs a pair block writes, asked for now (see block_kernel).
+// A pair block's start: the outputs it writes asked for now (see block_kernel), its
+// accumulators zeroed.
 template <int kTokens>
-void prefetch_pair_outputs(float* y, int64_t y_stride, int first_row, int end_row) {
+__attribute__((always_inline)) inline void begin_pair_block(float* y, int64_t y_stride, int first_row, int end_row,
+                                                            __m512* acc) {
 #pragma GCC unroll 6
   for (int t = 0; t < kTokens; ++t) {
     __builtin_prefetch(y + t * y_stride, 1, 3);
     __builtin_prefetch(y + t * y_stride + end_row - first_row - 1, 1, 3);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < 2 * kTokens; ++i) acc[i] = _mm512_setzero_ps();
+}
+
+// One column of a pair block: acc[2t] += token t * the first panel's 16 rows, acc[2t + 1] +=
+// token t * the second's. tokens: the column's kBlockTokens slots.
+template <int kTokens>
+__attribute__((always_inline)) inline void pair_block_column(const float* tokens, __m512 first, __m512 second,
+                                                             __m512* acc) {
+  __asm__("" : "+v"(first), "+v"(second));  // loaded once for the tokens (see simd::dot_4xn)
+#pragma GCC unroll 6
+  for (int t = 0; t < kTokens; ++t) {
+    const __m512 value = _mm512_set1_ps(tokens[t]);
+    acc[2 * t] = _mm512_fmadd_ps(value, first, acc[2 * t]);
+    acc[2 * t + 1] = _mm512_fmadd_ps(value, second, acc[2 * t + 1]);
   }
 }
 
@@ -295,25 +313,14 @@ void store_pair_block(const __m512* acc, float* y, int64_t y_stride, int first_r
 template <int kTokens>
 void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t depth, float* y, int64_t y_stride,
                             int first_row, int end_row, bool accumulate) {
-  prefetch_pair_outputs<kTokens>(y, y_stride, first_row, end_row);
   __m512 acc[2 * kTokens];
-#pragma GCC unroll 12
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  begin_pair_block<kTokens>(y, y_stride, first_row, end_row, acc);
   for (int64_t k = 0; k < depth; k += 2) {  // a column pair a step (a lone last column: its first)
     __m512 first[2], second[2];               // [column k, k + 1]
     simd::load_bf16_pairs(pair.panel + k * kPanelRows, first[0], first[1]);
     simd::load_bf16_pairs(pair.panel + pair.panel_stride + k * kPanelRows, second[0], second[1]);
-#pragma GCC unroll 2
-    for (int c = 0; c < 2; ++c) {
-      if (c == 1 && k + 1 == depth) break;
-      __asm__("" : "+v"(first[c]), "+v"(second[c]));  // loaded once for the tokens (see simd::dot_4xn)
-#pragma GCC unroll 6
-      for (int t = 0; t < kTokens; ++t) {
-        const __m512 value = _mm512_set1_ps(tokens[(k + c) * kBlockTokens + t]);
-        acc[2 * t] = _mm512_fmadd_ps(value, first[c], acc[2 * t]);
-        acc[2 * t + 1] = _mm512_fmadd_ps(value, second[c], acc[2 * t + 1]);
-      }
-    }
+    pair_block_column<kTokens>(tokens + k * kBlockTokens, first[0], second[0], acc);
+    if (k + 1 < depth) pair_block_column<kTokens>(tokens + (k + 1) * kBlockTokens, first[1], second[1], acc);
   }
   store_pair_block<kTokens>(acc, y, y_stride, first_row, end_row, accumulate);
 }
@@ -330,20 +337,11 @@ struct Fp32PanelPair {
 template <int kTokens>
 void fp32_pair_block_kernel(const float* tokens, Fp32PanelPair pair, int64_t depth, float* y, int64_t y_stride,
                             int first_row, int end_row, bool accumulate) {
-  prefetch_pair_outputs<kTokens>(y, y_stride, first_row, end_row);
   __m512 acc[2 * kTokens];
-#pragma GCC unroll 12
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  for (int64_t k = 0; k < depth; ++k) {
-    __m512 first = _mm512_loadu_ps(pair.first + k * kPanelRows), second = _mm512_loadu_ps(pair.second + k * kPanelRows);
-    __asm__("" : "+v"(first), "+v"(second));  // loaded once for the tokens (see simd::dot_4xn)
-#pragma GCC unroll 6
-    for (int t = 0; t < kTokens; ++t) {
-      const __m512 value = _mm512_set1_ps(tokens[k * kBlockTokens + t]);
-      acc[2 * t] = _mm512_fmadd_ps(value, first, acc[2 * t]);
-      acc[2 * t + 1] = _mm512_fmadd_ps(value, second, acc[2 * t + 1]);
-    }
-  }
+  begin_pair_block<kTokens>(y, y_stride, first_row, end_row, acc);
+  for (int64_t k = 0; k < depth; ++k)
+    pair_block_column<kTokens>(tokens + k * kBlockTokens, _mm512_loadu_ps(pair.first + k * kPanelRows),
+                               _mm512_loadu_ps(pair.second + k * kPanelRows), acc);
   store_pair_block<kTokens>(acc, y, y_stride, first_row, end_row, accumulate);
 }
 
