@@ -16,8 +16,8 @@ namespace {
 
 // Sorts candidates [0, kept) of `ids` by descending logit only as far as the smallest prefix
 // whose weights reach top_p of their total (slices of 64, 256, ...: each an nth_element of
-// the rest and a sort of the slice); returns that prefix's length. ids [0, sorted_end) are
-// already in order.
+// the rest and a sort of the slice); returns that prefix's length, at least 1 (the most likely
+// token, also for top_p <= 0). ids [0, sorted_end) are already in order.
 template <class ByLogit>
 int64_t nucleus(std::vector<int32_t>& ids, int64_t kept, int64_t sorted_end, const std::vector<float>& weight_of,
                 float top_p, ByLogit by_logit) {
@@ -26,7 +26,7 @@ int64_t nucleus(std::vector<int32_t>& ids, int64_t kept, int64_t sorted_end, con
   const double target = double(top_p) * total;
   double cumulative = 0.0;
   int64_t prefix = 0;
-  while (prefix < kept && cumulative < target) {
+  while (prefix < kept && (prefix == 0 || cumulative < target)) {
     if (prefix == sorted_end) {
       const int64_t next = std::min(kept, std::max<int64_t>(64, 4 * sorted_end));
       if (next < kept) std::nth_element(ids.begin() + sorted_end, ids.begin() + next, ids.begin() + kept, by_logit);
@@ -35,7 +35,7 @@ int64_t nucleus(std::vector<int32_t>& ids, int64_t kept, int64_t sorted_end, con
     }
     cumulative += weight_of[size_t(ids[size_t(prefix++)])];
   }
-  return std::max<int64_t>(1, prefix);
+  return prefix;
 }
 
 }  // namespace
@@ -67,12 +67,13 @@ void sampling_candidates(const float* logits, int64_t vocab_size, const Sampling
     kept = nucleus(ids, kept, sorted ? kept : 0, weight_of, params.top_p, by_logit);
     sorted = true;
   }
-  if (params.min_p > 0.0f) {  // the most likely token has the largest weight
-    const float threshold = params.min_p * (sorted ? weight_of[size_t(ids[0])] : simd::max_of(weight_of.data(), vocab_size));
+  if (params.min_p > 0.0f) {  // the most likely token has the largest weight and always stays
+    const float largest = sorted ? weight_of[size_t(ids[0])] : simd::max_of(weight_of.data(), vocab_size);
+    const float threshold = std::min(params.min_p, 1.0f) * largest;
     int64_t out = 0;
     for (int64_t i = 0; i < kept; ++i)
       if (weight_of[size_t(ids[size_t(i)])] >= threshold) ids[size_t(out++)] = ids[size_t(i)];
-    kept = std::max<int64_t>(1, out);  // min_p > 1 keeps the first (sorted) or lowest id
+    kept = out;
   }
   ids.resize(size_t(kept));
   candidates.weights.resize(size_t(kept));

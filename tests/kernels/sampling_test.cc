@@ -13,7 +13,8 @@ namespace {
 
 // The filters done the plain way, in double: every id sorted by descending logit (lowest id
 // first on ties), softmax at the temperature over the top k, the shortest prefix reaching
-// top_p, then those at least min_p times the first. Returns (id, probability) in that order.
+// top_p (at least the first), then the first and those at least min_p times it. Returns (id,
+// probability) in that order.
 std::vector<std::pair<int32_t, double>> reference_candidates(const std::vector<float>& logits, const SamplingParams& p) {
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
@@ -31,7 +32,7 @@ std::vector<std::pair<int32_t, double>> reference_candidates(const std::vector<f
   }
   std::vector<std::pair<int32_t, double>> out;
   for (size_t i = 0; i < kept; ++i)
-    if (probs[i] >= p.min_p * probs[0]) out.emplace_back(ids[i], probs[i]);
+    if (i == 0 || probs[i] >= p.min_p * probs[0]) out.emplace_back(ids[i], probs[i]);  // the first always stays
   sum = 0;
   for (const auto& candidate : out) sum += candidate.second;
   for (auto& candidate : out) candidate.second /= sum;
@@ -48,8 +49,8 @@ TEST(Sampling, CandidatesMatchTheFullSortReference) {
     for (float& logit : logits) logit = std::round(normal(gen) * 4.0f) / 4.0f;
     for (float temperature : {0.5f, 1.3f})
       for (int64_t top_k : {0, 7, 500})
-        for (float top_p : {1.0f, 0.999f, 0.9f, 0.3f})
-          for (float min_p : {0.0f, 0.05f}) {
+        for (float top_p : {1.0f, 0.999f, 0.9f, 0.3f, 0.0f})  // 0: the most likely token alone
+          for (float min_p : {0.0f, 0.05f, 1.5f}) {
             const SamplingParams params{temperature, top_k, top_p, min_p};
             SamplingCandidates got;
             sampling_candidates(logits.data(), vocab, params, got);
