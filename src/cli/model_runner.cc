@@ -56,11 +56,6 @@ RankPlacement place_this_process(const ParallelFlags& flags) {
   return placement;
 }
 
-void place_cache(void* pool, size_t bytes, const RankPlacement& placement) {
-  if (const std::string error = place_memory(pool, bytes, placement.nodes); !error.empty())
-    spdlog::warn("the latent cache could not be placed on {} ({})", placement.describe(), error);
-}
-
 // The model a single rank runs: a shard of size 1 (repacked, locked, on its NUMA node(s)) when
 // either is asked for.
 std::unique_ptr<CausalLM> single_rank_copy(const CausalLM& model, const ParallelFlags& flags,
@@ -76,7 +71,7 @@ class SingleRunner : public SequenceRunner {
         copy_(single_rank_copy(model, flags, placement_)),
         model_(copy_ ? *copy_ : model),
         cache_(model.config(), capacity) {
-    place_cache(cache_.view().pool, cache_.bytes(), placement_);
+    place_cache_pool(cache_.view().pool, cache_.bytes(), placement_.nodes);
   }
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     model_.forward(tokens, start, cache_.view(), all_logits, logits, path);
@@ -124,7 +119,7 @@ class MpiRunner : public SequenceRunner {
         comm_(make_mpi_communicator()),
         cache_(model.config(), capacity),
         shard_(mpi_shard(model, flags, *comm_, placement_)) {
-    place_cache(cache_.view().pool, cache_.bytes(), placement_);
+    place_cache_pool(cache_.view().pool, cache_.bytes(), placement_.nodes);
   }
   void forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, float* logits, MlaPath path) override {
     shard_->forward(tokens, start, cache_.view(), all_logits, logits, path);
@@ -150,7 +145,7 @@ class ThreadRanksExecutor : public ModelExecutor {
     for (int rank = 0; rank < ranks_.size(); ++rank) {
       pools_.emplace_back(new uint8_t[bytes]);
       pool_addresses_.push_back(pools_.back().get());
-      ranks_.place_cache_pool(pool_addresses_.back(), bytes, rank);
+      place_cache_pool(pool_addresses_.back(), bytes, ranks_.placement(rank).nodes);
     }
     return pool_addresses_[0];
   }
@@ -181,7 +176,7 @@ class MpiLeaderExecutor : public ModelExecutor {
   void* allocate_cache(size_t bytes) override {
     send_allocate_cache(*comm_, int64_t(bytes));
     pool_.reset(new uint8_t[bytes]);
-    place_cache(pool_.get(), bytes, placement_);
+    place_cache_pool(pool_.get(), bytes, placement_.nodes);
     return pool_.get();
   }
   void forward(std::span<const ForwardSequence> batch, float* logits) override {
@@ -230,7 +225,7 @@ void follow_rank_zero(const CausalLM& model, const ParallelFlags& flags) {
     if (command.kind == RankCommandKind::Stop) return;
     if (command.kind == RankCommandKind::AllocateCache) {
       pool.reset(new uint8_t[size_t(command.cache_bytes)]);
-      place_cache(pool.get(), size_t(command.cache_bytes), placement);
+      place_cache_pool(pool.get(), size_t(command.cache_bytes), placement.nodes);
       continue;
     }
     if (command.kind == RankCommandKind::CopyInCache) {

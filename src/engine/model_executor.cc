@@ -1,18 +1,13 @@
 #include "engine/model_executor.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cstring>
-
-#include "base/numa.h"
 
 namespace mlaserve {
 
 // Left uninitialised: every row is written before it is read, and untouched pages cost no memory.
 void* SingleRankExecutor::allocate_cache(size_t bytes) {
   pool_.reset(new uint8_t[bytes]);
-  if (const std::string error = place_memory(pool_.get(), bytes, numa_nodes_); !error.empty())
-    spdlog::warn("the latent cache could not be placed on NUMA node(s) {} ({})", format_cpu_list(numa_nodes_), error);
+  place_cache_pool(pool_.get(), bytes, numa_nodes_);
   return pool_.get();
 }
 

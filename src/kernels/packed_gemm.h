@@ -29,8 +29,8 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
 // The same for a matrix the caller lays out as fp32 panels (the expanded prefill attention's
 // keys and values): panel p holds rows [16p, 16p + 16) as [column][16] floats from
 // panels + p * panel_stride (panel_stride >= 16 * cols); y gets rows [0, rows), for columns
-// [0, cols). A last panel's rows past `rows` are read (the caller zero-fills them) but not
-// written. Any number of tokens.
+// [0, cols). A last panel's rows past `rows` are read but not written (the caller
+// zero-fills them: stale lanes could hold denormals, which slow the FMAs). Any number of tokens.
 void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, int64_t cols, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 

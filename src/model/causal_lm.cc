@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "base/numa.h"
 #include "model/deepseek_v3.h"
 #include "model/kimi_linear.h"
 
@@ -56,6 +57,11 @@ size_t CausalLM::weight_bytes() const {
   size_t total = 0;
   for_each_weight([&](const LinearWeight& weight) { total += weight.bytes(); });
   return total;
+}
+
+void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nodes) {
+  if (const std::string error = place_memory(pool, bytes, numa_nodes); !error.empty())
+    spdlog::warn("a latent cache could not be placed on NUMA node(s) {} ({})", format_cpu_list(numa_nodes), error);
 }
 
 void lock_weights(const CausalLM& model) {

@@ -104,6 +104,10 @@ class CausalLM {
 // CAP_IPC_LOCK) it warns and the model runs unlocked, as llama.cpp's --mlock does.
 void lock_weights(const CausalLM& model);
 
+// Puts a latent-cache pool's pages on a rank's NUMA nodes (place_memory; `--numa`); where the
+// system refuses, a warning naming the nodes, and the pool stays where it is first touched.
+void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nodes);
+
 // Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
 

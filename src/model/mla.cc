@@ -119,19 +119,18 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   thread_pool().parallel_for(
       n_keys,
       [&](int64_t begin, int64_t end, int) {  // whole panels of 16 keys a task
-        const int64_t padded_end = end == n_keys ? round_up_to_panel(n_keys) : end;
         for (int64_t h = 0; h < n_heads; ++h) {
           float* k_head = k.data() + h * head_keys;
           float* v_head = v.data() + h * head_values;
-          for (int64_t s = begin; s < padded_end; ++s) {
+          for (int64_t s = begin; s < end; ++s) {
             const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
-            for (int64_t d = 0; d < qk_dim; ++d)
-              k_head[key_panel_index(s, d, qk_dim)] =
-                  s >= n_keys ? 0.0f : d < nope ? kv_head[d] : k_pe[size_t(s * rope_dim + d - nope)];
-            if (s >= n_keys) continue;
-            for (int64_t d = 0; d < round_up_to_panel(v_dim); ++d)
-              v_head[value_panel_index(s, d, n_keys)] = d < v_dim ? kv_head[nope + d] : 0.0f;
+            for (int64_t d = 0; d < nope; ++d) k_head[key_panel_index(s, d, qk_dim)] = kv_head[d];
+            for (int64_t d = 0; d < rope_dim; ++d) k_head[key_panel_index(s, nope + d, qk_dim)] = k_pe[size_t(s * rope_dim + d)];
+            for (int64_t d = 0; d < v_dim; ++d) v_head[value_panel_index(s, d, n_keys)] = kv_head[nope + d];
+            for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[value_panel_index(s, d, n_keys)] = 0.0f;
           }
+          for (int64_t s = end; end == n_keys && s < round_up_to_panel(n_keys); ++s)  // the last panel's padding
+            for (int64_t d = 0; d < qk_dim; ++d) k_head[key_panel_index(s, d, qk_dim)] = 0.0f;
         }
       },
       kTokensPerTask);

@@ -119,13 +119,13 @@ struct JobList {
 struct ExpertAssignments {
   std::vector<int64_t> first, tokens;
   std::vector<float> weights;
+  std::vector<int64_t> next;  // while sorting: each expert's next free pair
   void assign(std::span<const int32_t> ids, std::span<const float> id_weights, int64_t top_k, int64_t n_experts) {
     first.assign(size_t(n_experts + 1), 0);
     for (int32_t id : ids) ++first[size_t(id) + 1];
     for (size_t e = 0; e < size_t(n_experts); ++e) first[e + 1] += first[e];
     tokens.resize(ids.size());
     weights.resize(ids.size());
-    thread_local std::vector<int64_t> next;
     next.assign(first.begin(), first.end() - 1);
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto at = size_t(next[size_t(ids[i])]++);

@@ -22,6 +22,8 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOpt
     shards_.push_back(full.shard({rank, options.size, options.expert_parallel, options.copy_weights,
                                   options.lock_weights, placements_[size_t(rank)].nodes},
                                  comms_[size_t(rank)].get()));
+  rank_batches_.resize(size_t(options.size));
+  rank_logits_.resize(size_t(options.size));
   const int total = options.threads > 0 ? options.threads : default_num_threads();
   const int per_rank = std::max(1, total / options.size);
   spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.size,
@@ -84,14 +86,9 @@ std::unique_ptr<ThreadParallelModel::Sequence> ThreadParallelModel::new_sequence
   auto sequence = std::make_unique<Sequence>();
   for (int rank = 0; rank < size(); ++rank) {
     sequence->caches.push_back(std::make_unique<SequenceCache>(config_, capacity));
-    place_cache_pool(sequence->caches.back()->view().pool, sequence->caches.back()->bytes(), rank);
+    place_cache_pool(sequence->caches.back()->view().pool, sequence->caches.back()->bytes(), placement(rank).nodes);
   }
   return sequence;
-}
-
-void ThreadParallelModel::place_cache_pool(void* pool, size_t bytes, int rank) const {
-  if (const std::string error = place_memory(pool, bytes, placement(rank).nodes); !error.empty())
-    spdlog::warn("rank {}: its latent cache could not be placed on {} ({})", rank, placement(rank).describe(), error);
 }
 
 void ThreadParallelModel::forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position,
@@ -107,8 +104,6 @@ void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float*
                                   std::span<void* const> rank_pools) {
   MLA_CHECK(int(rank_pools.size()) == size(), "{} cache pools for {} ranks", rank_pools.size(), size());
   const size_t rows = size_t(logit_rows(batch));
-  rank_batches_.resize(size_t(size()));
-  rank_logits_.resize(size_t(size()));
   for (int rank = 0; rank < size(); ++rank) {
     rank_batches_[size_t(rank)].assign(batch.begin(), batch.end());
     for (auto& seq : rank_batches_[size_t(rank)]) seq.cache.pool = rank_pools[size_t(rank)];

@@ -42,8 +42,6 @@ class ThreadParallelModel {
     std::vector<std::unique_ptr<SequenceCache>> caches;  // one per rank
   };
   std::unique_ptr<Sequence> new_sequence(int64_t capacity) const;  // each rank's cache on its node(s)
-  // Places `rank`'s cache pool of `bytes` on its NUMA node(s); a warning if that fails.
-  void place_cache_pool(void* pool, size_t bytes, int rank) const;
   // As CausalLM::forward for one sequence; rank 0's logits land in `logits`.
   void forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position, bool all_logits,
                float* logits, MlaPath path = MlaPath::Auto);
