@@ -19,7 +19,12 @@ void add_bench_model_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", options->bench.prompt, "prefill tokens")->capture_default_str();
   cmd->add_option("-n,--generate", options->bench.generate, "decode steps")->capture_default_str();
   cmd->add_option("--batch", options->bench.batch, "sequences decoding together")->capture_default_str();
-  cmd->add_option("--depth", options->bench.depth, "tokens in the cache before decoding")->capture_default_str();
+  cmd->add_option("--depth", options->bench.depth,
+                  "tokens in the cache before the prefill and the decode (llama-bench's pp512 @ d1024)")
+      ->capture_default_str();
+  cmd->add_option("--mla-prefill", options->bench.mla_prefill,
+                  "the prefill's MLA attention: auto (the cost model's choice) | expanded | absorbed")
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", options->bench.repetitions, "runs (medians are reported)")->capture_default_str();
   cmd->add_option("--kv-cache-dtype", options->bench.cache_dtype, "bf16 | fp32")->capture_default_str();
   cmd->add_flag("--json", options->json, "print one JSON object");

@@ -40,10 +40,7 @@ void add_logits_command(CLI::App& app) {
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     const std::vector<int32_t> ids = parse_id_list(options->ids);
-    const MlaPath path = options->mla_path == "expanded"   ? MlaPath::Expanded
-                         : options->mla_path == "absorbed" ? MlaPath::Absorbed
-                         : options->mla_path == "auto"     ? MlaPath::Auto
-                                                           : (fail("unknown --mla-path '{}'", options->mla_path), MlaPath::Auto);
+    const MlaPath path = mla_path_from_name(options->mla_path);
     auto model = load_causal_lm(options->model_dir);
     const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
     MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,

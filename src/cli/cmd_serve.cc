@@ -24,7 +24,7 @@ int64_t available_memory_bytes() {
 }
 
 struct ServeOptions {
-  std::string model_dir, kv_dtype = "bf16";
+  std::string model_dir, kv_dtype = "bf16", mla_prefill = "auto";
   double kv_cache_gb = 0, kv_cache_fraction = 0.25;
   int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30, state_snapshots = -1;
   SchedulerConfig scheduler;
@@ -39,6 +39,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   config.block_size = options.block_size;
   config.cache_dtype = options.kv_dtype == "fp32" ? CacheDType::F32 : CacheDType::BF16;
   config.scheduler = options.scheduler;
+  config.prefill_path = mla_path_from_name(options.mla_prefill);
   config.max_queue = options.max_queue;
   config.max_model_len = options.max_model_len > 0 ? std::min(options.max_model_len, model.max_position_embeddings)
                                                    : model.max_position_embeddings;
@@ -118,6 +119,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", options->block_size, "tokens per KV cache block")->capture_default_str();
   cmd->add_option("--max-num-seqs", options->scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
   cmd->add_option("--chunked-prefill-size", options->scheduler.chunked_prefill_size, "prefill tokens per step")->capture_default_str();
+  cmd->add_option("--mla-prefill", options->mla_prefill,
+                  "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
+                  "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
+                  " | absorbed")
+      ->capture_default_str();
   cmd->add_option("--max-queue", options->max_queue, "waiting requests before 429")->capture_default_str();
   cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();

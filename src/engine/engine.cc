@@ -282,7 +282,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     if (seq.state_slot >= 0) view.state_offset = state_offset(seq.state_slot);
     if (seq.restore_tokens > 0) restore_state(seq);
     batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
-                     chunk.prefill ? MlaPath::Expanded : MlaPath::Absorbed,
+                     chunk.prefill ? config_.prefill_path : MlaPath::Absorbed,
                      chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
   }
   const int64_t vocab = model_config_.vocab_size;

@@ -31,6 +31,10 @@ struct EngineConfig {
   int64_t max_queue = 256;             // waiting requests beyond this are refused (429)
   int64_t max_model_len = 0;           // prompt + generated tokens; 0: the model's context
   int64_t state_snapshots = -1;        // KDA models: prefix-cache state snapshots kept (-1: max_num_seqs)
+  // Prefill chunks' attention form. Auto: the cheaper for each chunk (mla_prefill_path), so a
+  // request's numbers may differ in rounding with its chunking and prefix-cache hits;
+  // Expanded for every chunk makes them independent of both (decode is always Absorbed).
+  MlaPath prefill_path = MlaPath::Auto;
 };
 
 // Bytes of latent cache one token costs: layers x (kv_lora_rank + qk_rope_head_dim) x dtype.

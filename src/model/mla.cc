@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/mla_decode.h"
@@ -23,6 +24,16 @@ namespace {
 // Per-token work (rope, latent rows) splits over the pool in parts of this many tokens; a
 // decode step's few tokens stay on the calling thread.
 constexpr int64_t kTokensPerTask = 16;
+
+// mla_prefill_path's cost model, in the time of one multiply-add of the expansion (kv_b_proj
+// over a cached latent, its loading and the per-head key/value panels included), fitted to
+// bench-model's prefill of T tokens after P cached ones in either form (mini and small, T 4-512,
+// P 0-2048; docs/kernels.md): the absorbed form's W_UK / W_UV products and per-query work cost
+// 3.65 such times a multiply-add at the new tokens; a (query, key) pair's multiply-adds cost
+// about the same in either attention kernel (expanded over H (qk + v), latent over
+// H (2 kv_lora_rank + rope); the latent kernel runs more of them, faster).
+constexpr double kAbsorptionCost = 3.65;
+constexpr double kAttentionCost = 0.021;
 
 // Where each token of the batch goes: its sequence and its position in it.
 struct TokenPlace {
@@ -228,6 +239,35 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
 
 }  // namespace
 
+MlaPath mla_path_from_name(const std::string& name) {
+  if (name == "auto") return MlaPath::Auto;
+  if (name == "expanded") return MlaPath::Expanded;
+  if (name == "absorbed") return MlaPath::Absorbed;
+  fail("unknown MLA path '{}' (auto, expanded, absorbed)", name);
+}
+
+const char* mla_path_name(MlaPath path) {
+  switch (path) {
+    case MlaPath::Expanded: return "expanded";
+    case MlaPath::Absorbed: return "absorbed";
+    case MlaPath::Auto: break;
+  }
+  return "auto";
+}
+
+MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position) {
+  if (n_tokens <= 1) return MlaPath::Absorbed;
+  const double tokens = double(n_tokens), keys = double(start_position + n_tokens);
+  const double pairs = tokens * (double(start_position) + (tokens + 1) / 2);  // causal (query, key) pairs
+  const double heads = double(shape.n_heads);
+  const double projection = heads * double(shape.kv_lora_rank * (shape.qk_nope_head_dim + shape.v_head_dim));
+  const double expanded_pair = heads * double(shape.qk_head_dim() + shape.v_head_dim);
+  const double latent_pair = heads * double(2 * shape.kv_lora_rank + shape.qk_rope_head_dim);
+  const double expanded = keys * projection + pairs * kAttentionCost * expanded_pair;
+  const double absorbed = tokens * projection * kAbsorptionCost + pairs * kAttentionCost * latent_pair;
+  return absorbed < expanded ? MlaPath::Absorbed : MlaPath::Expanded;
+}
+
 void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
                  const MlaInput& input, float* out) {
   thread_local std::vector<float> q, attn;
@@ -239,9 +279,8 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
   thread_local std::vector<const MlaSequence*> absorbed;
   absorbed.clear();
   for (const MlaSequence& seq : input.sequences) {
-    const MlaPath path = seq.path != MlaPath::Auto ? seq.path
-                         : seq.n_tokens > 1        ? MlaPath::Expanded
-                                                   : MlaPath::Absorbed;
+    const MlaPath path =
+        seq.path != MlaPath::Auto ? seq.path : mla_prefill_path(shape, seq.n_tokens, seq.start_position);
     if (path == MlaPath::Absorbed) {
       absorbed.push_back(&seq);
       continue;

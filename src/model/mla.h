@@ -32,10 +32,11 @@ struct MlaWeights {
 
 // Which form computes attention: Expanded recomputes per-head K/V for every cached position
 // (cheap per query when many queries share them: prefill); Absorbed works in the latent
-// space (decode). Both are exact; they differ only in rounding. The engine uses Expanded for
-// every prefill chunk and Absorbed for decode, so a request's numbers do not depend on how it
-// was chunked or batched. Auto: Expanded for more than one new token.
+// space (decode). Both are exact; they differ only in rounding. Auto: the cheaper for the
+// sequence's new tokens and cached positions (mla_prefill_path), Absorbed for one token.
 enum class MlaPath { Auto, Expanded, Absorbed };
+MlaPath mla_path_from_name(const std::string& name);  // auto | expanded | absorbed; throws otherwise
+const char* mla_path_name(MlaPath path);
 
 struct MlaShape {
   int64_t hidden_size, n_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
@@ -45,6 +46,12 @@ struct MlaShape {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
 };
+
+// The cheaper form for n_tokens new tokens of a sequence whose cache holds start_position
+// positions (cost model in mla.cc): Expanded expands every position through kv_b_proj, so a
+// short chunk after a long cached prefix (a prefix-cache hit, a chat's next turn, a chunked
+// prefill's later chunks) costs it O(positions) projections where Absorbed spends O(tokens).
+MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position);
 
 // One sequence's slice of a batch: tokens [token_offset, token_offset + n_tokens) of the
 // batch are its positions [start_position, start_position + n_tokens).

@@ -40,6 +40,9 @@ CASES = {
         "f32", {"scoring_func": "softmax", "topk_method": "group_limited_greedy"}, []),
     "f32 decode path (chunk 1, absorbed MLA)": ("f32", {"rope_scaling": YARN}, ["--chunk", "1"]),
     "f32 chunked prefill (chunk 7, expanded MLA over the cache)": ("f32", {}, ["--chunk", "7", "--mla-path", "expanded"]),
+    # auto: chunks at 0, 7 and 14 expanded; the last 3 tokens after 21 cached absorbed
+    "f32 chunked prefill (chunk 7, MLA form chosen per chunk)": ("f32", {}, ["--chunk", "7"]),
+    "bf16 chunked prefill (chunk 7, MLA form chosen per chunk)": ("bf16", {}, ["--chunk", "7"]),
     "f32 sharded checkpoint": ("f32", {}, []),
     "bf16": ("bf16", {}, []),
     "bf16 decode path (chunk 1, absorbed MLA from panels of kv_b)": ("bf16", {}, ["--chunk", "1"]),

@@ -18,12 +18,14 @@ def close(a, b, rel=1e-9):
     return abs(a - b) <= rel * max(abs(a), abs(b))
 
 
-def expected_prefill_flops(config, active_params, prompt):
+def expected_prefill_flops(config, active_params, prompt, depth=0):
     """2 FLOPs a weight; the output projection once per prompt (only the last token's logits);
-    causal attention over the average depth prompt / 2 (q.k over qk_head_dim, p.v over v_head_dim)."""
+    causal attention over the average depth depth + prompt / 2 (q.k over qk_head_dim, p.v over
+    v_head_dim)."""
     output = config["vocab_size"] * config["hidden_size"]
     qk = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
-    attention = config["num_hidden_layers"] * 2 * config["num_attention_heads"] * (qk + config["v_head_dim"]) * prompt / 2
+    attention = config["num_hidden_layers"] * 2 * config["num_attention_heads"] * (qk + config["v_head_dim"]) * (
+        depth + prompt / 2)
     return 2 * (active_params - output) + attention + 2 * output / prompt
 
 
@@ -47,6 +49,27 @@ def check_batch_step(config, report, batch, generate):
         100 * report["decode_batch_tok_s"] / batch * step / (report["membw_gb_s"] * 1e9), 1e-9))
     check("batch step: speedup limit = batch x bytes a token / bytes a step",
           close(report["decode_batch_speedup_limit"], batch * report["bytes_per_decoded_token"] / step, 1e-9))
+
+
+def check_prefill_at_depth(binary, model, config):
+    """--depth D: the prefill runs after D cached tokens (llama-bench's "pp4 @ d64"), its FLOPs
+    counting attention over them; auto absorbs 4 tokens after 64 cached, --mla-prefill forces
+    either form, and the table names the test and the form."""
+    for form, want in (("auto", "absorbed"), ("expanded", "expanded"), ("absorbed", "absorbed")):
+        proc = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "2", "--batch", "2",
+                               "--depth", "64", "-r", "1", "--threads", "1", "--mla-prefill", form, "--json"],
+                              capture_output=True, text=True, timeout=300)
+        check(f"--depth 64 --mla-prefill {form} exits 0", proc.returncode == 0, proc.stderr[-2000:])
+        report = json.loads(proc.stdout)
+        check(f"--mla-prefill {form}: the prefill ran {want}", report["mla_prefill"] == want, report["mla_prefill"])
+        flops = expected_prefill_flops(config, report["active_params"], 4, depth=64)
+        check(f"--mla-prefill {form}: FLOPs a token with attention over the 64 cached",
+              close(report["flops_per_prefill_token"], flops, 1e-6), f"{report['flops_per_prefill_token']} vs {flops}")
+    table = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "2", "--batch", "2", "--depth",
+                            "64", "-r", "1", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    check("the table names pp4 @ d64 and its MLA form", "| pp4 @ d64" in table.stdout and "MLA absorbed" in table.stdout,
+          table.stdout)
+    check("the table names tg2 @ d64", "| tg2 @ d64" in table.stdout, table.stdout)
 
 
 def main():
@@ -94,9 +117,16 @@ def main():
     check("batch speedup", close(report["decode_batch_speedup"], report["decode_batch_tok_s"] / report["decode_tok_s"]))
     check_batch_step(config, report, batch=3, generate=4)
 
+    check("a fresh prompt's prefill is expanded", report["mla_prefill"] == "expanded", report["mla_prefill"])
+    check_prefill_at_depth(binary, model, config)
+
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,
                          text=True, timeout=60)
     check("-p 0 is refused by name", bad.returncode != 0 and "-p" in bad.stderr, bad.stderr[-500:])
+    bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--mla-prefill", "flash"],
+                         capture_output=True, text=True, timeout=60)
+    check("an unknown --mla-prefill is refused by name", bad.returncode != 0 and "'flash'" in bad.stderr,
+          bad.stderr[-500:])
 
     finish()
 

@@ -63,11 +63,20 @@ class BenchCaches {
   void* pool_ = nullptr;
 };
 
-// Seconds to prefill `count` tokens into sequence 0's cache.
-double time_prefill(ModelExecutor& executor, const BenchCaches& caches, int64_t count, uint64_t seed) {
-  const auto tokens = random_tokens(count, executor.config().vocab_size, seed);
+// Seconds to prefill `options.prompt` tokens into sequence 0's cache after `options.depth`
+// tokens already there (llama-bench's "pp512 @ d1024"; the depth's own prefill not timed), its
+// attention in the form `path` (Auto: the cost model's choice).
+double time_prefill(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, MlaPath path,
+                    uint64_t seed) {
+  const auto tokens = random_tokens(options.depth + options.prompt, executor.config().vocab_size, seed);
   std::vector<float> logits(size_t(executor.config().vocab_size));
-  const ForwardSequence seq{tokens, 0, caches.view(0), MlaPath::Expanded, ForwardSequence::Logits::Last};
+  if (options.depth > 0) {
+    const ForwardSequence context{std::span(tokens).first(size_t(options.depth)), 0, caches.view(0), MlaPath::Auto,
+                                  ForwardSequence::Logits::None};
+    executor.forward(std::span(&context, 1), logits.data());
+  }
+  const ForwardSequence seq{std::span(tokens).subspan(size_t(options.depth)), options.depth, caches.view(0), path,
+                            ForwardSequence::Logits::Last};
   const auto start = Clock::now();
   executor.forward(std::span(&seq, 1), logits.data());
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -141,22 +150,23 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
             "-p, -n, --batch and --repetitions must be positive");
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
+  const MlaPath prefill_path = mla_path_from_name(options.mla_prefill);
   const ModelSpec spec = load_model_spec(options.model_dir);
   spdlog::info("measuring this machine: memory bandwidth (triad, read) and peak FMA and bf16 dot rates");
   const MachineLimits before = MachineLimits::measure();
   reset_peak_rss();
-  const int64_t capacity = std::max(options.prompt, std::max<int64_t>(1, options.depth) + options.generate);
+  const int64_t capacity = std::max<int64_t>(1, options.depth) + std::max(options.prompt, options.generate);
   const BenchCaches caches(executor, options.batch, capacity, dtype);
   // As llama-bench: one uncounted run first, which faults the mapped weights in (the first
   // prefill of a fresh process otherwise measures page faults, ~6x slower on mini).
   spdlog::info("warm-up: pp{} (not counted)", options.prompt);
-  time_prefill(executor, caches, options.prompt, 5);
+  time_prefill(executor, caches, options, prefill_path, 5);
   std::vector<double> prefill, decode, decode_batch;
   double routed_bytes_alone = 0, routed_bytes_batch = 0;  // over all the repetitions' steps
   for (int64_t r = 0; r < options.repetitions; ++r) {
     spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
                  options.generate, options.generate, options.batch);
-    prefill.push_back(double(options.prompt) / time_prefill(executor, caches, options.prompt, 7 + uint64_t(r)));
+    prefill.push_back(double(options.prompt) / time_prefill(executor, caches, options, prefill_path, 7 + uint64_t(r)));
     const DecodeRun alone = time_decode(executor, caches, options, 1, 11 + uint64_t(r));
     const DecodeRun batch = time_decode(executor, caches, options, options.batch, 13 + uint64_t(r));
     decode.push_back(double(options.generate) / alone.seconds);
@@ -186,14 +196,20 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
                                 kv_per_token * double(options.batch);
   const nlohmann::json experts_per_layer =  // null without MoE
       routed_bytes_alone > 0 ? nlohmann::json(step_expert_ratio * double(config.num_experts_per_tok)) : nlohmann::json();
-  // 2 FLOPs per active weight, plus expanded causal attention at the average depth p/2. The
+  // 2 FLOPs per active weight, plus causal attention at the average depth d + p/2 counted as
+  // the expanded form's (queries against per-head keys and values, not the expansion). The
   // output projection (lm_head, or the tied embedding) runs for the prompt's last token only
   // (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
   const double attention_flops = double(config.num_hidden_layers) * 2.0 * double(config.num_attention_heads) *
-                                 double(config.qk_head_dim() + config.v_head_dim) * double(options.prompt) / 2.0;
+                                 double(config.qk_head_dim() + config.v_head_dim) *
+                                 (double(options.depth) + double(options.prompt) / 2.0);
   const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
   const double flops_per_token = 2.0 * (double(spec.active_params) - output_params) + attention_flops +
                                  2.0 * output_params / double(options.prompt);
+  const MlaShape shape{config.hidden_size, config.num_attention_heads / executor.ranks(), config.kv_lora_rank,
+                       config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim, 0.0, 0.0f};
+  const MlaPath prefill_form =
+      prefill_path != MlaPath::Auto ? prefill_path : mla_prefill_path(shape, options.prompt, options.depth);
   const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
   const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
@@ -205,7 +221,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
                                                                        mla_decode_kernel()))},
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
-          {"amx", amx_available()},
+          {"amx", amx_available()}, {"mla_prefill", mla_path_name(prefill_form)},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
           {"prefill_runs", prefill}, {"decode_runs", decode}, {"decode_batch_runs", decode_batch},
           {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes_per_token},
@@ -233,22 +249,28 @@ std::string model_bench_table(const nlohmann::json& r) {
   out += fmt::format("model: {} ({:.2f} GB of weights, {:.1f}M params, {:.1f}M active), peak RSS {:.0f} MB\n",
                      r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
                      r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());
+  // llama-bench's test names: "pp512", or "pp512 @ d1024" with tokens already in the cache.
+  const int64_t depth = r["depth"].get<int64_t>();
+  const std::string at_depth = depth > 0 ? fmt::format(" @ d{}", depth) : "";
+  const std::string pp = fmt::format("pp{}{}", r["prompt"].get<int64_t>(), at_depth);
+  const std::string tg = fmt::format("tg{}{}", r["generate"].get<int64_t>(), at_depth);
   out += "| test              |        t/s | roofline |\n|-------------------|-----------:|---------:|\n";
-  out += fmt::format("| pp{:<15} | {:10.2f} | {:6.1f}% of peak FLOP/s (fp32 FMA){}\n", r["prompt"].get<int64_t>(),
+  out += fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of peak FLOP/s (fp32 FMA){}; MLA {}\n", pp,
                      r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>(),
                      r["prefill_bf16_dot_peak_pct"].is_null()
                          ? ""
                          : fmt::format("; {:.1f}% of the bf16 dot's {:.1f} GFLOP/s",
-                                       r["prefill_bf16_dot_peak_pct"].get<double>(), r["peak_bf16_dot_gflops"].get<double>()));
-  out += fmt::format("| tg{:<15} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s; {:.1f}% of read)\n",
-                     r["generate"].get<int64_t>(), r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
+                                       r["prefill_bf16_dot_peak_pct"].get<double>(), r["peak_bf16_dot_gflops"].get<double>()),
+                     r["mla_prefill"].get<std::string>());
+  out += fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s; {:.1f}% of read)\n",
+                     tg, r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
                      r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
                      r["decode_read_roofline_pct"].get<double>());
   const nlohmann::json& experts = r["decode_batch_experts_per_layer"];
   out += fmt::format(
-      "| tg{} x batch {:<4} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/step{}, limit {:.1f} t/s); {:.2f}x batch 1, "
+      "| {} x batch {:<4} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/step{}, limit {:.1f} t/s); {:.2f}x batch 1, "
       "limit {:.2f}x\n",
-      r["generate"].get<int64_t>(), r["batch"].get<int64_t>(), r["decode_batch_tok_s"].get<double>(),
+      tg, r["batch"].get<int64_t>(), r["decode_batch_tok_s"].get<double>(),
       r["decode_batch_roofline_pct"].get<double>(), r["decode_batch_bytes_per_step"].get<double>() / 1e6,
       experts.is_null() ? "" : fmt::format(": {:.1f} routed experts a MoE layer", experts.get<double>()),
       r["decode_batch_roofline_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>(),

@@ -1,0 +1,97 @@
+// The prefill's MLA form: mla_prefill_path's choice (absorbed for few new tokens after many
+// cached positions, expanded otherwise) and mla_forward running the form it chose.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "model/deepseek_v3.h"
+#include "test_util.h"
+#include "tools/model_presets.h"
+
+namespace mlaserve {
+namespace {
+
+// DeepSeek-V3's attention at 8-way tensor parallelism (128 heads / 8), and the mini preset's.
+const MlaShape kDeepseekV3Rank{7168, 16, 512, 128, 64, 128, 1e-6, 0.0f};
+const MlaShape kMini{1024, 16, 256, 64, 32, 64, 1e-6, 0.0f};
+
+TEST(MlaPrefillPath, OneTokenIsAbsorbedAndAFreshPromptExpanded) {
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
+    for (int64_t start : {0, 7, 4096}) EXPECT_EQ(mla_prefill_path(shape, 1, start), MlaPath::Absorbed) << start;
+    for (int64_t tokens : {2, 3, 16, 100, 512, 4096}) EXPECT_EQ(mla_prefill_path(shape, tokens, 0), MlaPath::Expanded) << tokens;
+  }
+}
+
+// bench-model on this project's machines (docs/kernels.md): 4 or 16 tokens after 2048 cached
+// ran 3-7x faster absorbed, 512 tokens after 512 cached 13-24% faster expanded.
+TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
+    EXPECT_EQ(mla_prefill_path(shape, 4, 2048), MlaPath::Absorbed);
+    EXPECT_EQ(mla_prefill_path(shape, 16, 2048), MlaPath::Absorbed);
+    EXPECT_EQ(mla_prefill_path(shape, 20, 1000), MlaPath::Absorbed);
+    EXPECT_EQ(mla_prefill_path(shape, 512, 512), MlaPath::Expanded);
+    EXPECT_EQ(mla_prefill_path(shape, 2048, 2048), MlaPath::Expanded);
+  }
+}
+
+// More cached positions only make the expansion dearer, more new tokens the absorbed form:
+// along either axis the choice switches once at most.
+TEST(MlaPrefillPath, SwitchesOnceAlongEitherAxis) {
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
+    for (int64_t tokens : {2, 9, 64, 300}) {
+      int switches = 0;
+      for (int64_t start = 1; start < 20000; ++start)
+        switches += mla_prefill_path(shape, tokens, start) != mla_prefill_path(shape, tokens, start - 1);
+      EXPECT_EQ(switches, 1) << tokens << " tokens";
+    }
+    for (int64_t start : {64, 1000, 8000}) {
+      int switches = 0;
+      for (int64_t tokens = 3; tokens < 20000; ++tokens)
+        switches += mla_prefill_path(shape, tokens, start) != mla_prefill_path(shape, tokens - 1, start);
+      EXPECT_EQ(switches, 1) << start << " cached";
+    }
+  }
+}
+
+TEST(MlaPrefillPath, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (MlaPath path : {MlaPath::Auto, MlaPath::Expanded, MlaPath::Absorbed})
+    EXPECT_EQ(mla_path_from_name(mla_path_name(path)), path);
+  try {
+    mla_path_from_name("flash");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'flash'"), std::string::npos) << e.what();
+  }
+}
+
+// Auto gives the bits of the form mla_prefill_path names for the chunk, and the two forms agree
+// within fp32 rounding (an f32 model and cache: every product exact in fp32).
+TEST(MlaPrefillPath, AutoRunsTheChosenForm) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::F32, 9);
+  auto model = load_causal_lm(dir.path());
+  const ModelConfig& config = model->config();
+  const MlaShape tiny{config.hidden_size, config.num_attention_heads, config.kv_lora_rank, config.qk_nope_head_dim,
+                      config.qk_rope_head_dim, config.v_head_dim, 1e-6, 0.0f};
+  std::vector<int32_t> tokens(60);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab_size));
+  const int64_t vocab = config.vocab_size, chunk = 4;
+  for (int64_t start : {int64_t(0), int64_t(56)}) {
+    const MlaPath chosen = start == 0 ? MlaPath::Expanded : MlaPath::Absorbed;
+    const int64_t n = start == 0 ? int64_t(tokens.size()) : chunk;
+    ASSERT_EQ(mla_prefill_path(tiny, n, start), chosen);
+    std::vector<std::vector<float>> logits;
+    for (MlaPath path : {MlaPath::Auto, chosen, chosen == MlaPath::Absorbed ? MlaPath::Expanded : MlaPath::Absorbed}) {
+      SequenceCache cache(config, int64_t(tokens.size()), CacheDType::F32);
+      std::vector<float> scratch(static_cast<size_t>(vocab));
+      if (start > 0) model->forward(std::span(tokens).first(size_t(start)), 0, cache.view(), false, scratch.data());
+      logits.emplace_back(size_t(n * vocab));
+      model->forward(std::span(tokens).subspan(size_t(start), size_t(n)), start, cache.view(), true,
+                     logits.back().data(), path);
+    }
+    EXPECT_EQ(logits[0], logits[1]) << "Auto at " << start << " ran another form than " << mla_path_name(chosen);
+    EXPECT_TRUE(testing::relative_close(logits[2], logits[1], 1e-4)) << start;
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve
