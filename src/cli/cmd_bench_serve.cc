@@ -14,6 +14,7 @@ namespace {
 struct BenchServeOptions {
   BenchOptions bench;
   RandomDataset dataset;
+  SharedPrefixDataset gsp;
   std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf";
   int64_t max_concurrency = 0, warmup_requests = 0, long_prefill = 0;
   bool no_progress = false;
@@ -28,6 +29,24 @@ std::vector<int64_t> parse_sweep(const std::string& text) {
   return levels;
 }
 
+constexpr const char* kSharedPrefix = "generated-shared-prefix";
+
+// A run's prompts, fresh for each sweep level (seeds offset by `level`), so that a level never
+// hits the prefix cache the last one filled.
+std::vector<BenchPrompt> make_prompts(const BenchServeOptions& options, const Tokenizer& tokenizer, uint64_t level) {
+  if (options.dataset_name == kSharedPrefix) {
+    SharedPrefixDataset gsp = options.gsp;
+    gsp.seed = options.dataset.seed + level;
+    return make_shared_prefix_prompts(tokenizer, gsp);
+  }
+  RandomDataset dataset = options.dataset;
+  dataset.seed += level;
+  int64_t mismatched = 0;
+  std::vector<BenchPrompt> prompts = make_random_prompts(tokenizer, dataset, &mismatched);
+  if (mismatched) spdlog::warn("{} prompts do not re-tokenize to their drawn length", mismatched);
+  return prompts;
+}
+
 // Runs one benchmark and prints its block; returns its summary and JSON.
 std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, const Tokenizer& tokenizer,
                                              const std::vector<BenchPrompt>& prompts, int64_t concurrency,
@@ -40,7 +59,8 @@ std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, co
 }
 
 int bench_serve(BenchServeOptions& options) {
-  MLA_CHECK(options.dataset_name == "random", "--dataset '{}' is not supported (random)", options.dataset_name);
+  MLA_CHECK(options.dataset_name == "random" || options.dataset_name == kSharedPrefix,
+            "--dataset '{}' is not supported (random, {})", options.dataset_name, kSharedPrefix);
   MLA_CHECK(options.bench.endpoint == "completions" || options.bench.endpoint == "chat",
             "--endpoint must be completions or chat");
   MLA_CHECK(!options.tokenizer_dir.empty(), "bench-serve needs --tokenizer DIR (the served model's tokenizer files)");
@@ -70,12 +90,7 @@ int bench_serve(BenchServeOptions& options) {
     std::vector<Summary> summaries;
     out["runs"] = nlohmann::json::array();
     for (size_t i = 0; i < levels.size(); ++i) {
-      // Fresh prompts per sweep level, so a level never hits the prefix cache of the last.
-      RandomDataset dataset = options.dataset;
-      dataset.seed += i;
-      int64_t mismatched = 0;
-      const std::vector<BenchPrompt> prompts = make_random_prompts(*tokenizer, dataset, &mismatched);
-      if (mismatched) spdlog::warn("{} prompts do not re-tokenize to their drawn length", mismatched);
+      const std::vector<BenchPrompt> prompts = make_prompts(options, *tokenizer, i);
       auto [summary, json] = run_once(options, *tokenizer, prompts, levels[i],
                                       levels[i] > 0 ? fmt::format("concurrency {}", levels[i]) : "unbounded");
       summaries.push_back(summary);
@@ -92,6 +107,10 @@ int bench_serve(BenchServeOptions& options) {
                    {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
                    {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
                    {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
+  if (options.dataset_name == kSharedPrefix)
+    out["config"]["gsp"] = {{"num_groups", options.gsp.num_groups}, {"prompts_per_group", options.gsp.prompts_per_group},
+                            {"system_prompt_len", options.gsp.system_prompt_len},
+                            {"question_len", options.gsp.question_len}, {"output_len", options.gsp.output_len}};
   if (!options.json_file.empty()) {
     std::ofstream file(options.json_file);
     file << out.dump(2) << "\n";
@@ -112,7 +131,17 @@ void add_bench_serve_command(CLI::App& app) {
   cmd->add_option("--model", options->bench.model, "model name in requests (default: the server's first)");
   cmd->add_option("--tokenizer", options->tokenizer_dir, "directory with the model's tokenizer files")->required();
   cmd->add_option("--api-key", options->bench.api_key, "Bearer token");
-  cmd->add_option("--dataset", options->dataset_name, "random")->capture_default_str();
+  cmd->add_option("--dataset", options->dataset_name, "random | generated-shared-prefix (SGLang's; --gsp-*)")
+      ->capture_default_str();
+  cmd->add_option("--gsp-num-groups", options->gsp.num_groups, "shared-prefix groups (system prompts)")
+      ->capture_default_str();
+  cmd->add_option("--gsp-prompts-per-group", options->gsp.prompts_per_group, "questions per system prompt")
+      ->capture_default_str();
+  cmd->add_option("--gsp-system-prompt-len", options->gsp.system_prompt_len, "system prompt tokens")
+      ->capture_default_str();
+  cmd->add_option("--gsp-question-len", options->gsp.question_len, "question tokens")->capture_default_str();
+  cmd->add_option("--gsp-output-len", options->gsp.output_len, "max tokens to generate per question")
+      ->capture_default_str();
   cmd->add_option("--input-len", options->dataset.input_len, "prompt tokens")->capture_default_str();
   cmd->add_option("--output-len", options->dataset.output_len, "max tokens to generate")->capture_default_str();
   cmd->add_option("--range-ratio", options->dataset.range_ratio, "lengths uniform in len*(1 -+ ratio)")->capture_default_str();

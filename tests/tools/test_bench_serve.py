@@ -26,6 +26,32 @@ def bench(binary, url, model, *args):
                           capture_output=True, text=True, timeout=600)
 
 
+def check_shared_prefix(binary, url, model, server, work):
+    """SGLang's generated-shared-prefix dataset: groups x prompts-per-group requests, each a
+    group's system prompt and a question; one at a time, every question after its group's first
+    finds the system prompt's whole blocks (16 tokens) in the server's prefix cache."""
+    hits_before = server.metric("mlaserve_prefix_cache_hits_total")
+    prompt_before = server.metric("mlaserve_prompt_tokens_total")
+    out = os.path.join(work, "gsp.json")
+    proc = bench(binary, url, model, "--dataset", "generated-shared-prefix", "--gsp-num-groups", "2",
+                 "--gsp-prompts-per-group", "3", "--gsp-system-prompt-len", "96", "--gsp-question-len", "8",
+                 "--gsp-output-len", "3", "--max-concurrency", "1", "--json", out)
+    check("shared prefix: bench-serve exits 0", proc.returncode == 0, proc.stderr[-500:])
+    result = json.load(open(out))
+    check("shared prefix: groups x prompts-per-group requests", result["completed"] == 6 and result["failed"] == 0,
+          str(result.get("errors")))
+    check("shared prefix: input tokens equal the server's count",
+          result["total_input_tokens"] == server.metric("mlaserve_prompt_tokens_total") - prompt_before)
+    inputs = [r["prompt_tokens"] for r in result["requests"]]
+    check("shared prefix: each prompt is a system prompt and a question", all(96 + 8 <= n <= 96 + 8 + 4 for n in inputs),
+          str(inputs))
+    hits = server.metric("mlaserve_prefix_cache_hits_total") - hits_before
+    check("shared prefix: later questions hit their system prompt's blocks", hits >= 2 * 2 * 80, f"{hits} tokens")
+    check("shared prefix: the config names the dataset",
+          result["config"]["dataset"] == "generated-shared-prefix" and result["config"]["gsp"]["num_groups"] == 2,
+          str(result["config"]))
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -62,6 +88,7 @@ def main():
         check("a failing server is reported: non-zero exit", proc.returncode != 0)
         check("a failing server is reported: failures counted with the HTTP status",
               errors["failed"] == 3 and any("HTTP 400" in message for message in errors["errors"]), str(errors["errors"]))
+        check_shared_prefix(binary, url, model, server, work)
         long = os.path.join(work, "long.json")
         proc = bench(binary, url, model, "--long-prefill", "1500", "--json", long)
         result = json.load(open(long))

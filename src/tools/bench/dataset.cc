@@ -57,4 +57,27 @@ std::vector<BenchPrompt> make_random_prompts(const Tokenizer& tokenizer, const R
   return prompts;
 }
 
+std::vector<BenchPrompt> make_shared_prefix_prompts(const Tokenizer& tokenizer, const SharedPrefixDataset& options) {
+  MLA_CHECK(options.num_groups > 0 && options.prompts_per_group > 0 && options.system_prompt_len > 0 &&
+                options.question_len > 0 && options.output_len > 0,
+            "--gsp-num-groups, --gsp-prompts-per-group, --gsp-system-prompt-len, --gsp-question-len and "
+            "--gsp-output-len must be positive");
+  const std::vector<int32_t> vocab = tokenizer.text_token_ids();
+  MLA_CHECK(!vocab.empty(), "the tokenizer has no text tokens to build prompts from");
+  std::mt19937_64 rng(options.seed);
+  std::vector<BenchPrompt> prompts;
+  for (int64_t group = 0; group < options.num_groups; ++group) {
+    const std::string system = prompt_of_length(tokenizer, vocab, options.system_prompt_len, rng).text;
+    for (int64_t i = 0; i < options.prompts_per_group; ++i) {
+      BenchPrompt prompt;
+      prompt.text = system + "\n\n" + prompt_of_length(tokenizer, vocab, options.question_len, rng).text;
+      prompt.input_tokens = int64_t(tokenizer.encode(prompt.text, false).size());
+      prompt.output_tokens = options.output_len;
+      prompts.push_back(std::move(prompt));
+    }
+  }
+  std::shuffle(prompts.begin(), prompts.end(), rng);
+  return prompts;
+}
+
 }  // namespace mlaserve

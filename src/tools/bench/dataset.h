@@ -28,4 +28,14 @@ struct RandomDataset {
 std::vector<BenchPrompt> make_random_prompts(const Tokenizer& tokenizer, const RandomDataset& options,
                                              int64_t* mismatched = nullptr);
 
+// SGLang's generated-shared-prefix dataset (--gsp-*; its defaults): num_groups random system
+// prompts of system_prompt_len tokens, each followed ("\n\n") by prompts_per_group random
+// questions of question_len tokens, the prompts shuffled: the prefix-cache workload (a long
+// shared system prompt, a short question after it). input_tokens: the whole text's count.
+struct SharedPrefixDataset {
+  int64_t num_groups = 64, prompts_per_group = 16, system_prompt_len = 2048, question_len = 128, output_len = 256;
+  uint64_t seed = 0;
+};
+std::vector<BenchPrompt> make_shared_prefix_prompts(const Tokenizer& tokenizer, const SharedPrefixDataset& options);
+
 }  // namespace mlaserve
