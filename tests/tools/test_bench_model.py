@@ -20,12 +20,14 @@ def close(a, b, rel=1e-9):
 
 def expected_prefill_flops(config, active_params, prompt, depth=0):
     """2 FLOPs a weight; the output projection once per prompt (only the last token's logits);
-    causal attention over the average depth depth + prompt / 2 (q.k over qk_head_dim, p.v over
-    v_head_dim)."""
+    each MLA layer's causal attention over the average depth depth + prompt / 2 (q.k over
+    qk_head_dim, p.v over v_head_dim; a Kimi Linear model's KDA layers have none)."""
     output = config["vocab_size"] * config["hidden_size"]
     qk = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
-    attention = config["num_hidden_layers"] * 2 * config["num_attention_heads"] * (qk + config["v_head_dim"]) * (
-        depth + prompt / 2)
+    mla_layers = config["num_hidden_layers"]
+    if "linear_attn_config" in config:
+        mla_layers -= len(config["linear_attn_config"]["kda_layers"])
+    attention = mla_layers * 2 * config["num_attention_heads"] * (qk + config["v_head_dim"]) * (depth + prompt / 2)
     return 2 * (active_params - output) + attention + 2 * output / prompt
 
 
@@ -70,6 +72,23 @@ def check_prefill_at_depth(binary, model, config):
     check("the table names pp4 @ d64 and its MLA form", "| pp4 @ d64" in table.stdout and "MLA absorbed" in table.stdout,
           table.stdout)
     check("the table names tg2 @ d64", "| tg2 @ d64" in table.stdout, table.stdout)
+
+
+def check_hybrid_prefill_flops(binary, work):
+    """Kimi Linear (2 MLA and 2 KDA layers): attention FLOPs counted for the MLA layers only."""
+    model = os.path.join(work, "kimi-linear-tiny")
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", "kimi-linear-tiny", "--seed", "3", model], check=True,
+                       capture_output=True)
+    with open(os.path.join(model, "config.json")) as f:
+        config = json.load(f)
+    proc = subprocess.run([binary, "bench-model", "--model", model, "-p", "8", "-n", "2", "--batch", "2", "-r", "1",
+                           "--threads", "1", "--json"], capture_output=True, text=True, timeout=300)
+    check("Kimi Linear bench-model exits 0", proc.returncode == 0, proc.stderr[-2000:])
+    report = json.loads(proc.stdout)
+    flops = expected_prefill_flops(config, report["active_params"], 8)
+    check("Kimi Linear: prefill attention FLOPs over its MLA layers only",
+          close(report["flops_per_prefill_token"], flops, 1e-6), f"{report['flops_per_prefill_token']} vs {flops}")
 
 
 def main():
@@ -119,6 +138,7 @@ def main():
 
     check("a fresh prompt's prefill is expanded", report["mla_prefill"] == "expanded", report["mla_prefill"])
     check_prefill_at_depth(binary, model, config)
+    check_hybrid_prefill_flops(binary, work)
 
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,
                          text=True, timeout=60)

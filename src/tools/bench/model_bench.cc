@@ -196,11 +196,12 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
                                 kv_per_token * double(options.batch);
   const nlohmann::json experts_per_layer =  // null without MoE
       routed_bytes_alone > 0 ? nlohmann::json(step_expert_ratio * double(config.num_experts_per_tok)) : nlohmann::json();
-  // 2 FLOPs per active weight, plus causal attention at the average depth d + p/2 counted as
-  // the expanded form's (queries against per-head keys and values, not the expansion). The
+  // 2 FLOPs per active weight, plus each MLA layer's causal attention at the average depth
+  // d + p/2 counted as the expanded form's (queries against per-head keys and values, not the
+  // expansion; a hybrid's KDA layers have no softmax attention to count). The
   // output projection (lm_head, or the tied embedding) runs for the prompt's last token only
   // (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
-  const double attention_flops = double(config.num_hidden_layers) * 2.0 * double(config.num_attention_heads) *
+  const double attention_flops = double(config.cache_layers()) * 2.0 * double(config.num_attention_heads) *
                                  double(config.qk_head_dim() + config.v_head_dim) *
                                  (double(options.depth) + double(options.prompt) / 2.0);
   const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
