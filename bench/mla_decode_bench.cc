@@ -1,8 +1,9 @@
 // Microbenchmark of the absorbed MLA decode kernels at DeepSeek-V3 / Kimi K3 latent sizes
 // (kv_lora_rank 512 + rope 64, bf16 cache), one query: 12 heads (Kimi K3 per rank at TP 8)
 // padded to 16 or generic, and 16 heads native; and 16 heads at the `mini` preset's sizes
-// (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8). Items/s = heads x
-// positions per second.
+// (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8), and for BM_Queries
+// queries (a chunk of new tokens after the cache, as a prefill chunk run absorbed: query i sees
+// positions - queries + i + 1). Items/s = heads x positions x queries per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
@@ -18,12 +19,13 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-void run(benchmark::State& state, MlaDecodeKernel kernel) {
+void run(benchmark::State& state, MlaDecodeKernel kernel, int64_t queries = 1) {
   const int64_t heads = state.range(0), context = state.range(1), blocks = context / kBlock;
   const int64_t rank = state.range(2), rope = rank / 8;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::vector<float> q_latent(size_t(heads * rank)), q_pe(size_t(heads * rope)), out(q_latent.size());
+  std::vector<float> q_latent(size_t(queries * heads * rank)), q_pe(size_t(queries * heads * rope)),
+      out(q_latent.size());
   for (auto& v : q_latent) v = normal(rng);
   for (auto& v : q_pe) v = normal(rng);
   std::vector<uint16_t> pool(size_t(blocks * kBlock * (rank + rope)));
@@ -35,8 +37,8 @@ void run(benchmark::State& state, MlaDecodeKernel kernel) {
   params.q_pe = q_pe.data();
   params.out_latent = out.data();
   params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, 1, rank + rope};
-  params.n_queries = 1;
-  params.first_position = context - 1;
+  params.n_queries = queries;
+  params.first_position = context - queries;
   params.n_heads = heads;
   params.kv_lora_rank = rank;
   params.qk_rope_head_dim = rope;
@@ -46,13 +48,14 @@ void run(benchmark::State& state, MlaDecodeKernel kernel) {
     mla_absorbed_attention(params);
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetItemsProcessed(state.iterations() * heads * context);
+  state.SetItemsProcessed(state.iterations() * heads * context * queries);
   state.SetLabel(mla_decode_kernel_name(mla_decode_plan(heads, kernel)));
 }
 
 void BM_Padded(benchmark::State& state) { run(state, MlaDecodeKernel::Padded); }
 void BM_Generic(benchmark::State& state) { run(state, MlaDecodeKernel::Generic); }
 void BM_Auto(benchmark::State& state) { run(state, MlaDecodeKernel::Auto); }
+void BM_Queries(benchmark::State& state) { run(state, MlaDecodeKernel::Auto, state.range(3)); }
 
 BENCHMARK(BM_Padded)
     ->Args({12, 1024, 512})
@@ -63,6 +66,7 @@ BENCHMARK(BM_Padded)
     ->UseRealTime();
 BENCHMARK(BM_Generic)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
 BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
+BENCHMARK(BM_Queries)->Args({16, 2048, 256, 1})->Args({16, 2048, 256, 16})->Args({16, 2048, 512, 16})->UseRealTime();
 
 }  // namespace
 }  // namespace mlaserve
