@@ -498,6 +498,23 @@ bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
 #endif
 }
 
+bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rope_head_dim, CacheDType cache_dtype) {
+#ifdef MLA_AMX
+  const MlaDecodeKernel plan = mla_decode_plan(n_heads, mla_decode_kernel());
+  const int64_t heads = plan == MlaDecodeKernel::Blocked  ? n_heads
+                        : plan == MlaDecodeKernel::Padded ? mla_padded_heads(n_heads)
+                                                          : 0;
+  MlaAbsorbedParams params;
+  params.cache.dtype = cache_dtype;
+  params.kv_lora_rank = kv_lora_rank;
+  params.qk_rope_head_dim = qk_rope_head_dim;
+  return heads > 0 && heads % 16 == 0 && AmxTiles::supports(params);
+#else
+  (void)n_heads, (void)kv_lora_rank, (void)qk_rope_head_dim, (void)cache_dtype;
+  return false;
+#endif
+}
+
 void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch) {
   if (batch.empty()) return;
   const int64_t n_heads = batch[0].n_heads;

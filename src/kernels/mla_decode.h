@@ -44,6 +44,11 @@ int64_t mla_padded_heads(int64_t n_heads);
 // What the dispatcher runs for n_heads under `choice` (Blocked, Padded or Generic).
 MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice);
 
+// Whether the absorbed attention of n_heads heads over such a cache runs on the AMX tile unit
+// (blocks of 16 heads, native or padded, over a bf16 cache, on an AMX host), where its products
+// cost far less than on the vector units (the prefill's form choice weighs that).
+bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rope_head_dim, CacheDType cache_dtype);
+
 // True when the blocked kernel multiplies in bf16 for these params: a bf16 cache on a host
 // with AVX512_BF16 (rank a multiple of 16, even rope width). Queries and softmax weights are
 // then rounded to bf16 (relative error up to 2^-9 a product); otherwise every product is fp32.

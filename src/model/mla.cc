@@ -27,13 +27,16 @@ constexpr int64_t kTokensPerTask = 16;
 
 // mla_prefill_path's cost model, in the time of one multiply-add of the expansion (kv_b_proj
 // over a cached latent, its loading and the per-head key/value panels included), fitted to
-// bench-model's prefill of T tokens after P cached ones in either form (mini and small, T 4-512,
-// P 0-2048; docs/kernels.md): the absorbed form's W_UK / W_UV products and per-query work cost
-// 3.65 such times a multiply-add at the new tokens; a (query, key) pair's multiply-adds cost
-// about the same in either attention kernel (expanded over H (qk + v), latent over
-// H (2 kv_lora_rank + rope); the latent kernel runs more of them, faster).
-constexpr double kAbsorptionCost = 3.65;
-constexpr double kAttentionCost = 0.021;
+// bench-model's prefill of T tokens after P cached ones in either form (docs/kernels.md): the
+// absorbed form's W_UK / W_UV products and per-query work, a multiply-add at each new token;
+// a (query, key) pair's multiply-adds, over H (qk + v) expanded and H (2 kv_lora_rank + rope)
+// in the latent cache. Latent multiply-adds on AMX tiles (mini and small, T 4-512, P 0-2048,
+// 27 points) cost about what expanded ones do; on the vector units (MLASERVE_AMX=0: bf16
+// products at this Xeon's half rate, or fp32; mini, 7 points) about 30 times as much.
+struct PrefillCosts {
+  double absorption, expanded_pair, latent_pair;
+};
+constexpr PrefillCosts kOnTiles{3.65, 0.021, 0.021}, kOnVectors{2.70, 0.021, 0.61};
 
 // Where each token of the batch goes: its sequence and its position in it.
 struct TokenPlace {
@@ -255,16 +258,19 @@ const char* mla_path_name(MlaPath path) {
   return "auto";
 }
 
-MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position) {
+MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position, CacheDType cache_dtype) {
   if (n_tokens <= 1) return MlaPath::Absorbed;
+  const PrefillCosts& cost =
+      mla_absorbed_on_tiles(shape.n_heads, shape.kv_lora_rank, shape.qk_rope_head_dim, cache_dtype) ? kOnTiles
+                                                                                                    : kOnVectors;
   const double tokens = double(n_tokens), keys = double(start_position + n_tokens);
   const double pairs = tokens * (double(start_position) + (tokens + 1) / 2);  // causal (query, key) pairs
   const double heads = double(shape.n_heads);
   const double projection = heads * double(shape.kv_lora_rank * (shape.qk_nope_head_dim + shape.v_head_dim));
   const double expanded_pair = heads * double(shape.qk_head_dim() + shape.v_head_dim);
   const double latent_pair = heads * double(2 * shape.kv_lora_rank + shape.qk_rope_head_dim);
-  const double expanded = keys * projection + pairs * kAttentionCost * expanded_pair;
-  const double absorbed = tokens * projection * kAbsorptionCost + pairs * kAttentionCost * latent_pair;
+  const double expanded = keys * projection + pairs * cost.expanded_pair * expanded_pair;
+  const double absorbed = tokens * projection * cost.absorption + pairs * cost.latent_pair * latent_pair;
   return absorbed < expanded ? MlaPath::Absorbed : MlaPath::Expanded;
 }
 
@@ -280,7 +286,8 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
   absorbed.clear();
   for (const MlaSequence& seq : input.sequences) {
     const MlaPath path =
-        seq.path != MlaPath::Auto ? seq.path : mla_prefill_path(shape, seq.n_tokens, seq.start_position);
+        seq.path != MlaPath::Auto ? seq.path
+                                  : mla_prefill_path(shape, seq.n_tokens, seq.start_position, seq.cache.dtype);
     if (path == MlaPath::Absorbed) {
       absorbed.push_back(&seq);
       continue;

@@ -47,11 +47,12 @@ struct MlaShape {
   int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
-// The cheaper form for n_tokens new tokens of a sequence whose cache holds start_position
-// positions (cost model in mla.cc): Expanded expands every position through kv_b_proj, so a
-// short chunk after a long cached prefix (a prefix-cache hit, a chat's next turn, a chunked
-// prefill's later chunks) costs it O(positions) projections where Absorbed spends O(tokens).
-MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position);
+// The cheaper form for n_tokens new tokens of a sequence whose cache (of cache_dtype) holds
+// start_position positions (cost model in mla.cc): Expanded expands every position through
+// kv_b_proj, so a short chunk after a long cached prefix (a prefix-cache hit, a chat's next
+// turn, a chunked prefill's later chunks) costs it O(positions) projections where Absorbed
+// spends O(tokens); Absorbed's queries walk the latent cache, cheaply on AMX tiles.
+MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position, CacheDType cache_dtype);
 
 // One sequence's slice of a batch: tokens [token_offset, token_offset + n_tokens) of the
 // batch are its positions [start_position, start_position + n_tokens).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "kernels/mla_decode.h"
 #include "model/deepseek_v3.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
@@ -14,42 +15,62 @@ namespace {
 const MlaShape kDeepseekV3Rank{7168, 16, 512, 128, 64, 128, 1e-6, 0.0f};
 const MlaShape kMini{1024, 16, 256, 64, 32, 64, 1e-6, 0.0f};
 
+// A bf16 cache runs the latent kernel on AMX tiles where the host has them, an fp32 one never.
+constexpr CacheDType kCaches[] = {CacheDType::BF16, CacheDType::F32};
+
 TEST(MlaPrefillPath, OneTokenIsAbsorbedAndAFreshPromptExpanded) {
-  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
-    for (int64_t start : {0, 7, 4096}) EXPECT_EQ(mla_prefill_path(shape, 1, start), MlaPath::Absorbed) << start;
-    for (int64_t tokens : {2, 3, 16, 100, 512, 4096}) EXPECT_EQ(mla_prefill_path(shape, tokens, 0), MlaPath::Expanded) << tokens;
-  }
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini})
+    for (CacheDType cache : kCaches) {
+      for (int64_t start : {0, 7, 4096}) EXPECT_EQ(mla_prefill_path(shape, 1, start, cache), MlaPath::Absorbed);
+      for (int64_t tokens : {2, 3, 16, 100, 512, 4096})
+        EXPECT_EQ(mla_prefill_path(shape, tokens, 0, cache), MlaPath::Expanded) << tokens;
+    }
 }
 
 // bench-model on this project's machines (docs/kernels.md): 4 or 16 tokens after 2048 cached
 // ran 3-7x faster absorbed, 512 tokens after 512 cached 13-24% faster expanded.
 TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
-  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
-    EXPECT_EQ(mla_prefill_path(shape, 4, 2048), MlaPath::Absorbed);
-    EXPECT_EQ(mla_prefill_path(shape, 16, 2048), MlaPath::Absorbed);
-    EXPECT_EQ(mla_prefill_path(shape, 20, 1000), MlaPath::Absorbed);
-    EXPECT_EQ(mla_prefill_path(shape, 512, 512), MlaPath::Expanded);
-    EXPECT_EQ(mla_prefill_path(shape, 2048, 2048), MlaPath::Expanded);
-  }
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini})
+    for (CacheDType cache : kCaches) {
+      EXPECT_EQ(mla_prefill_path(shape, 4, 2048, cache), MlaPath::Absorbed);
+      EXPECT_EQ(mla_prefill_path(shape, 16, 2048, cache), MlaPath::Absorbed);
+      EXPECT_EQ(mla_prefill_path(shape, 20, 1000, cache), MlaPath::Absorbed);
+      EXPECT_EQ(mla_prefill_path(shape, 512, 512, cache), MlaPath::Expanded);
+      EXPECT_EQ(mla_prefill_path(shape, 2048, 2048, cache), MlaPath::Expanded);
+    }
 }
 
-// More cached positions only make the expansion dearer, more new tokens the absorbed form:
-// along either axis the choice switches once at most.
+// Without the tile unit a (query, position) pair of the latent kernel costs far more: mini's
+// 256 tokens after 2048 ran 452.6 ms expanded, 680.9 absorbed with MLASERVE_AMX=0, and 480.8
+// against 394.2 on AMX tiles.
+TEST(MlaPrefillPath, LongChunksStayExpandedOffTheTiles) {
+  EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::F32), MlaPath::Expanded);
+  EXPECT_EQ(mla_prefill_path(kMini, 128, 512, CacheDType::F32), MlaPath::Expanded);
+  if (mla_absorbed_on_tiles(kMini.n_heads, kMini.kv_lora_rank, kMini.qk_rope_head_dim, CacheDType::BF16))
+    EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::BF16), MlaPath::Absorbed);
+  else
+    EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::BF16), MlaPath::Expanded);
+}
+
+// Along either axis the choice switches once at most: more new tokens only favour the
+// expansion; more cached positions favour whichever form's cost grows slower with them (the
+// expansion's per position, or the latent kernel's per query and position).
 TEST(MlaPrefillPath, SwitchesOnceAlongEitherAxis) {
-  for (const MlaShape& shape : {kDeepseekV3Rank, kMini}) {
-    for (int64_t tokens : {2, 9, 64, 300}) {
-      int switches = 0;
-      for (int64_t start = 1; start < 20000; ++start)
-        switches += mla_prefill_path(shape, tokens, start) != mla_prefill_path(shape, tokens, start - 1);
-      EXPECT_EQ(switches, 1) << tokens << " tokens";
+  for (const MlaShape& shape : {kDeepseekV3Rank, kMini})
+    for (CacheDType cache : kCaches) {
+      for (int64_t tokens : {2, 9, 64, 300}) {
+        int switches = 0;
+        for (int64_t start = 1; start < 20000; ++start)
+          switches += mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens, start - 1, cache);
+        EXPECT_LE(switches, 1) << tokens << " tokens";
+      }
+      for (int64_t start : {64, 1000, 8000}) {
+        int switches = 0;
+        for (int64_t tokens = 3; tokens < 20000; ++tokens)
+          switches += mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens - 1, start, cache);
+        EXPECT_LE(switches, 1) << start << " cached";
+      }
     }
-    for (int64_t start : {64, 1000, 8000}) {
-      int switches = 0;
-      for (int64_t tokens = 3; tokens < 20000; ++tokens)
-        switches += mla_prefill_path(shape, tokens, start) != mla_prefill_path(shape, tokens - 1, start);
-      EXPECT_EQ(switches, 1) << start << " cached";
-    }
-  }
 }
 
 TEST(MlaPrefillPath, NamesRoundTripAndUnknownOnesAreRefused) {
@@ -78,7 +99,7 @@ TEST(MlaPrefillPath, AutoRunsTheChosenForm) {
   for (int64_t start : {int64_t(0), int64_t(56)}) {
     const MlaPath chosen = start == 0 ? MlaPath::Expanded : MlaPath::Absorbed;
     const int64_t n = start == 0 ? int64_t(tokens.size()) : chunk;
-    ASSERT_EQ(mla_prefill_path(tiny, n, start), chosen);
+    ASSERT_EQ(mla_prefill_path(tiny, n, start, CacheDType::F32), chosen);
     std::vector<std::vector<float>> logits;
     for (MlaPath path : {MlaPath::Auto, chosen, chosen == MlaPath::Absorbed ? MlaPath::Expanded : MlaPath::Absorbed}) {
       SequenceCache cache(config, int64_t(tokens.size()), CacheDType::F32);

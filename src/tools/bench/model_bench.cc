@@ -210,7 +210,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const MlaShape shape{config.hidden_size, config.num_attention_heads / executor.ranks(), config.kv_lora_rank,
                        config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim, 0.0, 0.0f};
   const MlaPath prefill_form =
-      prefill_path != MlaPath::Auto ? prefill_path : mla_prefill_path(shape, options.prompt, options.depth);
+      prefill_path != MlaPath::Auto ? prefill_path : mla_prefill_path(shape, options.prompt, options.depth, dtype);
   const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
   const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
