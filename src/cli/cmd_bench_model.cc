@@ -24,6 +24,7 @@ void add_bench_model_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--mla-prefill", options->bench.mla_prefill,
                   "the prefill's MLA attention: auto (the cost model's choice) | expanded | absorbed")
+      ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
       ->capture_default_str();
   cmd->add_option("-r,--repetitions", options->bench.repetitions, "runs (medians are reported)")->capture_default_str();
   cmd->add_option("--kv-cache-dtype", options->bench.cache_dtype, "bf16 | fp32")->capture_default_str();

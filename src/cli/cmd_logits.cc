@@ -36,7 +36,9 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--ids", options->ids, "comma-separated token ids")->required();
   cmd->add_option("--out", options->out, "output .npy file")->required();
   cmd->add_option("--chunk", options->chunk, "feed the sequence in chunks of N tokens (1: decode path); 0: all at once");
-  cmd->add_option("--mla-path", options->mla_path, "auto | expanded | absorbed")->capture_default_str();
+  cmd->add_option("--mla-path", options->mla_path, "auto | expanded | absorbed")
+      ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
+      ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     const std::vector<int32_t> ids = parse_id_list(options->ids);

@@ -123,6 +123,7 @@ void add_serve_command(CLI::App& app) {
                   "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
                   "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
                   " | absorbed")
+      ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
       ->capture_default_str();
   cmd->add_option("--max-queue", options->max_queue, "waiting requests before 429")->capture_default_str();
   cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");

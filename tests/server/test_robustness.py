@@ -4,6 +4,7 @@ Usage: test_robustness.py MLASERVE WORK_DIR"""
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -122,6 +123,10 @@ def main():
         code = server.stop()
     check("exit code 0 on SIGTERM", code == 0, str(code))
     overload(binary, model)
+    bad = subprocess.run([binary, "serve", "--model", model, "--mla-prefill", "flash"], capture_output=True, text=True,
+                         timeout=60)
+    check("an unknown --mla-prefill is refused by name before loading",
+          bad.returncode != 0 and "--mla-prefill" in bad.stderr and "flash" in bad.stderr, bad.stderr[-300:])
     for failure in failures:
         print("FAIL " + failure)
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
