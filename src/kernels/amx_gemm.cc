@@ -57,10 +57,14 @@ __m512 bf16_to_f32x16(__m256bh values) {
 // blocks of 16 tokens and steps of 32 columns (each tile 1 KB contiguous: rows of a plain
 // [token][col] array would lie 4 KB apart and fall in one L1 set). Zero past `tokens` and past
 // `cols`; a non-finite x is carried by hi alone (inf - inf would make the others NaN).
-void split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t blocks, int64_t cols, int64_t steps,
-                       uint16_t* out) {
+// Returns the terms the group needs: 1 when every x is a bf16 value (the latents of a bf16
+// cache, expanded through kv_b_proj), whose mid and lo are zero and add nothing to any sum.
+int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t blocks, int64_t cols, int64_t steps,
+                      uint16_t* out) {
   const int64_t term_words = blocks * steps * kStepWords;
   std::memset(out, 0, size_t(kTerms * term_words) * 2);
+  __m512i rests = _mm512_setzero_si512();  // or of every mid's bits: zero when all x are bf16
+  uint16_t rest_bits = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = x + t * x_stride;
     uint16_t* first = out + (t / kTileRows) * steps * kStepWords + (t % kTileRows) * kStepCols;
@@ -74,6 +78,7 @@ void split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t
       const __m512 rest = _mm512_maskz_sub_ps(finite, v, bf16_to_f32x16(h));
       const __m256bh m = _mm512_cvtneps_pbh(rest);
       const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(rest, bf16_to_f32x16(m)));
+      rests = _mm512_or_si512(rests, _mm512_castsi256_si512(__m256i(m)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(0, c)), __m256i(h));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(1, c)), __m256i(m));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(2, c)), __m256i(l));
@@ -82,11 +87,13 @@ void split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t
       const uint16_t hi = f32_to_bf16(row[c]);
       const float rest = std::isfinite(row[c]) ? row[c] - bf16_to_f32(hi) : 0.0f;
       const uint16_t mid = f32_to_bf16(rest);
+      rest_bits |= mid;
       *at(0, c) = hi;
       *at(1, c) = mid;
       *at(2, c) = f32_to_bf16(rest - bf16_to_f32(mid));
     }
   }
+  return rest_bits == 0 && _mm512_test_epi64_mask(rests, rests) == 0 ? 1 : kTerms;
 }
 
 // Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
@@ -211,12 +218,12 @@ NextTilesPrefetch next_4bit_rows_prefetch(const LinearWeight& weight, int64_t ne
 
 // Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
 // every tile 16 rows of 64 bytes (amx_configure_tiles, per thread).
-// C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the three terms' A tiles
+// C[block][panel] (16 tokens x 16 rows, fp32) = sum over `steps` of the first `terms` terms' A tiles
 // (a: block 0's first tile; blocks a_block_words apart, terms term_words apart) times the
 // panels' B tiles (b: panel 0's first; panels b_panel_words apart); stored to c as
 // [block][panel][16][16].
 template <int kBlocks, int kPanels>
-void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words, const uint16_t* b,
+void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words, int terms, const uint16_t* b,
                    int64_t b_panel_words, int64_t steps, NextTilesPrefetch& prefetch, float* c) {
   _tile_zero(0);
   _tile_zero(1);
@@ -226,7 +233,7 @@ void tile_products(const uint16_t* a, int64_t a_block_words, int64_t term_words,
     prefetch.step();
     _tile_loadd(6, b + s * kStepWords, 64);
     if constexpr (kPanels == 2) _tile_loadd(7, b + b_panel_words + s * kStepWords, 64);
-    for (int term = 0; term < kTerms; ++term) {
+    for (int term = 0; term < terms; ++term) {
       const uint16_t* at = a + term * term_words + s * kStepWords;
       _tile_loadd(4, at, 64);
       if constexpr (kBlocks == 2) _tile_loadd(5, at + a_block_words, 64);
@@ -427,7 +434,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
     const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;
     buffers.terms.resize(size_t(kTerms * term_words));
-    split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
+    const int terms = split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
     for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other
@@ -453,7 +460,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           float* c = buffers.products;
           const auto products = blocks == 2 ? (panels == 2 ? tile_products<2, 2> : tile_products<2, 1>)
                                             : (panels == 2 ? tile_products<1, 2> : tile_products<1, 1>);
-          products(a, b_panel_words, term_words, b, b_panel_words, n, prefetch, c);
+          products(a, b_panel_words, term_words, terms, b, b_panel_words, n, prefetch, c);
           for (int tile = 0; tile < blocks * panels; ++tile)
             scale_tile(c + tile * kTileRows * kTileRows,
                        buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,

@@ -253,6 +253,37 @@ TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
   }
 }
 
+// Activations that are bf16 values (the latents of a bf16 cache) need only the first term: a
+// group of them runs one tile product a step, each row within the float64 bound, and its
+// tokens get the bits they get in a group where one token needs all three (the other terms add
+// zeros). A row-major and a panel weight; a group of 128 tokens (the last the odd one) and a
+// partial second group.
+TEST_F(AmxGemm, Bf16ActivationsNeedOneTerm) {
+  const int64_t rows = 48, cols = 200, tokens = 131, odd = 127;
+  const PanelWeight w(rows, cols, 21);
+  LinearWeight row_major;
+  row_major.format = WeightFormat::BF16;
+  row_major.rows = rows;
+  row_major.cols = row_major.stored_cols = cols;
+  row_major.data = w.bf16.data();
+  std::vector<float> x = testing::random_vector(size_t(tokens * cols), 22);
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  std::vector<float> mixed = x;
+  mixed[size_t(odd * cols + 3)] = 0.1f;  // no bf16 value
+  const std::vector<float> want = reference(w, 0, rows, x, tokens);
+  const LinearWeight* weights[] = {&w.packed, &row_major};
+  for (const LinearWeight* weight : weights) {
+    std::vector<float> exact(size_t(tokens * rows)), beside(exact.size());
+    linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, exact.data(), rows);
+    linear_rows_amx(*weight, 0, rows, mixed.data(), cols, tokens, beside.data(), rows);
+    EXPECT_TRUE(testing::relative_close(exact, want, 1e-6)) << weight_format_name(weight->format);
+    EXPECT_TRUE(std::equal(exact.begin(), exact.begin() + odd * rows, beside.begin()))
+        << weight_format_name(weight->format) << ": the group's other tokens beside one needing three terms";
+    EXPECT_NE(std::vector<float>(exact.begin() + odd * rows, exact.begin() + (odd + 1) * rows),
+              std::vector<float>(beside.begin() + odd * rows, beside.begin() + (odd + 1) * rows));
+  }
+}
+
 // The 4-bit GEMM on AMX-INT8 against the AVX integer GEMM, which forms the same exact integer
 // block sums and scales them in another order (bound 1e-6): INT4 groups of 32 and 64, MXFP4, an
 // unpaired last block (odd block count), a partial last row panel inside a row range, a partial
