@@ -31,12 +31,12 @@ constexpr int64_t kTokensPerTask = 16;
 // absorbed form's W_UK / W_UV products and per-query work, a multiply-add at each new token;
 // a (query, key) pair's multiply-adds, over H (qk + v) expanded and H (2 kv_lora_rank + rope)
 // in the latent cache. Latent multiply-adds on AMX tiles (mini and small, T 4-512, P 0-2048,
-// 27 points) cost about what expanded ones do; on the vector units (MLASERVE_AMX=0: bf16
-// products at this Xeon's half rate, or fp32; mini, 7 points) about 30 times as much.
+// 30 points) cost about 1.5 times what expanded ones do; on the vector units (MLASERVE_AMX=0:
+// bf16 products at this Xeon's half rate, or fp32; mini, 7 points) about 30 times.
 struct PrefillCosts {
   double absorption, expanded_pair, latent_pair;
 };
-constexpr PrefillCosts kOnTiles{3.65, 0.021, 0.021}, kOnVectors{2.70, 0.021, 0.61};
+constexpr PrefillCosts kOnTiles{4.6, 0.021, 0.033}, kOnVectors{2.70, 0.021, 0.61};
 
 // Where each token of the batch goes: its sequence and its position in it.
 struct TokenPlace {

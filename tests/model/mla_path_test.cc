@@ -28,7 +28,7 @@ TEST(MlaPrefillPath, OneTokenIsAbsorbedAndAFreshPromptExpanded) {
 }
 
 // bench-model on this project's machines (docs/kernels.md): 4 or 16 tokens after 2048 cached
-// ran 3-7x faster absorbed, 512 tokens after 512 cached 13-24% faster expanded.
+// ran 2.4-5.7x faster absorbed, 512 tokens after 512 cached 16-21% faster expanded.
 TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
   for (const MlaShape& shape : {kDeepseekV3Rank, kMini})
     for (CacheDType cache : kCaches) {
@@ -41,8 +41,8 @@ TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
 }
 
 // Without the tile unit a (query, position) pair of the latent kernel costs far more: mini's
-// 256 tokens after 2048 ran 452.6 ms expanded, 680.9 absorbed with MLASERVE_AMX=0, and 480.8
-// against 394.2 on AMX tiles.
+// 256 tokens after 2048 ran 452.6 ms expanded, 680.9 absorbed with MLASERVE_AMX=0, and 437.4
+// against 358.5 on AMX tiles.
 TEST(MlaPrefillPath, LongChunksStayExpandedOffTheTiles) {
   EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::F32), MlaPath::Expanded);
   EXPECT_EQ(mla_prefill_path(kMini, 128, 512, CacheDType::F32), MlaPath::Expanded);
