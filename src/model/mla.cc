@@ -27,12 +27,13 @@ constexpr int64_t kTokensPerTask = 16;
 
 // mla_prefill_path's cost model, in the time of one multiply-add of the expansion (kv_b_proj
 // over a cached latent, its loading and the per-head key/value panels included), fitted to
-// bench-model's prefill of T tokens after P cached ones in either form (docs/kernels.md): the
-// absorbed form's W_UK / W_UV products and per-query work, a multiply-add at each new token;
-// a (query, key) pair's multiply-adds, over H (qk + v) expanded and H (2 kv_lora_rank + rope)
-// in the latent cache. Latent multiply-adds on AMX tiles (mini and small, T 4-512, P 0-2048,
-// 30 points) cost about 1.5 times what expanded ones do; on the vector units (MLASERVE_AMX=0:
-// bf16 products at this Xeon's half rate, or fp32; mini, 7 points) about 30 times.
+// bench-model's prefill of T tokens after P cached ones in either form (docs/kernels.md).
+// absorption: a new token's cost in the absorbed form (W_UK / W_UV and its per-query work) per
+// multiply-add of one position's expansion; expanded_pair / latent_pair: a (query, key) pair's
+// per multiply-add over H (qk + v) expanded, H (2 kv_lora_rank + rope) in the latent cache.
+// Latent multiply-adds on AMX tiles (mini and small, T 4-512, P 0-2048, 30 points) cost about
+// 1.5 times expanded ones; on the vector units (MLASERVE_AMX=0: bf16 products at this Xeon's
+// half rate, or fp32; mini, 7 points) about 30 times.
 struct PrefillCosts {
   double absorption, expanded_pair, latent_pair;
 };
