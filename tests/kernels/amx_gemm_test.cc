@@ -3,6 +3,7 @@
 // kernels are compiled only with AMX and run only once Linux grants the tile state).
 #include "kernels/amx_gemm.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -268,19 +269,24 @@ TEST_F(AmxGemm, Bf16ActivationsNeedOneTerm) {
   row_major.data = w.bf16.data();
   std::vector<float> x = testing::random_vector(size_t(tokens * cols), 22);
   for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
-  std::vector<float> mixed = x;
-  mixed[size_t(odd * cols + 3)] = 0.1f;  // no bf16 value
   const std::vector<float> want = reference(w, 0, rows, x, tokens);
   const LinearWeight* weights[] = {&w.packed, &row_major};
-  for (const LinearWeight* weight : weights) {
-    std::vector<float> exact(size_t(tokens * rows)), beside(exact.size());
-    linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, exact.data(), rows);
-    linear_rows_amx(*weight, 0, rows, mixed.data(), cols, tokens, beside.data(), rows);
-    EXPECT_TRUE(testing::relative_close(exact, want, 1e-6)) << weight_format_name(weight->format);
-    EXPECT_TRUE(std::equal(exact.begin(), exact.begin() + odd * rows, beside.begin()))
-        << weight_format_name(weight->format) << ": the group's other tokens beside one needing three terms";
-    EXPECT_NE(std::vector<float>(exact.begin() + odd * rows, exact.begin() + (odd + 1) * rows),
-              std::vector<float>(beside.begin() + odd * rows, beside.begin() + (odd + 1) * rows));
+  for (int64_t odd_column : {3, 197}) {  // split 16 columns at a time, and in the scalar tail
+    std::vector<float> mixed = x;
+    mixed[size_t(odd * cols + odd_column)] = 0.1f;  // no bf16 value
+    const std::vector<float> want_mixed = reference(w, 0, rows, mixed, tokens);
+    for (const LinearWeight* weight : weights) {
+      std::vector<float> exact(size_t(tokens * rows)), beside(exact.size());
+      linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, exact.data(), rows);
+      linear_rows_amx(*weight, 0, rows, mixed.data(), cols, tokens, beside.data(), rows);
+      const std::string label = fmt::format("{}, odd column {}", weight_format_name(weight->format), odd_column);
+      EXPECT_TRUE(testing::relative_close(exact, want, 1e-6)) << label;
+      EXPECT_TRUE(testing::relative_close(beside, want_mixed, 1e-6)) << label << ": the odd token needs three terms";
+      EXPECT_TRUE(std::equal(exact.begin(), exact.begin() + odd * rows, beside.begin()))
+          << label << ": the group's other tokens beside one needing three terms";
+      EXPECT_NE(std::vector<float>(exact.begin() + odd * rows, exact.begin() + (odd + 1) * rows),
+                std::vector<float>(beside.begin() + odd * rows, beside.begin() + (odd + 1) * rows));
+    }
   }
 }
 

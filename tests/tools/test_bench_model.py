@@ -143,6 +143,9 @@ def main():
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,
                          text=True, timeout=60)
     check("-p 0 is refused by name", bad.returncode != 0 and "-p" in bad.stderr, bad.stderr[-500:])
+    bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--depth", "-5"],
+                         capture_output=True, text=True, timeout=60)
+    check("a negative --depth is refused by name", bad.returncode == 1 and "--depth" in bad.stderr, bad.stderr[-500:])
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--mla-prefill", "flash"],
                          capture_output=True, text=True, timeout=60)
     check("an unknown --mla-prefill is refused by name",
