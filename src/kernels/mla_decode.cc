@@ -529,8 +529,9 @@ void mla_absorbed_blocked(const MlaAbsorbedParams& params) { mla_absorbed_blocke
 void mla_absorbed_generic(const MlaAbsorbedParams& params) {
   const int64_t rank = params.kv_lora_rank, rope = params.qk_rope_head_dim;
   thread_pool().parallel_for(params.n_queries * params.n_heads, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(params.first_position + params.n_queries));
-    std::vector<float> buffer(static_cast<size_t>(rank + rope));
+    thread_local std::vector<float> scores, buffer;  // the running thread's own, reused across calls
+    scores.resize(size_t(params.first_position + params.n_queries));
+    buffer.resize(size_t(rank + rope));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t query = item / params.n_heads;
       const int64_t n_visible = params.first_position + query + 1;

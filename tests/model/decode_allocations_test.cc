@@ -11,6 +11,7 @@
 #include <memory>
 #include <new>
 
+#include "kernels/mla_decode.h"
 #include "model/causal_lm.h"
 #include "parallel/thread_parallel.h"
 #include "test_util.h"
@@ -110,6 +111,28 @@ TEST(DecodeAllocations, NoneAfterTheFirstSteps) {
             << preset << ", batch " << batch << (model == copied.get() ? ", copied weights" : ", mapped weights");
       }
   }
+}
+
+// Six heads (Kimi K3's 12 per rank, halved) run neither natively nor for free: the padded
+// kernel (auto's choice) and the generic one, each forced.
+TEST(DecodeAllocations, NoneWithPaddedOrGenericHeads) {
+  testing::TempDir dir;
+  nlohmann::json config = model_preset("tiny");
+  config["num_attention_heads"] = config["num_key_value_heads"] = 6;
+  testing::write_model(dir.path(), config, StorageDType::BF16, 8);
+  auto model = load_causal_lm(dir.path());
+  const MlaDecodeKernel chosen = mla_decode_kernel();
+  for (MlaDecodeKernel kernel : {MlaDecodeKernel::Padded, MlaDecodeKernel::Generic}) {
+    set_mla_decode_kernel(kernel);
+    ASSERT_EQ(mla_decode_plan(6, kernel), kernel);
+    const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
+      model->forward(sequences, logits);
+    };
+    for (int batch : {1, 3})
+      EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
+          << mla_decode_kernel_name(kernel) << ", batch " << batch;
+  }
+  set_mla_decode_kernel(chosen);
 }
 
 // The same through two thread ranks, each with its own caches (the engine's pools).
