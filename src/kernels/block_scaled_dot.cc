@@ -33,6 +33,13 @@ constexpr int kWeightExponent = -120;
 constexpr float kWeightScale = 0x1p-120f;  // exact: the scaled E4M3 values are fp32 normals or subnormals
 #endif
 constexpr int kActivationTopExponent = 64;
+// Tokens in registers at once (4 rows x 4 tokens of chains; their totals partly spilled), and
+// at most in a call (in groups).
+#ifdef MLA_BLOCK_SCALED_AVX512
+constexpr int kGroupTokens = 4, kMaxTokens = 15;
+#else
+constexpr int kGroupTokens = 1, kMaxTokens = 1;
+#endif
 
 // Position of column j (< 16) of a chunk in BlockScaledActivations' order: with AVX-512 the
 // column order; on AVX2 the even columns, then the odd (the order the AVX2 code loop makes).
@@ -128,24 +135,35 @@ __m512 codes_x16(const uint8_t* codes) {
   return _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, bytes));
 }
 
-// The whole chunks of columns [c, end) of one scale block: out[r] += scale[r] * the rows' sums.
-template <ByteCode kCode, int kRows>
-int64_t block_chunks(const uint8_t* const codes[], const float* values, int64_t c, int64_t end,
+// The whole chunks of columns [c, end) of one scale block: total[r * kTokens + t] +=
+// scale[r] * row r's sum with token t (one FMA chain a row and token, the same for any
+// kTokens). Each chunk's codes are widened once for all the tokens.
+template <ByteCode kCode, int kRows, int kTokens>
+int64_t block_chunks(const uint8_t* const codes[], const float* const values[], int64_t c, int64_t end,
                      const float* block_scale, __m512 total[]) {
-  __m512 acc[kRows];
-#pragma GCC unroll 4
+  __m512 acc[kRows * kTokens];
+#pragma GCC unroll 16
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (; c + kChunk <= end; c += kChunk) {
-    __m512 x = _mm512_loadu_ps(values + c);
-    __asm__("" : "+v"(x));  // pinned, as in simd::dot_4xn
+    __m512 x[kTokens];
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t) {
+      x[t] = _mm512_loadu_ps(values[t] + c);
+      __asm__("" : "+v"(x[t]));  // pinned, as in simd::dot_4xn
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       if (c % 64 == 0) simd::prefetch_stream(codes[r] + c);  // once a line
-      acc[r] = _mm512_fmadd_ps(codes_x16<kCode>(codes[r] + c), x, acc[r]);
+      const __m512 weights = codes_x16<kCode>(codes[r] + c);
+#pragma GCC unroll 4
+      for (int t = 0; t < kTokens; ++t) acc[r * kTokens + t] = _mm512_fmadd_ps(weights, x[t], acc[r * kTokens + t]);
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) total[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(block_scale[r]), total[r]);
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < kTokens; ++t)
+      total[r * kTokens + t] = _mm512_fmadd_ps(acc[r * kTokens + t], _mm512_set1_ps(block_scale[r]), total[r * kTokens + t]);
   return c;
 }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -192,23 +210,29 @@ int64_t block_chunks(const uint8_t* const codes[], const float* values, int64_t 
 }
 #endif
 
-template <ByteCode kCode, int kRows>
+// out[r * kTokens + t]: see dot_block_scaled_rows.
+template <ByteCode kCode, int kRows, int kTokens>
 void dot_rows_of(const uint8_t* const codes[], const float* const scales[], int64_t phase, int64_t block_cols,
-                 const BlockScaledActivations& x, int64_t n, float* out) {
-  const float* values = x.values();
-  float tail[kRows] = {};
-  // Columns outside whole aligned chunks (a view's edges, misaligned block boundaries).
+                 const BlockScaledActivations* const tokens[], int64_t n, float* out) {
+  const float* values[kTokens];
+  for (int t = 0; t < kTokens; ++t) values[t] = tokens[t]->values();
+  float tail[kRows * kTokens] = {};
+  // Columns outside whole aligned chunks (a view's edges, misaligned block boundaries). An
+  // explicit fma: left to contraction, GCC fused the sum differently in different kTokens.
   auto scalar = [&](int64_t c, int64_t block) {
-    const float xc = values[c / kChunk * kChunk + chunk_position(c % kChunk)];
-    for (int r = 0; r < kRows; ++r) tail[r] += code_value<kCode>(codes[r][c]) * xc * scales[r][block];
+    const int64_t at = c / kChunk * kChunk + chunk_position(c % kChunk);
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < kTokens; ++t)
+        tail[r * kTokens + t] =
+            std::fma(code_value<kCode>(codes[r][c]) * values[t][at], scales[r][block], tail[r * kTokens + t]);
   };
 #if defined(MLA_BLOCK_SCALED_AVX512) || (defined(__AVX2__) && defined(__FMA__))
 #ifdef MLA_BLOCK_SCALED_AVX512
-  __m512 total[kRows];
-#pragma GCC unroll 4
+  __m512 total[kRows * kTokens];
+#pragma GCC unroll 16
   for (auto& t : total) t = _mm512_setzero_ps();
 #else
-  __m256 total[kRows];
+  __m256 total[kRows * kTokens];
 #pragma GCC unroll 4
   for (auto& t : total) t = _mm256_setzero_ps();
 #endif
@@ -221,33 +245,65 @@ void dot_rows_of(const uint8_t* const codes[], const float* const scales[], int6
     for (; c < end && c % kChunk != 0; ++c) scalar(c, block);
     float block_scale[kRows];
     for (int r = 0; r < kRows; ++r) block_scale[r] = scales[r][block];
-    c = block_chunks<kCode, kRows>(codes, values, c, end, block_scale, total);
+#ifdef MLA_BLOCK_SCALED_AVX512
+    c = block_chunks<kCode, kRows, kTokens>(codes, values, c, end, block_scale, total);
+#else
+    c = block_chunks<kCode, kRows>(codes, values[0], c, end, block_scale, total);
+#endif
 #endif
     for (; c < end; ++c) scalar(c, block);
   }
-  for (int r = 0; r < kRows; ++r) {
-    float sum = tail[r];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTokens; ++t) {
+      float sum = tail[r * kTokens + t];
 #ifdef MLA_BLOCK_SCALED_VECTOR
-    sum += simd::hsum(total[r]);
+      sum += simd::hsum(total[r * kTokens + t]);
 #endif
-    out[r] = sum * x.unscale()[0] * x.unscale()[1];
-  }
+      out[r * kTokens + t] = sum * tokens[t]->unscale()[0] * tokens[t]->unscale()[1];
+    }
 }
 
+// n_tokens in groups of up to kGroupTokens (balanced: 7 as 3 + 4), each group's codes widened
+// again (from L1: the rows' codes were read by the first). Widening FP8 rows once into a
+// buffer for all the groups instead ran slower with 128-column scale blocks (8 tokens of
+// 5632 x 2048: 6.7-6.9 GB/s against 7.6): each block's few chunks did not repay its widening
+// pass, stores and per-group starts.
 template <ByteCode kCode>
 void dot_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
-              int64_t block_cols, const BlockScaledActivations& x, int64_t n, float* out) {
-  if (n_rows == 4) return dot_rows_of<kCode, 4>(codes, scales, phase, block_cols, x, n, out);
-  dot_rows_of<kCode, 1>(codes, scales, phase, block_cols, x, n, out);
+              int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n, float* out) {
+  using DotRows = void (*)(const uint8_t* const[], const float* const[], int64_t, int64_t,
+                           const BlockScaledActivations* const[], int64_t, float*);
+#ifdef MLA_BLOCK_SCALED_AVX512
+  static constexpr DotRows kDots[2][kGroupTokens] = {
+      {dot_rows_of<kCode, 1, 1>, dot_rows_of<kCode, 1, 2>, dot_rows_of<kCode, 1, 3>, dot_rows_of<kCode, 1, 4>},
+      {dot_rows_of<kCode, 4, 1>, dot_rows_of<kCode, 4, 2>, dot_rows_of<kCode, 4, 3>, dot_rows_of<kCode, 4, 4>}};
+#else
+  static constexpr DotRows kDots[2][kGroupTokens] = {{dot_rows_of<kCode, 1, 1>}, {dot_rows_of<kCode, 4, 1>}};
+#endif
+  const int groups = (n_tokens + kGroupTokens - 1) / kGroupTokens;
+  if (groups == 1) return kDots[n_rows == 4][n_tokens - 1](codes, scales, phase, block_cols, tokens, n, out);
+  float group_out[4 * kGroupTokens];
+  for (int g = 0; g < groups; ++g) {
+    const int first = g * n_tokens / groups, count = (g + 1) * n_tokens / groups - first;
+    kDots[n_rows == 4][count - 1](codes, scales, phase, block_cols, tokens + first, n, group_out);
+    for (int r = 0; r < n_rows; ++r)
+      for (int t = 0; t < count; ++t) out[r * n_tokens + first + t] = group_out[r * count + t];
+  }
 }
 
 }  // namespace
 
+int block_scaled_max_tokens() { return kMaxTokens; }
+
 void dot_block_scaled_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
-                           int64_t block_cols, const BlockScaledActivations& x, int64_t n, float* out) {
+                           int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n,
+                           float* out) {
   MLA_CHECK(n_rows == 1 || n_rows == 4, "block-scaled dot: {} rows is not a supported block", n_rows);
-  if (x.code() == ByteCode::Fp8E4M3) return dot_rows<ByteCode::Fp8E4M3>(codes, scales, n_rows, phase, block_cols, x, n, out);
-  dot_rows<ByteCode::Int8>(codes, scales, n_rows, phase, block_cols, x, n, out);
+  MLA_CHECK(n_tokens >= 1 && n_tokens <= kMaxTokens, "block-scaled dot: {} tokens at once (1 to {})", n_tokens,
+            kMaxTokens);
+  if (tokens[0]->code() == ByteCode::Fp8E4M3)
+    return dot_rows<ByteCode::Fp8E4M3>(codes, scales, n_rows, phase, block_cols, tokens, n_tokens, n, out);
+  dot_rows<ByteCode::Int8>(codes, scales, n_rows, phase, block_cols, tokens, n_tokens, n, out);
 }
 
 }  // namespace mlaserve

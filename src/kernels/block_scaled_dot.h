@@ -40,12 +40,20 @@ class BlockScaledActivations {
   std::array<float, 2> unscale_ = {1.0f, 1.0f};
 };
 
-// out[r] = sum_{c < n} value(codes[r][c]) * scales[r][(c + phase) / block_cols] * x[c] for
-// n_rows 1 or 4 (4 rows read together, each row's result the bits of it alone), codes of the
-// kind x was prepared for: the columns of a weight view whose first column sits `phase`
-// columns into its first scale block. FP8 codes 0x7f and 0xff (NaN) are not expected in
-// weights; the vector loop reads them as +-480.
+// Tokens dot_block_scaled_rows takes at once: 15 with AVX-512 (in groups of up to 4, each
+// group's 4 rows x 4 tokens of chains in registers and the codes widened once for the group),
+// else 1 (AVX2's 16 registers hold one token's two chains a row).
+int block_scaled_max_tokens();
+
+// out[r * n_tokens + t] = sum_{c < n} value(codes[r][c]) * scales[r][(c + phase) / block_cols]
+// * x_t[c] for n_rows 1 or 4 (4 rows read together) and n_tokens tokens (1 to
+// block_scaled_max_tokens(), each prepared alone, for the kind of codes given): each row's and
+// token's result is the bits it gets alone (the same chains, in the same order; the codes
+// widened once for all the tokens). The columns are a weight view's whose first column sits
+// `phase` columns into its first scale block. FP8 codes 0x7f and 0xff (NaN) are not expected
+// in weights; the vector loop reads them as +-480.
 void dot_block_scaled_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
-                           int64_t block_cols, const BlockScaledActivations& x, int64_t n, float* out);
+                           int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n,
+                           float* out);
 
 }  // namespace mlaserve

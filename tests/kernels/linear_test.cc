@@ -15,6 +15,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/block_scaled_dot.h"
 #include "test_util.h"
 
 namespace mlaserve {
@@ -290,21 +291,34 @@ TEST(LinearFourBit, LargestCodesAndActivationsDoNotOverflow) {
 
 // BF16, F32 and the 4-bit formats give a token the same bits alone as in a batch below the
 // packed GEMM's threshold (64 tokens; 16 for 4-bit): one token and several run the same
-// per-(row, token) accumulation. F16 and FP8 dequantize rows for batches and differ by ~1e-7.
+// per-(row, token) accumulation. So do FP8 and INT8 up to 15 tokens where the fused dots take
+// several tokens at once (AVX-512: groups of up to 4, 7 tokens as 3 + 4, 15 as 3 + 4 + 4 + 4);
+// also through a view whose columns start and end inside 16-column chunks (37 and 269 of
+// 288: each token's scalar edges). F16 dequantizes rows for batches and differs by ~1e-7.
 TEST(LinearBatch, FewTokensGiveTheSingleTokenBits) {
-  for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Int4Group, WeightFormat::Mxfp4}) {
+  std::vector<WeightFormat> formats = {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Int4Group,
+                                       WeightFormat::Mxfp4};
+  if (block_scaled_max_tokens() > 1) formats.insert(formats.end(), {WeightFormat::Fp8Block, WeightFormat::Int8Block});
+  for (WeightFormat format : formats) {
     const bool four_bit = format == WeightFormat::Int4Group || format == WeightFormat::Mxfp4;
-    const int64_t rows = 23, cols = 288;  // quads and leftover rows on each thread
-    const TestWeight t = make_weight(format, rows, cols, 31);
-    for (int64_t tokens : {2, 3, 4, 7, 15, 40, 63}) {
-      if (four_bit && tokens >= 16) continue;
-      const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 9);
-      std::vector<float> batch(size_t(tokens * rows)), single(static_cast<size_t>(rows));
-      linear(t.weight, x.data(), tokens, batch.data());
-      for (int64_t token : {int64_t(0), tokens - 1}) {
-        linear(t.weight, x.data() + token * cols, 1, single.data());
-        EXPECT_EQ(single, std::vector<float>(batch.begin() + token * rows, batch.begin() + (token + 1) * rows))
-            << weight_format_name(format) << " token " << token << " of " << tokens;
+    const bool byte_codes = is_block_scaled(format);
+    const int64_t rows = 23, stored_cols = 288;  // quads and leftover rows on each thread
+    const TestWeight t = make_weight(format, rows, stored_cols, 31);
+    for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{0, stored_cols}, {37, 269}}) {
+      if (c0 > 0 && !byte_codes) continue;
+      const LinearWeight weight = c0 > 0 ? t.weight.cols_view(c0, c1) : t.weight;
+      const int64_t cols = c1 - c0;
+      for (int64_t tokens : {2, 3, 4, 7, 15, 40, 63}) {
+        if ((four_bit || byte_codes) && tokens >= 16) continue;
+        const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 9);
+        std::vector<float> batch(size_t(tokens * rows)), single(static_cast<size_t>(rows));
+        linear(weight, x.data(), tokens, batch.data());
+        for (int64_t token : {int64_t(0), tokens / 2, tokens - 1}) {
+          linear(weight, x.data() + token * cols, 1, single.data());
+          EXPECT_EQ(single, std::vector<float>(batch.begin() + token * rows, batch.begin() + (token + 1) * rows))
+              << weight_format_name(format) << " columns " << c0 << ".." << c1 << " token " << token << " of "
+              << tokens;
+        }
       }
     }
   }
@@ -363,25 +377,28 @@ TEST_P(LinearTest, ViewsComputeTheSlice) {
   for (int64_t tokens : {3, 67}) views_compute_the_slice(GetParam(), tokens);
 }
 
-// FP8 one-token rows read aligned 16-column chunks with vector code and the rest (a view's
-// edges, scale-block boundaries that fall inside a chunk) one column at a time: views starting
-// 37 columns in (every block boundary misaligned) and 16 in (aligned), ending mid-chunk.
-TEST(LinearFp8, OneTokenViewsAtAnyColumn) {
+// FP8 rows for 1-15 tokens read aligned 16-column chunks with vector code and the rest (a
+// view's edges, scale-block boundaries that fall inside a chunk) one column at a time: views
+// starting 37 columns in (every block boundary misaligned) and 16 in (aligned), ending
+// mid-chunk; 1 token, 3 (one group of the fused dots), 7 (two) and 15, against float64.
+TEST(LinearFp8, FewTokenViewsAtAnyColumn) {
   const int64_t rows = 150, cols = 640;
   const TestWeight t = make_weight(WeightFormat::Fp8Block, rows, cols, 29);
-  for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{37, 611}, {16, 627}, {0, 640}}) {
-    const int64_t r0 = 9, r1 = 140;
-    const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
-    const std::vector<float> x = testing::random_vector(size_t(c1 - c0), uint64_t(c0 + 3));
-    std::vector<float> y(size_t(r1 - r0)), want(y.size());
-    linear(view, x.data(), 1, y.data());
-    for (int64_t r = r0; r < r1; ++r) {
-      double sum = 0;
-      for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * x[size_t(c - c0)];
-      want[size_t(r - r0)] = float(sum);
+  for (int64_t tokens : {1, 3, 7, 15})
+    for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{37, 611}, {16, 627}, {0, 640}}) {
+      const int64_t r0 = 9, r1 = 140, width = c1 - c0;
+      const LinearWeight view = t.weight.rows_view(r0, r1).cols_view(c0, c1);
+      const std::vector<float> x = testing::random_vector(size_t(tokens * width), uint64_t(c0 + 3 + tokens));
+      std::vector<float> y(size_t(tokens * (r1 - r0))), want(y.size());
+      linear(view, x.data(), tokens, y.data());
+      for (int64_t n = 0; n < tokens; ++n)
+        for (int64_t r = r0; r < r1; ++r) {
+          double sum = 0;
+          for (int64_t c = c0; c < c1; ++c) sum += double(t.values[r * cols + c]) * x[size_t(n * width + c - c0)];
+          want[size_t(n * (r1 - r0) + r - r0)] = float(sum);
+        }
+      EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << tokens << " tokens, columns " << c0 << ".." << c1;
     }
-    EXPECT_TRUE(testing::relative_close(y, want, 1e-5)) << "columns " << c0 << ".." << c1;
-  }
 }
 
 // INT8 with one scale per row (strategy channel): views starting at any column keep reading
