@@ -462,10 +462,12 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
 }  // namespace
 
 bool packed_gemm_supports(const LinearWeight& weight) {
+  // FP8 and INT8 panels are dequantised through an fp32 row buffer. FP8 5632 x 2048 at 128 / 512
+  // tokens, AVX-512, MLASERVE_AMX=0: 251-263 / 254-277 GFLOP/s against 153-156 / 81-89 for the
+  // 4 x 3 dot blocks over dequantised rows, its path until session 19 (an AVX2-era measurement
+  // had found the GEMM slower).
   if (weight.format == WeightFormat::Int4Group) return kDepth % weight.group_size == 0;
-  // FP8 panels go through an fp32 row buffer: 5632 x 2048 at 128 / 512 tokens measured 99 / 116
-  // GFLOP/s against 126 / 120 for the 4 x 3 dot blocks, which stay (medians of 5).
-  return weight.format != WeightFormat::Fp8Block;
+  return true;
 }
 
 void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,

@@ -167,12 +167,13 @@ TEST_P(LinearTest, MatchesScalarReference) {
 // Many tokens run as a packed GEMM (panels of 16 rows, pieces of 256 columns, tiles of 192
 // tokens in blocks of 6) from 64 tokens for F32/BF16/F16; the 4-bit formats from 16 tokens run
 // the integer GEMM (panels of 8 rows, chunks of 1024 columns, tiles of 128 tokens, on the
-// int8-rounded activations); INT8 takes the packed GEMM like the float formats (panels
-// dequantised on packing); FP8 stays on the 4 x 3 dot blocks. Sizes past every one of
+// int8-rounded activations); INT8 and FP8 take the packed GEMM like the float formats (panels
+// dequantised on packing; on AMX hosts FP8 from 16 tokens and INT8 from 64 run the tile kernel,
+// and unit.linear_without_amx runs these tests again without it). Sizes past every one of
 // those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
-// count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks or the int8 dots. 100
-// rows give each thread whole pairs of panels (AVX-512 runs decoded panels two at a time) and
-// a lone one.
+// count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks, the FP8 / INT8 fused
+// dots (AVX-512) or the int8 dots. 100 rows give each thread whole pairs of panels (AVX-512 runs
+// decoded panels two at a time) and a lone one.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
   const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
   for (auto [rows, cols, tokens] :
