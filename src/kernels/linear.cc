@@ -328,8 +328,13 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
 // 512-token prefill: 112-127 vs 113-133 GFLOP/s). The 4-bit int8 dots are slower from about
 // 16 tokens (INT4, 48 tokens: 74 GFLOP/s), and from there 4-bit layers run the integer GEMM
 // (gemm_4bit.h) on the same int8 activations: their numbers differ between the two paths only
-// by float summation order.
+// by float summation order. FP8 and INT8 dequantise rows for the dot blocks, which the packed
+// GEMM beats right after their fused dots end (session 19, AVX-512, MLASERVE_AMX=0, 48 tokens
+// of 768 x 2048: FP8 145-154 -> 221-228 GFLOP/s, INT8 141-147 -> 228-236; at 8 and 15 tokens
+// the fused dots win: FP8 119-124 and 123-124 against 42-43 and 103-104; an AVX2 build, 48
+// tokens: FP8 157-160 -> 178-179, INT8 151-156 -> 177-179).
 constexpr int64_t kPackedGemmMinTokens = 64;
+constexpr int64_t kBlockScaledPackedGemmMinTokens = 16;
 constexpr int64_t kIntegerGemmMinTokens = 16;
 
 void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
@@ -381,7 +386,8 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
   const int64_t amx_min_tokens = weight.format == WeightFormat::Fp8Block ? kAmxMinTokens : kPackedGemmMinTokens;
   if (n_tokens >= amx_min_tokens && amx_supports(weight) && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens >= kPackedGemmMinTokens && packed_gemm_supports(weight))
+  const int64_t packed_min_tokens = is_block_scaled(weight.format) ? kBlockScaledPackedGemmMinTokens : kPackedGemmMinTokens;
+  if (n_tokens >= packed_min_tokens && packed_gemm_supports(weight))
     return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (q8) return rows_q8(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (is_block_scaled(weight.format) && n_tokens <= block_scaled_max_tokens())
