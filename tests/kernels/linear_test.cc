@@ -172,12 +172,13 @@ TEST_P(LinearTest, MatchesScalarReference) {
 // and unit.linear_without_amx runs these tests again without it). Sizes past every one of
 // those, with partial panels, pieces, tiles and blocks (and, for the float formats, a column
 // count that is no multiple of 8); 13 tokens take the 4 x 3 dot blocks, the FP8 / INT8 fused
-// dots (AVX-512) or the int8 dots. 100 rows give each thread whole pairs of panels (AVX-512 runs
+// dots (AVX-512) or the int8 dots; 40 the 4 x 3 blocks (float formats), the tiles or the packed
+// GEMM (FP8, INT8) or the integer GEMM. 100 rows give each thread whole pairs of panels (AVX-512 runs
 // decoded panels two at a time) and a lone one.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
   const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
   for (auto [rows, cols, tokens] :
-       {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}, {100, four_bit ? 288 : 300, 70}}) {
+       {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}, {23, 288, 40}, {100, four_bit ? 288 : 300, 70}}) {
     const TestWeight t = make_weight(GetParam(), rows, cols, uint64_t(rows * 7 + cols));
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
     std::vector<float> y(size_t(tokens * rows));
