@@ -185,9 +185,11 @@ void codes_x16(const uint8_t* codes, __m256& even, __m256& odd) {
   }
 }
 
-template <ByteCode kCode, int kRows>
-int64_t block_chunks(const uint8_t* const codes[], const float* values, int64_t c, int64_t end,
+template <ByteCode kCode, int kRows, int kTokens>
+int64_t block_chunks(const uint8_t* const codes[], const float* const tokens[], int64_t c, int64_t end,
                      const float* block_scale, __m256 total[]) {
+  static_assert(kTokens == 1, "AVX2 block-scaled dots take one token (kMaxTokens)");
+  const float* values = tokens[0];
   __m256 acc0[kRows], acc1[kRows];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
@@ -245,11 +247,7 @@ void dot_rows_of(const uint8_t* const codes[], const float* const scales[], int6
     for (; c < end && c % kChunk != 0; ++c) scalar(c, block);
     float block_scale[kRows];
     for (int r = 0; r < kRows; ++r) block_scale[r] = scales[r][block];
-#ifdef MLA_BLOCK_SCALED_AVX512
     c = block_chunks<kCode, kRows, kTokens>(codes, values, c, end, block_scale, total);
-#else
-    c = block_chunks<kCode, kRows>(codes, values[0], c, end, block_scale, total);
-#endif
 #endif
     for (; c < end; ++c) scalar(c, block);
   }
