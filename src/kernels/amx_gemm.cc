@@ -107,70 +107,113 @@ int64_t segment_steps(const LinearWeight& weight, int64_t steps) {
   return is_block_scaled(weight.format) && !one_scale_block(weight) ? weight.block_cols / kStepCols : steps;
 }
 
-// bf16 bits (exact) of the 16 codes in byte `byte` of each 32-bit lane, in the lanes' low
-// halves' high bits: INT8 as integers; FP8 E4M3 as value / 2^8, through binary16 as
-// fp8x16_to_half does (the scales carry the 2^8).
-__m512i byte_codes_to_bf16(__m512i codes, int byte, bool fp8) {
-  const __m512i code = _mm512_maskz_srai_epi32(0xffff, _mm512_maskz_slli_epi32(0xffff, codes, 24 - 8 * byte), 24);
-  if (!fp8) return _mm512_castps_si512(_mm512_maskz_cvtepi32_ps(0xffff, code));
-  const __m512i half = _mm512_and_si512(_mm512_maskz_slli_epi32(0xffff, code, 7), _mm512_set1_epi32(0xbfff));
-  return _mm512_castps_si512(_mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, half)));
+// What a row-major weight's B tiles are built from: bf16 words or one-byte codes.
+enum class TileSource { Bf16, Fp8, Int8 };
+
+// The bf16 words of FP8 E4M3 codes 0-127 as value / 2^8 (exact: 4 exponent and 3 mantissa bits
+// fit bf16's 8 and 7, subnormals included; the scales carry the 2^8), four vectors of 32.
+struct Fp8Magnitudes {
+  __m512i words[4];
+  Fp8Magnitudes() {
+    alignas(64) uint16_t table[128];
+    for (int code = 0; code < 128; ++code) table[code] = f32_to_bf16(fp8_e4m3_table()[code] / 256.0f);
+    for (int part = 0; part < 4; ++part) words[part] = _mm512_load_si512(table + 32 * part);
+  }
+};
+
+// One row's 32 columns from `row` as bf16 words, zero from column `valid` on (masked loads: no
+// read past the row's end). INT8 through fp32 (exact); FP8 looked up by the code's 7 magnitude
+// bits (two 64-word permutes, picked by bit 6) with the code's sign put back.
+template <TileSource kSource>
+__m512i step_words(const uint8_t* row, int64_t valid, const Fp8Magnitudes& fp8) {
+  const __mmask32 live = valid >= kStepCols ? ~__mmask32(0) : (__mmask32(1) << valid) - 1;
+  if constexpr (kSource == TileSource::Bf16) return _mm512_maskz_loadu_epi16(live, row);
+  const __m256i bytes = _mm256_maskz_loadu_epi8(live, row);
+  if constexpr (kSource == TileSource::Int8) {
+    const __m512i first = _mm512_maskz_cvtepi8_epi32(0xffff, _mm256_castsi256_si128(bytes));
+    const __m512i second = _mm512_maskz_cvtepi8_epi32(0xffff, _mm256_extracti128_si256(bytes, 1));
+    return __m512i(_mm512_cvtne2ps_pbh(_mm512_maskz_cvtepi32_ps(0xffff, second), _mm512_maskz_cvtepi32_ps(0xffff, first)));
+  } else {
+    const __m512i codes = _mm512_maskz_cvtepi8_epi16(~__mmask32(0), bytes);  // sign-extended
+    const __m512i low = _mm512_permutex2var_epi16(fp8.words[0], codes, fp8.words[1]);
+    const __m512i high = _mm512_permutex2var_epi16(fp8.words[2], codes, fp8.words[3]);
+    const __m512i magnitude = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(codes, _mm512_set1_epi16(0x40)), low, high);
+    return _mm512_ternarylogic_epi32(magnitude, codes, _mm512_set1_epi16(int16_t(0x8000)), 0xf8);  // a | (b & c)
+  }
+}
+
+// 16 rows of 16 dwords transposed in place: afterwards words[p] holds dword p of each row in row
+// order (a B tile's row of column pair p). Pairs of dwords, then of qwords, are interleaved
+// within 128-bit lanes (group g's vector j then holds column 4L + j of rows 4g..4g+3 in lane L),
+// then the lanes are gathered across groups.
+inline __attribute__((always_inline)) void transpose_16x16(__m512i words[16]) {
+  __m512i lanes[16];
+  for (int g = 0; g < 4; ++g) {
+    const __m512i* in = words + 4 * g;
+    const __m512i low01 = _mm512_maskz_unpacklo_epi32(0xffff, in[0], in[1]);
+    const __m512i high01 = _mm512_maskz_unpackhi_epi32(0xffff, in[0], in[1]);
+    const __m512i low23 = _mm512_maskz_unpacklo_epi32(0xffff, in[2], in[3]);
+    const __m512i high23 = _mm512_maskz_unpackhi_epi32(0xffff, in[2], in[3]);
+    lanes[4 * g + 0] = _mm512_maskz_unpacklo_epi64(0xff, low01, low23);
+    lanes[4 * g + 1] = _mm512_maskz_unpackhi_epi64(0xff, low01, low23);
+    lanes[4 * g + 2] = _mm512_maskz_unpacklo_epi64(0xff, high01, high23);
+    lanes[4 * g + 3] = _mm512_maskz_unpackhi_epi64(0xff, high01, high23);
+  }
+  for (int j = 0; j < 4; ++j) {
+    // Lanes 0 and 1 (front) or 2 and 3 (back) of groups 0 and 1, then of groups 2 and 3.
+    const __m512i front01 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[j], lanes[4 + j], 0x44);
+    const __m512i back01 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[j], lanes[4 + j], 0xee);
+    const __m512i front23 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[8 + j], lanes[12 + j], 0x44);
+    const __m512i back23 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[8 + j], lanes[12 + j], 0xee);
+    words[j] = _mm512_maskz_shuffle_i32x4(0xffff, front01, front23, 0x88);
+    words[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, front01, front23, 0xdd);
+    words[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, back01, back23, 0x88);
+    words[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, back01, back23, 0xdd);
+  }
+}
+
+// `steps` B tiles from the 16 rows at `rows` (element bytes a column): each row's 32 columns of a
+// step as bf16 words, transposed so that tile row p holds columns 2p and 2p + 1 of every row.
+template <TileSource kSource>
+void build_tiles(const uint8_t* const rows[], int64_t element, int64_t cols, int64_t steps, uint16_t* out) {
+  static const Fp8Magnitudes fp8;
+  for (int64_t s = 0; s < steps; ++s) {
+    __m512i words[kTileRows];
+#pragma GCC unroll 16
+    for (int n = 0; n < kTileRows; ++n)
+      words[n] = step_words<kSource>(rows[n] + s * kStepCols * element, cols - s * kStepCols, fp8);
+    transpose_16x16(words);
+#pragma GCC unroll 16
+    for (int p = 0; p < kTileRows; ++p) _mm512_storeu_si512(out + (s * kTileRows + p) * 2 * kTileRows, words[p]);
+  }
 }
 
 // Rows [first_row, first_row + 16) of a row-major BF16, INT8 or FP8 weight as B tiles, `steps`
 // of them: row p of tile s holds columns 32s + 2p and 32s + 2p + 1 of each of the 16 weight
 // rows ([pair][row][2], AMX's layout for the second operand, as Bf16Panels stores a panel),
-// zero past `cols`; each B-tile row gathers the same two columns (INT8, FP8: four, two rows'
-// worth) from the 16 weight rows. Rows past the weight's last repeat it (their outputs are never
-// copied out). scales[segment][row]: the factor of each row's sum over a segment (INT8: its
-// channel scale; FP8: its block's scale times 2^8; BF16: 1).
+// zero past `cols`. Rows past the weight's last repeat it (their outputs are never copied out).
+// scales[segment][row]: the factor of each row's sum over a segment (INT8: its channel scale;
+// FP8: its block's scale times 2^8; BF16: 1).
 void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t steps, uint16_t* out, float* scales) {
   const bool fp8 = weight.format == WeightFormat::Fp8Block, byte_codes = is_block_scaled(weight.format);
-  const int64_t element = byte_codes ? 1 : 2, cols = weight.cols;
+  const int64_t element = byte_codes ? 1 : 2;
   const int64_t stored_blocks = byte_codes ? (weight.stored_cols + weight.block_cols - 1) / weight.block_cols : 0;
   const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
   const uint8_t* rows[kTileRows];
-  alignas(64) int32_t offsets[kTileRows];
   for (int64_t n = 0; n < kTileRows; ++n) {
     const int64_t stored_row = weight.row_offset + std::min(first_row + n, weight.rows - 1);
     rows[n] = static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
-    offsets[n] = int32_t(rows[n] - rows[0]);
-    for (int64_t segment = 0; segment < segments; ++segment) {
-      const int64_t block = (weight.col_offset + segment * per_segment * kStepCols) / weight.block_cols;
-      scales[segment * kTileRows + n] =
-          byte_codes ? weight.block_scale[stored_row / weight.block_rows * stored_blocks + block] * (fp8 ? 256.0f : 1.0f)
-                     : 1.0f;
-    }
+    // Segments past the first start on successive blocks (segment_steps), so segment s uses the
+    // view's first block + s.
+    const float* row_scales = byte_codes ? weight.block_scale + stored_row / weight.block_rows * stored_blocks +
+                                               weight.col_offset / weight.block_cols
+                                         : nullptr;
+    for (int64_t segment = 0; segment < segments; ++segment)
+      scales[segment * kTileRows + n] = byte_codes ? row_scales[segment] * (fp8 ? 256.0f : 1.0f) : 1.0f;
   }
-  const __m512i index = _mm512_load_si512(offsets);
-  auto value = [&](int64_t n, int64_t c) -> uint16_t {
-    if (c >= cols) return 0;
-    if (!byte_codes) return uint16_t(rows[n][2 * c] | rows[n][2 * c + 1] << 8);
-    return f32_to_bf16(fp8 ? fp8_e4m3_table()[rows[n][c]] / 256.0f : float(int8_t(rows[n][c])));
-  };
-  for (int64_t pair = 0; pair < steps * kTileRows; ++pair) {
-    const int64_t c = 2 * pair;
-    uint16_t* row = out + pair * 2 * kTileRows;
-    if (!byte_codes && c + 2 <= cols) {
-      _mm512_storeu_si512(row, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + 2 * c, 1));
-      continue;
-    }
-    if (byte_codes && c % 4 == 0 && c + 4 <= cols) {
-      const __m512i codes = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, index, rows[0] + c, 1);  // columns c..c+3
-      for (int half = 0; half < 2; ++half) {
-        const __m512i first = byte_codes_to_bf16(codes, 2 * half, fp8);
-        const __m512i second = byte_codes_to_bf16(codes, 2 * half + 1, fp8);
-        _mm512_storeu_si512(row + half * 2 * kTileRows,
-                            _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, first, 16), _mm512_and_si512(second, _mm512_set1_epi32(int32_t(0xffff0000u)))));
-      }
-      ++pair;
-      continue;
-    }
-    for (int64_t n = 0; n < kTileRows; ++n) {
-      row[2 * n] = value(n, c);
-      row[2 * n + 1] = value(n, c + 1);
-    }
-  }
+  if (!byte_codes) build_tiles<TileSource::Bf16>(rows, element, weight.cols, steps, out);
+  else if (fp8) build_tiles<TileSource::Fp8>(rows, element, weight.cols, steps, out);
+  else build_tiles<TileSource::Int8>(rows, element, weight.cols, steps, out);
 }
 
 // The bytes the next B tiles are built from, fetched into L2 a few lines a tile step while the
@@ -214,6 +257,18 @@ NextTilesPrefetch next_4bit_rows_prefetch(const LinearWeight& weight, int64_t ne
                       (weight.row_offset + next_row) * (weight.stored_cols / 2) + weight.col_offset / 2;
   const int64_t rows = std::min(kTileRows, row_end - next_row);
   return spread_prefetch(first, weight.cols / 2, weight.stored_cols / 2, rows, tile_steps);
+}
+
+// A row-major weight's bytes of rows [next_row, next_row + 32) before row_end (the next pair's
+// tiles are built from them), over `tile_steps`.
+NextTilesPrefetch next_row_major_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end,
+                                          int64_t tile_steps) {
+  if (next_row >= row_end) return {};
+  const int64_t element = is_block_scaled(weight.format) ? 1 : 2;
+  const char* first = static_cast<const char*>(weight.data) +
+                      ((weight.row_offset + next_row) * weight.stored_cols + weight.col_offset) * element;
+  const int64_t rows = std::min(2 * kTileRows, row_end - next_row);
+  return spread_prefetch(first, weight.cols * element, weight.stored_cols * element, rows, tile_steps);
 }
 
 // Tiles: C[block][panel] is tile 2 * block + panel (0-3), A[block] 4 + block, B[panel] 6 + panel;
@@ -448,9 +503,9 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
           row_major_tiles(weight, pair_row + p * kTileRows, steps, buffers.tiles.data() + p * b_panel_words, scales);
         }
       }
-      NextTilesPrefetch prefetch;
-      if (stored_panels)
-        prefetch = next_pair_prefetch(weight, pair_row + 2 * kTileRows, row_end, steps * ((token_blocks + 1) / 2));
+      const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = steps * ((token_blocks + 1) / 2);
+      NextTilesPrefetch prefetch = stored_panels ? next_pair_prefetch(weight, next_row, row_end, tile_steps)
+                                                 : next_row_major_prefetch(weight, next_row, row_end, tile_steps);
       for (int64_t block = 0; block < token_blocks; block += 2) {
         const int blocks = block + 1 < token_blocks ? 2 : 1;
         for (int64_t segment = 0; segment < segments; ++segment) {

@@ -156,11 +156,11 @@ TEST_F(AmxGemm, ExtremeActivations) {
   EXPECT_TRUE(std::isfinite(y[size_t(3 * rows)]));
 }
 
-// Row-major BF16, channel-scaled INT8 and INT8 with a scale per 64 columns (B tiles gathered
+// Row-major BF16, channel-scaled INT8 and INT8 with a scale per 64 columns (B tiles built
 // from the rows): views starting at odd rows and columns (a group's first column for groups),
-// column counts with 1-3 left after the last whole pair or quad, and a last partial 16-row
-// panel; scales applied to each scale block's sums. Group views starting inside a group are not
-// taken.
+// column counts ending inside a 32-column step (BF16: NaN in the stored columns after it), and a
+// last partial 16-row panel; scales applied to each scale block's sums. Group views starting
+// inside a group are not taken.
 TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
   for (int64_t group : {int64_t(0), int64_t(64)})
   for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Int8Block})
@@ -177,7 +177,8 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
         for (int64_t c = 0; c < cols; ++c) {
           const size_t i = size_t(r * cols + c);
           if (format == WeightFormat::BF16) {
-            const uint16_t bits = f32_to_bf16(float(int(rng() % 2001) - 1000) / 997.0f);
+            // NaN past the view: a column read beyond it would turn its zero activations' sums NaN.
+            const uint16_t bits = c >= c1 ? uint16_t(0x7fc0) : f32_to_bf16(float(int(rng() % 2001) - 1000) / 997.0f);
             std::memcpy(&data[2 * i], &bits, 2);
             values[i] = bf16_to_f32(bits);
           } else {
@@ -207,8 +208,8 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
   EXPECT_FALSE(amx_supports(grouped.cols_view(32, 128)));
 }
 
-// FP8 E4M3 with 128 x 128 block scales: every code (subnormals included: through binary16 they
-// reach the tile unit as normal bf16), row views whose 16-row panels straddle scale blocks, a
+// FP8 E4M3 with 128 x 128 block scales: every code (subnormals included: they reach the tile
+// unit as normal bf16 of value / 2^8), row views whose 16-row panels straddle scale blocks, a
 // column view starting on a block boundary, column counts ending inside a block and inside a
 // 32-column step; views starting inside a block are not taken.
 TEST_F(AmxGemm, Fp8BlockScales) {
