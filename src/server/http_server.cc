@@ -101,10 +101,17 @@ void HttpServer::add_routes() {
                         {"owned_by", "mlaserve"}, {"max_model_len", engine_.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
+  // The body is read through a content reader: httplib's own buffering refuses bodies of type
+  // application/x-www-form-urlencoded (what `curl -d` sends) past 8 KB, a limit compiled into
+  // Debian's library; read here, only max_body_bytes applies, and any type is parsed as JSON.
   auto generate = [this](Endpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+    return [this, endpoint](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+      std::string body;
+      if (!read([&body](const char* data, size_t size) { return body.append(data, size), true; }))
+        return res.status == 413 ? send_error(res, 413, "the request body is too large")
+                                 : send_error(res, 400, "the request body could not be read");
       try {
-        auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, req.body, engine_.tokenizer(), chat_format_,
+        auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, engine_.tokenizer(), chat_format_,
                                                                      options_.served_model_name, engine_.max_model_len()));
         auto handle = engine_.submit(request->engine);
         auto builder = std::make_shared<ResponseBuilder>(*request, engine_.tokenizer(), options_.served_model_name);
