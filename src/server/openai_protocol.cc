@@ -136,6 +136,26 @@ std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokeni
   throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
 }
 
+// Fields of OpenAI's API (and vLLM's guided-decoding extras) that would change what is generated
+// and that this server does not implement: refused by name rather than silently ignored. Their
+// neutral values pass (an empty logit_bias or tools list, response_format "text", best_of 1, an
+// empty suffix). Other unknown fields are ignored, as vLLM does.
+void refuse_unsupported(const json& body) {
+  auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
+  auto refuse = [](const char* key, const std::string& why) {
+    throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
+  };
+  for (const char* key : {"logit_bias", "tools", "functions"})
+    if (present(key) && !body[key].empty()) refuse(key, key == std::string("logit_bias") ? "no logit biases" : "no tool calling");
+  if (present("response_format") &&
+      !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text"))
+    refuse("response_format", "no constrained decoding (only {\"type\": \"text\"})");
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+    if (present(key)) refuse(key, "no constrained decoding");
+  if (present("best_of") && body["best_of"] != 1) refuse("best_of", "one sequence a request");
+  if (present("suffix") && body["suffix"] != "") refuse("suffix", "no insertion");
+}
+
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   return fmt::format("{}{:016x}", prefix, rng());
@@ -163,6 +183,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Tok
     if (!served_model.empty() && model != served_model)
       throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", model, served_model), "model");
   }
+  refuse_unsupported(body);
   ParsedRequest request;
   request.endpoint = endpoint;
   const int64_t vocab_hint = std::numeric_limits<int32_t>::max();

@@ -44,6 +44,19 @@ def bad_requests(server):
     expect_status(server, "messages missing", {"model": "tiny"}, 400, "messages", "/v1/chat/completions")
     expect_status(server, "image content", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
                   400, "images are not supported", "/v1/chat/completions")
+    # What would change the output and is not implemented is refused by name, not ignored.
+    chat = "/v1/chat/completions"
+    hello = [{"role": "user", "content": "x"}]
+    expect_status(server, "JSON mode", {"messages": hello, "response_format": {"type": "json_object"}}, 400,
+                  "'response_format' is not supported", chat)
+    expect_status(server, "tool calling", {"messages": hello, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                  400, "'tools' is not supported", chat)
+    expect_status(server, "logit_bias", {"prompt": "x", "logit_bias": {"5": 10}}, 400, "'logit_bias' is not supported")
+    expect_status(server, "best_of", {"prompt": "x", "best_of": 3}, 400, "'best_of' is not supported")
+    expect_status(server, "vLLM guided decoding", {"prompt": "x", "guided_choice": ["a", "b"]}, 400, "'guided_choice'")
+    expect_status(server, "neutral values of those fields pass",
+                  {"messages": hello, "max_tokens": 2, "response_format": {"type": "text"}, "tools": [], "logit_bias": {},
+                   "best_of": 1, "user": "someone"}, 200, "", chat)
     expect_status(server, "unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "role", "/v1/chat/completions")
     expect_status(server, "token id out of range", {"prompt": [1, 2, 40000], "max_tokens": 2}, 400, "token id")
     expect_status(server, "prompt longer than the context", {"prompt": [5] * 5000, "max_tokens": 2}, 400, "maximum context length")
