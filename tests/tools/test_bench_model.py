@@ -146,6 +146,11 @@ def main():
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--depth", "-5"],
                          capture_output=True, text=True, timeout=60)
     check("a negative --depth is refused by name", bad.returncode == 1 and "--depth" in bad.stderr, bad.stderr[-500:])
+    # Before loading: a directory that is not a model is not even opened.
+    bad = subprocess.run([binary, "bench-model", "--model", os.path.join(work, "no-such-model"), "-p", "4", "-n", "4",
+                          "--batch", "0"], capture_output=True, text=True, timeout=60)
+    check("--batch 0 is refused before the model is opened", bad.returncode == 1 and "--batch" in bad.stderr
+          and "config.json" not in bad.stderr, bad.stderr[-500:])
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--mla-prefill", "flash"],
                          capture_output=True, text=True, timeout=60)
     check("an unknown --mla-prefill is refused by name",

@@ -145,11 +145,15 @@ void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace
 
-nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
+void check_model_bench_options(const ModelBenchOptions& options) {
   MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
             "-p, -n, --batch and --repetitions must be positive");
   MLA_CHECK(options.depth >= 0, "--depth must not be negative, got {}", options.depth);
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
+}
+
+nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
+  check_model_bench_options(options);
   const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
   const MlaPath prefill_path = mla_path_from_name(options.mla_prefill);
   const ModelSpec spec = load_model_spec(options.model_dir);

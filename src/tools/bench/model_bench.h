@@ -22,6 +22,9 @@ struct ModelBenchOptions {
 };
 
 // Runs on `executor` (one rank or several); `model` is the whole model, for its byte counts.
+// Throws a clear error for options no run can take (a non-positive -p, -n, --batch or -r, a
+// negative depth, an unknown cache dtype); run_model_bench checks them too.
+void check_model_bench_options(const ModelBenchOptions& options);
 nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model,
                                ModelExecutor& executor);  // progress on stderr
 std::string model_bench_table(const nlohmann::json& result);
