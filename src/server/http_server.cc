@@ -107,7 +107,11 @@ void HttpServer::add_routes() {
   auto generate = [this](Endpoint endpoint) {
     return [this, endpoint](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
       std::string body;
-      if (!read([&body](const char* data, size_t size) { return body.append(data, size), true; }))
+      const bool complete = read([&body](const char* data, size_t size) {
+        body.append(data, size);
+        return true;
+      });
+      if (!complete)
         return res.status == 413 ? send_error(res, 413, "the request body is too large")
                                  : send_error(res, 400, "the request body could not be read");
       try {

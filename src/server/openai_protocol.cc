@@ -145,8 +145,9 @@ void refuse_unsupported(const json& body) {
   auto refuse = [](const char* key, const std::string& why) {
     throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
   };
-  for (const char* key : {"logit_bias", "tools", "functions"})
-    if (present(key) && !body[key].empty()) refuse(key, key == std::string("logit_bias") ? "no logit biases" : "no tool calling");
+  if (present("logit_bias") && !body["logit_bias"].empty()) refuse("logit_bias", "no logit biases");
+  for (const char* key : {"tools", "functions"})
+    if (present(key) && !body[key].empty()) refuse(key, "no tool calling");
   if (present("response_format") &&
       !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text"))
     refuse("response_format", "no constrained decoding (only {\"type\": \"text\"})");

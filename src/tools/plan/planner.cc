@@ -191,7 +191,7 @@ std::string plan_to_table(const Plan& plan) {
   row(out, "KV bytes per token (MLA latent, bf16):", fmt::format("{} ({:.1f} KB)", plan.kv_bytes_per_token, plan.kv_bytes_per_token / 1e3));
   row(out, "State bytes per sequence (KDA):", fmt::format("{:.1f} MiB", plan.state_bytes_per_sequence / double(1 << 20)));
   row(out, "Weights / comm per token, per rank:", fmt::format("{:.1f} GB / {:.2f} MB", plan.weight_bytes_per_rank / 1e9,
-                                                                    plan.comm_bytes_per_token_per_rank / 1e6));
+                                                             plan.comm_bytes_per_token_per_rank / 1e6));
   row(out, "Memory per device (needed / usable):", fmt::format("{:.1f} / {:.1f} GB", plan.memory_per_device_gb, plan.usable_per_device_gb));
   row(out, "Fits:", fmt::format("{} ({} node(s) given, {} needed for {} x {} tokens)", plan.fits ? "yes" : "NO", plan.nodes,
                                 plan.nodes_needed, in.concurrency, in.context));
