@@ -143,6 +143,75 @@ double peak_rss_mb() {
 // resident (repacked at load). Best effort: elsewhere the peak includes the probe.
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// The timed runs of every repetition: tokens/s of each, and the routed-expert bytes read by
+// all the batch-1 and all the batch-B decode steps.
+struct BenchRuns {
+  std::vector<double> prefill, decode, decode_batch;
+  double routed_bytes_alone = 0, routed_bytes_batch = 0;
+};
+
+BenchRuns time_repetitions(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options,
+                           MlaPath prefill_path) {
+  BenchRuns runs;
+  for (int64_t r = 0; r < options.repetitions; ++r) {
+    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
+                 options.generate, options.generate, options.batch);
+    runs.prefill.push_back(double(options.prompt) /
+                           time_prefill(executor, caches, options, prefill_path, 7 + uint64_t(r)));
+    const DecodeRun alone = time_decode(executor, caches, options, 1, 11 + uint64_t(r));
+    const DecodeRun batch = time_decode(executor, caches, options, options.batch, 13 + uint64_t(r));
+    runs.decode.push_back(double(options.generate) / alone.seconds);
+    runs.decode_batch.push_back(double(options.generate * options.batch) / batch.seconds);
+    runs.routed_bytes_alone += double(alone.routed_bytes);
+    runs.routed_bytes_batch += double(batch.routed_bytes);
+  }
+  return runs;
+}
+
+// What a decoded token alone and a batch step read: the active weights and the latent cache
+// at the run's average depth.
+struct DecodeBytes {
+  double per_token = 0, per_step = 0;
+  nlohmann::json experts_per_layer;  // distinct routed experts a batch step's MoE layer read; null without MoE
+};
+
+DecodeBytes decode_bytes(const CausalLM& model, const ModelBenchOptions& options, CacheDType dtype,
+                         const BenchRuns& runs) {
+  const ModelConfig& config = model.config();
+  const double weights_per_token = model.active_weight_bytes_per_token();
+  const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
+                              double(std::max<int64_t>(1, options.depth) + options.generate / 2);
+  // A batch step reads the weights once, and each routed expert any of its tokens chose once:
+  // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
+  // distinct experts per MoE layer over num_experts_per_tok (a ratio, so it holds when this
+  // process runs one MPI rank's share). Each further token's embedding row (KB) is left out.
+  const double routed_per_token = config.n_routed_experts > 0 ? model.routed_expert_bytes() *
+                                                                    double(config.num_experts_per_tok) /
+                                                                    double(config.n_routed_experts)
+                                                              : 0.0;
+  const double step_expert_ratio = runs.routed_bytes_alone > 0 ? runs.routed_bytes_batch / runs.routed_bytes_alone : 0.0;
+  DecodeBytes bytes;
+  bytes.per_token = weights_per_token + kv_per_token;
+  bytes.per_step = weights_per_token - routed_per_token + routed_per_token * step_expert_ratio +
+                   kv_per_token * double(options.batch);
+  if (runs.routed_bytes_alone > 0) bytes.experts_per_layer = step_expert_ratio * double(config.num_experts_per_tok);
+  return bytes;
+}
+
+// 2 FLOPs per active weight, plus each MLA layer's causal attention at the average depth
+// d + p/2 counted as the expanded form's (queries against per-head keys and values, not the
+// expansion; a hybrid's KDA layers have no softmax attention to count). The output
+// projection (lm_head, or the tied embedding) runs for the prompt's last token only
+// (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
+double prefill_flops_per_token(const ModelConfig& config, const ModelSpec& spec, const ModelBenchOptions& options) {
+  const double attention_flops = double(config.cache_layers()) * 2.0 * double(config.num_attention_heads) *
+                                 double(config.qk_head_dim() + config.v_head_dim) *
+                                 (double(options.depth) + double(options.prompt) / 2.0);
+  const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
+  return 2.0 * (double(spec.active_params) - output_params) + attention_flops +
+         2.0 * output_params / double(options.prompt);
+}
+
 }  // namespace
 
 void check_model_bench_options(const ModelBenchOptions& options) {
@@ -166,57 +235,20 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   // prefill of a fresh process otherwise measures page faults, ~6x slower on mini).
   spdlog::info("warm-up: pp{} (not counted)", options.prompt);
   time_prefill(executor, caches, options, prefill_path, 5);
-  std::vector<double> prefill, decode, decode_batch;
-  double routed_bytes_alone = 0, routed_bytes_batch = 0;  // over all the repetitions' steps
-  for (int64_t r = 0; r < options.repetitions; ++r) {
-    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
-                 options.generate, options.generate, options.batch);
-    prefill.push_back(double(options.prompt) / time_prefill(executor, caches, options, prefill_path, 7 + uint64_t(r)));
-    const DecodeRun alone = time_decode(executor, caches, options, 1, 11 + uint64_t(r));
-    const DecodeRun batch = time_decode(executor, caches, options, options.batch, 13 + uint64_t(r));
-    decode.push_back(double(options.generate) / alone.seconds);
-    decode_batch.push_back(double(options.generate * options.batch) / batch.seconds);
-    routed_bytes_alone += double(alone.routed_bytes);
-    routed_bytes_batch += double(batch.routed_bytes);
-  }
+  const BenchRuns runs = time_repetitions(executor, caches, options, prefill_path);
   const double rss_mb = peak_rss_mb();  // before the second measurement's arrays
   spdlog::info("measuring this machine again");
   const MachineLimits after = MachineLimits::measure(), limits = before.best(after);
   const double membw = limits.triad_gb_s, read_bw = limits.read_gb_s, peak = limits.fma_gflops;
   const ModelConfig& config = model.config();
-  const double weights_per_token = model.active_weight_bytes_per_token();
-  const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
-                              double(std::max<int64_t>(1, options.depth) + options.generate / 2);
-  const double bytes_per_token = weights_per_token + kv_per_token;
-  // A batch step reads the weights once, and each routed expert any of its tokens chose once:
-  // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
-  // distinct experts per MoE layer over num_experts_per_tok (a ratio, so it holds when this
-  // process runs one MPI rank's share). Each further token's embedding row (KB) is left out.
-  const double routed_per_token = config.n_routed_experts > 0 ? model.routed_expert_bytes() *
-                                                                    double(config.num_experts_per_tok) /
-                                                                    double(config.n_routed_experts)
-                                                              : 0.0;
-  const double step_expert_ratio = routed_bytes_alone > 0 ? routed_bytes_batch / routed_bytes_alone : 0.0;
-  const double bytes_per_step = weights_per_token - routed_per_token + routed_per_token * step_expert_ratio +
-                                kv_per_token * double(options.batch);
-  const nlohmann::json experts_per_layer =  // null without MoE
-      routed_bytes_alone > 0 ? nlohmann::json(step_expert_ratio * double(config.num_experts_per_tok)) : nlohmann::json();
-  // 2 FLOPs per active weight, plus each MLA layer's causal attention at the average depth
-  // d + p/2 counted as the expanded form's (queries against per-head keys and values, not the
-  // expansion; a hybrid's KDA layers have no softmax attention to count). The
-  // output projection (lm_head, or the tied embedding) runs for the prompt's last token only
-  // (Logits::Last, as llama-bench), so it counts once per prompt, not once per token.
-  const double attention_flops = double(config.cache_layers()) * 2.0 * double(config.num_attention_heads) *
-                                 double(config.qk_head_dim() + config.v_head_dim) *
-                                 (double(options.depth) + double(options.prompt) / 2.0);
-  const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
-  const double flops_per_token = 2.0 * (double(spec.active_params) - output_params) + attention_flops +
-                                 2.0 * output_params / double(options.prompt);
+  const DecodeBytes bytes = decode_bytes(model, options, dtype, runs);
+  const double flops_per_token = prefill_flops_per_token(config, spec, options);
   const MlaShape shape{config.hidden_size, config.num_attention_heads / executor.ranks(), config.kv_lora_rank,
                        config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim, 0.0, 0.0f};
   const MlaPath prefill_form =
       prefill_path != MlaPath::Auto ? prefill_path : mla_prefill_path(shape, options.prompt, options.depth, dtype);
-  const double prefill_tok_s = median(prefill), decode_tok_s = median(decode), batch_tok_s = median(decode_batch);
+  const double prefill_tok_s = median(runs.prefill), decode_tok_s = median(runs.decode);
+  const double batch_tok_s = median(runs.decode_batch);
   const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
       limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
@@ -229,21 +261,21 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
           {"amx", amx_available()}, {"mla_prefill", mla_path_name(prefill_form)},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
-          {"prefill_runs", prefill}, {"decode_runs", decode}, {"decode_batch_runs", decode_batch},
-          {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes_per_token},
-          {"decode_roofline_tok_s", membw * 1e9 / bytes_per_token},
-          {"decode_roofline_pct", 100.0 * decode_tok_s * bytes_per_token / (membw * 1e9)},
-          {"read_bw_gb_s", read_bw}, {"decode_read_roofline_pct", 100.0 * decode_tok_s * bytes_per_token / (read_bw * 1e9)},
+          {"prefill_runs", runs.prefill}, {"decode_runs", runs.decode}, {"decode_batch_runs", runs.decode_batch},
+          {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes.per_token},
+          {"decode_roofline_tok_s", membw * 1e9 / bytes.per_token},
+          {"decode_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (membw * 1e9)},
+          {"read_bw_gb_s", read_bw}, {"decode_read_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (read_bw * 1e9)},
           {"machine_before", before.json()}, {"machine_after", after.json()},
           {"flops_per_prefill_token", flops_per_token},
           {"prefill_peak_pct", 100.0 * prefill_gflops / peak},
           {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
           {"prefill_bf16_dot_peak_pct", prefill_bf16_dot_pct},
-          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"decode_batch_bytes_per_step", bytes_per_step},
-          {"decode_batch_experts_per_layer", experts_per_layer},
-          {"decode_batch_roofline_tok_s", double(options.batch) * membw * 1e9 / bytes_per_step},
-          {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes_per_step / (membw * 1e9)},
-          {"decode_batch_speedup_limit", double(options.batch) * bytes_per_token / bytes_per_step},
+          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"decode_batch_bytes_per_step", bytes.per_step},
+          {"decode_batch_experts_per_layer", bytes.experts_per_layer},
+          {"decode_batch_roofline_tok_s", double(options.batch) * membw * 1e9 / bytes.per_step},
+          {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes.per_step / (membw * 1e9)},
+          {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
           {"peak_rss_mb", rss_mb}};
 }
 
