@@ -15,6 +15,16 @@
 #include "kernels/quant_dot.h"
 
 namespace mlaserve {
+namespace {
+int activation_terms = 3;  // --amx-terms
+}  // namespace
+
+void set_amx_activation_terms(int terms) {
+  MLA_CHECK(terms >= 1 && terms <= 3, "--amx-terms must be 1, 2 or 3, got {}", terms);
+  activation_terms = terms;
+}
+
+int amx_activation_terms() { return activation_terms; }
 
 #ifdef MLA_AMX
 namespace {
@@ -489,7 +499,9 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
     const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;
     buffers.terms.resize(size_t(kTerms * term_words));
-    const int terms = split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps, buffers.terms.data());
+    const int terms = std::min(activation_terms,
+                               split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps,
+                                                 buffers.terms.data()));
     for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other

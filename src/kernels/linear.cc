@@ -1,5 +1,7 @@
 #include "kernels/linear.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -408,7 +410,10 @@ std::string kernel_features() {
 #else
   std::string features = "scalar (no AVX2: built without -march=native or for another CPU)";
 #endif
-  if (amx_available()) features += ", AMX tiles for GEMMs of 16+ tokens (MLASERVE_AMX=0 turns them off)";
+  if (amx_available())
+    features += fmt::format(", AMX tiles for GEMMs of 16+ tokens, activations as {} bf16 term(s) (--amx-terms; "
+                            "MLASERVE_AMX=0 turns the tiles off)",
+                            amx_activation_terms());
   return features;
 }
 

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "kernels/gemm_4bit.h"
 #include "test_util.h"
 
@@ -289,6 +290,49 @@ TEST_F(AmxGemm, Bf16ActivationsNeedOneTerm) {
                 std::vector<float>(beside.begin() + odd * rows, beside.begin() + (odd + 1) * rows));
     }
   }
+}
+
+// x with only its first `terms` bf16 terms (each the nearest bf16 to what the ones before it
+// left), split here by the scalar rounding, not the kernel's vector conversion.
+std::vector<float> first_terms(std::vector<float> x, int terms) {
+  for (float& v : x) {
+    float kept = 0, rest = v;
+    for (int term = 0; term < terms; ++term) {
+      const float part = bf16_to_f32(f32_to_bf16(rest));
+      kept += part;
+      rest -= part;
+    }
+    v = kept;
+  }
+  return x;
+}
+
+// --amx-terms 2 and 1: the outputs are the fp32 sums of the activations' first terms (bound
+// 1e-6 against float64, as for three), for stored panels and row-major weights, in a group of
+// 128 tokens and a partial second one; three terms again afterwards.
+TEST_F(AmxGemm, FewerTermsSumTheActivationsFirstTerms) {
+  const int64_t rows = 40, cols = 300, tokens = 150;
+  const PanelWeight w(rows, cols, 23);
+  LinearWeight row_major;
+  row_major.format = WeightFormat::BF16;
+  row_major.rows = rows;
+  row_major.cols = row_major.stored_cols = cols;
+  row_major.data = w.bf16.data();
+  const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 24);
+  for (int terms : {2, 1}) {
+    const std::vector<float> want = reference(w, 0, rows, first_terms(x, terms), tokens);
+    const LinearWeight* weights[] = {&w.packed, &row_major};
+    for (const LinearWeight* weight : weights) {
+      std::vector<float> y(size_t(tokens * rows));
+      set_amx_activation_terms(terms);
+      linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, y.data(), rows);
+      set_amx_activation_terms(3);
+      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << terms << " terms, " << weight_format_name(weight->format);
+    }
+  }
+  EXPECT_EQ(amx_activation_terms(), 3);
+  EXPECT_THROW(set_amx_activation_terms(4), Error);
+  EXPECT_THROW(set_amx_activation_terms(0), Error);
 }
 
 // The 4-bit GEMM on AMX-INT8 against the AVX integer GEMM, which forms the same exact integer

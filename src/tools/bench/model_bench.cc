@@ -259,7 +259,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
                                                                        mla_decode_kernel()))},
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
-          {"amx", amx_available()}, {"mla_prefill", mla_path_name(prefill_form)},
+          {"amx", amx_available()}, {"amx_terms", amx_activation_terms()}, {"mla_prefill", mla_path_name(prefill_form)},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
           {"prefill_runs", runs.prefill}, {"decode_runs", runs.decode}, {"decode_batch_runs", runs.decode_batch},
           {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes.per_token},
@@ -280,10 +280,12 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
 }
 
 std::string model_bench_table(const nlohmann::json& r) {
+  const std::string amx =
+      r["amx"].get<bool>() ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", r["amx_terms"].get<int>()) : "";
   std::string out = fmt::format(
       "machine: {:.1f} GB/s triad bandwidth, {:.1f} GB/s read, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} rank(s){}\n",
       r["membw_gb_s"].get<double>(), r["read_bw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(),
-      r["threads"].get<int>(), r["ranks"].get<int>(), r["amx"].get<bool>() ? ", AMX for 16+ token GEMMs" : "");
+      r["threads"].get<int>(), r["ranks"].get<int>(), amx);
   out += fmt::format("model: {} ({:.2f} GB of weights, {:.1f}M params, {:.1f}M active), peak RSS {:.0f} MB\n",
                      r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
                      r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());
