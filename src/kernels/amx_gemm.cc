@@ -16,11 +16,12 @@
 
 namespace mlaserve {
 namespace {
-int activation_terms = 3;  // --amx-terms
+constexpr int kTerms = 3;  // bf16 terms that hold an fp32 activation exactly
+int activation_terms = kTerms;  // --amx-terms
 }  // namespace
 
 void set_amx_activation_terms(int terms) {
-  MLA_CHECK(terms >= 1 && terms <= 3, "--amx-terms must be 1, 2 or 3, got {}", terms);
+  MLA_CHECK(terms >= 1 && terms <= kTerms, "--amx-terms must be 1, 2 or 3, got {}", terms);
   activation_terms = terms;
 }
 
@@ -33,7 +34,6 @@ constexpr int64_t kTileRows = 16;     // tokens (A, C) or column pairs (B) in a 
 constexpr int64_t kStepCols = 32;     // columns one tile product consumes
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
 constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 128 x 2048 columns x 3 terms = 1.5 MB (L2)
-constexpr int kTerms = 3;
 static_assert(kTileRows == kBf16PanelRows && kStepCols == kBf16PanelStepCols, "a stored panel's steps are B tiles");
 
 // Linux's request for permission to use an extended state component, and AMX's tile data
@@ -62,17 +62,19 @@ __m512 bf16_to_f32x16(__m256bh values) {
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, __m256i(values)), 16));
 }
 
-// The group's activations as three bf16 terms, x = hi + mid + lo, each the round-to-nearest-even
-// bf16 of what the terms before it left, laid out as A tiles: [term][block][step][16][32] for
-// blocks of 16 tokens and steps of 32 columns (each tile 1 KB contiguous: rows of a plain
-// [token][col] array would lie 4 KB apart and fall in one L1 set). Zero past `tokens` and past
-// `cols`; a non-finite x is carried by hi alone (inf - inf would make the others NaN).
-// Returns the terms the group needs: 1 when every x is a bf16 value (the latents of a bf16
-// cache, expanded through kv_b_proj), whose mid and lo are zero and add nothing to any sum.
+// The group's first `terms` (1-3) bf16 terms of its activations, x = hi + mid + lo, each the
+// round-to-nearest-even bf16 of what the terms before it left, laid out as A tiles:
+// [term][block][step][16][32] for blocks of 16 tokens and steps of 32 columns (each tile 1 KB
+// contiguous: rows of a plain [token][col] array would lie 4 KB apart and fall in one L1 set).
+// Zero past `cols` (a padding token's row only reaches its own outputs, which are never read,
+// so the rows past `tokens` keep what they held); a non-finite x is carried by hi alone
+// (inf - inf would make the others NaN). Returns the terms the group needs: 1 when every x is a bf16 value (the
+// latents of a bf16 cache, expanded through kv_b_proj), whose mid and lo are zero and add
+// nothing to any sum, else `terms`.
 int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t blocks, int64_t cols, int64_t steps,
-                      uint16_t* out) {
+                      int terms, uint16_t* out) {
   const int64_t term_words = blocks * steps * kStepWords;
-  std::memset(out, 0, size_t(kTerms * term_words) * 2);
+  if (cols % kStepCols != 0) std::memset(out, 0, size_t(terms * term_words) * 2);
   __m512i rests = _mm512_setzero_si512();  // or of every mid's bits: zero when all x are bf16
   uint16_t rest_bits = 0;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -82,28 +84,31 @@ int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t 
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16) {
       const __m512 v = _mm512_loadu_ps(row + c);
+      const __m256bh h = _mm512_cvtneps_pbh(v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(0, c)), __m256i(h));
+      if (terms == 1) continue;
       const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
       const __mmask16 finite = _mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
-      const __m256bh h = _mm512_cvtneps_pbh(v);
       const __m512 rest = _mm512_maskz_sub_ps(finite, v, bf16_to_f32x16(h));
       const __m256bh m = _mm512_cvtneps_pbh(rest);
-      const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(rest, bf16_to_f32x16(m)));
       rests = _mm512_or_si512(rests, _mm512_castsi256_si512(__m256i(m)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(0, c)), __m256i(h));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(1, c)), __m256i(m));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(2, c)), __m256i(l));
+      if (terms == 3)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(2, c)),
+                            __m256i(_mm512_cvtneps_pbh(_mm512_sub_ps(rest, bf16_to_f32x16(m)))));
     }
     for (; c < cols; ++c) {
       const uint16_t hi = f32_to_bf16(row[c]);
       const float rest = std::isfinite(row[c]) ? row[c] - bf16_to_f32(hi) : 0.0f;
       const uint16_t mid = f32_to_bf16(rest);
-      rest_bits |= mid;
       *at(0, c) = hi;
+      if (terms == 1) continue;
+      rest_bits |= mid;
       *at(1, c) = mid;
-      *at(2, c) = f32_to_bf16(rest - bf16_to_f32(mid));
+      if (terms == 3) *at(2, c) = f32_to_bf16(rest - bf16_to_f32(mid));
     }
   }
-  return rest_bits == 0 && _mm512_test_epi64_mask(rests, rests) == 0 ? 1 : kTerms;
+  return rest_bits == 0 && _mm512_test_epi64_mask(rests, rests) == 0 ? 1 : terms;
 }
 
 // Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
@@ -498,10 +503,9 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
     const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;
-    buffers.terms.resize(size_t(kTerms * term_words));
-    const int terms = std::min(activation_terms,
-                               split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps,
-                                                 buffers.terms.data()));
+    buffers.terms.resize(size_t(activation_terms * term_words));
+    const int terms = split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps,
+                                        activation_terms, buffers.terms.data());
     for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
       const int panels = pair_row + kTileRows < row_end ? 2 : 1;
       // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other

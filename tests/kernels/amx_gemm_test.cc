@@ -157,6 +157,21 @@ TEST_F(AmxGemm, ExtremeActivations) {
   EXPECT_TRUE(std::isfinite(y[size_t(3 * rows)]));
 }
 
+// Past a group's last column its activation tiles hold zeros whatever an earlier call left
+// there: an infinity in a step's last columns, times the zero weights past the next call's
+// columns, would make its sums NaN.
+TEST_F(AmxGemm, NoActivationsPastTheLastColumn) {
+  const int64_t rows = 32, tokens = 16;
+  const PanelWeight wide(rows, 320, 25), narrow(rows, 300, 26);
+  std::vector<float> x_wide = testing::random_vector(size_t(tokens * 320), 27);
+  x_wide[size_t(5 * 320 + 310)] = INFINITY;
+  std::vector<float> y(size_t(tokens * rows));
+  linear_rows_amx(wide.packed, 0, rows, x_wide.data(), 320, tokens, y.data(), rows);
+  const std::vector<float> x = testing::random_vector(size_t(tokens * 300), 28);
+  linear_rows_amx(narrow.packed, 0, rows, x.data(), 300, tokens, y.data(), rows);
+  EXPECT_TRUE(testing::relative_close(y, reference(narrow, 0, rows, x, tokens), 1e-6));
+}
+
 // Row-major BF16, channel-scaled INT8 and INT8 with a scale per 64 columns (B tiles built
 // from the rows): views starting at odd rows and columns (a group's first column for groups),
 // column counts ending inside a 32-column step (BF16: NaN in the stored columns after it), and a
@@ -307,32 +322,35 @@ std::vector<float> first_terms(std::vector<float> x, int terms) {
   return x;
 }
 
-// --amx-terms 2 and 1: the outputs are the fp32 sums of the activations' first terms (bound
-// 1e-6 against float64, as for three), for stored panels and row-major weights, in a group of
-// 128 tokens and a partial second one; three terms again afterwards.
+// --amx-terms 3, 2 and 1: the outputs are the fp32 sums of the activations' first terms (bound
+// 1e-6 against float64), for stored panels and row-major weights, in a group of 128 tokens and
+// a partial second one. Each setting runs a whole number of 32-column steps first, then 300
+// columns, whose last step's 20 columns past the end must be zero again, not the first run's.
 TEST_F(AmxGemm, FewerTermsSumTheActivationsFirstTerms) {
-  const int64_t rows = 40, cols = 300, tokens = 150;
-  const PanelWeight w(rows, cols, 23);
-  LinearWeight row_major;
-  row_major.format = WeightFormat::BF16;
-  row_major.rows = rows;
-  row_major.cols = row_major.stored_cols = cols;
-  row_major.data = w.bf16.data();
-  const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 24);
-  for (int terms : {2, 1}) {
-    const std::vector<float> want = reference(w, 0, rows, first_terms(x, terms), tokens);
-    const LinearWeight* weights[] = {&w.packed, &row_major};
-    for (const LinearWeight* weight : weights) {
-      std::vector<float> y(size_t(tokens * rows));
-      set_amx_activation_terms(terms);
-      linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, y.data(), rows);
-      set_amx_activation_terms(3);
-      EXPECT_TRUE(testing::relative_close(y, want, 1e-6)) << terms << " terms, " << weight_format_name(weight->format);
+  const int64_t rows = 40;
+  for (int terms : {3, 2, 1})
+    for (auto [cols, tokens] : {std::pair<int64_t, int64_t>{320, 160}, {300, 150}}) {
+      const PanelWeight w(rows, cols, uint64_t(23 + cols));
+      LinearWeight row_major;
+      row_major.format = WeightFormat::BF16;
+      row_major.rows = rows;
+      row_major.cols = row_major.stored_cols = cols;
+      row_major.data = w.bf16.data();
+      const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(24 + cols));
+      const std::vector<float> want = reference(w, 0, rows, first_terms(x, terms), tokens);
+      const LinearWeight* weights[] = {&w.packed, &row_major};
+      for (const LinearWeight* weight : weights) {
+        std::vector<float> y(size_t(tokens * rows));
+        set_amx_activation_terms(terms);
+        linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, y.data(), rows);
+        set_amx_activation_terms(3);
+        EXPECT_TRUE(testing::relative_close(y, want, 1e-6))
+            << terms << " terms, " << weight_format_name(weight->format) << ", " << cols << " columns";
+      }
     }
-  }
-  EXPECT_EQ(amx_activation_terms(), 3);
   EXPECT_THROW(set_amx_activation_terms(4), Error);
   EXPECT_THROW(set_amx_activation_terms(0), Error);
+  EXPECT_EQ(amx_activation_terms(), 3);
 }
 
 // The 4-bit GEMM on AMX-INT8 against the AVX integer GEMM, which forms the same exact integer
