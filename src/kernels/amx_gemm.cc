@@ -68,9 +68,9 @@ __m512 bf16_to_f32x16(__m256bh values) {
 // contiguous: rows of a plain [token][col] array would lie 4 KB apart and fall in one L1 set).
 // Zero past `cols` (a padding token's row only reaches its own outputs, which are never read,
 // so the rows past `tokens` keep what they held); a non-finite x is carried by hi alone
-// (inf - inf would make the others NaN). Returns the terms the group needs: 1 when every x is a bf16 value (the
-// latents of a bf16 cache, expanded through kv_b_proj), whose mid and lo are zero and add
-// nothing to any sum, else `terms`.
+// (inf - inf would make the others NaN). Returns the terms the group needs: 1 when every x is
+// a bf16 value (the latents of a bf16 cache, expanded through kv_b_proj), whose mid and lo are
+// zero and add nothing to any sum, else `terms`.
 int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t blocks, int64_t cols, int64_t steps,
                       int terms, uint16_t* out) {
   const int64_t term_words = blocks * steps * kStepWords;
