@@ -99,10 +99,10 @@ int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t 
     }
     for (; c < cols; ++c) {
       const uint16_t hi = f32_to_bf16(row[c]);
-      const float rest = std::isfinite(row[c]) ? row[c] - bf16_to_f32(hi) : 0.0f;
-      const uint16_t mid = f32_to_bf16(rest);
       *at(0, c) = hi;
       if (terms == 1) continue;
+      const float rest = std::isfinite(row[c]) ? row[c] - bf16_to_f32(hi) : 0.0f;
+      const uint16_t mid = f32_to_bf16(rest);
       rest_bits |= mid;
       *at(1, c) = mid;
       if (terms == 3) *at(2, c) = f32_to_bf16(rest - bf16_to_f32(mid));
