@@ -19,12 +19,12 @@
 namespace mlaserve {
 namespace {
 
-// A random BF16 matrix repacked into panels, with the values it holds.
+// A random BF16 matrix repacked into panels, with the values it holds and its row-major view.
 struct PanelWeight {
   std::vector<uint16_t> bf16;
   std::vector<float> values;
   WeightCopies storage;
-  LinearWeight packed;
+  LinearWeight row_major, packed;
 
   PanelWeight(int64_t rows, int64_t cols, uint64_t seed) : bf16(size_t(rows * cols)), values(bf16.size()) {
     std::mt19937_64 rng(seed);
@@ -33,12 +33,11 @@ struct PanelWeight {
       bf16[i] = f32_to_bf16(uniform(rng));
       values[i] = bf16_to_f32(bf16[i]);
     }
-    LinearWeight weight;
-    weight.format = WeightFormat::BF16;
-    weight.rows = rows;
-    weight.cols = weight.stored_cols = cols;
-    weight.data = bf16.data();
-    packed = repack_bf16_panels(weight, storage);
+    row_major.format = WeightFormat::BF16;
+    row_major.rows = rows;
+    row_major.cols = row_major.stored_cols = cols;
+    row_major.data = bf16.data();
+    packed = repack_bf16_panels(row_major, storage);
   }
 };
 
@@ -279,15 +278,10 @@ TEST_F(AmxGemm, AnyBatchGivesTheSameBits) {
 TEST_F(AmxGemm, Bf16ActivationsNeedOneTerm) {
   const int64_t rows = 48, cols = 200, tokens = 131, odd = 127;
   const PanelWeight w(rows, cols, 21);
-  LinearWeight row_major;
-  row_major.format = WeightFormat::BF16;
-  row_major.rows = rows;
-  row_major.cols = row_major.stored_cols = cols;
-  row_major.data = w.bf16.data();
   std::vector<float> x = testing::random_vector(size_t(tokens * cols), 22);
   for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
   const std::vector<float> want = reference(w, 0, rows, x, tokens);
-  const LinearWeight* weights[] = {&w.packed, &row_major};
+  const LinearWeight* weights[] = {&w.packed, &w.row_major};
   for (int64_t odd_column : {3, 197}) {  // split 16 columns at a time, and in the scalar tail
     std::vector<float> mixed = x;
     mixed[size_t(odd * cols + odd_column)] = 0.1f;  // no bf16 value
@@ -331,14 +325,9 @@ TEST_F(AmxGemm, FewerTermsSumTheActivationsFirstTerms) {
   for (int terms : {3, 2, 1})
     for (auto [cols, tokens] : {std::pair<int64_t, int64_t>{320, 160}, {300, 150}}) {
       const PanelWeight w(rows, cols, uint64_t(23 + cols));
-      LinearWeight row_major;
-      row_major.format = WeightFormat::BF16;
-      row_major.rows = rows;
-      row_major.cols = row_major.stored_cols = cols;
-      row_major.data = w.bf16.data();
       const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(24 + cols));
       const std::vector<float> want = reference(w, 0, rows, first_terms(x, terms), tokens);
-      const LinearWeight* weights[] = {&w.packed, &row_major};
+      const LinearWeight* weights[] = {&w.packed, &w.row_major};
       for (const LinearWeight* weight : weights) {
         std::vector<float> y(size_t(tokens * rows));
         set_amx_activation_terms(terms);
