@@ -216,7 +216,7 @@ void linear_shapes(benchmark::internal::Benchmark* bench) {
   bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({2048, 768, 1})
       ->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({5632, 2048, 8})->Args({5632, 2048, 4})
       ->Args({5632, 2048, 15})->Args({768, 2048, 48})->Args({5632, 2048, 128})->Args({5632, 2048, 512})
-      ->Args({2048, 5632, 512})->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
+      ->Args({2048, 5632, 512})->Args({2048, 7168, 512})->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);

@@ -33,7 +33,8 @@ namespace {
 constexpr int64_t kTileRows = 16;     // tokens (A, C) or column pairs (B) in a tile
 constexpr int64_t kStepCols = 32;     // columns one tile product consumes
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
-constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once: 128 x 2048 columns x 3 terms = 1.5 MB (L2)
+constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once, over a chunk of columns
+constexpr int64_t kChunkTermsBytes = 1536 * 1024;  // a chunk's split activations (L2): 128 tokens x 2048 columns x 3 terms
 static_assert(kTileRows == kBf16PanelRows && kStepCols == kBf16PanelStepCols, "a stored panel's steps are B tiles");
 
 // Linux's request for permission to use an extended state component, and AMX's tile data
@@ -254,14 +255,16 @@ NextTilesPrefetch spread_prefetch(const char* first, int64_t row_bytes, int64_t 
   return {first, row_bytes, row_stride, rows, 0, (rows * row_bytes / 64 + tile_steps - 1) / tile_steps};
 }
 
-// The stored panels of rows [next_row, next_row + 32) that lie before row_end, over `tile_steps`.
-NextTilesPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t next_row, int64_t row_end,
-                                     int64_t tile_steps) {
+// The stored panels of rows [next_row, next_row + 32) that lie before row_end, their steps
+// [first_step, first_step + steps), over `tile_steps`.
+NextTilesPrefetch next_pair_prefetch(const LinearWeight& weight, int64_t first_step, int64_t steps, int64_t next_row,
+                                     int64_t row_end, int64_t tile_steps) {
   if (next_row >= row_end) return {};
   const int64_t panels = std::min<int64_t>(2, (row_end - next_row + kTileRows - 1) / kTileRows);
   const int64_t panel_bytes = bf16_panel_words(weight.cols) * 2;
-  const char* first = static_cast<const char*>(weight.data) + next_row / kTileRows * panel_bytes;
-  return spread_prefetch(first, panels * panel_bytes, 0, 1, tile_steps);
+  const char* first =
+      static_cast<const char*>(weight.data) + next_row / kTileRows * panel_bytes + first_step * kStepWords * 2;
+  return spread_prefetch(first, steps * kStepWords * 2, panel_bytes, panels, tile_steps);
 }
 
 // A 4-bit weight's codes of rows [next_row, next_row + 16) before row_end, over `tile_steps`.
@@ -334,6 +337,102 @@ void scale_tile(const float* c, const float* scales, bool first_segment, float* 
     const __m512 product = _mm512_load_ps(c + i * kTileRows);
     _mm512_store_ps(sums + i * kTileRows, first_segment ? _mm512_mul_ps(product, scale)
                                                         : _mm512_fmadd_ps(product, scale, _mm512_load_ps(sums + i * kTileRows)));
+  }
+}
+
+// A token group's products over one chunk of columns: steps [first_step, first_step + steps) of
+// the weight's, with the group's activations split into `terms` over those columns.
+struct ColumnChunk {
+  int64_t first_step, steps, tokens, token_blocks;
+  int terms;
+};
+
+// Steps a column chunk spans at most: a whole group's split activations of a chunk (terms x 8
+// blocks x steps tiles of 1 KB) stay in L2 while every row pair's tiles use them (read from L3
+// instead, BF16 panels of 2048 x 7168 ran at 512 tokens half as fast as 5632 x 2048). Chunks
+// are balanced and hold whole scale segments; they do not depend on the token count, so that a
+// token's sums are added in the same order in any batch.
+int64_t chunk_steps(const LinearWeight& weight, int64_t steps, int terms) {
+  const int64_t group_blocks = kGroupTokens / kTileRows;
+  const int64_t most = std::max<int64_t>(1, kChunkTermsBytes / (terms * group_blocks * kStepWords * 2));
+  const int64_t chunks = (steps + most - 1) / most, per_segment = segment_steps(weight, steps);
+  const int64_t align = per_segment < steps ? per_segment : 1;
+  return ((steps + chunks - 1) / chunks + align - 1) / align * align;
+}
+
+// A row-major weight's columns of a chunk, as a view of it (chunks start on scale blocks).
+LinearWeight column_view(const LinearWeight& weight, const ColumnChunk& chunk) {
+  LinearWeight view = weight;
+  view.col_offset += chunk.first_step * kStepCols;
+  view.cols = std::min(weight.cols - chunk.first_step * kStepCols, chunk.steps * kStepCols);
+  return view;
+}
+
+// `rows` of a tile's sums (16 tokens x 16 rows: token block first_token / 16 of the group) into
+// y, the group's first token's row, or added to it (a chunk after the first).
+void store_sums(const float* sums, int64_t rows, int64_t first_token, int64_t tokens, bool add, float* y,
+                int64_t y_stride) {
+  for (int64_t i = 0; i < kTileRows && first_token + i < tokens; ++i) {
+    float* out = y + (first_token + i) * y_stride;
+    const float* in = sums + i * kTileRows;
+    if (!add) std::memcpy(out, in, size_t(rows) * sizeof(float));
+    else
+      for (int64_t r = 0; r < rows; ++r) out[r] += in[r];
+  }
+}
+
+// One chunk's products for rows [row_begin, row_end) into y (the group's first token's row;
+// column 0 is row_begin), added to what earlier chunks left there.
+void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_t row_begin, int64_t row_end,
+                    float* y, int64_t y_stride, Buffers& buffers) {
+  const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
+  const LinearWeight view = stored_panels ? weight : column_view(weight, chunk);
+  const auto* stored = static_cast<const uint16_t*>(weight.data) + chunk.first_step * kStepWords;
+  // A chunk's tiles of a token block or built panel; stored panels lie whole panels apart.
+  const int64_t chunk_words = chunk.steps * kStepWords, term_words = chunk.token_blocks * chunk_words;
+  const int64_t b_panel_words = stored_panels ? bf16_panel_words(weight.cols) : chunk_words;
+  // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
+  const int64_t per_segment = segment_steps(view, chunk.steps), segments = (chunk.steps + per_segment - 1) / per_segment;
+  // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
+  const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
+  buffers.tiles.resize(size_t(2 * chunk_words));
+  buffers.scales.resize(size_t(2 * segments * kTileRows));
+  for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
+    const int panels = pair_row + kTileRows < row_end ? 2 : 1;
+    // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other formats
+    // are built into buffers.tiles.
+    const uint16_t* b_tiles = stored_panels ? stored + pair_row / kTileRows * b_panel_words : buffers.tiles.data();
+    for (int p = 0; p < panels; ++p) {
+      float* scales = buffers.scales.data() + p * segments * kTileRows;
+      if (stored_panels) std::fill(scales, scales + kTileRows, 1.0f);
+      else row_major_tiles(view, pair_row + p * kTileRows, chunk.steps, buffers.tiles.data() + p * chunk_words, scales);
+    }
+    const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = chunk.steps * ((chunk.token_blocks + 1) / 2);
+    NextTilesPrefetch prefetch =
+        stored_panels ? next_pair_prefetch(weight, chunk.first_step, chunk.steps, next_row, row_end, tile_steps)
+                      : next_row_major_prefetch(view, next_row, row_end, tile_steps);
+    for (int64_t block = 0; block < chunk.token_blocks; block += 2) {
+      const int blocks = block + 1 < chunk.token_blocks ? 2 : 1;
+      for (int64_t segment = 0; segment < segments; ++segment) {
+        const int64_t s0 = segment * per_segment, n = std::min(per_segment, chunk.steps - s0);
+        const uint16_t* a = buffers.terms.data() + block * chunk_words + s0 * kStepWords;
+        const auto products = blocks == 2 ? (panels == 2 ? tile_products<2, 2> : tile_products<2, 1>)
+                                          : (panels == 2 ? tile_products<1, 2> : tile_products<1, 1>);
+        products(a, chunk_words, term_words, chunk.terms, b_tiles + s0 * kStepWords, b_panel_words, n, prefetch,
+                 buffers.products);
+        for (int tile = 0; tile < blocks * panels; ++tile)
+          scale_tile(buffers.products + tile * kTileRows * kTileRows,
+                     buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,
+                     buffers.sums + tile * kTileRows * kTileRows);
+      }
+      for (int bl = 0; bl < blocks; ++bl)
+        for (int p = 0; p < panels; ++p) {
+          const int64_t first_row = pair_row + p * kTileRows;
+          const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kTileRows, row_end);
+          store_sums(buffers.sums + (bl * panels + p) * kTileRows * kTileRows + (r0 - first_row), r1 - r0,
+                     (block + bl) * kTileRows, chunk.tokens, chunk.first_step > 0, y + (r0 - row_begin), y_stride);
+        }
+    }
   }
 }
 
@@ -490,63 +589,19 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
   MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and a weight amx_supports ({})",
             weight_format_name(weight.format));
   thread_local Buffers buffers;
-  const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
-  const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t cols = weight.cols, steps = (cols + kStepCols - 1) / kStepCols, b_panel_words = steps * kStepWords;
-  // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
-  const int64_t per_segment = segment_steps(weight, steps), segments = (steps + per_segment - 1) / per_segment;
-  // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
-  const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
-  buffers.tiles.resize(size_t(2 * b_panel_words));
-  buffers.scales.resize(size_t(2 * segments * kTileRows));
+  const int64_t steps = (weight.cols + kStepCols - 1) / kStepCols;
+  const int64_t most_steps = chunk_steps(weight, steps, activation_terms);
   amx_configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
-    const int64_t tokens = std::min(kGroupTokens, n_tokens - t0);
-    const int64_t token_blocks = (tokens + kTileRows - 1) / kTileRows, term_words = token_blocks * b_panel_words;
-    buffers.terms.resize(size_t(activation_terms * term_words));
-    const int terms = split_activations(x + t0 * x_stride, x_stride, tokens, token_blocks, cols, steps,
-                                        activation_terms, buffers.terms.data());
-    for (int64_t pair_row = first; pair_row < row_end; pair_row += 2 * kTileRows) {
-      const int panels = pair_row + kTileRows < row_end ? 2 : 1;
-      // Stored panels are B tiles as they lie (linear_weight.h), with no scales; other
-      // formats are built into buffers.tiles.
-      const uint16_t* b_tiles = stored_panels ? stored + pair_row / kTileRows * b_panel_words : buffers.tiles.data();
-      for (int p = 0; p < panels; ++p) {
-        float* scales = buffers.scales.data() + p * segments * kTileRows;
-        if (stored_panels) {
-          std::fill(scales, scales + kTileRows, 1.0f);
-        } else {
-          row_major_tiles(weight, pair_row + p * kTileRows, steps, buffers.tiles.data() + p * b_panel_words, scales);
-        }
-      }
-      const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = steps * ((token_blocks + 1) / 2);
-      NextTilesPrefetch prefetch = stored_panels ? next_pair_prefetch(weight, next_row, row_end, tile_steps)
-                                                 : next_row_major_prefetch(weight, next_row, row_end, tile_steps);
-      for (int64_t block = 0; block < token_blocks; block += 2) {
-        const int blocks = block + 1 < token_blocks ? 2 : 1;
-        for (int64_t segment = 0; segment < segments; ++segment) {
-          const int64_t s0 = segment * per_segment, n = std::min(per_segment, steps - s0);
-          const uint16_t* a = buffers.terms.data() + block * b_panel_words + s0 * kStepWords;
-          const uint16_t* b = b_tiles + s0 * kStepWords;
-          float* c = buffers.products;
-          const auto products = blocks == 2 ? (panels == 2 ? tile_products<2, 2> : tile_products<2, 1>)
-                                            : (panels == 2 ? tile_products<1, 2> : tile_products<1, 1>);
-          products(a, b_panel_words, term_words, terms, b, b_panel_words, n, prefetch, c);
-          for (int tile = 0; tile < blocks * panels; ++tile)
-            scale_tile(c + tile * kTileRows * kTileRows,
-                       buffers.scales.data() + ((tile % panels) * segments + segment) * kTileRows, segment == 0,
-                       buffers.sums + tile * kTileRows * kTileRows);
-        }
-        for (int bl = 0; bl < blocks; ++bl)
-          for (int p = 0; p < panels; ++p) {
-            const float* sums = buffers.sums + (bl * panels + p) * kTileRows * kTileRows;
-            const int64_t first_row = pair_row + p * kTileRows;
-            const int64_t r0 = std::max(first_row, row_begin), r1 = std::min(first_row + kTileRows, row_end);
-            for (int64_t i = 0; i < kTileRows && t0 + (block + bl) * kTileRows + i < n_tokens; ++i)
-              std::memcpy(y + (t0 + (block + bl) * kTileRows + i) * y_stride + (r0 - row_begin),
-                          sums + i * kTileRows + (r0 - first_row), size_t(r1 - r0) * sizeof(float));
-          }
-      }
+    const int64_t tokens = std::min(kGroupTokens, n_tokens - t0), token_blocks = (tokens + kTileRows - 1) / kTileRows;
+    for (ColumnChunk chunk{0, 0, tokens, token_blocks, 0}; chunk.first_step < steps; chunk.first_step += most_steps) {
+      chunk.steps = std::min(most_steps, steps - chunk.first_step);
+      const int64_t first_col = chunk.first_step * kStepCols;
+      buffers.terms.resize(size_t(activation_terms * token_blocks * chunk.steps * kStepWords));
+      chunk.terms = split_activations(x + t0 * x_stride + first_col, x_stride, tokens, token_blocks,
+                                      std::min(weight.cols - first_col, chunk.steps * kStepCols), chunk.steps,
+                                      activation_terms, buffers.terms.data());
+      chunk_products(weight, chunk, row_begin, row_end, y + t0 * y_stride, y_stride, buffers);
     }
   }
   _tile_release();

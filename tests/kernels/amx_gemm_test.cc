@@ -83,6 +83,33 @@ struct FourBitWeight {
   }
 };
 
+// A random FP8 E4M3 weight with 128 x 128 block scales (every code but NaN), codes and scales
+// owned here, with the values it holds (row-major).
+struct Fp8Weight {
+  std::vector<uint8_t> codes;
+  std::vector<float> block_scales, values;
+  LinearWeight weight;
+
+  Fp8Weight(int64_t rows, int64_t cols, uint64_t seed) : codes(size_t(rows * cols)), values(codes.size()) {
+    const int64_t blocks = (cols + 127) / 128;
+    std::mt19937_64 rng(seed);
+    block_scales.resize(size_t((rows + 127) / 128 * blocks));
+    for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t code = uint8_t(rng());
+        if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes
+        codes[size_t(r * cols + c)] = code;
+        values[size_t(r * cols + c)] = fp8_e4m3_to_f32(code) * block_scales[size_t(r / 128 * blocks + c / 128)];
+      }
+    weight.format = WeightFormat::Fp8Block;
+    weight.rows = rows;
+    weight.cols = weight.stored_cols = cols;
+    weight.data = codes.data();
+    weight.block_scale = block_scales.data();
+  }
+};
+
 // linear_rows_amx over rows [r0, r1) x columns [c0, c1) of a weight against the float64 sums
 // of the values they hold (values: the whole weight's, row-major), bound 1e-6.
 ::testing::AssertionResult view_matches_reference(const LinearWeight& weight, const std::vector<float>& values,
@@ -228,30 +255,41 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
 // column view starting on a block boundary, column counts ending inside a block and inside a
 // 32-column step; views starting inside a block are not taken.
 TEST_F(AmxGemm, Fp8BlockScales) {
-  const int64_t rows = 300, cols = 600;
-  std::mt19937_64 rng(17);
-  std::vector<uint8_t> codes(size_t(rows * cols));
-  std::vector<float> block_scales(size_t(3 * 5)), values(codes.size());
-  for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      uint8_t code = uint8_t(rng());
-      if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes
-      codes[size_t(r * cols + c)] = code;
-      values[size_t(r * cols + c)] = fp8_e4m3_to_f32(code) * block_scales[size_t(r / 128 * 5 + c / 128)];
-    }
-  LinearWeight weight;
-  weight.format = WeightFormat::Fp8Block;
-  weight.rows = rows;
-  weight.cols = weight.stored_cols = cols;
-  weight.data = codes.data();
-  weight.block_scale = block_scales.data();
+  const Fp8Weight w(300, 600, 17);
   for (auto [r0, r1, c0, c1, tokens] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{0, 300, 0, 600, 16},
                                         {9, 277, 128, 517, 40}, {120, 140, 256, 600, 129}}) {
-    EXPECT_TRUE(view_matches_reference(weight, values, r0, r1, c0, c1, tokens))
+    EXPECT_TRUE(view_matches_reference(w.weight, w.values, r0, r1, c0, c1, tokens))
         << "rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
   }
-  EXPECT_FALSE(amx_supports(weight.cols_view(64, 600)));
+  EXPECT_FALSE(amx_supports(w.weight.cols_view(64, 600)));
+}
+
+// Rows longer than one chunk of columns (DeepSeek-V3's 7168-wide hidden state is 3.5 chunks
+// with three terms): 4500 columns in three chunks, which for FP8 hold whole 128-column scale
+// blocks (48 steps, not 47), against float64 for stored panels, row-major BF16 and FP8, in two
+// groups of tokens; the last 16 tokens alone get the bits they get in the batch (chunks do not
+// depend on the token count).
+TEST_F(AmxGemm, LongRowsInColumnChunks) {
+  const int64_t rows = 40, cols = 4500, tokens = 130, r0 = 3, r1 = 37;
+  const PanelWeight bf16(rows, cols, 31);
+  const Fp8Weight fp8(rows, cols, 32);
+  const std::tuple<const LinearWeight*, const std::vector<float>*> weights[] = {
+      {&bf16.packed, &bf16.values}, {&bf16.row_major, &bf16.values}, {&fp8.weight, &fp8.values}};
+  const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 33);
+  for (auto [weight, values] : weights) {
+    const std::string format = weight_format_name(weight->format);
+    std::vector<float> all(size_t(tokens * (r1 - r0))), want(all.size()), last(size_t(16 * (r1 - r0)));
+    linear_rows_amx(*weight, r0, r1, x.data(), cols, tokens, all.data(), r1 - r0);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = r0; r < r1; ++r) {
+        double sum = 0;
+        for (int64_t c = 0; c < cols; ++c) sum += double((*values)[size_t(r * cols + c)]) * x[size_t(t * cols + c)];
+        want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
+      }
+    EXPECT_TRUE(testing::relative_close(all, want, 1e-6)) << format;
+    linear_rows_amx(*weight, r0, r1, x.data() + (tokens - 16) * cols, cols, 16, last.data(), r1 - r0);
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), all.end() - std::ptrdiff_t(last.size()))) << format;
+  }
 }
 
 // A token's outputs depend on its own activations only: the same bits in a batch of 16, of
