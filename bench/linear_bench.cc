@@ -209,7 +209,8 @@ BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // rows, cols, tokens: small's dense up-projection and one routed expert, one of mini's (512 x
 // 1024); 1 token (decode), 2-3 (a routed expert's tokens in a batch of 8 decodes), 8 (batched
 // decode), 4 and 15 (the FP8 / INT8 fused dots' largest group and count), 48 (an expert's
-// share of a 512-token prefill), 128 and 512 (prefill); the dense down-projection at 512;
+// share of a 512-token prefill), 128 and 512 (prefill); the dense down-projection and an expert
+// gate of DeepSeek-V3 (7168 columns: rows longer than one AMX column chunk) at 512;
 // mini's and small's kv_b_proj expanding 2048 cached latents (fp32 random activations here:
 // latents from a bf16 cache take the one-term AMX path).
 void linear_shapes(benchmark::internal::Benchmark* bench) {
