@@ -292,10 +292,13 @@ void scale_tile(const float* c, const float* scales, bool first_segment, float* 
 }
 
 // A token group's products over one chunk of columns: steps [first_step, first_step + steps) of
-// the weight's, with the group's activations split into `terms` over those columns.
+// the weight's (`cols` columns: the last chunk may end inside its last step), with the group's
+// `tokens` activations split into `terms` over those columns.
 struct ColumnChunk {
-  int64_t first_step, steps, tokens, token_blocks;
+  int64_t first_step, steps, cols, tokens;
   int terms;
+
+  int64_t token_blocks() const { return (tokens + kTileRows - 1) / kTileRows; }
 };
 
 // Steps a column chunk spans at most: a whole group's split activations of a chunk (terms x 8
@@ -315,7 +318,7 @@ int64_t chunk_steps(const LinearWeight& weight, int64_t steps, int terms) {
 LinearWeight column_view(const LinearWeight& weight, const ColumnChunk& chunk) {
   LinearWeight view = weight;
   view.col_offset += chunk.first_step * kStepCols;
-  view.cols = std::min(weight.cols - chunk.first_step * kStepCols, chunk.steps * kStepCols);
+  view.cols = chunk.cols;
   return view;
 }
 
@@ -340,7 +343,7 @@ void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_
   const LinearWeight view = stored_panels ? weight : column_view(weight, chunk);
   const auto* stored = static_cast<const uint16_t*>(weight.data) + chunk.first_step * kStepWords;
   // A chunk's tiles of a token block or built panel; stored panels lie whole panels apart.
-  const int64_t chunk_words = chunk.steps * kStepWords, term_words = chunk.token_blocks * chunk_words;
+  const int64_t chunk_words = chunk.steps * kStepWords, term_words = chunk.token_blocks() * chunk_words;
   const int64_t b_panel_words = stored_panels ? bf16_panel_words(weight.cols) : chunk_words;
   // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
   const int64_t per_segment = segment_steps(view, chunk.steps), segments = (chunk.steps + per_segment - 1) / per_segment;
@@ -358,12 +361,12 @@ void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_
       if (stored_panels) std::fill(scales, scales + kTileRows, 1.0f);
       else row_major_tiles(view, pair_row + p * kTileRows, chunk.steps, buffers.tiles.data() + p * chunk_words, scales);
     }
-    const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = chunk.steps * ((chunk.token_blocks + 1) / 2);
+    const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = chunk.steps * ((chunk.token_blocks() + 1) / 2);
     NextTilesPrefetch prefetch =
         stored_panels ? next_pair_prefetch(weight, chunk.first_step, chunk.steps, next_row, row_end, tile_steps)
                       : next_row_major_prefetch(view, next_row, row_end, tile_steps);
-    for (int64_t block = 0; block < chunk.token_blocks; block += 2) {
-      const int blocks = block + 1 < chunk.token_blocks ? 2 : 1;
+    for (int64_t block = 0; block < chunk.token_blocks(); block += 2) {
+      const int blocks = block + 1 < chunk.token_blocks() ? 2 : 1;
       for (int64_t segment = 0; segment < segments; ++segment) {
         const int64_t s0 = segment * per_segment, n = std::min(per_segment, chunk.steps - s0);
         const uint16_t* a = buffers.terms.data() + block * chunk_words + s0 * kStepWords;
@@ -448,13 +451,13 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
   amx_configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
     const int64_t tokens = std::min(kGroupTokens, n_tokens - t0), token_blocks = (tokens + kTileRows - 1) / kTileRows;
-    for (ColumnChunk chunk{0, 0, tokens, token_blocks, 0}; chunk.first_step < steps; chunk.first_step += most_steps) {
+    for (ColumnChunk chunk{0, 0, 0, tokens, 0}; chunk.first_step < steps; chunk.first_step += most_steps) {
       chunk.steps = std::min(most_steps, steps - chunk.first_step);
       const int64_t first_col = chunk.first_step * kStepCols;
+      chunk.cols = std::min(weight.cols - first_col, chunk.steps * kStepCols);
       buffers.terms.resize(size_t(activation_terms * token_blocks * chunk.steps * kStepWords));
-      chunk.terms = split_activations(x + t0 * x_stride + first_col, x_stride, tokens, token_blocks,
-                                      std::min(weight.cols - first_col, chunk.steps * kStepCols), chunk.steps,
-                                      activation_terms, buffers.terms.data());
+      chunk.terms = split_activations(x + t0 * x_stride + first_col, x_stride, tokens, token_blocks, chunk.cols,
+                                      chunk.steps, activation_terms, buffers.terms.data());
       chunk_products(weight, chunk, row_begin, row_end, y + t0 * y_stride, y_stride, buffers);
     }
   }

@@ -41,18 +41,23 @@ struct PanelWeight {
   }
 };
 
-// y[t][r - row_begin] in float64 from the exact values.
-std::vector<float> reference(const PanelWeight& w, int64_t row_begin, int64_t row_end, const std::vector<float>& x,
-                             int64_t tokens) {
-  const int64_t cols = w.packed.cols, width = row_end - row_begin;
+// y[t][r - row_begin] in float64 from the exact values of a row-major weight `cols` wide.
+std::vector<float> reference(const std::vector<float>& values, int64_t cols, int64_t row_begin, int64_t row_end,
+                             const std::vector<float>& x, int64_t tokens) {
+  const int64_t width = row_end - row_begin;
   std::vector<float> y(size_t(tokens * width));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t r = row_begin; r < row_end; ++r) {
       double sum = 0;
-      for (int64_t c = 0; c < cols; ++c) sum += double(w.values[size_t(r * cols + c)]) * x[size_t(t * cols + c)];
+      for (int64_t c = 0; c < cols; ++c) sum += double(values[size_t(r * cols + c)]) * x[size_t(t * cols + c)];
       y[size_t(t * width + r - row_begin)] = float(sum);
     }
   return y;
+}
+
+std::vector<float> reference(const PanelWeight& w, int64_t row_begin, int64_t row_end, const std::vector<float>& x,
+                             int64_t tokens) {
+  return reference(w.values, w.packed.cols, row_begin, row_end, x, tokens);
 }
 
 // A random 4-bit weight: INT4 (groups of `group`) or MXFP4, codes and scales owned here.
@@ -278,15 +283,9 @@ TEST_F(AmxGemm, LongRowsInColumnChunks) {
   const std::vector<float> x = testing::random_vector(size_t(tokens * cols), 33);
   for (auto [weight, values] : weights) {
     const std::string format = weight_format_name(weight->format);
-    std::vector<float> all(size_t(tokens * (r1 - r0))), want(all.size()), last(size_t(16 * (r1 - r0)));
+    std::vector<float> all(size_t(tokens * (r1 - r0))), last(size_t(16 * (r1 - r0)));
     linear_rows_amx(*weight, r0, r1, x.data(), cols, tokens, all.data(), r1 - r0);
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t r = r0; r < r1; ++r) {
-        double sum = 0;
-        for (int64_t c = 0; c < cols; ++c) sum += double((*values)[size_t(r * cols + c)]) * x[size_t(t * cols + c)];
-        want[size_t(t * (r1 - r0) + r - r0)] = float(sum);
-      }
-    EXPECT_TRUE(testing::relative_close(all, want, 1e-6)) << format;
+    EXPECT_TRUE(testing::relative_close(all, reference(*values, cols, r0, r1, x, tokens), 1e-6)) << format;
     linear_rows_amx(*weight, r0, r1, x.data() + (tokens - 16) * cols, cols, 16, last.data(), r1 - r0);
     EXPECT_TRUE(std::equal(last.begin(), last.end(), all.end() - std::ptrdiff_t(last.size()))) << format;
   }
