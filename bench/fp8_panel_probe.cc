@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
