@@ -1,5 +1,5 @@
 // moe_forward against a float64 reference (odd sizes, experts with no tokens, one expert's
-// rows split between threads inside a panel, F32 and BF16-panel experts), and its count of
+// gate/up rows split between the threads inside it, F32 and BF16-panel experts), and its count of
 // routed-expert bytes read: each expert chosen by any token of a call counts once, the shared
 // expert and experts another rank owns not at all.
 #include "model/moe.h"
