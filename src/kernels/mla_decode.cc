@@ -309,38 +309,25 @@ struct BlockedItem {
   int64_t end() const { return (p->first_position + query + 1) * (part + 1) / parts; }
 };
 
-// Every sequence's (query, head block, part) items of a decode step in one parallel pass, the
-// threads taking contiguous shares of their positions (plus a fixed cost an item): one pass a
-// sequence left the other thread idle (a decoding sequence with 16 heads is one item) and cost
-// a dispatch each, 1.3 ms of a 23 ms step of mini at batch 8. Positions split over the threads
-// (flash-decoding) when the step has fewer (query, head block) pairs than threads, in parts of
-// at least 64 positions.
+// The step's (query, head block, part) items in `items`, costs[i] the cost of the items before
+// item i (positions plus a fixed 32 an item). Positions split over the threads (flash-decoding)
+// when the step has fewer (query, head block) pairs than threads, in parts of at least 64
+// positions. Returns how many items a step of these sequences can have at most (a pair splits
+// into at most ceil(threads / pairs) parts), reserved here so that splitting once sequences
+// grow deeper does not reallocate.
 template <int B>
-void blocked(std::span<const MlaAbsorbedParams> batch) {
-  const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();
+size_t plan_items(std::span<const MlaAbsorbedParams> batch, int64_t threads, std::vector<BlockedItem>& items,
+                  std::vector<int64_t>& costs) {
   int64_t pairs = 0;
   for (const auto& p : batch) pairs += p.n_queries * (p.n_heads / B);
-  // Reused: the decode path allocates nothing. Named through references, which the pool's
-  // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
-  thread_local std::vector<BlockedItem> item_buffer;
-  thread_local std::vector<int64_t> cost_buffer;  // cost of the items before item i
-  thread_local std::vector<Partial<B>> partial_buffer;
-  thread_local std::vector<float> accumulator_buffer;
-  std::vector<BlockedItem>& items = item_buffer;
-  std::vector<int64_t>& costs = cost_buffer;
-  std::vector<Partial<B>>& partials = partial_buffer;
-  std::vector<float>& accumulators = accumulator_buffer;
+  const size_t most_items = size_t(pairs + threads);
   items.clear();
   costs.assign(1, 0);
-  // A pair splits into at most ceil(threads / pairs) parts: room for them all, so that
-  // splitting once sequences grow deeper does not reallocate.
-  const size_t most_items = size_t(pairs + threads);
   items.reserve(most_items);
   costs.reserve(most_items + 1);
-  partials.reserve(most_items);
-  accumulators.reserve(most_items * size_t(B * rank));
   for (const auto& p : batch) {
-    MLA_CHECK(p.kv_lora_rank == rank && p.n_heads == batch[0].n_heads && p.cache.dtype == batch[0].cache.dtype,
+    MLA_CHECK(p.kv_lora_rank == batch[0].kv_lora_rank && p.n_heads == batch[0].n_heads &&
+                  p.cache.dtype == batch[0].cache.dtype,
               "one decode step's MLA shapes or cache dtypes differ");
     const int64_t longest = p.first_position + p.n_queries;
     const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
@@ -351,6 +338,53 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
           costs.push_back(costs.back() + items.back().end() - items.back().begin() + 32);
         }
   }
+  return most_items;
+}
+
+// Each (query, head block)'s parts merged into its output: each part rescaled to the common
+// maximum, then normalised.
+template <int B>
+void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partial<B>>& partials, int64_t rank) {
+  for (size_t first = 0; first < items.size(); first += size_t(items[first].parts)) {
+    const BlockedItem& item = items[first];
+    for (int h = 0; h < B; ++h) {
+      float max = -INFINITY, sum = 0.0f;
+      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part)].max[h]);
+      float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
+      std::fill(out, out + rank, 0.0f);
+      for (int64_t part = 0; part < item.parts; ++part) {
+        const Partial<B>& partial = partials[first + size_t(part)];
+        if (partial.sum[h] == 0.0f) continue;  // an empty part
+        const float scale = std::exp(partial.max[h] - max);
+        sum += partial.sum[h] * scale;
+        simd::axpy(scale, partial.acc + h * rank, out, rank);
+      }
+      const float inverse = 1.0f / sum;
+      for (int64_t d = 0; d < rank; ++d) out[d] *= inverse;
+    }
+  }
+}
+
+// Every sequence's items of a decode step (plan_items) in one parallel pass, the threads taking
+// contiguous shares of their cost: one pass a sequence left the other thread idle (a decoding
+// sequence with 16 heads is one item) and cost a dispatch each, 1.3 ms of a 23 ms step of mini
+// at batch 8.
+template <int B>
+void blocked(std::span<const MlaAbsorbedParams> batch) {
+  const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();
+  // Reused: the decode path allocates nothing. Named through references, which the pool's
+  // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
+  thread_local std::vector<BlockedItem> item_buffer;
+  thread_local std::vector<int64_t> cost_buffer;
+  thread_local std::vector<Partial<B>> partial_buffer;
+  thread_local std::vector<float> accumulator_buffer;
+  std::vector<BlockedItem>& items = item_buffer;
+  std::vector<int64_t>& costs = cost_buffer;
+  std::vector<Partial<B>>& partials = partial_buffer;
+  std::vector<float>& accumulators = accumulator_buffer;
+  const size_t most_items = plan_items<B>(batch, threads, items, costs);
+  partials.reserve(most_items);
+  accumulators.reserve(most_items * size_t(B * rank));
   partials.resize(items.size());
   accumulators.resize(items.size() * size_t(B * rank));
   // The tile kernel, alike for every sequence of the step (one shape, one cache dtype).
@@ -379,25 +413,7 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
       run_part(items[i], partials[i]);
     }
   });
-  // Merge each (query, head block)'s parts: rescale each to the common maximum, then normalise.
-  for (size_t first = 0; first < items.size(); first += size_t(items[first].parts)) {
-    const BlockedItem& item = items[first];
-    for (int h = 0; h < B; ++h) {
-      float max = -INFINITY, sum = 0.0f;
-      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part)].max[h]);
-      float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
-      std::fill(out, out + rank, 0.0f);
-      for (int64_t part = 0; part < item.parts; ++part) {
-        const Partial<B>& partial = partials[first + size_t(part)];
-        if (partial.sum[h] == 0.0f) continue;  // an empty part
-        const float scale = std::exp(partial.max[h] - max);
-        sum += partial.sum[h] * scale;
-        simd::axpy(scale, partial.acc + h * rank, out, rank);
-      }
-      const float inverse = 1.0f / sum;
-      for (int64_t d = 0; d < rank; ++d) out[d] *= inverse;
-    }
-  }
+  merge_parts<B>(items, partials, rank);
 }
 
 // Padded: the queries of n_heads heads with zero heads appended up to a supported count; a
