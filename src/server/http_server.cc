@@ -70,6 +70,49 @@ void complete_response(httplib::Response& res, const std::shared_ptr<RequestHand
   }
 }
 
+// A completions or chat request's body parsed, submitted to the engine and answered (streamed or
+// whole); every failure answered in OpenAI's error shape.
+void answer_generate(Engine& engine, const ChatFormat& chat_format, const ServerOptions& options, Endpoint endpoint,
+                     const std::string& body, httplib::Response& res) {
+  try {
+    auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, engine.tokenizer(), chat_format,
+                                                                 options.served_model_name, engine.max_model_len()));
+    auto handle = engine.submit(request->engine);
+    auto builder = std::make_shared<ResponseBuilder>(*request, engine.tokenizer(), options.served_model_name);
+    if (request->stream)
+      stream_response(res, handle, request, builder);
+    else
+      complete_response(res, handle, *builder);
+  } catch (const ApiError& e) {
+    send_error(res, e.status, e.what(), e.param);
+  } catch (const EngineRejection& e) {
+    send_error(res, e.status, e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("request failed: {}", e.what());
+    send_error(res, 500, std::string("internal error: ") + e.what());
+  }
+}
+
+// httplib's own errors (no route, a body past the limit, a handler's exception) in OpenAI's shape.
+void add_error_handlers(httplib::Server& server) {
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) return send_error(res, 404, "no route for " + req.method + " " + req.path);
+    if (res.status == 413) return send_error(res, 413, "the request body is too large");
+    send_error(res, res.status, "HTTP error " + std::to_string(res.status));
+  });
+  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+    std::string message = "unknown";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, 500, "internal error: " + message);
+  });
+}
+
 }  // namespace
 
 HttpServer::HttpServer(Engine& engine, ServerOptions options)
@@ -114,43 +157,12 @@ void HttpServer::add_routes() {
       if (!complete)
         return res.status == 413 ? send_error(res, 413, "the request body is too large")
                                  : send_error(res, 400, "the request body could not be read");
-      try {
-        auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, engine_.tokenizer(), chat_format_,
-                                                                     options_.served_model_name, engine_.max_model_len()));
-        auto handle = engine_.submit(request->engine);
-        auto builder = std::make_shared<ResponseBuilder>(*request, engine_.tokenizer(), options_.served_model_name);
-        if (request->stream)
-          stream_response(res, handle, request, builder);
-        else
-          complete_response(res, handle, *builder);
-      } catch (const ApiError& e) {
-        send_error(res, e.status, e.what(), e.param);
-      } catch (const EngineRejection& e) {
-        send_error(res, e.status, e.what());
-      } catch (const std::exception& e) {
-        spdlog::error("request failed: {}", e.what());
-        send_error(res, 500, std::string("internal error: ") + e.what());
-      }
+      answer_generate(engine_, chat_format_, options_, endpoint, body, res);
     };
   };
   server_->Post("/v1/completions", generate(Endpoint::Completions));
   server_->Post("/v1/chat/completions", generate(Endpoint::ChatCompletions));
-  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) return send_error(res, 404, "no route for " + req.method + " " + req.path);
-    if (res.status == 413) return send_error(res, 413, "the request body is too large");
-    send_error(res, res.status, "HTTP error " + std::to_string(res.status));
-  });
-  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-    std::string message = "unknown";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    send_error(res, 500, "internal error: " + message);
-  });
+  add_error_handlers(*server_);
 }
 
 int HttpServer::bind() {
