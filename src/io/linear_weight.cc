@@ -142,47 +142,53 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
   return copy_weight(view, storage, source);
 }
 
-LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
-  const bool block_scaled = is_block_scaled(view.format);
-  const bool int4 = view.format == WeightFormat::Int4Group;
-  if (view.format == WeightFormat::Bf16Panels) return view;
-  if (block_scaled && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0)) return view;
-  LinearWeight out = view;
-  out.stored_cols = view.cols;
-  out.row_offset = out.col_offset = 0;
+namespace {
+
+// The stored rows' pages of `source` holding `rows` rows of row_bytes from first_row.
+void release_rows(const Checkpoint* source, const void* stored, size_t row_bytes, int64_t first_row, int64_t rows) {
+  if (source)
+    source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
+}
+
+// INT4: 8 columns a 32-bit word, a bf16 scale per group.
+LinearWeight copy_int4(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
   const auto* data = static_cast<const uint8_t*>(view.data);
-  auto release = [&](const void* stored, size_t row_bytes, int64_t first_row, int64_t rows) {
-    if (source) source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
-  };
-  if (int4) {  // 8 columns a word; scales one bf16 per group
-    const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
-    const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
-    uint8_t* buffer = storage.allocate(size_t(view.rows) * (words * 4 + groups * 2));
-    gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
-                stored_words * 4, words * 4, buffer);
-    uint8_t* scales = buffer + size_t(view.rows) * words * 4;
-    gather_runs(reinterpret_cast<const uint8_t*>(view.group_scale) +
-                    (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / view.group_size)) * 2,
-                view.rows, stored_groups * 2, groups * 2, scales);
-    release(view.data, stored_words * 4, view.row_offset, view.rows);
-    out.data = buffer;
-    out.group_scale = reinterpret_cast<const uint16_t*>(scales);
-    return out;
-  }
-  if (view.format == WeightFormat::Mxfp4) {  // 2 columns a byte; one E8M0 byte per 32 columns
-    const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
-    const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
-    uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups));
-    gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
-                bytes, buffer);
-    uint8_t* scales = buffer + size_t(view.rows) * bytes;
-    gather_runs(view.e8m0_scale + size_t(view.row_offset) * stored_groups + size_t(view.col_offset / 32), view.rows,
-                stored_groups, groups, scales);
-    release(view.data, stored_bytes, view.row_offset, view.rows);
-    out.data = buffer;
-    out.e8m0_scale = scales;
-    return out;
-  }
+  const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
+  const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
+  uint8_t* buffer = storage.allocate(size_t(view.rows) * (words * 4 + groups * 2));
+  gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
+              stored_words * 4, words * 4, buffer);
+  uint8_t* scales = buffer + size_t(view.rows) * words * 4;
+  gather_runs(reinterpret_cast<const uint8_t*>(view.group_scale) +
+                  (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / view.group_size)) * 2,
+              view.rows, stored_groups * 2, groups * 2, scales);
+  release_rows(source, view.data, stored_words * 4, view.row_offset, view.rows);
+  out.data = buffer;
+  out.group_scale = reinterpret_cast<const uint16_t*>(scales);
+  return out;
+}
+
+// MXFP4: 2 columns a byte, an E8M0 byte per 32 columns.
+LinearWeight copy_mxfp4(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
+  const auto* data = static_cast<const uint8_t*>(view.data);
+  const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
+  const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
+  uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups));
+  gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
+              bytes, buffer);
+  uint8_t* scales = buffer + size_t(view.rows) * bytes;
+  gather_runs(view.e8m0_scale + size_t(view.row_offset) * stored_groups + size_t(view.col_offset / 32), view.rows,
+              stored_groups, groups, scales);
+  release_rows(source, view.data, stored_bytes, view.row_offset, view.rows);
+  out.data = buffer;
+  out.e8m0_scale = scales;
+  return out;
+}
+
+// F32, BF16, F16 (element 4 or 2 bytes), and FP8 / INT8 (1 byte) with their blocks' scales
+// after the codes (4-byte aligned).
+LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
+  const bool block_scaled = is_block_scaled(view.format);
   const size_t element = view.format == WeightFormat::F32 ? 4 : block_scaled ? 1 : 2;
   size_t scale_bytes = 0, block_row_count = 0, block_count = 0, stored_blocks = 0;
   if (block_scaled) {
@@ -193,9 +199,9 @@ LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const 
   }
   const size_t data_bytes = size_t(view.rows * view.cols) * element;
   uint8_t* buffer = storage.allocate((data_bytes + 3) / 4 * 4 + scale_bytes);
-  gather_runs(data + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element, view.rows,
-              size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer);
-  release(view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
+  gather_runs(static_cast<const uint8_t*>(view.data) + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element,
+              view.rows, size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer);
+  release_rows(source, view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
   out.data = buffer;
   if (block_scaled) {
     uint8_t* scales = buffer + (data_bytes + 3) / 4 * 4;
@@ -205,6 +211,20 @@ LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const 
     out.block_scale = reinterpret_cast<const float*>(scales);
   }
   return out;
+}
+
+}  // namespace
+
+LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
+  if (view.format == WeightFormat::Bf16Panels) return view;
+  if (is_block_scaled(view.format) && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0))
+    return view;
+  LinearWeight out = view;  // the view's own rows and columns, stored alone
+  out.stored_cols = view.cols;
+  out.row_offset = out.col_offset = 0;
+  if (view.format == WeightFormat::Int4Group) return copy_int4(view, storage, source, out);
+  if (view.format == WeightFormat::Mxfp4) return copy_mxfp4(view, storage, source, out);
+  return copy_elements(view, storage, source, out);
 }
 
 namespace {
