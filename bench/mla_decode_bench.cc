@@ -1,7 +1,7 @@
 // Microbenchmark of the absorbed MLA decode kernels at DeepSeek-V3 / Kimi K3 latent sizes
 // (kv_lora_rank 512 + rope 64, bf16 cache), one query: 12 heads (Kimi K3 per rank at TP 8)
-// padded to 16 or generic, and 16 heads native; and 16 heads at the `mini` preset's sizes
-// (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8), and for BM_Queries
+// padded to 16 or generic, 16 heads native (DeepSeek-V3 at TP 8), 128 (DeepSeek-V3 on one
+// rank: eight 16-head blocks); and 16 heads at the `mini` preset's sizes (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8), and for BM_Queries
 // queries (a chunk of new tokens after the cache, as a prefill chunk run absorbed: query i sees
 // positions - queries + i + 1). Items/s = heads x positions x queries per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
@@ -65,7 +65,7 @@ BENCHMARK(BM_Padded)
     ->Args({16, 1024, 256})
     ->UseRealTime();
 BENCHMARK(BM_Generic)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
-BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
+BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->Args({16, 4096, 512})->Args({128, 4096, 512})->UseRealTime();
 BENCHMARK(BM_Queries)->Args({16, 2048, 256, 1})->Args({16, 2048, 256, 16})->Args({16, 2048, 512, 16})->UseRealTime();
 
 }  // namespace
