@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -35,6 +37,16 @@ struct Partial {
 
 constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum rescales once per tile
 
+// The calling thread's storage for the queries of head block `slot` of those it runs together
+// (blocked_parts): kept from call to call, so decode allocates nothing once it has grown; a
+// deque, so adding a slot leaves the others where they are.
+template <class T>
+std::vector<T>& query_slot(int slot) {
+  thread_local std::deque<std::vector<T>> slots;
+  while (int(slots.size()) <= slot) slots.emplace_back();
+  return slots[size_t(slot)];
+}
+
 // The fp32 tile kernels. Scores are computed rows x heads: the block's queries are stored
 // transposed, [width][kPanel] with heads padded by zeros to a whole vector, and each cached
 // row's values are broadcast against them (simd::rows_times_panel), so one row load feeds
@@ -43,7 +55,8 @@ constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum resca
 template <int B>
 class Fp32Tiles {
  public:
-  Fp32Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : p_(p) {
+  Fp32Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int slot)
+      : p_(p), queries_(query_slot<float>(slot)) {
     const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
     rows_.resize(size_t(kTile * (rank + rope)));
     queries_.assign(size_t((rank + rope) * kPanel), 0.0f);
@@ -81,13 +94,12 @@ class Fp32Tiles {
  private:
   static constexpr int kPanel = B < 8 ? 8 : B, kVectors = kPanel / 8, kRows = 12 / kVectors;
   const MlaAbsorbedParams& p_;
+  std::vector<float>& queries_;
   const float* tile_rows_[kTile];
-  static thread_local std::vector<float> rows_, queries_;
+  static thread_local std::vector<float> rows_;  // a bf16 cache's tile widened (each block's in turn)
 };
 template <int B>
 thread_local std::vector<float> Fp32Tiles<B>::rows_;
-template <int B>
-thread_local std::vector<float> Fp32Tiles<B>::queries_;
 
 #if defined(__AVX512BF16__)
 // The tile kernels for a bf16 cache on hosts with AVX512_BF16: products of bf16 pairs summed
@@ -105,7 +117,8 @@ alignas(64) constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3, 
 template <int B>
 class Bf16Tiles {
  public:
-  Bf16Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : p_(p) {
+  Bf16Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int slot)
+      : p_(p), query_pairs_(query_slot<int32_t>(slot)) {
     const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
     query_pairs_.assign(size_t((rank + rope) / 2 * kLanes), 0);
     for (int h = 0; h < B; ++h) {
@@ -188,11 +201,9 @@ class Bf16Tiles {
     }
   }
   const MlaAbsorbedParams& p_;
+  std::vector<int32_t>& query_pairs_;
   const uint16_t* tile_rows_[kTile];
-  static thread_local std::vector<int32_t> query_pairs_;
 };
-template <int B>
-thread_local std::vector<int32_t> Bf16Tiles<B>::query_pairs_;
 #endif
 
 #ifdef MLA_AMX
@@ -205,7 +216,7 @@ thread_local std::vector<int32_t> Bf16Tiles<B>::query_pairs_;
 // columns interleaved in pairs (vpermt2w, as Bf16Tiles) the B tile.
 class AmxTiles : public Bf16Tiles<16> {
  public:
-  AmxTiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0) : Bf16Tiles<16>(p, query, head0) {
+  AmxTiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int slot) : Bf16Tiles<16>(p, query, head0, slot) {
     amx_configure_tiles();
   }
   ~AmxTiles() { _tile_release(); }
@@ -273,33 +284,6 @@ class AmxTiles : public Bf16Tiles<16> {
 thread_local std::vector<uint16_t> AmxTiles::staged_;
 #endif
 
-// The block's online softmax over [begin, end), a tile at a time.
-template <int B, class Tiles>
-void blocked_part(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int64_t begin, int64_t end,
-                  Partial<B>& part) {
-  const int64_t rank = p.kv_lora_rank;
-  Tiles tiles(p, query, head0);
-  float scores[B][kTile];
-  std::fill(part.max, part.max + B, -INFINITY);
-  std::fill(part.sum, part.sum + B, 0.0f);
-  std::fill(part.acc, part.acc + B * rank, 0.0f);
-  for (int64_t tile = begin; tile < end; tile += kTile) {
-    const int64_t n = std::min(kTile, end - tile);
-    tiles.score(tile, n, scores);
-    for (int h = 0; h < B; ++h) {
-      const float tile_max = simd::max_of(scores[h], n);
-      if (tile_max > part.max[h]) {
-        const float correction = std::exp(part.max[h] - tile_max);  // 0 on the first tile
-        part.sum[h] *= correction;
-        for (int64_t d = 0; d < rank; ++d) part.acc[h * rank + d] *= correction;
-        part.max[h] = tile_max;
-      }
-      part.sum[h] += simd::exp_shifted(scores[h], n, part.max[h]);  // scores are now weights
-    }
-    tiles.accumulate(scores, n, part.acc);
-  }
-}
-
 // One unit of blocked work: a block of B heads of one query of one sequence, over part `part`
 // of `parts` of its visible positions.
 struct BlockedItem {
@@ -308,6 +292,52 @@ struct BlockedItem {
   int64_t begin() const { return (p->first_position + query + 1) * part / parts; }
   int64_t end() const { return (p->first_position + query + 1) * (part + 1) / parts; }
 };
+
+// One tile's scores folded into a block's online softmax: each head's running maximum, the
+// sums rescaled when it grows, and the scores turned into weights exp(score - max).
+template <int B>
+void online_softmax_step(Partial<B>& part, float scores[B][kTile], int64_t n, int64_t rank) {
+  for (int h = 0; h < B; ++h) {
+    const float tile_max = simd::max_of(scores[h], n);
+    if (tile_max > part.max[h]) {
+      const float correction = std::exp(part.max[h] - tile_max);  // 0 on the first tile
+      part.sum[h] *= correction;
+      for (int64_t d = 0; d < rank; ++d) part.acc[h * rank + d] *= correction;
+      part.max[h] = tile_max;
+    }
+    part.sum[h] += simd::exp_shifted(scores[h], n, part.max[h]);  // scores are now weights
+  }
+}
+
+// Head blocks of one query run together (at most this many: 128 heads).
+constexpr int kMostBlocks = 8;
+
+// `count` blocks of B heads of one query over the same positions [begin, end), each its own
+// online softmax, a tile of positions at a time for every block before the next tile: the
+// tile's cached rows come from memory once for all the blocks (then from L1/L2), where a block
+// at a time read the whole cache again for each (DeepSeek-V3's 128 heads on one rank: eight
+// times). Each block's sums take the same steps in the same order as alone.
+template <int B, class Tiles>
+void blocked_parts(const BlockedItem* items, Partial<B>* parts, int count) {
+  const MlaAbsorbedParams& p = *items[0].p;
+  const int64_t rank = p.kv_lora_rank, begin = items[0].begin(), end = items[0].end();
+  std::optional<Tiles> tiles[kMostBlocks];
+  for (int b = 0; b < count; ++b) {
+    tiles[b].emplace(p, items[b].query, items[b].head0, b);
+    std::fill(parts[b].max, parts[b].max + B, -INFINITY);
+    std::fill(parts[b].sum, parts[b].sum + B, 0.0f);
+    std::fill(parts[b].acc, parts[b].acc + B * rank, 0.0f);
+  }
+  float scores[B][kTile];
+  for (int64_t tile = begin; tile < end; tile += kTile) {
+    const int64_t n = std::min(kTile, end - tile);
+    for (int b = 0; b < count; ++b) {
+      tiles[b]->score(tile, n, scores);
+      online_softmax_step<B>(parts[b], scores, n, rank);
+      tiles[b]->accumulate(scores, n, parts[b].acc);
+    }
+  }
+}
 
 // The step's (query, head block, part) items in `items`, costs[i] the cost of the items before
 // item i (positions plus a fixed 32 an item). Positions split over the threads (flash-decoding)
@@ -331,9 +361,9 @@ size_t plan_items(std::span<const MlaAbsorbedParams> batch, int64_t threads, std
               "one decode step's MLA shapes or cache dtypes differ");
     const int64_t longest = p.first_position + p.n_queries;
     const int64_t parts = std::clamp<int64_t>(longest / 64, 1, (threads + pairs - 1) / pairs);
-    for (int64_t query = 0; query < p.n_queries; ++query)
-      for (int64_t head0 = 0; head0 < p.n_heads; head0 += B)
-        for (int64_t part = 0; part < parts; ++part) {
+    for (int64_t query = 0; query < p.n_queries; ++query)  // a query's blocks of one part side by side
+      for (int64_t part = 0; part < parts; ++part)
+        for (int64_t head0 = 0; head0 < p.n_heads; head0 += B) {
           items.push_back({&p, query, head0, part, parts});
           costs.push_back(costs.back() + items.back().end() - items.back().begin() + 32);
         }
@@ -343,17 +373,20 @@ size_t plan_items(std::span<const MlaAbsorbedParams> batch, int64_t threads, std
 
 // Each (query, head block)'s parts merged into its output: each part rescaled to the common
 // maximum, then normalised.
+// A (query, block)'s parts lie a query's block count apart (plan_items' order).
 template <int B>
 void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partial<B>>& partials, int64_t rank) {
-  for (size_t first = 0; first < items.size(); first += size_t(items[first].parts)) {
+  for (size_t first = 0; first < items.size(); ++first) {
     const BlockedItem& item = items[first];
+    if (item.part != 0) continue;
+    const size_t stride = size_t(item.p->n_heads / B);
     for (int h = 0; h < B; ++h) {
       float max = -INFINITY, sum = 0.0f;
-      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part)].max[h]);
+      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part) * stride].max[h]);
       float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
       std::fill(out, out + rank, 0.0f);
       for (int64_t part = 0; part < item.parts; ++part) {
-        const Partial<B>& partial = partials[first + size_t(part)];
+        const Partial<B>& partial = partials[first + size_t(part) * stride];
         if (partial.sum[h] == 0.0f) continue;  // an empty part
         const float scale = std::exp(partial.max[h] - max);
         sum += partial.sum[h] * scale;
@@ -392,25 +425,32 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
 #ifdef MLA_AMX
   const bool amx_tiles = B == 16 && AmxTiles::supports(batch[0]);
 #endif
-  const auto run_part = [&](const BlockedItem& item, Partial<B>& part) {
-    const MlaAbsorbedParams& p = *item.p;
+  const auto run_parts = [&](const BlockedItem* first, Partial<B>* parts, int count) {
 #ifdef MLA_AMX
     if constexpr (B == 16)
-      if (amx_tiles) return blocked_part<B, AmxTiles>(p, item.query, item.head0, item.begin(), item.end(), part);
+      if (amx_tiles) return blocked_parts<B, AmxTiles>(first, parts, count);
 #endif
 #if defined(__AVX512BF16__)
-    if (bf16_products) return blocked_part<B, Bf16Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
+    if (bf16_products) return blocked_parts<B, Bf16Tiles<B>>(first, parts, count);
 #endif
-    blocked_part<B, Fp32Tiles<B>>(p, item.query, item.head0, item.begin(), item.end(), part);
+    blocked_parts<B, Fp32Tiles<B>>(first, parts, count);
+  };
+  // Neighbouring items of one query and part (its head blocks) run together.
+  const auto same_positions = [&](size_t a, size_t b) {
+    return items[a].p == items[b].p && items[a].query == items[b].query && items[a].part == items[b].part;
   };
   const int64_t total = costs.back();
   thread_pool().parallel_for(threads, [&](int64_t first_thread, int64_t end_thread, int) {
     // The items whose costs start in [total * first_thread / threads, total * end_thread / threads).
     const auto first = std::lower_bound(costs.begin(), costs.end() - 1, total * first_thread / threads);
     const auto last = std::lower_bound(costs.begin(), costs.end() - 1, total * end_thread / threads);
-    for (auto i = size_t(first - costs.begin()); i < size_t(last - costs.begin()); ++i) {
-      partials[i].acc = accumulators.data() + i * size_t(B * rank);
-      run_part(items[i], partials[i]);
+    const auto end = size_t(last - costs.begin());
+    for (auto i = size_t(first - costs.begin()); i < end;) {
+      size_t j = i + 1;
+      while (j < end && j - i < kMostBlocks && same_positions(i, j)) ++j;
+      for (size_t k = i; k < j; ++k) partials[k].acc = accumulators.data() + k * size_t(B * rank);
+      run_parts(&items[i], &partials[i], int(j - i));
+      i = j;
     }
   });
   merge_parts<B>(items, partials, rank);

@@ -110,6 +110,23 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
   }
 }
 
+// More threads than (query, head block) pairs split each pair's positions into parts; with
+// several head blocks a query (32 and 48 heads), a thread runs a query's blocks of one part
+// together, and the parts of a block lie a block count apart when they are merged.
+TEST(MlaDecode, PartsOfSeveralHeadBlocksMergeIntoEachBlock) {
+  ScopedThreadPool pool(8);
+  for (const Case& c : {Case{48, 1, 700, CacheDType::BF16}, Case{32, 1, 300, CacheDType::F32}}) {
+    Fixture f = make(c, 5);
+    const std::vector<float> want = reference(f);
+    std::vector<float> got(want.size(), NAN);
+    f.params.out_latent = got.data();
+    mla_absorbed_attention(f.params);
+    const bool bf16 = mla_decode_plan(c.n_heads, MlaDecodeKernel::Auto) != MlaDecodeKernel::Generic &&
+                      mla_blocked_bf16_products(f.params);
+    EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5)) << "heads " << c.n_heads;
+  }
+}
+
 // A decode step's sequences in one call (one pass over the threads for the blocked kernel):
 // each sequence, at its own depth and with its own queries and cache, gets its own reference.
 TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
