@@ -35,7 +35,7 @@ struct Partial {
   float* acc;  // [B, kv_lora_rank]
 };
 
-constexpr int64_t kTile = 48;  // scores of a tile first, so a new maximum rescales once per tile
+constexpr int64_t kTile = 192;  // scores of a tile first, so a new maximum rescales once per tile
 
 // The calling thread's storage for the queries of head block `slot` of those it runs together
 // (blocked_parts): kept from call to call, so decode allocates nothing once it has grown; a
