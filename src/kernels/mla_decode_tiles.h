@@ -100,8 +100,9 @@ thread_local std::vector<float> Fp32Tiles<B>::rows_;
 // sums: for 16 columns at a time, two rows' values interleaved (vpermt2w) meet each head's
 // pair of weights; B accumulators stay in registers while the tile's rows pass.
 // Word 2c of vpermt2w's result is column c of the first row, word 2c + 1 column c of the second.
-alignas(64) inline constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) inline constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37,
+                                                            6,  38, 7,  39, 8,  40, 9,  41, 10, 42, 11, 43,
+                                                            12, 44, 13, 45, 14, 46, 15, 47};
 
 template <int B>
 class Bf16Tiles {
