@@ -150,39 +150,22 @@ void release_rows(const Checkpoint* source, const void* stored, size_t row_bytes
     source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
 }
 
-// INT4: 8 columns a 32-bit word, a bf16 scale per group.
-LinearWeight copy_int4(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
-  const auto* data = static_cast<const uint8_t*>(view.data);
-  const size_t words = size_t(view.cols / 8), stored_words = size_t(view.stored_cols / 8);
-  const size_t groups = size_t(view.cols / view.group_size), stored_groups = size_t(view.stored_cols / view.group_size);
-  uint8_t* buffer = storage.allocate(size_t(view.rows) * (words * 4 + groups * 2));
-  gather_runs(data + (size_t(view.row_offset) * stored_words + size_t(view.col_offset / 8)) * 4, view.rows,
-              stored_words * 4, words * 4, buffer);
-  uint8_t* scales = buffer + size_t(view.rows) * words * 4;
-  gather_runs(reinterpret_cast<const uint8_t*>(view.group_scale) +
-                  (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / view.group_size)) * 2,
-              view.rows, stored_groups * 2, groups * 2, scales);
-  release_rows(source, view.data, stored_words * 4, view.row_offset, view.rows);
-  out.data = buffer;
-  out.group_scale = reinterpret_cast<const uint16_t*>(scales);
-  return out;
-}
-
-// MXFP4: 2 columns a byte, an E8M0 byte per 32 columns.
-LinearWeight copy_mxfp4(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
-  const auto* data = static_cast<const uint8_t*>(view.data);
+// INT4 and MXFP4: 4-bit codes, two columns a byte (INT4's little-endian words hold 8 in the same
+// order), then the rows' scales, `scale_bytes` each per `group_cols` columns (INT4: a bf16 per
+// group; MXFP4: an E8M0 byte per 32). Returns where the copied scales start.
+uint8_t* copy_4bit(const LinearWeight& view, const uint8_t* stored_scales, int64_t group_cols, size_t scale_bytes,
+                   WeightCopies& storage, const Checkpoint* source, LinearWeight& out) {
   const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
-  const size_t groups = size_t(view.cols / 32), stored_groups = size_t(view.stored_cols / 32);
-  uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups));
-  gather_runs(data + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2), view.rows, stored_bytes,
-              bytes, buffer);
+  const size_t groups = size_t(view.cols / group_cols), stored_groups = size_t(view.stored_cols / group_cols);
+  uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups * scale_bytes));
+  gather_runs(static_cast<const uint8_t*>(view.data) + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2),
+              view.rows, stored_bytes, bytes, buffer);
   uint8_t* scales = buffer + size_t(view.rows) * bytes;
-  gather_runs(view.e8m0_scale + size_t(view.row_offset) * stored_groups + size_t(view.col_offset / 32), view.rows,
-              stored_groups, groups, scales);
+  gather_runs(stored_scales + (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / group_cols)) * scale_bytes,
+              view.rows, stored_groups * scale_bytes, groups * scale_bytes, scales);
   release_rows(source, view.data, stored_bytes, view.row_offset, view.rows);
   out.data = buffer;
-  out.e8m0_scale = scales;
-  return out;
+  return scales;
 }
 
 // F32, BF16, F16 (element 4 or 2 bytes), and FP8 / INT8 (1 byte) with their blocks' scales
@@ -222,8 +205,15 @@ LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const 
   LinearWeight out = view;  // the view's own rows and columns, stored alone
   out.stored_cols = view.cols;
   out.row_offset = out.col_offset = 0;
-  if (view.format == WeightFormat::Int4Group) return copy_int4(view, storage, source, out);
-  if (view.format == WeightFormat::Mxfp4) return copy_mxfp4(view, storage, source, out);
+  if (view.format == WeightFormat::Int4Group) {
+    const uint8_t* scales = reinterpret_cast<const uint8_t*>(view.group_scale);
+    out.group_scale = reinterpret_cast<const uint16_t*>(copy_4bit(view, scales, view.group_size, 2, storage, source, out));
+    return out;
+  }
+  if (view.format == WeightFormat::Mxfp4) {
+    out.e8m0_scale = copy_4bit(view, view.e8m0_scale, 32, 1, storage, source, out);
+    return out;
+  }
   return copy_elements(view, storage, source, out);
 }
 

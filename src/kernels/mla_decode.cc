@@ -124,8 +124,7 @@ size_t plan_items(std::span<const MlaAbsorbedParams> batch, int64_t threads, std
 }
 
 // Each (query, head block)'s parts merged into its output: each part rescaled to the common
-// maximum, then normalised.
-// A (query, block)'s parts lie a query's block count apart (plan_items' order).
+// maximum, then normalised. A pair's parts lie a query's block count apart (plan_items' order).
 template <int B>
 void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partial<B>>& partials, int64_t rank) {
   for (size_t first = 0; first < items.size(); ++first) {
@@ -172,6 +171,7 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
   accumulators.reserve(most_items * size_t(B * rank));
   partials.resize(items.size());
   accumulators.resize(items.size() * size_t(B * rank));
+  for (size_t i = 0; i < items.size(); ++i) partials[i].acc = accumulators.data() + i * size_t(B * rank);
   // The tile kernel, alike for every sequence of the step (one shape, one cache dtype).
   [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(batch[0]);  // false without AVX512_BF16
 #ifdef MLA_AMX
@@ -200,7 +200,6 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
     for (auto i = size_t(first - costs.begin()); i < end;) {
       size_t j = i + 1;
       while (j < end && j - i < kMostBlocks && same_positions(i, j)) ++j;
-      for (size_t k = i; k < j; ++k) partials[k].acc = accumulators.data() + k * size_t(B * rank);
       run_parts(&items[i], &partials[i], int(j - i));
       i = j;
     }
