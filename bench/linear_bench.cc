@@ -171,6 +171,13 @@ void BM_ReadBandwidth4Streams(benchmark::State& state) {
 
 void BM_BF16(benchmark::State& state) { run_linear(state, WeightFormat::BF16); }
 void BM_BF16Panels(benchmark::State& state) { run_linear(state, WeightFormat::Bf16Panels); }
+// BF16 panels with the activations in fewer bf16 terms (--bf16-terms; the 4th argument): on the
+// AMX tiles where they run, else on vdpbf16ps where the build has it.
+void BM_BF16PanelsTerms(benchmark::State& state) {
+  set_bf16_activation_terms(int(state.range(3)));
+  run_linear(state, WeightFormat::Bf16Panels);
+  set_bf16_activation_terms(3);
+}
 void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
 void BM_INT8(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block); }
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
@@ -221,6 +228,11 @@ void linear_shapes(benchmark::internal::Benchmark* bench) {
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);
+BENCHMARK(BM_BF16PanelsTerms)
+    ->ArgsProduct({{5632}, {2048}, {16, 48, 128, 512}, {1, 2}})
+    ->Args({2048, 7168, 512, 1})
+    ->Args({2048, 7168, 512, 2})
+    ->UseRealTime();
 BENCHMARK(BM_FP8)->Apply(linear_shapes);
 BENCHMARK(BM_INT8)->Apply(linear_shapes);
 BENCHMARK(BM_INT4)->Apply(linear_shapes);

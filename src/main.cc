@@ -9,7 +9,7 @@
 #include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
-#include "kernels/amx_gemm.h"
+#include "kernels/linear.h"
 #include "kernels/kda.h"
 #include "kernels/mla_decode.h"
 #include "parallel/mpi_world.h"
@@ -29,17 +29,18 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads (default: all cores)");
   app.add_option("--mla-kernel", mla_kernel,
                  "MLA decode kernel for head counts other than 4, 8, 16k: auto | padded | generic")->capture_default_str();
-  int amx_terms = 3;
-  app.add_option("--amx-terms", amx_terms,
-                 "bf16 terms each activation is split into for GEMMs on the AMX tile unit: 3 exact (fp32 products), "
-                 "2 keep 16 significand bits (faster prefill), 1 rounds it to bf16 (fastest)")
+  int bf16_terms = 3;
+  app.add_option("--bf16-terms,--amx-terms", bf16_terms,
+                 "bf16 terms each activation is split into for GEMMs of 16+ tokens on the AMX tile unit, or without "
+                 "AMX on vdpbf16ps (BF16 weights): 3 exact (fp32 products; without AMX the fp32 GEMM), 2 keep 16 "
+                 "significand bits (faster prefill), 1 rounds it to bf16 (fastest)")
       ->capture_default_str();
   int64_t kda_chunk = 64;
   app.add_option("--kda-chunk", kda_chunk, "KDA prefill chunk size (0: token-by-token recurrence)")->capture_default_str();
   app.parse_complete_callback([&] {
     mlaserve::set_num_threads(threads);
     mlaserve::set_kda_chunk_size(kda_chunk);
-    mlaserve::set_amx_activation_terms(amx_terms);
+    mlaserve::set_bf16_activation_terms(bf16_terms);
     mlaserve::set_mla_decode_kernel(mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()));
   });
   mlaserve::add_make_model_command(app);

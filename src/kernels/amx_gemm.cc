@@ -13,19 +13,9 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "kernels/amx_tiles.h"
+#include "kernels/linear.h"
 
 namespace mlaserve {
-namespace {
-constexpr int kTerms = 3;  // bf16 terms that hold an fp32 activation exactly
-int activation_terms = kTerms;  // --amx-terms
-}  // namespace
-
-void set_amx_activation_terms(int terms) {
-  MLA_CHECK(terms >= 1 && terms <= kTerms, "--amx-terms must be 1, 2 or 3, got {}", terms);
-  activation_terms = terms;
-}
-
-int amx_activation_terms() { return activation_terms; }
 
 #ifdef MLA_AMX
 namespace {
@@ -447,6 +437,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
             weight_format_name(weight.format));
   thread_local Buffers buffers;
   const int64_t steps = (weight.cols + kStepCols - 1) / kStepCols;
+  const int activation_terms = bf16_activation_terms();
   const int64_t most_steps = chunk_steps(weight, steps, activation_terms);
   amx_configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {

@@ -4,7 +4,7 @@
 // three bf16 terms by default, x = hi + mid + lo (each the bf16 rounding of what the previous
 // left), which represents every fp32 x exactly (8 + 8 + 8 significand bits), so the products are
 // those of an fp32 GEMM summed in another order (the "bf16x3" of oneDNN and cuBLAS's 3xTF32);
-// set_amx_activation_terms trades bits of x for tile products.
+// set_bf16_activation_terms (linear.h) trades bits of x for tile products.
 #pragma once
 #include <cstdint>
 
@@ -22,14 +22,6 @@ namespace mlaserve {
 // host), the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
 // once), and MLASERVE_AMX is not 0.
 bool amx_available();
-
-// The bf16 terms linear_rows_amx splits each activation into (x = hi + mid + lo, each the
-// bf16 rounding of what the terms before it left): 3 hold all of fp32's 24 significand bits
-// (exact products; the default), 2 keep 16 (each x within 2^-16 of itself, relative), 1 rounds
-// x to bf16 (2^-8, as llama.cpp's and SGLang's bf16 GEMMs do). Each product then runs as many
-// tile products. Set before any kernel runs (a command-line option); throws outside 1-3.
-void set_amx_activation_terms(int terms);
-int amx_activation_terms();
 
 // From this many tokens BF16 panels and FP8 take the AMX kernel where it is available (the
 // 4-bit formats switch to their integer GEMM, AMX or not, at the same count; row-major BF16 and

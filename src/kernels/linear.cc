@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/bf16_dot_gemm.h"
 #include "kernels/block_scaled_dot.h"
 #include "kernels/gemm_4bit.h"
 #include "kernels/packed_gemm.h"
@@ -372,6 +373,18 @@ void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t 
 
 }  // namespace
 
+namespace {
+constexpr int kExactTerms = 3;  // bf16 terms that hold an fp32 activation exactly
+int activation_terms = kExactTerms;
+}  // namespace
+
+void set_bf16_activation_terms(int terms) {
+  MLA_CHECK(terms >= 1 && terms <= kExactTerms, "--bf16-terms must be 1, 2 or 3, got {}", terms);
+  activation_terms = terms;
+}
+
+int bf16_activation_terms() { return activation_terms; }
+
 void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   if (weight.format == WeightFormat::Bf16Panels)
@@ -411,9 +424,11 @@ std::string kernel_features() {
   std::string features = "scalar (no AVX2: built without -march=native or for another CPU)";
 #endif
   if (amx_available())
-    features += fmt::format(", AMX tiles for GEMMs of 16+ tokens, activations as {} bf16 term(s) (--amx-terms; "
+    features += fmt::format(", AMX tiles for GEMMs of 16+ tokens, activations as {} bf16 term(s) (--bf16-terms; "
                             "MLASERVE_AMX=0 turns the tiles off)",
-                            amx_activation_terms());
+                            bf16_activation_terms());
+  else if (bf16_dot_gemm_built() && bf16_activation_terms() == 1)
+    features += ", vdpbf16ps for BF16 GEMMs of 16+ tokens, activations rounded to bf16 (--bf16-terms 1)";
   return features;
 }
 

@@ -12,6 +12,17 @@ namespace mlaserve {
 // e.g. "AVX-512 (BF16, VNNI), AMX tiles for GEMMs of 16+ tokens".
 std::string kernel_features();
 
+// The bf16 terms GEMMs that multiply in bf16 split each activation into (--bf16-terms): x = hi
+// + mid + lo, each the bf16 rounding of what the terms before it left. 3 hold all of fp32's 24
+// significand bits (exact products; the default), 2 keep 16 (each x within 2^-16 of itself,
+// relative), 1 rounds x to bf16 (2^-8, as llama.cpp's and SGLang's bf16 GEMMs do). Where AMX
+// runs, every GEMM on its tiles (16+ tokens) takes them; without it, on AVX512_BF16 hosts, 1
+// sends BF16 panels of 16+ tokens to vdpbf16ps (bf16_dot_gemm.h), and 2 and 3 keep the exact
+// fp32 GEMM.
+// Set before any kernel runs (a command-line option); throws outside 1-3.
+void set_bf16_activation_terms(int terms);
+int bf16_activation_terms();
+
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < n_tokens, all rows, threaded over rows.
 //   x: [n_tokens, W.cols] contiguous; y: [n_tokens, W.rows] contiguous.
 void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y);

@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/bf16_dot_gemm.h"
 #include "kernels/bf16_panel_decode.h"
 #include "kernels/linear.h"
 #include "kernels/simd.h"
@@ -518,6 +519,8 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
     return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens >= kAmxMinTokens && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  if (n_tokens >= kAmxMinTokens && bf16_activation_terms() == 1 && bf16_dot_gemm_built())
+    return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
   gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t, auto run_panel) {

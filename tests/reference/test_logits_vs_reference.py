@@ -48,8 +48,8 @@ CASES = {
     "bf16 decode path (chunk 1, absorbed MLA from panels of kv_b)": ("bf16", {}, ["--chunk", "1"]),
     "fp8 block-scaled": ("fp8", {}, []),
     # the prompt's GEMMs of 24 tokens on AMX hosts with activations in 2 bf16 terms (elsewhere
-    # the same run); with 1 (bf16 activations) an expert choice flips and the logits move by 0.1
-    "bf16, AMX activations in 2 terms": ("bf16", {}, ["--amx-terms", "2"]),
+    # the exact fp32 GEMM); with 1 (bf16 activations) an expert choice flips and the logits move by 0.1
+    "bf16, activations in 2 bf16 terms": ("bf16", {}, ["--bf16-terms", "2"]),
     "fp8 decode path": ("fp8", {"q_lora_rank": None}, ["--chunk", "1"]),
     "int4 routed experts": ("int4", {}, []),
     "int4 group 64, YaRN": ("int4", {"rope_scaling": YARN}, []),

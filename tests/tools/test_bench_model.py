@@ -58,13 +58,13 @@ def check_prefill_at_depth(binary, model, config):
     counting attention over them; auto absorbs 4 tokens after 64 cached, --mla-prefill forces
     either form, and the table names the test and the form."""
     for form, want in (("auto", "absorbed"), ("expanded", "expanded"), ("absorbed", "absorbed")):
-        terms = {"auto": "3", "expanded": "2", "absorbed": "1"}[form]  # each run also names its --amx-terms
+        terms = {"auto": "3", "expanded": "2", "absorbed": "1"}[form]  # each run also names its --bf16-terms
         proc = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "2", "--batch", "2",
-                               "--depth", "64", "-r", "1", "--threads", "1", "--mla-prefill", form, "--amx-terms", terms,
+                               "--depth", "64", "-r", "1", "--threads", "1", "--mla-prefill", form, "--bf16-terms", terms,
                                "--json"], capture_output=True, text=True, timeout=300)
         check(f"--depth 64 --mla-prefill {form} exits 0", proc.returncode == 0, proc.stderr[-2000:])
         report = json.loads(proc.stdout)
-        check(f"--amx-terms {terms} reported", report["amx_terms"] == int(terms), f"{report['amx_terms']}")
+        check(f"--bf16-terms {terms} reported", report["bf16_terms"] == int(terms), f"{report['bf16_terms']}")
         check(f"--mla-prefill {form}: the prefill ran {want}", report["mla_prefill"] == want, report["mla_prefill"])
         flops = expected_prefill_flops(config, report["active_params"], 4, depth=64)
         check(f"--mla-prefill {form}: FLOPs a token with attention over the 64 cached",
@@ -157,9 +157,9 @@ def main():
                          capture_output=True, text=True, timeout=60)
     check("an unknown --mla-prefill is refused by name",
           bad.returncode != 0 and "--mla-prefill" in bad.stderr and "flash" in bad.stderr, bad.stderr[-500:])
-    bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--amx-terms", "4"],
+    bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--bf16-terms", "4"],
                          capture_output=True, text=True, timeout=60)
-    check("--amx-terms 4 is refused by name", bad.returncode == 1 and "--amx-terms" in bad.stderr, bad.stderr[-500:])
+    check("--bf16-terms 4 is refused by name", bad.returncode == 1 and "--bf16-terms" in bad.stderr, bad.stderr[-500:])
 
     finish()
 

@@ -1,0 +1,174 @@
+#include "kernels/bf16_dot_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/packed_gemm.h"
+
+namespace mlaserve {
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+namespace {
+
+// The fp32 GEMM's loop nest (packed_gemm.cc): token tiles, then pieces of 256 columns, the
+// tile's activations rounded and packed once per piece (192 tokens x 128 column pairs x 4
+// bytes = 96 KB, L2); then two stored panels at a time (32 rows; 16 KB of the piece, L1)
+// against blocks of up to 12 tokens, whose 2 x 12 sums stay in registers: a column pair's step
+// loads two panel vectors and broadcasts each token's pair word, 24 vdpbf16ps.
+constexpr int64_t kDepth = kPackedGemmDepth;
+constexpr int64_t kTileTokens = 192;
+constexpr int kBlockTokens = 12;
+constexpr int64_t kPanelRows = kBf16PanelRows;
+static_assert(kTileTokens % kBlockTokens == 0 && kDepth % 2 == 0, "a tile's blocks and pairs fit its buffer");
+
+// A tile's tokens in ceil(n / 12) blocks of near-equal sizes: a block of t tokens keeps 2t
+// chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 8 + 8).
+struct TokenBlocks {
+  int64_t n_tokens, count;
+  explicit TokenBlocks(int64_t tokens) : n_tokens(tokens), count((tokens + kBlockTokens - 1) / kBlockTokens) {}
+  int64_t begin(int64_t block) const { return block * n_tokens / count; }
+  int64_t end(int64_t block) const { return (block + 1) * n_tokens / count; }
+};
+
+// packed[(block * 12 + j) * 128 + p] = token begin(block) + j's columns k0 + 2p and k0 + 2p + 1
+// rounded to bf16 (round to nearest even) as one pair word, the even column in the low half (a
+// column past `depth` zero): one broadcast of it feeds vdpbf16ps. Each token's words are a row
+// of their own (a store of 8 a step, where a [pair][token] layout took a scalar store a word:
+// 1/6 of the kernel's time), 512 bytes apart whatever the depth, so the kernel's broadcasts
+// take constant offsets.
+constexpr int64_t kPairsPerToken = kDepth / 2;
+
+void pack_pairs(const float* x, int64_t x_stride, const TokenBlocks& blocks, int64_t k0, int64_t depth,
+                uint32_t* packed) {
+  for (int64_t block = 0; block < blocks.count; ++block)
+    for (int64_t token = blocks.begin(block); token < blocks.end(block); ++token) {
+      const float* row = x + token * x_stride + k0;
+      uint32_t* out = packed + (block * kBlockTokens + token - blocks.begin(block)) * kPairsPerToken;
+      for (int64_t c = 0; c < depth; c += 16) {
+        const __mmask16 lanes = depth - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (depth - c)) - 1);
+        const __m256i words = __m256i(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, row + c)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c / 2), words);
+      }
+    }
+}
+
+// y[t * y_stride + i - first_row] (+)= the block's sums for rows [first_row, end_row) of its
+// kPanels panels (acc[i * kTokens + t]: panel i, token t); adds when `accumulate` (a later piece).
+template <int kPanels, int kTokens>
+void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, int end_row, bool accumulate) {
+  const bool whole = first_row == 0 && end_row == kPanels * kPanelRows;
+#pragma GCC unroll 12
+  for (int t = 0; t < kTokens; ++t) {
+    float* token_out = y + t * y_stride;  // row i of the block at token_out[i - first_row]
+    if (whole) {
+#pragma GCC unroll 2
+      for (int panel = 0; panel < kPanels; ++panel) {
+        float* out = token_out + panel * kPanelRows;
+        const __m512 sums = acc[panel * kTokens + t];
+        _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(sums, _mm512_loadu_ps(out)) : sums);
+      }
+      continue;
+    }
+    alignas(64) float rows[kPanels * kPanelRows];
+    for (int panel = 0; panel < kPanels; ++panel) _mm512_store_ps(rows + panel * kPanelRows, acc[panel * kTokens + t]);
+    for (int i = first_row; i < end_row; ++i) {
+      float& out = token_out[i - first_row];
+      out = accumulate ? out + rows[i] : rows[i];
+    }
+  }
+}
+
+// kTokens tokens' pair words (a block of pack_pairs) against kPanels stored panels (the second at
+// panel + panel_stride) over `pairs` column pairs. Every loop over tokens and panels is unrolled
+// by pragma, so the sums stay in registers.
+template <int kPanels, int kTokens>
+void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stride, int64_t pairs, float* y,
+               int64_t y_stride, int first_row, int end_row, bool accumulate) {
+#pragma GCC unroll 12
+  for (int t = 0; t < kTokens; ++t) {  // the outputs, last written a sweep of rows ago, asked for now
+    __builtin_prefetch(y + t * y_stride, 1, 3);
+    __builtin_prefetch(y + t * y_stride + end_row - first_row - 1, 1, 3);
+  }
+  __m512 acc[kPanels * kTokens];
+#pragma GCC unroll 24
+  for (auto& sums : acc) sums = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh rows[kPanels];
+#pragma GCC unroll 2
+    for (int i = 0; i < kPanels; ++i) rows[i] = __m512bh(_mm512_loadu_si512(panel + i * panel_stride + p * 2 * kPanelRows));
+#pragma GCC unroll 12
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512bh value = __m512bh(_mm512_set1_epi32(int(tokens[t * kPairsPerToken + p])));
+#pragma GCC unroll 2
+      for (int i = 0; i < kPanels; ++i) acc[i * kTokens + t] = _mm512_dpbf16_ps(acc[i * kTokens + t], rows[i], value);
+    }
+  }
+  store_block<kPanels, kTokens>(acc, y, y_stride, first_row, end_row, accumulate);
+}
+
+using BlockKernel = void (*)(const uint32_t*, const uint16_t*, int64_t, int64_t, float*, int64_t, int, int, bool);
+
+template <int kPanels, size_t... kCounts>
+constexpr std::array<BlockKernel, kBlockTokens> block_kernels(std::index_sequence<kCounts...>) {
+  return {dot_block<kPanels, int(kCounts) + 1>...};
+}
+
+// kKernels[panels - 1][tokens - 1]
+constexpr std::array<BlockKernel, kBlockTokens> kKernels[2] = {
+    block_kernels<1>(std::make_index_sequence<kBlockTokens>()),
+    block_kernels<2>(std::make_index_sequence<kBlockTokens>()),
+};
+
+}  // namespace
+
+bool bf16_dot_gemm_built() { return true; }
+
+void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  MLA_CHECK(weight.format == WeightFormat::Bf16Panels, "bf16_dot_panel_rows takes BF16 panels, got {}",
+            weight_format_name(weight.format));
+  struct alignas(64) Pairs {
+    uint32_t words[kTileTokens * kPairsPerToken];
+  };
+  thread_local std::unique_ptr<Pairs> buffer = std::make_unique<Pairs>();
+  const auto* stored = static_cast<const uint16_t*>(weight.data);
+  const int64_t panel_words = bf16_panel_words(weight.cols);
+  for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
+    const TokenBlocks blocks(std::min(kTileTokens, n_tokens - tile));
+    for (int64_t k0 = 0; k0 < weight.cols; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, weight.cols - k0), pairs = (depth + 1) / 2;
+      pack_pairs(x + tile * x_stride, x_stride, blocks, k0, depth, buffer->words);
+      for (int64_t first = row_begin / kPanelRows * kPanelRows; first < row_end;) {
+        const int panels = first + kPanelRows < row_end ? 2 : 1;  // two while the second has rows to give
+        const int first_row = int(std::max<int64_t>(0, row_begin - first));
+        const int end_row = int(std::min<int64_t>(panels * kPanelRows, row_end - first));
+        const uint16_t* panel = stored + first / kPanelRows * panel_words + k0 * kPanelRows;
+        float* out = y + tile * y_stride + (std::max(first, row_begin) - row_begin);
+        const auto& kernels = kKernels[panels - 1];
+        for (int64_t block = 0; block < blocks.count; ++block) {
+          const int64_t begin = blocks.begin(block);
+          kernels[blocks.end(block) - begin - 1](buffer->words + block * kBlockTokens * kPairsPerToken, panel, panel_words,
+                                                 pairs, out + begin * y_stride, y_stride, first_row, end_row, k0 > 0);
+        }
+        first += panels * kPanelRows;
+      }
+    }
+  }
+}
+
+#else
+
+bool bf16_dot_gemm_built() { return false; }
+
+void bf16_dot_panel_rows(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+  fail("bf16_dot_panel_rows needs a build with AVX512_BF16 (-march=native on a host that has it)");
+}
+
+#endif
+
+}  // namespace mlaserve
