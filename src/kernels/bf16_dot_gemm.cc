@@ -17,17 +17,19 @@ namespace {
 
 // The fp32 GEMM's loop nest (packed_gemm.cc): token tiles, then pieces of 256 columns, the
 // tile's activations rounded and packed once per piece (192 tokens x 128 column pairs x 4
-// bytes = 96 KB, L2); then two stored panels at a time (32 rows; 16 KB of the piece, L1)
-// against blocks of up to 12 tokens, whose 2 x 12 sums stay in registers: a column pair's step
-// loads two panel vectors and broadcasts each token's pair word, 24 vdpbf16ps.
+// bytes = 96 KB, L2); then four stored panels at a time (64 rows; 32 KB of the piece, L1)
+// against blocks of up to 6 tokens, whose 4 x 6 sums stay in registers: a column pair's step
+// loads four panel vectors and broadcasts each token's pair word, 24 vdpbf16ps for 10 loads
+// (2 panels x 12 tokens took 14: linear_bench at 48-512 tokens, 3 alternated runs, ~8% slower).
 constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kTileTokens = 192;
-constexpr int kBlockTokens = 12;
+constexpr int kBlockTokens = 6;
+constexpr int kMostPanels = 4;
 constexpr int64_t kPanelRows = kBf16PanelRows;
 static_assert(kTileTokens % kBlockTokens == 0 && kDepth % 2 == 0, "a tile's blocks and pairs fit its buffer");
 
-// A tile's tokens in ceil(n / 12) blocks of near-equal sizes: a block of t tokens keeps 2t
-// chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 8 + 8).
+// A tile's tokens in ceil(n / 6) blocks of near-equal sizes: a block of t tokens keeps 4t
+// chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 5 + 5 + 6).
 struct TokenBlocks {
   int64_t n_tokens, count;
   explicit TokenBlocks(int64_t tokens) : n_tokens(tokens), count((tokens + kBlockTokens - 1) / kBlockTokens) {}
@@ -35,7 +37,7 @@ struct TokenBlocks {
   int64_t end(int64_t block) const { return (block + 1) * n_tokens / count; }
 };
 
-// packed[(block * 12 + j) * 128 + p] = token begin(block) + j's columns k0 + 2p and k0 + 2p + 1
+// packed[(block * 6 + j) * 128 + p] = token begin(block) + j's columns k0 + 2p and k0 + 2p + 1
 // rounded to bf16 (round to nearest even) as one pair word, the even column in the low half (a
 // column past `depth` zero): one broadcast of it feeds vdpbf16ps. Each token's words are a row
 // of their own (a store of 8 a step, where a [pair][token] layout took a scalar store a word:
@@ -66,7 +68,7 @@ void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, i
   for (int t = 0; t < kTokens; ++t) {
     float* token_out = y + t * y_stride;  // row i of the block at token_out[i - first_row]
     if (whole) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int panel = 0; panel < kPanels; ++panel) {
         float* out = token_out + panel * kPanelRows;
         const __m512 sums = acc[panel * kTokens + t];
@@ -99,12 +101,12 @@ void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stri
   for (auto& sums : acc) sums = _mm512_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     __m512bh rows[kPanels];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < kPanels; ++i) rows[i] = __m512bh(_mm512_loadu_si512(panel + i * panel_stride + p * 2 * kPanelRows));
 #pragma GCC unroll 12
     for (int t = 0; t < kTokens; ++t) {
       const __m512bh value = __m512bh(_mm512_set1_epi32(int(tokens[t * kPairsPerToken + p])));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int i = 0; i < kPanels; ++i) acc[i * kTokens + t] = _mm512_dpbf16_ps(acc[i * kTokens + t], rows[i], value);
     }
   }
@@ -119,9 +121,11 @@ constexpr std::array<BlockKernel, kBlockTokens> block_kernels(std::index_sequenc
 }
 
 // kKernels[panels - 1][tokens - 1]
-constexpr std::array<BlockKernel, kBlockTokens> kKernels[2] = {
+constexpr std::array<BlockKernel, kBlockTokens> kKernels[kMostPanels] = {
     block_kernels<1>(std::make_index_sequence<kBlockTokens>()),
     block_kernels<2>(std::make_index_sequence<kBlockTokens>()),
+    block_kernels<3>(std::make_index_sequence<kBlockTokens>()),
+    block_kernels<4>(std::make_index_sequence<kBlockTokens>()),
 };
 
 }  // namespace
@@ -144,7 +148,7 @@ void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
       const int64_t depth = std::min(kDepth, weight.cols - k0), pairs = (depth + 1) / 2;
       pack_pairs(x + tile * x_stride, x_stride, blocks, k0, depth, buffer->words);
       for (int64_t first = row_begin / kPanelRows * kPanelRows; first < row_end;) {
-        const int panels = first + kPanelRows < row_end ? 2 : 1;  // two while the second has rows to give
+        const int panels = int(std::min<int64_t>(kMostPanels, (row_end - first + kPanelRows - 1) / kPanelRows));
         const int first_row = int(std::max<int64_t>(0, row_begin - first));
         const int end_row = int(std::min<int64_t>(panels * kPanelRows, row_end - first));
         const uint16_t* panel = stored + first / kPanelRows * panel_words + k0 * kPanelRows;

@@ -39,12 +39,14 @@ std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
 // rows lie cols + 1 apart with a NaN after each (read, it would poison the sums), written
 // between guard columns; fp32 sums of the rounded products, so within 1e-5 of float64 (cols
 // <= 613 products of ~1 each; without the rounding the error is ~2^-9). Columns 613 end in an
-// odd piece (256 + 256 + 101), 203 tokens take two tiles (192 + 11), 16-25 tokens one or two
-// blocks; (5, 109) of 120 rows starts inside the first panel and ends with a lone part-panel,
-// (17, 120) ends inside a pair's second panel.
+// odd piece (256 + 256 + 101), 203 tokens take two tiles (192 + 11), 16-25 tokens three to
+// five blocks; rows run in groups of up to four panels: (5, 109) of 120 starts inside the first
+// group and ends with three panels, the last partial, (17, 120) with four, (0, 61) one group,
+// (0, 32) two panels and (3, 14) one, partial at both ends.
 TEST_F(Bf16DotGemm, MatchesFloat64ReferenceOfRoundedActivations) {
   for (auto [rows, cols, tokens, row_begin, row_end] :
-       {std::tuple{120, 96, 16, 5, 109}, {120, 613, 17, 17, 120}, {61, 203, 203, 0, 61}, {32, 512, 25, 0, 32}}) {
+       {std::tuple{120, 96, 16, 5, 109}, {120, 613, 17, 17, 120}, {61, 203, 203, 0, 61}, {32, 512, 25, 0, 32},
+        {20, 130, 16, 3, 14}}) {
     const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, uint64_t(rows + cols));
     WeightCopies storage;
     const LinearWeight packed = repack_bf16_panels(t.weight, storage);
@@ -71,8 +73,8 @@ TEST_F(Bf16DotGemm, MatchesFloat64ReferenceOfRoundedActivations) {
   }
 }
 
-// A token's outputs do not depend on its batch: 16 tokens alone (two blocks of 8) and the same
-// tokens at 150-165 of 200 (blocks of 12 in the first tile, from 144 on) give the same bits.
+// A token's outputs do not depend on its batch: 16 tokens alone (blocks of 5, 5 and 6) and the
+// same tokens at 150-165 of 200 (blocks of 6 in the first tile, from 150 on) give the same bits.
 TEST_F(Bf16DotGemm, AnyBatchGivesTheSameBits) {
   const int64_t rows = 48, cols = 300;
   const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 61);
