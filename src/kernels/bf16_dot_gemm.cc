@@ -64,7 +64,7 @@ void pack_pairs(const float* x, int64_t x_stride, const TokenBlocks& blocks, int
 template <int kPanels, int kTokens>
 void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, int end_row, bool accumulate) {
   const bool whole = first_row == 0 && end_row == kPanels * kPanelRows;
-#pragma GCC unroll 12
+#pragma GCC unroll 6
   for (int t = 0; t < kTokens; ++t) {
     float* token_out = y + t * y_stride;  // row i of the block at token_out[i - first_row]
     if (whole) {
@@ -85,13 +85,13 @@ void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, i
   }
 }
 
-// kTokens tokens' pair words (a block of pack_pairs) against kPanels stored panels (the second at
-// panel + panel_stride) over `pairs` column pairs. Every loop over tokens and panels is unrolled
-// by pragma, so the sums stay in registers.
+// kTokens tokens' pair words (a block of pack_pairs) against kPanels stored panels (panel i at
+// panel + i * panel_stride) over `pairs` column pairs. Every loop over tokens and panels is
+// unrolled by pragma, so the sums stay in registers.
 template <int kPanels, int kTokens>
 void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stride, int64_t pairs, float* y,
                int64_t y_stride, int first_row, int end_row, bool accumulate) {
-#pragma GCC unroll 12
+#pragma GCC unroll 6
   for (int t = 0; t < kTokens; ++t) {  // the outputs, last written a sweep of rows ago, asked for now
     __builtin_prefetch(y + t * y_stride, 1, 3);
     __builtin_prefetch(y + t * y_stride + end_row - first_row - 1, 1, 3);
@@ -103,7 +103,7 @@ void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stri
     __m512bh rows[kPanels];
 #pragma GCC unroll 4
     for (int i = 0; i < kPanels; ++i) rows[i] = __m512bh(_mm512_loadu_si512(panel + i * panel_stride + p * 2 * kPanelRows));
-#pragma GCC unroll 12
+#pragma GCC unroll 6
     for (int t = 0; t < kTokens; ++t) {
       const __m512bh value = __m512bh(_mm512_set1_epi32(int(tokens[t * kPairsPerToken + p])));
 #pragma GCC unroll 4
