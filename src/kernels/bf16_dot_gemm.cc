@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "base/error.h"
+#include "kernels/amx_gemm.h"
+#include "kernels/linear.h"
 #include "kernels/packed_gemm.h"
 
 namespace mlaserve {
@@ -174,5 +176,7 @@ void bf16_dot_panel_rows(const LinearWeight&, int64_t, int64_t, const float*, in
 }
 
 #endif
+
+bool bf16_dot_gemm_runs() { return bf16_dot_gemm_built() && !amx_available() && bf16_activation_terms() == 1; }
 
 }  // namespace mlaserve

@@ -14,6 +14,9 @@ namespace mlaserve {
 // Whether bf16_dot_panel_rows is built (AVX512_BF16 in the build's -march).
 bool bf16_dot_gemm_built();
 
+// Whether BF16 panels of 16+ tokens run here: built, no AMX to take them, --bf16-terms 1.
+bool bf16_dot_gemm_runs();
+
 // y[t * y_stride + (r - row_begin)] = sum_c bf16(x[t * x_stride + c]) * W[r, c] for r in
 // [row_begin, row_end) and t < n_tokens, on the calling thread, W a Bf16Panels weight and bf16()
 // the round to nearest even. Each (row, token) sum is one chain over the column pairs of each

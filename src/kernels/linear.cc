@@ -371,11 +371,9 @@ void rows_several_tokens(const LinearWeight& weight, int64_t row_begin, int64_t 
   }
 }
 
-}  // namespace
-
-namespace {
 constexpr int kExactTerms = 3;  // bf16 terms that hold an fp32 activation exactly
 int activation_terms = kExactTerms;
+
 }  // namespace
 
 void set_bf16_activation_terms(int terms) {
@@ -427,7 +425,7 @@ std::string kernel_features() {
     features += fmt::format(", AMX tiles for GEMMs of 16+ tokens, activations as {} bf16 term(s) (--bf16-terms; "
                             "MLASERVE_AMX=0 turns the tiles off)",
                             bf16_activation_terms());
-  else if (bf16_dot_gemm_built() && bf16_activation_terms() == 1)
+  else if (bf16_dot_gemm_runs())
     features += ", vdpbf16ps for BF16 GEMMs of 16+ tokens, activations rounded to bf16 (--bf16-terms 1)";
   return features;
 }

@@ -519,7 +519,7 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
     return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens >= kAmxMinTokens && amx_available())
     return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens >= kAmxMinTokens && bf16_activation_terms() == 1 && bf16_dot_gemm_built())
+  if (n_tokens >= kAmxMinTokens && bf16_dot_gemm_runs())
     return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);

@@ -262,7 +262,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
           {"amx", amx_available()}, {"bf16_terms", bf16_activation_terms()},
-          {"bf16_dot_gemm", !amx_available() && bf16_dot_gemm_built() && bf16_activation_terms() == 1}, {"mla_prefill", mla_path_name(prefill_form)},
+          {"bf16_dot_gemm", bf16_dot_gemm_runs()}, {"mla_prefill", mla_path_name(prefill_form)},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
           {"prefill_runs", runs.prefill}, {"decode_runs", runs.decode}, {"decode_batch_runs", runs.decode_batch},
           {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes.per_token},
@@ -283,10 +283,10 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
 }
 
 std::string model_bench_table(const nlohmann::json& r) {
-  const int terms = r["bf16_terms"].get<int>();
-  const std::string amx = r["amx"].get<bool>()            ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", terms)
-                          : r["bf16_dot_gemm"].get<bool>() ? fmt::format(", vdpbf16ps for 16+ token BF16 GEMMs ({} activation terms)", terms)
-                                                          : "";
+  const std::string amx =
+      r["amx"].get<bool>()             ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", r["bf16_terms"].get<int>())
+      : r["bf16_dot_gemm"].get<bool>() ? ", vdpbf16ps for 16+ token BF16 GEMMs (activations rounded to bf16)"
+                                       : "";
   std::string out = fmt::format(
       "machine: {:.1f} GB/s triad bandwidth, {:.1f} GB/s read, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} rank(s){}\n",
       r["membw_gb_s"].get<double>(), r["read_bw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(),
