@@ -140,6 +140,22 @@ inline float exp_shifted(float* x, int64_t n, float shift) {
   return sum;
 }
 
+// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i]: the SwiGLU of every
+// MLP and expert (HF's hidden_act "silu"), on exp8 (a scalar std::exp per element had taken
+// ~4% of a BF16 prefill).
+inline void silu_times(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 denominator = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, denominator), _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 #if defined(__AVX512F__)
 // 16 bf16 values -> 16 floats. Zero-masked forms: GCC 12's unmasked ones take an undefined
 // source and warn -Wmaybe-uninitialized from inside its headers (as in hsum above).

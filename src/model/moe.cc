@@ -14,10 +14,12 @@ namespace mlaserve {
 
 namespace {
 
-float glu(const GluActivation& act, float gate, float up) {
-  if (act.situ)
-    return act.beta * std::tanh(gate / act.beta) / (1.0f + std::exp(-gate)) * (act.linear_beta * std::tanh(up / act.linear_beta));
-  return gate / (1.0f + std::exp(-gate)) * up;
+// gate[i] = act(gate[i]) * up[i] over n outputs.
+void apply_glu(const GluActivation& act, float* gate, const float* up, int64_t n) {
+  if (!act.situ) return simd::silu_times(gate, up, n);
+  for (int64_t i = 0; i < n; ++i)
+    gate[i] = act.beta * std::tanh(gate[i] / act.beta) / (1.0f + std::exp(-gate[i])) *
+              (act.linear_beta * std::tanh(up[i] / act.linear_beta));
 }
 
 // One expert (or MLP) of a layer on the tokens routed to it: out[token] += weight * mlp(x).
@@ -88,8 +90,7 @@ void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, in
       linear_rows(job.mlp->gate_proj, row_begin, row_end, job.input, in_width, count, gate, width);
       linear_rows(job.mlp->up_proj, row_begin, row_end, job.input, in_width, count, up.data(), row_end - row_begin);
       for (int64_t t = 0; t < count; ++t)
-        for (int64_t i = 0; i < row_end - row_begin; ++i)
-          gate[t * width + i] = glu(job.mlp->activation, gate[t * width + i], up[size_t(t * (row_end - row_begin) + i)]);
+        apply_glu(job.mlp->activation, gate + t * width, up.data() + t * (row_end - row_begin), row_end - row_begin);
     }
   });
   thread_pool().parallel_for(out_width, [&](int64_t begin, int64_t end, int) {

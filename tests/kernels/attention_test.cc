@@ -1,7 +1,6 @@
 // causal_attention (the expanded prefill kernel) against a float64 scalar reference: odd query
 // counts (one short tile, several tiles of 64 with a short last one, on the packed GEMM),
-// cached keys before the queries, head sizes with SIMD tails; and the vectorised exponential
-// of its softmax.
+// cached keys before the queries, head sizes with SIMD tails.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +8,6 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/simd.h"
 #include "test_util.h"
 
 namespace mlaserve {
@@ -76,21 +74,6 @@ TEST(CausalAttention, MatchesReference) {
     causal_attention(params);
     EXPECT_TRUE(testing::relative_close(out, reference(params, kv), 1e-5))
         << queries << " queries, " << cached << " cached keys, " << heads << " heads";
-  }
-}
-
-// The vectorised exponential behind every softmax, against std::exp: shifted scores from 0
-// down to -100 (below the clamp), odd lengths for the scalar tail.
-TEST(ExpShifted, MatchesStdExp) {
-  for (int64_t n : {1, 7, 8, 61}) {
-    std::vector<float> x(static_cast<size_t>(n)), want(x.size());
-    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = 3.0f - 103.0f * float(i * 37 % n) / float(n);
-    double want_sum = 0;
-    for (size_t i = 0; i < x.size(); ++i) want_sum += (want[i] = std::exp(x[i] - 3.0f));
-    const float sum = simd::exp_shifted(x.data(), n, 3.0f);
-    for (size_t i = 0; i < x.size(); ++i)
-      EXPECT_NEAR(x[i], want[i], 3e-7 * want[i] + 1e-37) << "n " << n << " element " << i;
-    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
   }
 }
 
