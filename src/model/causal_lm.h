@@ -62,11 +62,10 @@ struct ShardSpec {
   int rank = 0;
   int size = 1;
   bool expert_parallel = false;
-  // The rank's MLP, expert and attention projections and LM head (q_a / kv_a only at size 1;
-  // kv_b_proj when not BF16) copied out of the mapped checkpoint, their pages released: BF16
-  // into the CPU kernels' panel layout (repack_bf16_panels; a BF16 kv_b_proj stays mapped and
-  // gets absorbed decode's panels), other formats as stored (copy_weight), onto huge pages.
-  // Also with size 1.
+  // The rank's MLP, expert and attention projections and LM head (q_a / kv_a only at size 1)
+  // copied out of the mapped checkpoint, their pages released: BF16 into the CPU kernels'
+  // panel layout (repack_bf16_panels; a BF16 kv_b_proj also gives absorbed decode its own
+  // panels), other formats as stored (copy_weight), onto huge pages. Also with size 1.
   bool copy_weights = false;
   // The rank's weights locked in RAM once sharded (lock_weights); also with size 1.
   bool lock_weights = false;

@@ -26,7 +26,7 @@ struct MlaWeights {
   // Absorbed decode's two products of a BF16 kv_b_proj, copied into panels at load
   // (add_absorbed_panels): absorbed_uk_t [H * kv_lora_rank, qk_nope_head_dim], row
   // h * kv_lora_rank + d = column d of head h's W_UK; absorbed_uv [H * v_head_dim,
-  // kv_lora_rank], head h's W_UV rows. kv_b_proj itself stays for the expanded form.
+  // kv_lora_rank], head h's W_UV rows. kv_b_proj itself serves the expanded form.
   std::optional<LinearWeight> absorbed_uk_t, absorbed_uv;
 };
 

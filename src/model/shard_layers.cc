@@ -68,14 +68,17 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   out.o_proj = column_slice(mla.o_proj, heads.begin * v, heads.end * v, context);
   if (mla.g_proj) out.g_proj = mla.g_proj->rows_view(heads.begin * v, heads.end * v);
   // Into panels: the projections split by heads, and the replicated q_a / kv_a only on a
-  // single rank (ranks of a split would each hold a copy of them). kv_b_proj stays mapped for
-  // the expanded form; absorbed decode gets its own panels of W_UK transposed and W_UV.
+  // single rank (ranks of a split would each hold a copy of them). Absorbed decode gets its own
+  // panels of W_UK transposed and W_UV from kv_b_proj's rows, then kv_b_proj itself is copied
+  // for the expanded form (its mapped pages released, so resident memory does not grow): as
+  // panels, the prefill's expansion runs on the panel GEMMs (with --bf16-terms 1 on vdpbf16ps)
+  // rather than packing the rows a tile at a time for the fp32 GEMM.
   for (auto* weight : {&out.q_proj, &out.q_b_proj, &out.g_proj})
     if (*weight) **weight = copied_if_asked(**weight, context);
   out.o_proj = copied_if_asked(out.o_proj, context);
   if (context.spec.copy_weights) {
     add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
-    if (out.kv_b_proj.format != WeightFormat::BF16) out.kv_b_proj = copied_if_asked(out.kv_b_proj, context);
+    out.kv_b_proj = copied_if_asked(out.kv_b_proj, context);
   }
   if (context.spec.size == 1) {
     if (out.q_a_proj) *out.q_a_proj = copied_if_asked(*out.q_a_proj, context);
