@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/bf16_dot_gemm.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
 
@@ -20,21 +21,26 @@ namespace {
 // Queries a tile: the scores' GEMM then streams a head's keys once for 64 queries.
 constexpr int64_t kQueryTile = 64;
 
-// Queries [first, first + count) of one head, as two GEMMs on the packed GEMM's kernels (the
-// head's key and value panels as the "weights", the queries and probabilities as the
-// "tokens"): scores = Q K^T over the keys visible to the tile's last query, each row scaled,
+// Queries [first, first + count) of one head, as two GEMMs on the packed GEMM's kernels, or on
+// the vdpbf16ps one over bf16 panels (the head's key and value panels as the "weights", the
+// queries and probabilities as the "tokens"): scores = Q K^T over the keys visible to the tile's last query, each row scaled,
 // masked to its own causal limit and softmaxed, then out = P V. Only the tile's diagonal
 // block computes scores the mask then drops (at most half of 64 x 64 a tile); no key past the
 // tile's last query is read.
 void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t first, int64_t count,
                        std::vector<float>& scores) {
   const int64_t offset = p.n_keys - p.n_queries, n_keys = offset + first + count;
-  const float* keys = p.k_panels + head * key_panels_floats(p.n_keys, p.head_dim_qk);
-  const float* values = p.v_panels + head * value_panels_floats(p.n_keys, p.head_dim_v);
   const int64_t q_stride = p.n_heads * p.head_dim_qk, out_stride = p.n_heads * p.head_dim_v;
+  const float* queries = p.q + first * q_stride + head * p.head_dim_qk;
+  float* out = p.out + first * out_stride + head * p.head_dim_v;
   scores.resize(size_t(count * n_keys));
-  fp32_panel_rows(keys, kAttentionPanel * p.head_dim_qk, n_keys, p.head_dim_qk, p.q + first * q_stride + head * p.head_dim_qk,
-                  q_stride, count, scores.data(), n_keys);
+  if (p.k_pairs)
+    bf16_dot_stored_rows(p.k_pairs + head * key_pair_panels_words(p.n_keys, p.head_dim_qk),
+                         bf16_panel_words(p.head_dim_qk), p.head_dim_qk, 0, n_keys, queries, q_stride, count,
+                         scores.data(), n_keys);
+  else
+    fp32_panel_rows(p.k_panels + head * key_panels_floats(p.n_keys, p.head_dim_qk), kAttentionPanel * p.head_dim_qk,
+                    n_keys, p.head_dim_qk, queries, q_stride, count, scores.data(), n_keys);
   for (int64_t j = 0; j < count; ++j) {
     float* row = scores.data() + j * n_keys;
     const int64_t visible = offset + first + j + 1;
@@ -42,11 +48,17 @@ void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t fir
     softmax_in_place(row, visible);
     std::fill(row + visible, row + n_keys, 0.0f);
   }
-  fp32_panel_rows(values, kAttentionPanel * p.n_keys, p.head_dim_v, n_keys, scores.data(), n_keys, count,
-                  p.out + first * out_stride + head * p.head_dim_v, out_stride);
+  if (p.v_pairs)
+    bf16_dot_stored_rows(p.v_pairs + head * value_pair_panels_words(p.n_keys, p.head_dim_v), bf16_panel_words(p.n_keys),
+                         n_keys, 0, p.head_dim_v, scores.data(), n_keys, count, out, out_stride);
+  else
+    fp32_panel_rows(p.v_panels + head * value_panels_floats(p.n_keys, p.head_dim_v), kAttentionPanel * p.n_keys,
+                    p.head_dim_v, n_keys, scores.data(), n_keys, count, out, out_stride);
 }
 
 }  // namespace
+
+bool attention_on_bf16_dot() { return bf16_dot_gemm_runs(); }
 
 // Items are (head, tile of 64 queries), head-major: a thread runs a head's tiles in a row, so
 // its keys and values (512 keys of small: 640 KB) stay in its L2 — item order with the head

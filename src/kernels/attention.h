@@ -1,6 +1,9 @@
-// Attention kernels for MLA, in fp32.
+// Attention kernels for MLA, in fp32 (the prefill's two products on vdpbf16ps with
+// --bf16-terms 1).
 #pragma once
 #include <cstdint>
+
+#include "io/linear_weight.h"
 
 
 namespace mlaserve {
@@ -23,11 +26,33 @@ inline int64_t value_panel_index(int64_t key, int64_t d, int64_t n_keys) {
   return (d / kAttentionPanel * n_keys + key) * kAttentionPanel + d % kAttentionPanel;
 }
 
-// Expanded (per-head K/V) causal attention, used for prefill.
+// The same panels as bf16 in the Bf16Panels layout (io/linear_weight.h), for the vdpbf16ps
+// GEMM (bf16_dot_gemm.h) where it runs (attention_on_bf16_dot): keys as the rows of a
+// [n_keys, head_dim_qk] weight, values as the rows of [head_dim_v, n_keys] (transposed), each
+// rounded to nearest even; the column past the last (head_dim_qk or n_keys), read when that is
+// odd, zero.
+bool attention_on_bf16_dot();
+inline int64_t key_pair_panels_words(int64_t n_keys, int64_t head_dim_qk) {
+  return round_up_to_panel(n_keys) / kAttentionPanel * bf16_panel_words(head_dim_qk);
+}
+inline int64_t key_pair_index(int64_t key, int64_t d, int64_t head_dim_qk) {
+  return key / kAttentionPanel * bf16_panel_words(head_dim_qk) + bf16_panel_index(key % kAttentionPanel, d);
+}
+inline int64_t value_pair_panels_words(int64_t n_keys, int64_t head_dim_v) {
+  return round_up_to_panel(head_dim_v) / kAttentionPanel * bf16_panel_words(n_keys);
+}
+inline int64_t value_pair_index(int64_t key, int64_t d, int64_t n_keys) {
+  return d / kAttentionPanel * bf16_panel_words(n_keys) + bf16_panel_index(d % kAttentionPanel, key);
+}
+
+// Expanded (per-head K/V) causal attention, used for prefill: on the fp32 panels, or, where
+// k_pairs and v_pairs are set, on the bf16 ones (queries and probabilities rounded to bf16).
 struct CausalAttentionParams {
   const float* q = nullptr;         // [n_queries, n_heads, head_dim_qk]
   const float* k_panels = nullptr;  // [n_heads][key_panels_floats(n_keys, head_dim_qk)]
   const float* v_panels = nullptr;  // [n_heads][value_panels_floats(n_keys, head_dim_v)]
+  const uint16_t* k_pairs = nullptr;  // [n_heads][key_pair_panels_words(n_keys, head_dim_qk)]
+  const uint16_t* v_pairs = nullptr;  // [n_heads][value_pair_panels_words(n_keys, head_dim_v)]
   float* out = nullptr;             // [n_queries, n_heads, head_dim_v]
   int64_t n_queries = 0;
   int64_t n_keys = 0;        // query i sits at position n_keys - n_queries + i

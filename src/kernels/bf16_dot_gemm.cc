@@ -134,20 +134,17 @@ constexpr std::array<BlockKernel, kBlockTokens> kKernels[kMostPanels] = {
 
 bool bf16_dot_gemm_built() { return true; }
 
-void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  MLA_CHECK(weight.format == WeightFormat::Bf16Panels, "bf16_dot_panel_rows takes BF16 panels, got {}",
-            weight_format_name(weight.format));
+void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin,
+                          int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+                          int64_t y_stride) {
   struct alignas(64) Pairs {
     uint32_t words[kTileTokens * kPairsPerToken];
   };
   thread_local std::unique_ptr<Pairs> buffer = std::make_unique<Pairs>();
-  const auto* stored = static_cast<const uint16_t*>(weight.data);
-  const int64_t panel_words = bf16_panel_words(weight.cols);
   for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
     const TokenBlocks blocks(std::min(kTileTokens, n_tokens - tile));
-    for (int64_t k0 = 0; k0 < weight.cols; k0 += kDepth) {
-      const int64_t depth = std::min(kDepth, weight.cols - k0), pairs = (depth + 1) / 2;
+    for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, cols - k0), pairs = (depth + 1) / 2;
       pack_pairs(x + tile * x_stride, x_stride, blocks, k0, depth, buffer->words);
       for (int64_t first = row_begin / kPanelRows * kPanelRows; first < row_end;) {
         const int panels = int(std::min<int64_t>(kMostPanels, (row_end - first + kPanelRows - 1) / kPanelRows));
@@ -171,11 +168,20 @@ void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 
 bool bf16_dot_gemm_built() { return false; }
 
-void bf16_dot_panel_rows(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
-  fail("bf16_dot_panel_rows needs a build with AVX512_BF16 (-march=native on a host that has it)");
+void bf16_dot_stored_rows(const uint16_t*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                          int64_t) {
+  fail("the vdpbf16ps GEMM needs a build with AVX512_BF16 (-march=native on a host that has it)");
 }
 
 #endif
+
+void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
+                         int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  MLA_CHECK(weight.format == WeightFormat::Bf16Panels, "bf16_dot_panel_rows takes BF16 panels, got {}",
+            weight_format_name(weight.format));
+  bf16_dot_stored_rows(static_cast<const uint16_t*>(weight.data), bf16_panel_words(weight.cols), weight.cols, row_begin,
+                       row_end, x, x_stride, n_tokens, y, y_stride);
+}
 
 bool bf16_dot_gemm_runs() { return bf16_dot_gemm_built() && !amx_available() && bf16_activation_terms() == 1; }
 

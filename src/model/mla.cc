@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
@@ -103,24 +104,67 @@ void write_latents(const MlaShape& shape, const MlaWeights& weights, const Rotar
       kTokensPerTask);
 }
 
+// Head h's keys and values as the attention's panels (kernels/attention.h), from the expanded
+// kv [n_keys, H, nope + v] and the shared rope keys k_pe [n_keys, rope]: fp32, or bf16 pairs
+// (rounded to nearest even) where the attention runs on vdpbf16ps. Whole panels of 16 keys a
+// task; the last task also writes the padding the GEMMs read.
+struct HeadPanels {
+  const MlaShape& shape;
+  const float* kv;
+  const float* k_pe;
+  int64_t n_keys;
+
+  void fp32(float* k, float* v, int64_t begin, int64_t end) const {
+    const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim;
+    const int64_t qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
+    for (int64_t h = 0; h < shape.n_heads; ++h) {
+      float* k_head = k + h * key_panels_floats(n_keys, qk_dim);
+      float* v_head = v + h * value_panels_floats(n_keys, v_dim);
+      for (int64_t s = begin; s < end; ++s) {
+        const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
+        for (int64_t d = 0; d < nope; ++d) k_head[key_panel_index(s, d, qk_dim)] = kv_head[d];
+        for (int64_t d = 0; d < rope_dim; ++d) k_head[key_panel_index(s, nope + d, qk_dim)] = k_pe[s * rope_dim + d];
+        for (int64_t d = 0; d < v_dim; ++d) v_head[value_panel_index(s, d, n_keys)] = kv_head[nope + d];
+        for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[value_panel_index(s, d, n_keys)] = 0.0f;
+      }
+      for (int64_t s = end; end == n_keys && s < round_up_to_panel(n_keys); ++s)
+        for (int64_t d = 0; d < qk_dim; ++d) k_head[key_panel_index(s, d, qk_dim)] = 0.0f;
+    }
+  }
+
+  void bf16(uint16_t* k, uint16_t* v, int64_t begin, int64_t end) const {
+    const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim;
+    const int64_t qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
+    for (int64_t h = 0; h < shape.n_heads; ++h) {
+      uint16_t* k_head = k + h * key_pair_panels_words(n_keys, qk_dim);
+      uint16_t* v_head = v + h * value_pair_panels_words(n_keys, v_dim);
+      for (int64_t s = begin; s < end; ++s) {
+        const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
+        for (int64_t d = 0; d < nope; ++d) k_head[key_pair_index(s, d, qk_dim)] = f32_to_bf16(kv_head[d]);
+        for (int64_t d = 0; d < rope_dim; ++d) k_head[key_pair_index(s, nope + d, qk_dim)] = f32_to_bf16(k_pe[s * rope_dim + d]);
+        if (qk_dim % 2 == 1) k_head[key_pair_index(s, qk_dim, qk_dim)] = 0;
+        for (int64_t d = 0; d < v_dim; ++d) v_head[value_pair_index(s, d, n_keys)] = f32_to_bf16(kv_head[nope + d]);
+      }
+      if (end == n_keys && n_keys % 2 == 1)
+        for (int64_t d = 0; d < v_dim; ++d) v_head[value_pair_index(n_keys, d, n_keys)] = 0;
+    }
+  }
+};
+
 // attn: [seq.n_tokens, H * v_head_dim]; q: the sequence's queries [seq.n_tokens, H, qk].
 void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
                      int64_t layer, const float* q, float* attn) {
   const int64_t n_keys = seq.start_position + seq.n_tokens, n_heads = shape.n_heads;
-  const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
-  const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
+  const int64_t rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
+  const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = shape.qk_nope_head_dim + v_dim;
   thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer, k_buffer, v_buffer;
+  thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
   std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
   std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
   std::vector<float>& kv = kv_buffer;            // [n_keys, H, nope + v]
-  std::vector<float>& k = k_buffer;              // [H] key panels (attention.h)
-  std::vector<float>& v = v_buffer;              // [H] value panels
-  const int64_t head_keys = key_panels_floats(n_keys, qk_dim), head_values = value_panels_floats(n_keys, v_dim);
   latents.resize(size_t(n_keys * rank));
   k_pe.resize(size_t(n_keys * rope_dim));
   kv.resize(size_t(n_keys * n_heads * kv_dim));
-  k.resize(size_t(n_heads * head_keys));
-  v.resize(size_t(n_heads * head_values));
   thread_pool().parallel_for(
       n_keys,
       [&](int64_t begin, int64_t end, int) {
@@ -131,29 +175,29 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
       },
       kTokensPerTask);
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
-  thread_pool().parallel_for(
-      n_keys,
-      [&](int64_t begin, int64_t end, int) {  // whole panels of 16 keys a task
-        for (int64_t h = 0; h < n_heads; ++h) {
-          float* k_head = k.data() + h * head_keys;
-          float* v_head = v.data() + h * head_values;
-          for (int64_t s = begin; s < end; ++s) {
-            const float* kv_head = kv.data() + (s * n_heads + h) * kv_dim;
-            for (int64_t d = 0; d < nope; ++d) k_head[key_panel_index(s, d, qk_dim)] = kv_head[d];
-            for (int64_t d = 0; d < rope_dim; ++d) k_head[key_panel_index(s, nope + d, qk_dim)] = k_pe[size_t(s * rope_dim + d)];
-            for (int64_t d = 0; d < v_dim; ++d) v_head[value_panel_index(s, d, n_keys)] = kv_head[nope + d];
-            for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[value_panel_index(s, d, n_keys)] = 0.0f;
-          }
-          for (int64_t s = end; end == n_keys && s < round_up_to_panel(n_keys); ++s)  // the last panel's padding
-            for (int64_t d = 0; d < qk_dim; ++d) k_head[key_panel_index(s, d, qk_dim)] = 0.0f;
-        }
-      },
-      kTokensPerTask);
-  static_assert(kTokensPerTask % kAttentionPanel == 0, "each task writes whole key panels");
   CausalAttentionParams params;
+  const HeadPanels panels{shape, kv.data(), k_pe.data(), n_keys};
+  static_assert(kTokensPerTask % kAttentionPanel == 0, "each task writes whole key panels");
+  if (attention_on_bf16_dot()) {
+    std::vector<uint16_t>& k = k_pairs_buffer;  // [H] key panels (attention.h)
+    std::vector<uint16_t>& v = v_pairs_buffer;  // [H] value panels
+    k.resize(size_t(n_heads * key_pair_panels_words(n_keys, qk_dim)));
+    v.resize(size_t(n_heads * value_pair_panels_words(n_keys, v_dim)));
+    thread_pool().parallel_for(
+        n_keys, [&](int64_t begin, int64_t end, int) { panels.bf16(k.data(), v.data(), begin, end); }, kTokensPerTask);
+    params.k_pairs = k.data();
+    params.v_pairs = v.data();
+  } else {
+    std::vector<float>& k = k_buffer;
+    std::vector<float>& v = v_buffer;
+    k.resize(size_t(n_heads * key_panels_floats(n_keys, qk_dim)));
+    v.resize(size_t(n_heads * value_panels_floats(n_keys, v_dim)));
+    thread_pool().parallel_for(
+        n_keys, [&](int64_t begin, int64_t end, int) { panels.fp32(k.data(), v.data(), begin, end); }, kTokensPerTask);
+    params.k_panels = k.data();
+    params.v_panels = v.data();
+  }
   params.q = q;
-  params.k_panels = k.data();
-  params.v_panels = v.data();
   params.out = attn;
   params.n_queries = seq.n_tokens;
   params.n_keys = n_keys;

@@ -1,41 +1,63 @@
-// causal_attention (the expanded prefill kernel) against a float64 scalar reference: odd query
-// counts (one short tile, several tiles of 64 with a short last one, on the packed GEMM),
-// cached keys before the queries, head sizes with SIMD tails.
+// causal_attention (the expanded prefill kernel) against a float64 scalar reference, on its
+// fp32 panels and on its bf16 ones.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
+#include "base/dtype.h"
+#include "kernels/bf16_dot_gemm.h"
 #include "test_util.h"
 
 namespace mlaserve {
 namespace {
 
 // Keys [n_heads, n_keys, qk] and values [n_heads, n_keys, v] in plain layouts, and the same
-// as the kernel's panels.
+// as the kernel's fp32 panels and its bf16 pair panels (rounded to nearest even; the padding
+// the GEMMs read zero, the rest left at a NaN the outputs would show).
 struct HeadMajorKeysValues {
   std::vector<float> k, v, k_panels, v_panels;
+  std::vector<uint16_t> k_pairs, v_pairs;
   HeadMajorKeysValues(int64_t heads, int64_t keys, int64_t qk_dim, int64_t v_dim)
       : k(testing::random_vector(size_t(heads * keys * qk_dim), 2)),
         v(testing::random_vector(size_t(heads * keys * v_dim), 3)),
         k_panels(size_t(heads * key_panels_floats(keys, qk_dim)), 0.0f),
-        v_panels(size_t(heads * value_panels_floats(keys, v_dim)), 0.0f) {
-    for (int64_t h = 0; h < heads; ++h)
+        v_panels(size_t(heads * value_panels_floats(keys, v_dim)), 0.0f),
+        k_pairs(size_t(heads * key_pair_panels_words(keys, qk_dim)), kNaN),
+        v_pairs(size_t(heads * value_pair_panels_words(keys, v_dim)), kNaN) {
+    for (int64_t h = 0; h < heads; ++h) {
+      uint16_t* k_head = k_pairs.data() + h * key_pair_panels_words(keys, qk_dim);
+      uint16_t* v_head = v_pairs.data() + h * value_pair_panels_words(keys, v_dim);
       for (int64_t key = 0; key < keys; ++key) {
-        for (int64_t d = 0; d < qk_dim; ++d)
-          k_panels[size_t(h * key_panels_floats(keys, qk_dim) + key_panel_index(key, d, qk_dim))] =
-              k[size_t((h * keys + key) * qk_dim + d)];
-        for (int64_t d = 0; d < v_dim; ++d)
-          v_panels[size_t(h * value_panels_floats(keys, v_dim) + value_panel_index(key, d, keys))] =
-              v[size_t((h * keys + key) * v_dim + d)];
+        for (int64_t d = 0; d < qk_dim; ++d) {
+          const float value = k[size_t((h * keys + key) * qk_dim + d)];
+          k_panels[size_t(h * key_panels_floats(keys, qk_dim) + key_panel_index(key, d, qk_dim))] = value;
+          k_head[key_pair_index(key, d, qk_dim)] = f32_to_bf16(value);
+        }
+        k_head[key_pair_index(key, qk_dim, qk_dim)] = 0;
+        for (int64_t d = 0; d < v_dim; ++d) {
+          const float value = v[size_t((h * keys + key) * v_dim + d)];
+          v_panels[size_t(h * value_panels_floats(keys, v_dim) + value_panel_index(key, d, keys))] = value;
+          v_head[value_pair_index(key, d, keys)] = f32_to_bf16(value);
+        }
       }
+      for (int64_t d = 0; d < v_dim; ++d) v_head[value_pair_index(keys, d, keys)] = 0;
+    }
   }
+  static constexpr uint16_t kNaN = 0x7fc0;
 };
 
-std::vector<float> reference(const CausalAttentionParams& p, const HeadMajorKeysValues& kv) {
+// float64 attention; with `bf16`, over q, k and v rounded to bf16, and `bound` gets each
+// output's allowance for the kernel's probabilities rounded to bf16 before P V: 2^-9 of
+// sum p |v| (half a bf16 ulp each), doubled.
+std::vector<float> reference(const CausalAttentionParams& p, const HeadMajorKeysValues& kv, bool bf16 = false,
+                             std::vector<float>* bound = nullptr) {
+  const auto value = [&](float x) { return bf16 ? double(bf16_to_f32(f32_to_bf16(x))) : double(x); };
   std::vector<float> out(size_t(p.n_queries * p.n_heads * p.head_dim_v));
+  if (bound) bound->assign(out.size(), 0.0f);
   const int64_t offset = p.n_keys - p.n_queries;
   for (int64_t query = 0; query < p.n_queries; ++query)
     for (int64_t head = 0; head < p.n_heads; ++head) {
@@ -45,35 +67,81 @@ std::vector<float> reference(const CausalAttentionParams& p, const HeadMajorKeys
       for (int64_t key = 0; key < visible; ++key) {
         double dot = 0;
         for (int64_t d = 0; d < p.head_dim_qk; ++d)
-          dot += double(p.q[(query * p.n_heads + head) * p.head_dim_qk + d]) *
-                 kv.k[size_t((head * p.n_keys + key) * p.head_dim_qk + d)];
+          dot += value(p.q[(query * p.n_heads + head) * p.head_dim_qk + d]) *
+                 value(kv.k[size_t((head * p.n_keys + key) * p.head_dim_qk + d)]);
         score[size_t(key)] = dot * p.softmax_scale;
         max_score = std::max(max_score, score[size_t(key)]);
       }
       for (double& s : score) sum += (s = std::exp(s - max_score));
       for (int64_t d = 0; d < p.head_dim_v; ++d) {
-        double value = 0;
-        for (int64_t key = 0; key < visible; ++key)
-          value += score[size_t(key)] / sum * kv.v[size_t((head * p.n_keys + key) * p.head_dim_v + d)];
-        out[size_t((query * p.n_heads + head) * p.head_dim_v + d)] = float(value);
+        double total = 0, magnitude = 0;
+        for (int64_t key = 0; key < visible; ++key) {
+          const double weighted = score[size_t(key)] / sum * value(kv.v[size_t((head * p.n_keys + key) * p.head_dim_v + d)]);
+          total += weighted;
+          magnitude += std::abs(weighted);
+        }
+        const size_t at = size_t((query * p.n_heads + head) * p.head_dim_v + d);
+        out[at] = float(total);
+        if (bound) (*bound)[at] = float(2.0 * std::ldexp(magnitude, -9));
       }
     }
   return out;
 }
 
+// Query counts: one short tile, tiles of 64 with a short last one; cached keys before them;
+// head sizes with SIMD tails, odd ones and odd key counts (the GEMMs' padding column).
+constexpr std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> kShapes[] = {
+    {1, 0, 1, 8, 8},    {5, 0, 3, 20, 12},   {13, 7, 2, 24, 16},      {34, 3, 4, 40, 24},
+    {150, 0, 3, 72, 40}, {141, 37, 2, 192, 128}, {64, 300, 1, 36, 20}, {70, 5, 2, 19, 13}};
+
+CausalAttentionParams attention_params(const std::vector<float>& q, std::vector<float>& out, int64_t queries,
+                                       int64_t keys, int64_t heads, int64_t qk_dim, int64_t v_dim) {
+  CausalAttentionParams params;
+  params.q = q.data();
+  params.out = out.data();
+  params.n_queries = queries;
+  params.n_keys = keys;
+  params.n_heads = heads;
+  params.head_dim_qk = qk_dim;
+  params.head_dim_v = v_dim;
+  params.softmax_scale = 0.3f;
+  return params;
+}
+
 TEST(CausalAttention, MatchesReference) {
-  for (auto [queries, cached, heads, qk_dim, v_dim] :
-       {std::tuple{1, 0, 1, 8, 8}, {5, 0, 3, 20, 12}, {13, 7, 2, 24, 16}, {34, 3, 4, 40, 24}, {150, 0, 3, 72, 40},
-        {141, 37, 2, 192, 128}, {64, 300, 1, 36, 20}}) {
+  for (auto [queries, cached, heads, qk_dim, v_dim] : kShapes) {
     const int64_t keys = queries + cached;
     const auto q = testing::random_vector(size_t(queries * heads * qk_dim), 1);
     const HeadMajorKeysValues kv(heads, keys, qk_dim, v_dim);
     std::vector<float> out(size_t(queries * heads * v_dim), -7.0f);
-    CausalAttentionParams params{q.data(), kv.k_panels.data(), kv.v_panels.data(), out.data(), queries, keys, heads,
-                                 qk_dim, v_dim, 0.3f};
+    CausalAttentionParams params = attention_params(q, out, queries, keys, heads, qk_dim, v_dim);
+    params.k_panels = kv.k_panels.data();
+    params.v_panels = kv.v_panels.data();
     causal_attention(params);
     EXPECT_TRUE(testing::relative_close(out, reference(params, kv), 1e-5))
         << queries << " queries, " << cached << " cached keys, " << heads << " heads";
+  }
+}
+
+// On the bf16 panels (vdpbf16ps, --bf16-terms 1): the queries' and keys' bf16 products are
+// exact, so the scores match float64 of the rounded values to fp32 sums; the probabilities,
+// rounded to bf16 for P V, keep each output within its bound (above).
+TEST(CausalAttention, Bf16PanelsMatchTheRoundedReference) {
+  if (!bf16_dot_gemm_built()) GTEST_SKIP() << "no AVX512_BF16 in this build";
+  for (auto [queries, cached, heads, qk_dim, v_dim] : kShapes) {
+    const int64_t keys = queries + cached;
+    const auto q = testing::random_vector(size_t(queries * heads * qk_dim), 1);
+    const HeadMajorKeysValues kv(heads, keys, qk_dim, v_dim);
+    std::vector<float> out(size_t(queries * heads * v_dim), -7.0f);
+    CausalAttentionParams params = attention_params(q, out, queries, keys, heads, qk_dim, v_dim);
+    params.k_pairs = kv.k_pairs.data();
+    params.v_pairs = kv.v_pairs.data();
+    causal_attention(params);
+    std::vector<float> bound;
+    const std::vector<float> want = reference(params, kv, true, &bound);
+    int64_t outside = 0;
+    for (size_t i = 0; i < out.size(); ++i) outside += !(std::abs(out[i] - want[i]) <= bound[i] + 1e-6f);
+    EXPECT_EQ(outside, 0) << queries << " queries, " << cached << " cached keys, " << heads << " heads, qk " << qk_dim;
   }
 }
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "kernels/attention.h"
+#include "kernels/linear.h"
 #include "kernels/mla_decode.h"
 #include "model/deepseek_v3.h"
 #include "test_util.h"
@@ -112,6 +114,35 @@ TEST(MlaPrefillPath, AutoRunsTheChosenForm) {
     EXPECT_EQ(logits[0], logits[1]) << "Auto at " << start << " ran another form than " << mla_path_name(chosen);
     EXPECT_TRUE(testing::relative_close(logits[2], logits[1], 1e-4)) << start;
   }
+}
+
+// With --bf16-terms 1 on a host without AMX the expanded prefill's attention runs on bf16
+// panels (queries, keys, values and probabilities rounded to bf16; an f32 model, so nothing
+// else is rounded): its logits stay within bf16 rounding of the absorbed form's fp32 attention
+// over an f32 cache (1e-3 to 2e-3 here; a rope key or a value feature packed from the wrong
+// slot exceeds 1e-2).
+TEST(MlaPrefillPath, ExpandedOnBf16PanelsAgreesWithAbsorbed) {
+  set_bf16_activation_terms(1);
+  const bool on_bf16 = attention_on_bf16_dot();
+  if (!on_bf16) {
+    set_bf16_activation_terms(3);
+    GTEST_SKIP() << "the attention runs on bf16 panels only with AVX512_BF16 and no AMX";
+  }
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("tiny"), StorageDType::F32, 9);
+  auto model = load_causal_lm(dir.path());
+  const ModelConfig& config = model->config();
+  std::vector<int32_t> tokens(77);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab_size));
+  std::vector<std::vector<float>> logits;
+  for (MlaPath path : {MlaPath::Expanded, MlaPath::Absorbed}) {
+    SequenceCache cache(config, int64_t(tokens.size()), CacheDType::F32);
+    logits.emplace_back(tokens.size() * size_t(config.vocab_size));
+    model->forward(tokens, 0, cache.view(), true, logits.back().data(), path);
+  }
+  set_bf16_activation_terms(3);
+  EXPECT_TRUE(testing::relative_close(logits[0], logits[1], 1e-2));
+  EXPECT_FALSE(testing::relative_close(logits[0], logits[1], 1e-6)) << "the expanded form did not round to bf16";
 }
 
 }  // namespace
