@@ -104,52 +104,77 @@ void write_latents(const MlaShape& shape, const MlaWeights& weights, const Rotar
       kTokensPerTask);
 }
 
-// Head h's keys and values as the attention's panels (kernels/attention.h), from the expanded
-// kv [n_keys, H, nope + v] and the shared rope keys k_pe [n_keys, rope]: fp32, or bf16 pairs
-// (rounded to nearest even) where the attention runs on vdpbf16ps. Whole panels of 16 keys a
-// task; the last task also writes the padding the GEMMs read.
-struct HeadPanels {
-  const MlaShape& shape;
-  const float* kv;
-  const float* k_pe;
-  int64_t n_keys;
-
-  void fp32(float* k, float* v, int64_t begin, int64_t end) const {
-    const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim;
-    const int64_t qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-    for (int64_t h = 0; h < shape.n_heads; ++h) {
-      float* k_head = k + h * key_panels_floats(n_keys, qk_dim);
-      float* v_head = v + h * value_panels_floats(n_keys, v_dim);
-      for (int64_t s = begin; s < end; ++s) {
-        const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
-        for (int64_t d = 0; d < nope; ++d) k_head[key_panel_index(s, d, qk_dim)] = kv_head[d];
-        for (int64_t d = 0; d < rope_dim; ++d) k_head[key_panel_index(s, nope + d, qk_dim)] = k_pe[s * rope_dim + d];
-        for (int64_t d = 0; d < v_dim; ++d) v_head[value_panel_index(s, d, n_keys)] = kv_head[nope + d];
-        for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[value_panel_index(s, d, n_keys)] = 0.0f;
-      }
-      for (int64_t s = end; end == n_keys && s < round_up_to_panel(n_keys); ++s)
-        for (int64_t d = 0; d < qk_dim; ++d) k_head[key_panel_index(s, d, qk_dim)] = 0.0f;
-    }
-  }
-
-  void bf16(uint16_t* k, uint16_t* v, int64_t begin, int64_t end) const {
-    const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim;
-    const int64_t qk_dim = shape.qk_head_dim(), kv_dim = nope + v_dim;
-    for (int64_t h = 0; h < shape.n_heads; ++h) {
-      uint16_t* k_head = k + h * key_pair_panels_words(n_keys, qk_dim);
-      uint16_t* v_head = v + h * value_pair_panels_words(n_keys, v_dim);
-      for (int64_t s = begin; s < end; ++s) {
-        const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
-        for (int64_t d = 0; d < nope; ++d) k_head[key_pair_index(s, d, qk_dim)] = f32_to_bf16(kv_head[d]);
-        for (int64_t d = 0; d < rope_dim; ++d) k_head[key_pair_index(s, nope + d, qk_dim)] = f32_to_bf16(k_pe[s * rope_dim + d]);
-        if (qk_dim % 2 == 1) k_head[key_pair_index(s, qk_dim, qk_dim)] = 0;
-        for (int64_t d = 0; d < v_dim; ++d) v_head[value_pair_index(s, d, n_keys)] = f32_to_bf16(kv_head[nope + d]);
-      }
-      if (end == n_keys && n_keys % 2 == 1)
-        for (int64_t d = 0; d < v_dim; ++d) v_head[value_pair_index(n_keys, d, n_keys)] = 0;
-    }
-  }
+// The attention's two panel layouts (kernels/attention.h): fp32, or bf16 pairs rounded to
+// nearest even, whose GEMM reads the column past an odd width.
+struct Fp32Panels {
+  using Element = float;
+  static constexpr bool kPairs = false;
+  static int64_t key_words(int64_t n_keys, int64_t qk) { return key_panels_floats(n_keys, qk); }
+  static int64_t value_words(int64_t n_keys, int64_t v) { return value_panels_floats(n_keys, v); }
+  static int64_t key_at(int64_t key, int64_t d, int64_t qk) { return key_panel_index(key, d, qk); }
+  static int64_t value_at(int64_t key, int64_t d, int64_t n_keys) { return value_panel_index(key, d, n_keys); }
+  static float from(float x) { return x; }
 };
+struct Bf16Pairs {
+  using Element = uint16_t;
+  static constexpr bool kPairs = true;
+  static int64_t key_words(int64_t n_keys, int64_t qk) { return key_pair_panels_words(n_keys, qk); }
+  static int64_t value_words(int64_t n_keys, int64_t v) { return value_pair_panels_words(n_keys, v); }
+  static int64_t key_at(int64_t key, int64_t d, int64_t qk) { return key_pair_index(key, d, qk); }
+  static int64_t value_at(int64_t key, int64_t d, int64_t n_keys) { return value_pair_index(key, d, n_keys); }
+  static uint16_t from(float x) { return f32_to_bf16(x); }
+};
+
+// Keys [begin, end) of every head into the panels, from the expanded kv [n_keys, H, nope + v]
+// and the shared rope keys k_pe [n_keys, rope]; whole panels of 16 keys a task, the last task
+// also writing the padding the GEMMs read.
+template <class Layout>
+void pack_head_panels(const MlaShape& shape, const float* kv, const float* k_pe, int64_t n_keys,
+                      typename Layout::Element* k, typename Layout::Element* v, int64_t begin, int64_t end) {
+  const int64_t nope = shape.qk_nope_head_dim, rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim;
+  const int64_t qk = shape.qk_head_dim(), kv_dim = nope + v_dim;
+  const int64_t qk_read = Layout::kPairs ? (qk + 1) / 2 * 2 : qk;  // a key's columns the GEMM reads
+  for (int64_t h = 0; h < shape.n_heads; ++h) {
+    typename Layout::Element* k_head = k + h * Layout::key_words(n_keys, qk);
+    typename Layout::Element* v_head = v + h * Layout::value_words(n_keys, v_dim);
+    for (int64_t s = begin; s < end; ++s) {
+      const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
+      for (int64_t d = 0; d < nope; ++d) k_head[Layout::key_at(s, d, qk)] = Layout::from(kv_head[d]);
+      for (int64_t d = 0; d < rope_dim; ++d) k_head[Layout::key_at(s, nope + d, qk)] = Layout::from(k_pe[s * rope_dim + d]);
+      for (int64_t d = qk; d < qk_read; ++d) k_head[Layout::key_at(s, d, qk)] = 0;
+      for (int64_t d = 0; d < v_dim; ++d) v_head[Layout::value_at(s, d, n_keys)] = Layout::from(kv_head[nope + d]);
+      for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[Layout::value_at(s, d, n_keys)] = 0;
+    }
+    if (end < n_keys) continue;
+    for (int64_t s = n_keys; s < round_up_to_panel(n_keys); ++s)
+      for (int64_t d = 0; d < qk_read; ++d) k_head[Layout::key_at(s, d, qk)] = 0;
+    if (Layout::kPairs && n_keys % 2 == 1)
+      for (int64_t d = 0; d < v_dim; ++d) v_head[Layout::value_at(n_keys, d, n_keys)] = 0;
+  }
+}
+
+// The head panels of `Layout` for kv and k_pe in buffers k and v; sets params' pointers to them.
+template <class Layout>
+void lay_out_heads(const MlaShape& shape, const float* kv, const float* k_pe, int64_t n_keys,
+                   std::vector<typename Layout::Element>& k, std::vector<typename Layout::Element>& v,
+                   CausalAttentionParams& params) {
+  k.resize(size_t(shape.n_heads * Layout::key_words(n_keys, shape.qk_head_dim())));
+  v.resize(size_t(shape.n_heads * Layout::value_words(n_keys, shape.v_head_dim)));
+  static_assert(kTokensPerTask % kAttentionPanel == 0, "each task writes whole key panels");
+  thread_pool().parallel_for(
+      n_keys,
+      [&](int64_t begin, int64_t end, int) {
+        pack_head_panels<Layout>(shape, kv, k_pe, n_keys, k.data(), v.data(), begin, end);
+      },
+      kTokensPerTask);
+  if constexpr (Layout::kPairs) {
+    params.k_pairs = k.data();
+    params.v_pairs = v.data();
+  } else {
+    params.k_panels = k.data();
+    params.v_panels = v.data();
+  }
+}
 
 // attn: [seq.n_tokens, H * v_head_dim]; q: the sequence's queries [seq.n_tokens, H, qk].
 void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
@@ -157,8 +182,7 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   const int64_t n_keys = seq.start_position + seq.n_tokens, n_heads = shape.n_heads;
   const int64_t rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
   const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = shape.qk_nope_head_dim + v_dim;
-  thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer, k_buffer, v_buffer;
-  thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
+  thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer;
   std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
   std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
   std::vector<float>& kv = kv_buffer;            // [n_keys, H, nope + v]
@@ -176,27 +200,12 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
       kTokensPerTask);
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
   CausalAttentionParams params;
-  const HeadPanels panels{shape, kv.data(), k_pe.data(), n_keys};
-  static_assert(kTokensPerTask % kAttentionPanel == 0, "each task writes whole key panels");
-  if (attention_on_bf16_dot()) {
-    std::vector<uint16_t>& k = k_pairs_buffer;  // [H] key panels (attention.h)
-    std::vector<uint16_t>& v = v_pairs_buffer;  // [H] value panels
-    k.resize(size_t(n_heads * key_pair_panels_words(n_keys, qk_dim)));
-    v.resize(size_t(n_heads * value_pair_panels_words(n_keys, v_dim)));
-    thread_pool().parallel_for(
-        n_keys, [&](int64_t begin, int64_t end, int) { panels.bf16(k.data(), v.data(), begin, end); }, kTokensPerTask);
-    params.k_pairs = k.data();
-    params.v_pairs = v.data();
-  } else {
-    std::vector<float>& k = k_buffer;
-    std::vector<float>& v = v_buffer;
-    k.resize(size_t(n_heads * key_panels_floats(n_keys, qk_dim)));
-    v.resize(size_t(n_heads * value_panels_floats(n_keys, v_dim)));
-    thread_pool().parallel_for(
-        n_keys, [&](int64_t begin, int64_t end, int) { panels.fp32(k.data(), v.data(), begin, end); }, kTokensPerTask);
-    params.k_panels = k.data();
-    params.v_panels = v.data();
-  }
+  thread_local std::vector<float> k_buffer, v_buffer;            // [H] key / value panels (attention.h)
+  thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
+  if (attention_on_bf16_dot())
+    lay_out_heads<Bf16Pairs>(shape, kv.data(), k_pe.data(), n_keys, k_pairs_buffer, v_pairs_buffer, params);
+  else
+    lay_out_heads<Fp32Panels>(shape, kv.data(), k_pe.data(), n_keys, k_buffer, v_buffer, params);
   params.q = q;
   params.out = attn;
   params.n_queries = seq.n_tokens;

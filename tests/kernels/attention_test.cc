@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -94,32 +95,41 @@ constexpr std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> kShapes[] = {
     {1, 0, 1, 8, 8},    {5, 0, 3, 20, 12},   {13, 7, 2, 24, 16},      {34, 3, 4, 40, 24},
     {150, 0, 3, 72, 40}, {141, 37, 2, 192, 128}, {64, 300, 1, 36, 20}, {70, 5, 2, 19, 13}};
 
-CausalAttentionParams attention_params(const std::vector<float>& q, std::vector<float>& out, int64_t queries,
-                                       int64_t keys, int64_t heads, int64_t qk_dim, int64_t v_dim) {
+// One shape's queries, keys and values, and causal_attention run over its fp32 or bf16 panels.
+struct AttentionCase {
+  int64_t queries, cached, heads, qk_dim, v_dim;
+  std::vector<float> q;
+  HeadMajorKeysValues kv;
+  std::vector<float> out;
   CausalAttentionParams params;
-  params.q = q.data();
-  params.out = out.data();
-  params.n_queries = queries;
-  params.n_keys = keys;
-  params.n_heads = heads;
-  params.head_dim_qk = qk_dim;
-  params.head_dim_v = v_dim;
-  params.softmax_scale = 0.3f;
-  return params;
-}
+  AttentionCase(std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> shape, bool bf16)
+      : queries(std::get<0>(shape)), cached(std::get<1>(shape)), heads(std::get<2>(shape)), qk_dim(std::get<3>(shape)),
+        v_dim(std::get<4>(shape)), q(testing::random_vector(size_t(queries * heads * qk_dim), 1)),
+        kv(heads, queries + cached, qk_dim, v_dim), out(size_t(queries * heads * v_dim), -7.0f) {
+    params.q = q.data();
+    params.out = out.data();
+    params.n_queries = queries;
+    params.n_keys = queries + cached;
+    params.n_heads = heads;
+    params.head_dim_qk = qk_dim;
+    params.head_dim_v = v_dim;
+    params.softmax_scale = 0.3f;
+    params.k_panels = bf16 ? nullptr : kv.k_panels.data();
+    params.v_panels = bf16 ? nullptr : kv.v_panels.data();
+    params.k_pairs = bf16 ? kv.k_pairs.data() : nullptr;
+    params.v_pairs = bf16 ? kv.v_pairs.data() : nullptr;
+    causal_attention(params);
+  }
+  std::string label() const {
+    return std::to_string(queries) + " queries, " + std::to_string(cached) + " cached keys, " + std::to_string(heads) +
+           " heads, qk " + std::to_string(qk_dim);
+  }
+};
 
 TEST(CausalAttention, MatchesReference) {
-  for (auto [queries, cached, heads, qk_dim, v_dim] : kShapes) {
-    const int64_t keys = queries + cached;
-    const auto q = testing::random_vector(size_t(queries * heads * qk_dim), 1);
-    const HeadMajorKeysValues kv(heads, keys, qk_dim, v_dim);
-    std::vector<float> out(size_t(queries * heads * v_dim), -7.0f);
-    CausalAttentionParams params = attention_params(q, out, queries, keys, heads, qk_dim, v_dim);
-    params.k_panels = kv.k_panels.data();
-    params.v_panels = kv.v_panels.data();
-    causal_attention(params);
-    EXPECT_TRUE(testing::relative_close(out, reference(params, kv), 1e-5))
-        << queries << " queries, " << cached << " cached keys, " << heads << " heads";
+  for (const auto& shape : kShapes) {
+    const AttentionCase run(shape, false);
+    EXPECT_TRUE(testing::relative_close(run.out, reference(run.params, run.kv), 1e-5)) << run.label();
   }
 }
 
@@ -128,20 +138,13 @@ TEST(CausalAttention, MatchesReference) {
 // rounded to bf16 for P V, keep each output within its bound (above).
 TEST(CausalAttention, Bf16PanelsMatchTheRoundedReference) {
   if (!bf16_dot_gemm_built()) GTEST_SKIP() << "no AVX512_BF16 in this build";
-  for (auto [queries, cached, heads, qk_dim, v_dim] : kShapes) {
-    const int64_t keys = queries + cached;
-    const auto q = testing::random_vector(size_t(queries * heads * qk_dim), 1);
-    const HeadMajorKeysValues kv(heads, keys, qk_dim, v_dim);
-    std::vector<float> out(size_t(queries * heads * v_dim), -7.0f);
-    CausalAttentionParams params = attention_params(q, out, queries, keys, heads, qk_dim, v_dim);
-    params.k_pairs = kv.k_pairs.data();
-    params.v_pairs = kv.v_pairs.data();
-    causal_attention(params);
+  for (const auto& shape : kShapes) {
+    const AttentionCase run(shape, true);
     std::vector<float> bound;
-    const std::vector<float> want = reference(params, kv, true, &bound);
+    const std::vector<float> want = reference(run.params, run.kv, true, &bound);
     int64_t outside = 0;
-    for (size_t i = 0; i < out.size(); ++i) outside += !(std::abs(out[i] - want[i]) <= bound[i] + 1e-6f);
-    EXPECT_EQ(outside, 0) << queries << " queries, " << cached << " cached keys, " << heads << " heads, qk " << qk_dim;
+    for (size_t i = 0; i < run.out.size(); ++i) outside += !(std::abs(run.out[i] - want[i]) <= bound[i] + 1e-6f);
+    EXPECT_EQ(outside, 0) << run.label();
   }
 }
 
