@@ -5,7 +5,6 @@
 
 #include "io/linear_weight.h"
 
-
 namespace mlaserve {
 
 // p[i] = exp(p[i] - max) / sum, in place (shared by the attention kernels).

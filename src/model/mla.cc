@@ -200,7 +200,7 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
       kTokensPerTask);
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
   CausalAttentionParams params;
-  thread_local std::vector<float> k_buffer, v_buffer;            // [H] key / value panels (attention.h)
+  thread_local std::vector<float> k_buffer, v_buffer;  // [H] key / value panels (attention.h)
   thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
   if (attention_on_bf16_dot())
     lay_out_heads<Bf16Pairs>(shape, kv.data(), k_pe.data(), n_keys, k_pairs_buffer, v_pairs_buffer, params);
