@@ -6,11 +6,13 @@
 #include <array>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/amx_gemm.h"
 #include "kernels/linear.h"
 #include "kernels/packed_gemm.h"
+#include "kernels/simd.h"
 
 namespace mlaserve {
 
@@ -30,16 +32,16 @@ constexpr int kMostPanels = 4;
 constexpr int64_t kPanelRows = kBf16PanelRows;
 static_assert(kTileTokens % kBlockTokens == 0 && kDepth % 2 == 0, "a tile's blocks and pairs fit its buffer");
 
-// A tile's tokens in ceil(n / 6) blocks of near-equal sizes: a block of t tokens keeps 4t
+// A tile's tokens in ceil(n / most) blocks of near-equal sizes: a block of t tokens keeps 4t
 // chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 5 + 5 + 6).
 struct TokenBlocks {
   int64_t n_tokens, count;
-  explicit TokenBlocks(int64_t tokens) : n_tokens(tokens), count((tokens + kBlockTokens - 1) / kBlockTokens) {}
+  explicit TokenBlocks(int64_t tokens, int64_t most = kBlockTokens) : n_tokens(tokens), count((tokens + most - 1) / most) {}
   int64_t begin(int64_t block) const { return block * n_tokens / count; }
   int64_t end(int64_t block) const { return (block + 1) * n_tokens / count; }
 };
 
-// packed[(block * 6 + j) * 128 + p] = token begin(block) + j's columns k0 + 2p and k0 + 2p + 1
+// packed[t * 128 + p] = token t's columns k0 + 2p and k0 + 2p + 1
 // rounded to bf16 (round to nearest even) as one pair word, the even column in the low half (a
 // column past `depth` zero): one broadcast of it feeds vdpbf16ps. Each token's words are a row
 // of their own (a store of 8 a step, where a [pair][token] layout took a scalar store a word:
@@ -47,18 +49,16 @@ struct TokenBlocks {
 // take constant offsets.
 constexpr int64_t kPairsPerToken = kDepth / 2;
 
-void pack_pairs(const float* x, int64_t x_stride, const TokenBlocks& blocks, int64_t k0, int64_t depth,
-                uint32_t* packed) {
-  for (int64_t block = 0; block < blocks.count; ++block)
-    for (int64_t token = blocks.begin(block); token < blocks.end(block); ++token) {
-      const float* row = x + token * x_stride + k0;
-      uint32_t* out = packed + (block * kBlockTokens + token - blocks.begin(block)) * kPairsPerToken;
-      for (int64_t c = 0; c < depth; c += 16) {
-        const __mmask16 lanes = depth - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (depth - c)) - 1);
-        const __m256i words = __m256i(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, row + c)));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c / 2), words);
-      }
+void pack_pairs(const float* x, int64_t x_stride, int64_t n_tokens, int64_t k0, int64_t depth, uint32_t* packed) {
+  for (int64_t token = 0; token < n_tokens; ++token) {
+    const float* row = x + token * x_stride + k0;
+    uint32_t* out = packed + token * kPairsPerToken;
+    for (int64_t c = 0; c < depth; c += 16) {
+      const __mmask16 lanes = depth - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (depth - c)) - 1);
+      const __m256i words = __m256i(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, row + c)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c / 2), words);
     }
+  }
 }
 
 // y[t * y_stride + i - first_row] (+)= the block's sums for rows [first_row, end_row) of its
@@ -66,7 +66,7 @@ void pack_pairs(const float* x, int64_t x_stride, const TokenBlocks& blocks, int
 template <int kPanels, int kTokens>
 void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, int end_row, bool accumulate) {
   const bool whole = first_row == 0 && end_row == kPanels * kPanelRows;
-#pragma GCC unroll 6
+#pragma GCC unroll 12
   for (int t = 0; t < kTokens; ++t) {
     float* token_out = y + t * y_stride;  // row i of the block at token_out[i - first_row]
     if (whole) {
@@ -90,10 +90,10 @@ void store_block(const __m512* acc, float* y, int64_t y_stride, int first_row, i
 // kTokens tokens' pair words (a block of pack_pairs) against kPanels stored panels (panel i at
 // panel + i * panel_stride) over `pairs` column pairs. Every loop over tokens and panels is
 // unrolled by pragma, so the sums stay in registers.
-template <int kPanels, int kTokens>
+template <int kPanels, int kTokens, bool kStream = false>
 void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stride, int64_t pairs, float* y,
                int64_t y_stride, int first_row, int end_row, bool accumulate) {
-#pragma GCC unroll 6
+#pragma GCC unroll 12
   for (int t = 0; t < kTokens; ++t) {  // the outputs, last written a sweep of rows ago, asked for now
     __builtin_prefetch(y + t * y_stride, 1, 3);
     __builtin_prefetch(y + t * y_stride + end_row - first_row - 1, 1, 3);
@@ -104,8 +104,11 @@ void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stri
   for (int64_t p = 0; p < pairs; ++p) {
     __m512bh rows[kPanels];
 #pragma GCC unroll 4
-    for (int i = 0; i < kPanels; ++i) rows[i] = __m512bh(_mm512_loadu_si512(panel + i * panel_stride + p * 2 * kPanelRows));
-#pragma GCC unroll 6
+    for (int i = 0; i < kPanels; ++i) {
+      rows[i] = __m512bh(_mm512_loadu_si512(panel + i * panel_stride + p * 2 * kPanelRows));
+      if constexpr (kStream) simd::prefetch_stream(panel + i * panel_stride + p * 2 * kPanelRows);  // a pair a line
+    }
+#pragma GCC unroll 12
     for (int t = 0; t < kTokens; ++t) {
       const __m512bh value = __m512bh(_mm512_set1_epi32(int(tokens[t * kPairsPerToken + p])));
 #pragma GCC unroll 4
@@ -117,18 +120,67 @@ void dot_block(const uint32_t* tokens, const uint16_t* panel, int64_t panel_stri
 
 using BlockKernel = void (*)(const uint32_t*, const uint16_t*, int64_t, int64_t, float*, int64_t, int, int, bool);
 
-template <int kPanels, size_t... kCounts>
-constexpr std::array<BlockKernel, kBlockTokens> block_kernels(std::index_sequence<kCounts...>) {
-  return {dot_block<kPanels, int(kCounts) + 1>...};
+// The most tokens a block takes in stream_few_tokens: two panels' 2 x 12 sums in registers.
+constexpr int kStreamBlockTokens = 12;
+using BlockKernels = std::array<BlockKernel, kStreamBlockTokens>;  // [tokens - 1]
+
+template <int kPanels, bool kStream, size_t... kCounts>
+constexpr BlockKernels block_kernels(std::index_sequence<kCounts...>) {
+  return {dot_block<kPanels, int(kCounts) + 1, kStream>...};
 }
 
-// kKernels[panels - 1][tokens - 1]
-constexpr std::array<BlockKernel, kBlockTokens> kKernels[kMostPanels] = {
-    block_kernels<1>(std::make_index_sequence<kBlockTokens>()),
-    block_kernels<2>(std::make_index_sequence<kBlockTokens>()),
-    block_kernels<3>(std::make_index_sequence<kBlockTokens>()),
-    block_kernels<4>(std::make_index_sequence<kBlockTokens>()),
-};
+// kKernels[panels - 1][tokens - 1]; kStreamKernels the same, prefetching, for stream_few_tokens.
+constexpr auto kBlockCounts = std::make_index_sequence<kBlockTokens>();
+constexpr BlockKernels kKernels[kMostPanels] = {
+    block_kernels<1, false>(kBlockCounts), block_kernels<2, false>(kBlockCounts),
+    block_kernels<3, false>(kBlockCounts), block_kernels<4, false>(kBlockCounts)};
+constexpr BlockKernels kStreamKernels[kMostPanels] = {
+    block_kernels<1, true>(std::make_index_sequence<kStreamBlockTokens>()),
+    block_kernels<2, true>(std::make_index_sequence<kStreamBlockTokens>()), {}, block_kernels<4, true>(kBlockCounts)};
+
+// Fewer tokens than a GEMM tile (decode, a small batch): memory-bound, so each stored panel is
+// read once over the whole depth, with every token's sums in registers — up to 6 tokens four
+// panels at a time, 7-12 two (24 chains either way; 13-15 two blocks), the panels one from each
+// of as many equal parts of the range (memory streams that run on from panel to panel, as
+// bf16_panel_decode.h's kernels read them), prefetched ahead. dot_block's chains and piece
+// order are the GEMM's, so a token gets the same bits here as in a GEMM block. x is rounded and
+// packed once, piece after piece.
+void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin, int64_t row_end,
+                       const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const int streams = n_tokens <= kBlockTokens ? 4 : 2;
+  const TokenBlocks blocks(n_tokens, streams == 4 ? kBlockTokens : kStreamBlockTokens);
+  const int64_t pieces = (cols + kDepth - 1) / kDepth, piece_words = n_tokens * kPairsPerToken;
+  thread_local std::vector<uint32_t> words;
+  words.resize(size_t(pieces * piece_words));
+  for (int64_t piece = 0; piece < pieces; ++piece)
+    pack_pairs(x, x_stride, n_tokens, piece * kDepth, std::min(kDepth, cols - piece * kDepth),
+               words.data() + piece * piece_words);
+  constexpr int64_t kSumsStride = kMostPanels * kPanelRows;
+  alignas(64) float sums[kAmxMinTokens * kSumsStride];  // [token][panel of the group][row]
+  // Panels first_panel + i * step for i < count, against every token.
+  const auto run_group = [&](int64_t first_panel, int64_t step, int count) {
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+      const int64_t k0 = piece * kDepth, pairs = (std::min(kDepth, cols - k0) + 1) / 2;
+      const uint16_t* panel = stored + first_panel * panel_words + k0 * kPanelRows;
+      for (int64_t block = 0; block < blocks.count; ++block) {
+        const int64_t begin = blocks.begin(block);
+        kStreamKernels[count - 1][blocks.end(block) - begin - 1](
+            words.data() + piece * piece_words + begin * kPairsPerToken, panel, step * panel_words, pairs,
+            sums + begin * kSumsStride, kSumsStride, 0, count * int(kPanelRows), piece > 0);
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      const int64_t first = (first_panel + i * step) * kPanelRows;
+      for (int64_t r = std::max(first, row_begin); r < std::min(first + kPanelRows, row_end); ++r)
+        for (int64_t t = 0; t < n_tokens; ++t)
+          y[t * y_stride + r - row_begin] = sums[t * kSumsStride + i * kPanelRows + r - first];
+    }
+  };
+  const int64_t first_panel = row_begin / kPanelRows;
+  const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / streams;
+  for (int64_t q = 0; q < part; ++q) run_group(first_panel + q, part, streams);
+  for (int64_t panel = first_panel + streams * part; panel < first_panel + n_panels; ++panel) run_group(panel, 0, 1);
+}
 
 }  // namespace
 
@@ -140,12 +192,14 @@ void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t c
   struct alignas(64) Pairs {
     uint32_t words[kTileTokens * kPairsPerToken];
   };
+  if (n_tokens < kAmxMinTokens)
+    return stream_few_tokens(stored, panel_words, cols, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   thread_local std::unique_ptr<Pairs> buffer = std::make_unique<Pairs>();
   for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
     const TokenBlocks blocks(std::min(kTileTokens, n_tokens - tile));
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
       const int64_t depth = std::min(kDepth, cols - k0), pairs = (depth + 1) / 2;
-      pack_pairs(x + tile * x_stride, x_stride, blocks, k0, depth, buffer->words);
+      pack_pairs(x + tile * x_stride, x_stride, blocks.n_tokens, k0, depth, buffer->words);
       for (int64_t first = row_begin / kPanelRows * kPanelRows; first < row_end;) {
         const int panels = int(std::min<int64_t>(kMostPanels, (row_end - first + kPanelRows - 1) / kPanelRows));
         const int first_row = int(std::max<int64_t>(0, row_begin - first));
@@ -155,7 +209,7 @@ void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t c
         const auto& kernels = kKernels[panels - 1];
         for (int64_t block = 0; block < blocks.count; ++block) {
           const int64_t begin = blocks.begin(block);
-          kernels[blocks.end(block) - begin - 1](buffer->words + block * kBlockTokens * kPairsPerToken, panel, panel_words,
+          kernels[blocks.end(block) - begin - 1](buffer->words + begin * kPairsPerToken, panel, panel_words,
                                                  pairs, out + begin * y_stride, y_stride, first_row, end_row, k0 > 0);
         }
         first += panels * kPanelRows;

@@ -1,6 +1,7 @@
-// BF16 panels against many tokens with AVX512_BF16's vdpbf16ps, for hosts without AMX (Zen 4,
-// Zen 5): one instruction multiplies 16 rows' column pairs by a token's broadcast pair, 32
-// multiply-adds, twice the fp32 FMA's 16 on those cores. The activations are rounded to bf16
+// BF16 panels against tokens with AVX512_BF16's vdpbf16ps, for hosts without AMX (Zen 4, Zen 5):
+// one instruction multiplies 16 rows' column pairs by a token's broadcast pair, 32 multiply-adds,
+// twice the fp32 FMA's 16 on those cores (a GEMM's loop nest from 16 tokens, each panel
+// streamed over its depth below: decode). The activations are rounded to bf16
 // (--bf16-terms 1, as llama.cpp's BF16 path does). A second bf16 term (16 of x's 24 significand
 // bits) doubles the dots and ran no faster than the exact fp32 GEMM (packed_gemm.h; Zen 5, 5632
 // x 2048 at 128 tokens: 358 GFLOP/s both), so --bf16-terms 2 and 3 keep that one.
@@ -14,7 +15,7 @@ namespace mlaserve {
 // Whether bf16_dot_panel_rows is built (AVX512_BF16 in the build's -march).
 bool bf16_dot_gemm_built();
 
-// Whether BF16 panels of 16+ tokens run here: built, no AMX to take them, --bf16-terms 1.
+// Whether BF16 panels run here: built, no AMX to take them, --bf16-terms 1.
 bool bf16_dot_gemm_runs();
 
 // y[t * y_stride + (r - row_begin)] = sum_c bf16(x[t * x_stride + c]) * W[r, c] for r in
