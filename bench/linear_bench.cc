@@ -173,7 +173,8 @@ void BM_BF16(benchmark::State& state) { run_linear(state, WeightFormat::BF16); }
 void BM_BF16Panels(benchmark::State& state) { run_linear(state, WeightFormat::Bf16Panels); }
 // BF16 panels with the activations in fewer bf16 terms (--bf16-terms; the 4th argument): on the
 // AMX tiles where they run, else on vdpbf16ps where the build has it (there also 1-8 tokens at 1
-// term, decode: each panel streamed; BM_BF16Panels has the exact kernels at those counts).
+// term, decode: each panel streamed; small's routed expert projections at one token;
+// BM_BF16Panels has the exact kernels at those shapes).
 void BM_BF16PanelsTerms(benchmark::State& state) {
   set_bf16_activation_terms(int(state.range(3)));
   run_linear(state, WeightFormat::Bf16Panels);
@@ -233,6 +234,8 @@ BENCHMARK(BM_BF16PanelsTerms)
     ->ArgsProduct({{5632}, {2048}, {16, 48, 128, 512}, {1, 2}})
     ->ArgsProduct({{5632}, {2048}, {1, 2, 3, 8}, {1}})
     ->ArgsProduct({{512}, {1024}, {1, 3}, {1}})
+    ->Args({768, 2048, 1, 1})
+    ->Args({2048, 768, 1, 1})
     ->Args({2048, 7168, 512, 1})
     ->Args({2048, 7168, 512, 2})
     ->UseRealTime();

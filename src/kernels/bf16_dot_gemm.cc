@@ -129,7 +129,8 @@ constexpr BlockKernels block_kernels(std::index_sequence<kCounts...>) {
   return {dot_block<kPanels, int(kCounts) + 1, kStream>...};
 }
 
-// kKernels[panels - 1][tokens - 1]; kStreamKernels the same, prefetching, for stream_few_tokens.
+// kKernels[panels - 1][tokens - 1]; kStreamKernels the same, prefetching, for stream_few_tokens
+// from two tokens (one takes kKernels).
 constexpr auto kBlockCounts = std::make_index_sequence<kBlockTokens>();
 constexpr BlockKernels kKernels[kMostPanels] = {
     block_kernels<1, false>(kBlockCounts), block_kernels<2, false>(kBlockCounts),
@@ -142,9 +143,11 @@ constexpr BlockKernels kStreamKernels[kMostPanels] = {
 // read once over the whole depth, with every token's sums in registers — up to 6 tokens four
 // panels at a time, 7-12 two (24 chains either way; 13-15 two blocks), the panels one from each
 // of as many equal parts of the range (memory streams that run on from panel to panel, as
-// bf16_panel_decode.h's kernels read them), prefetched ahead. dot_block's chains and piece
-// order are the GEMM's, so a token gets the same bits here as in a GEMM block. x is rounded and
-// packed once, piece after piece.
+// bf16_panel_decode.h's kernels read them), prefetched ahead from two tokens on (one token's
+// loop runs with the hardware prefetchers alone: linear_bench 5632 x 2048, 75-80 GB/s without
+// the software prefetches, 55-66 with; 3 tokens of 512 x 1024 took 25-28 without, 55-59 with).
+// dot_block's chains and piece order are the GEMM's, so a token gets the same bits here as in
+// a GEMM block. x is rounded and packed once, piece after piece.
 void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin, int64_t row_end,
                        const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const int streams = n_tokens <= kBlockTokens ? 4 : 2;
@@ -155,6 +158,7 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
   for (int64_t piece = 0; piece < pieces; ++piece)
     pack_pairs(x, x_stride, n_tokens, piece * kDepth, std::min(kDepth, cols - piece * kDepth),
                words.data() + piece * piece_words);
+  const BlockKernels* kernels = n_tokens == 1 ? kKernels : kStreamKernels;
   constexpr int64_t kSumsStride = kMostPanels * kPanelRows;
   alignas(64) float sums[kAmxMinTokens * kSumsStride];  // [token][panel of the group][row]
   // Panels first_panel + i * step for i < count, against every token.
@@ -164,7 +168,7 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
       const uint16_t* panel = stored + first_panel * panel_words + k0 * kPanelRows;
       for (int64_t block = 0; block < blocks.count; ++block) {
         const int64_t begin = blocks.begin(block);
-        kStreamKernels[count - 1][blocks.end(block) - begin - 1](
+        kernels[count - 1][blocks.end(block) - begin - 1](
             words.data() + piece * piece_words + begin * kPairsPerToken, panel, step * panel_words, pairs,
             sums + begin * kSumsStride, kSumsStride, 0, count * int(kPanelRows), piece > 0);
       }
