@@ -15,7 +15,7 @@ namespace mlaserve {
 // Whether bf16_dot_panel_rows is built (AVX512_BF16 in the build's -march).
 bool bf16_dot_gemm_built();
 
-// Whether BF16 panels run here: built, no AMX to take them, --bf16-terms 1.
+// Whether BF16 panels of 2+ tokens run here: built, no AMX to take them, --bf16-terms 1.
 bool bf16_dot_gemm_runs();
 
 // y[t * y_stride + (r - row_begin)] = sum_c bf16(x[t * x_stride + c]) * W[r, c] for r in

@@ -426,7 +426,7 @@ std::string kernel_features() {
                             "MLASERVE_AMX=0 turns the tiles off)",
                             bf16_activation_terms());
   else if (bf16_dot_gemm_runs())
-    features += ", vdpbf16ps for BF16 panels, activations rounded to bf16 (--bf16-terms 1)";
+    features += ", vdpbf16ps for BF16 panels of 2+ tokens, activations rounded to bf16 (--bf16-terms 1)";
   return features;
 }
 

@@ -17,7 +17,7 @@ std::string kernel_features();
 // significand bits (exact products; the default), 2 keep 16 (each x within 2^-16 of itself,
 // relative), 1 rounds x to bf16 (2^-8, as llama.cpp's and SGLang's bf16 GEMMs do). Where AMX
 // runs, every GEMM on its tiles (16+ tokens) takes them; without it, on AVX512_BF16 hosts, 1
-// sends BF16 panels of any token count to vdpbf16ps (bf16_dot_gemm.h), and 2 and 3 keep the exact
+// sends BF16 panels of 2+ tokens to vdpbf16ps (bf16_dot_gemm.h), and 2 and 3 keep the exact
 // fp32 GEMM.
 // Set before any kernel runs (a command-line option); throws outside 1-3.
 void set_bf16_activation_terms(int terms);

@@ -515,7 +515,7 @@ void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, in
 
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  if (bf16_dot_gemm_runs())
+  if (n_tokens > 1 && bf16_dot_gemm_runs())
     return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   if (n_tokens <= kBf16PanelFewTokens)
     return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);

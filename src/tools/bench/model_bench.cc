@@ -285,7 +285,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
 std::string model_bench_table(const nlohmann::json& r) {
   const std::string amx =
       r["amx"].get<bool>()             ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", r["bf16_terms"].get<int>())
-      : r["bf16_dot_gemm"].get<bool>() ? ", vdpbf16ps for BF16 panels (activations rounded to bf16)"
+      : r["bf16_dot_gemm"].get<bool>() ? ", vdpbf16ps for BF16 panels of 2+ tokens (activations rounded to bf16)"
                                        : "";
   std::string out = fmt::format(
       "machine: {:.1f} GB/s triad bandwidth, {:.1f} GB/s read, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} rank(s){}\n",
