@@ -30,7 +30,7 @@ constexpr int64_t kTileTokens = 192;
 constexpr int kBlockTokens = 6;
 constexpr int kMostPanels = 4;
 constexpr int64_t kPanelRows = kBf16PanelRows;
-static_assert(kTileTokens % kBlockTokens == 0 && kDepth % 2 == 0, "a tile's blocks and pairs fit its buffer");
+static_assert(kDepth % 2 == 0, "a piece is whole column pairs");
 
 // A tile's tokens in ceil(n / most) blocks of near-equal sizes: a block of t tokens keeps 4t
 // chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 5 + 5 + 6).
