@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 
 namespace mlaserve {
 
@@ -50,6 +51,19 @@ void MappedFile::release(const void* begin, size_t bytes) const {
 int lock_in_memory(const void* begin, size_t bytes) {
   if (bytes == 0) return 0;
   return ::mlock(begin, bytes) == 0 ? 0 : errno;
+}
+
+void fault_in_pages(void* begin, size_t bytes) {
+  if (bytes == 0) return;
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE)), start = uintptr_t(begin);
+  const uintptr_t first_page = start / page, end_page = (start + bytes - 1) / page + 1;
+  thread_pool().parallel_for(
+      int64_t(end_page - first_page),
+      [&](int64_t begin_index, int64_t end_index, int) {
+        for (auto index = uintptr_t(begin_index); index < uintptr_t(end_index); ++index)  // the range's byte on it
+          *reinterpret_cast<volatile uint8_t*>(std::max(start, (first_page + index) * page)) = 0;
+      },
+      256);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -36,4 +36,10 @@ std::string read_text_file(const std::string& path);  // throws Error naming the
 // (ENOMEM or EPERM past RLIMIT_MEMLOCK without CAP_IPC_LOCK).
 int lock_in_memory(const void* begin, size_t bytes);
 
+// Faults in the pages of fresh memory [begin, begin + bytes) by writing a zero byte into each,
+// spread over the thread pool: later writes (a decode step storing its latents) take no page
+// fault, and the memory is committed now rather than when first used. Any NUMA policy set on
+// the range (place_memory) decides where the pages go.
+void fault_in_pages(void* begin, size_t bytes);
+
 }  // namespace mlaserve

@@ -62,6 +62,8 @@ size_t CausalLM::weight_bytes() const {
 void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nodes) {
   if (const std::string error = place_memory(pool, bytes, numa_nodes); !error.empty())
     spdlog::warn("a latent cache could not be placed on NUMA node(s) {} ({})", format_cpu_list(numa_nodes), error);
+  if (bytes >= size_t(1) << 30) spdlog::info("committing the {:.2f} GiB cache pool", double(bytes) / double(1 << 30));
+  fault_in_pages(pool, bytes);
 }
 
 void lock_weights(const CausalLM& model) {

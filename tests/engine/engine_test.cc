@@ -1,11 +1,15 @@
 // Greedy output of a request is the same alone and in a batch of 16 (with chunked prefill,
-// prefix sharing and preemption in play).
+// prefix sharing and preemption in play). An executor's cache pool is resident from the start.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <thread>
 
+#include "engine/model_executor.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -99,6 +103,22 @@ TEST(Engine, RejectsWhatCanNeverRun) {
   request.prompt = {1, 99999};
   request.max_tokens = 2;
   EXPECT_THROW(engine.submit(request), EngineRejection);
+}
+
+// The pool is committed when allocated (place_cache_pool faults its pages in), so no decode
+// step page-faults on a new position: 48 MiB, above glibc's largest mmap threshold, comes
+// from fresh pages that would otherwise not be resident.
+TEST(Engine, CachePoolIsResidentWhenAllocated) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
+  auto model = load_causal_lm(dir.path());
+  SingleRankExecutor executor(*model);
+  const size_t bytes = size_t(48) << 20, page = size_t(sysconf(_SC_PAGESIZE));
+  const auto begin = (uintptr_t(executor.allocate_cache(bytes)) + page - 1) / page * page;
+  std::vector<unsigned char> resident((bytes - page) / page);
+  ASSERT_EQ(mincore(reinterpret_cast<void*>(begin), resident.size() * page, resident.data()), 0);
+  EXPECT_EQ(size_t(std::count_if(resident.begin(), resident.end(), [](unsigned char flag) { return flag & 1; })),
+            resident.size());
 }
 
 }  // namespace
