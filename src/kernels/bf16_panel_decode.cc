@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/error.h"
 #include "kernels/packed_gemm.h"
@@ -13,6 +14,26 @@ namespace {
 
 constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kPanelRows = kBf16PanelRows;
+
+// The sums of kTokens tokens against n panels, sums[(t * n + p) * 16 + i] for row i of
+// panels[p], stored to y[t * y_stride + r - row_begin] for the panels' rows r in [row_begin,
+// row_end): a whole panel's 16 rows as one copy (over a short depth, 64 columns of absorbed
+// MLA's W_UK, a row at a time took as long as the dots).
+template <int kTokens>
+void store_panel_sums(const float* sums, const int64_t* panels, int n, int64_t row_begin, int64_t row_end, float* y,
+                      int64_t y_stride) {
+  for (int t = 0; t < kTokens; ++t)
+    for (int p = 0; p < n; ++p) {
+      const int64_t panel_row = panels[p] * kPanelRows;
+      const int64_t first = std::max(row_begin, panel_row), end = std::min(row_end, panel_row + kPanelRows);
+      const float* from = sums + (t * n + p) * kPanelRows + first - panel_row;
+      float* to = y + t * y_stride + first - row_begin;
+      if (end - first == kPanelRows)
+        std::memcpy(to, from, sizeof(float) * kPanelRows);
+      else
+        std::copy(from, from + std::max<int64_t>(0, end - first), to);
+    }
+}
 
 #if defined(__AVX2__) && defined(__FMA__)
 // sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
@@ -114,12 +135,8 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
     ZmmDots::dot<2, kTokens>(data, x, x_stride, cols, sums);
   else
     ZmmDots::dot<1, kTokens>(data, x, x_stride, cols, sums);
-  const int64_t first = std::max(row_begin, panel * kPanelRows), end = std::min(row_end, (panel + n) * kPanelRows);
-  for (int t = 0; t < kTokens; ++t)
-    for (int64_t r = first; r < end; ++r) {
-      const int64_t p = r / kPanelRows - panel;
-      y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r % kPanelRows];
-    }
+  const int64_t panels[2] = {panel, panel + 1};
+  store_panel_sums<kTokens>(sums, panels, n, row_begin, row_end, y, y_stride);
 }
 
 // 7-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
@@ -161,15 +178,6 @@ void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t ro
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols), first_panel = row_begin / kPanelRows;
   const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
   alignas(64) float sums[kTokens * kSpread * kPanelRows];
-  const auto store = [&](const int64_t* panels, int n) {
-    for (int t = 0; t < kTokens; ++t)
-      for (int p = 0; p < n; ++p) {
-        const int64_t first = std::max(row_begin, panels[p] * kPanelRows);
-        const int64_t end = std::min(row_end, (panels[p] + 1) * kPanelRows);
-        for (int64_t r = first; r < end; ++r)
-          y[t * y_stride + r - row_begin] = sums[(t * n + p) * kPanelRows + r - panels[p] * kPanelRows];
-      }
-  };
   for (int64_t q = 0; q < part; ++q) {
     int64_t panels[kSpread];
     const uint16_t* data[kSpread];
@@ -178,12 +186,12 @@ void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t ro
       data[p] = stored + panels[p] * panel_words;
     }
     Dots::template dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
-    store(panels, kSpread);
+    store_panel_sums<kTokens>(sums, panels, kSpread, row_begin, row_end, y, y_stride);
   }
   for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
     const uint16_t* data[1] = {stored + panel * panel_words};
     Dots::template dot<1, kTokens>(data, x, x_stride, cols, sums);
-    store(&panel, 1);
+    store_panel_sums<kTokens>(sums, &panel, 1, row_begin, row_end, y, y_stride);
   }
 }
 
