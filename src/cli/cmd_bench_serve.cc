@@ -58,6 +58,60 @@ std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, co
   return {summary, summary_json(summary, run)};
 }
 
+// --long-prefill: one request of that many prompt tokens and one output token, its time to
+// first token the cold prefill's.
+nlohmann::json run_long_prefill(const BenchServeOptions& options, const Tokenizer& tokenizer) {
+  RandomDataset one = options.dataset;
+  one.input_len = options.long_prefill, one.output_len = 1, one.range_ratio = 0, one.num_prompts = 1;
+  auto [summary, json] = run_once(options, tokenizer, make_random_prompts(tokenizer, one), 1,
+                                  fmt::format("long prefill, {} tokens", options.long_prefill));
+  std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill, summary.ttft_ms.mean);
+  json["long_prefill_tokens"] = options.long_prefill;
+  return json;
+}
+
+// The warm-up requests (prompts of their own), then one run per concurrency level (--sweep,
+// charted to an SVG, or --max-concurrency alone: its run's object is the result).
+nlohmann::json run_levels(const BenchServeOptions& options, const Tokenizer& tokenizer) {
+  if (options.warmup_requests > 0) {
+    RandomDataset warmup = options.dataset;
+    warmup.num_prompts = options.warmup_requests;
+    warmup.seed = options.dataset.seed + 1000003;  // prompts of their own: no prefix-cache help
+    BenchOptions quiet = options.bench;
+    quiet.progress = false;
+    run_benchmark(quiet, tokenizer, make_random_prompts(tokenizer, warmup), 1);
+  }
+  const std::vector<int64_t> levels = options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
+  std::vector<Summary> summaries;
+  nlohmann::json out;
+  out["runs"] = nlohmann::json::array();
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const std::vector<BenchPrompt> prompts = make_prompts(options, tokenizer, i);
+    auto [summary, json] = run_once(options, tokenizer, prompts, levels[i],
+                                    levels[i] > 0 ? fmt::format("concurrency {}", levels[i]) : "unbounded");
+    summaries.push_back(summary);
+    out["runs"].push_back(json);
+  }
+  if (!options.sweep.empty()) {
+    const std::string svg_path = options.svg_file.empty() ? "bench-sweep.svg" : options.svg_file;
+    std::ofstream(svg_path) << sweep_svg(summaries, fmt::format("{} on {}", options.bench.model, options.bench.base_url));
+    spdlog::info("wrote the sweep chart to '{}'", svg_path);
+  }
+  return levels.size() == 1 ? out["runs"][0] : out;
+}
+
+nlohmann::json config_json(const BenchServeOptions& options) {
+  nlohmann::json config = {{"base_url", options.bench.base_url}, {"endpoint", options.bench.endpoint}, {"model", options.bench.model},
+                           {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
+                           {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
+                           {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
+  if (options.dataset_name == kSharedPrefix)
+    config["gsp"] = {{"num_groups", options.gsp.num_groups}, {"prompts_per_group", options.gsp.prompts_per_group},
+                     {"system_prompt_len", options.gsp.system_prompt_len},
+                     {"question_len", options.gsp.question_len}, {"output_len", options.gsp.output_len}};
+  return config;
+}
+
 int bench_serve(BenchServeOptions& options) {
   MLA_CHECK(options.dataset_name == "random" || options.dataset_name == kSharedPrefix,
             "--dataset '{}' is not supported (random, {})", options.dataset_name, kSharedPrefix);
@@ -68,49 +122,8 @@ int bench_serve(BenchServeOptions& options) {
   options.bench.progress = !options.no_progress;
   auto tokenizer = Tokenizer::load(options.tokenizer_dir);
   if (options.bench.model.empty()) options.bench.model = discover_model(options.bench);
-  nlohmann::json out;
-  if (options.long_prefill > 0) {
-    RandomDataset one = options.dataset;
-    one.input_len = options.long_prefill, one.output_len = 1, one.range_ratio = 0, one.num_prompts = 1;
-    auto [summary, json] = run_once(options, *tokenizer, make_random_prompts(*tokenizer, one), 1,
-                                    fmt::format("long prefill, {} tokens", options.long_prefill));
-    std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill, summary.ttft_ms.mean);
-    out = json;
-    out["long_prefill_tokens"] = options.long_prefill;
-  } else {
-    if (options.warmup_requests > 0) {
-      RandomDataset warmup = options.dataset;
-      warmup.num_prompts = options.warmup_requests;
-      warmup.seed = options.dataset.seed + 1000003;  // prompts of their own: no prefix-cache help
-      BenchOptions quiet = options.bench;
-      quiet.progress = false;
-      run_benchmark(quiet, *tokenizer, make_random_prompts(*tokenizer, warmup), 1);
-    }
-    const std::vector<int64_t> levels = options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
-    std::vector<Summary> summaries;
-    out["runs"] = nlohmann::json::array();
-    for (size_t i = 0; i < levels.size(); ++i) {
-      const std::vector<BenchPrompt> prompts = make_prompts(options, *tokenizer, i);
-      auto [summary, json] = run_once(options, *tokenizer, prompts, levels[i],
-                                      levels[i] > 0 ? fmt::format("concurrency {}", levels[i]) : "unbounded");
-      summaries.push_back(summary);
-      out["runs"].push_back(json);
-    }
-    if (!options.sweep.empty()) {
-      const std::string svg_path = options.svg_file.empty() ? "bench-sweep.svg" : options.svg_file;
-      std::ofstream(svg_path) << sweep_svg(summaries, fmt::format("{} on {}", options.bench.model, options.bench.base_url));
-      spdlog::info("wrote the sweep chart to '{}'", svg_path);
-    }
-    if (levels.size() == 1) out = out["runs"][0];
-  }
-  out["config"] = {{"base_url", options.bench.base_url}, {"endpoint", options.bench.endpoint}, {"model", options.bench.model},
-                   {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
-                   {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
-                   {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
-  if (options.dataset_name == kSharedPrefix)
-    out["config"]["gsp"] = {{"num_groups", options.gsp.num_groups}, {"prompts_per_group", options.gsp.prompts_per_group},
-                            {"system_prompt_len", options.gsp.system_prompt_len},
-                            {"question_len", options.gsp.question_len}, {"output_len", options.gsp.output_len}};
+  nlohmann::json out = options.long_prefill > 0 ? run_long_prefill(options, *tokenizer) : run_levels(options, *tokenizer);
+  out["config"] = config_json(options);
   if (!options.json_file.empty()) {
     std::ofstream file(options.json_file);
     file << out.dump(2) << "\n";

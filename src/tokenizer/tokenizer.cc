@@ -43,6 +43,25 @@ std::string token_content(const json& value) {  // "text" or {"content": "text",
   return {};
 }
 
+// tokenizer.json's model.merges as byte pairs: each merge a "left right" string or a
+// [left, right] array, in the byte-level alphabet.
+std::vector<std::pair<std::string, std::string>> byte_level_merges(const json& model) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto& merge : model.at("merges")) {
+    std::string left, right;
+    if (merge.is_array()) {
+      left = merge.at(0).get<std::string>(), right = merge.at(1).get<std::string>();
+    } else {
+      const std::string text = merge.get<std::string>();
+      const size_t space = text.find(' ');
+      MLA_CHECK(space != std::string::npos, "tokenizer.json: malformed merge '{}'", text);
+      left = text.substr(0, space), right = text.substr(space + 1);
+    }
+    merges.emplace_back(byte_level_to_bytes(left).value_or(""), byte_level_to_bytes(right).value_or(""));
+  }
+  return merges;
+}
+
 }  // namespace
 
 const char* const kKimiPattern =
@@ -84,6 +103,24 @@ void Tokenizer::set_special_ids(const json& config) {
   add_bos_ = config.value("add_bos_token", false) && bos_id_.has_value();
 }
 
+void Tokenizer::add_pre_tokenizer(const json& step) {
+  const std::string type = step.value("type", "");
+  if (type == "Split") {
+    const std::string behavior = step.value("behavior", "");
+    MLA_CHECK(behavior == "Isolated" && !step.value("invert", false),
+              "tokenizer.json: Split behavior '{}' is not supported (Isolated)", behavior);
+    const json& pattern = step.at("pattern");
+    const std::string regex = pattern.contains("Regex") ? pattern["Regex"].get<std::string>() : "";
+    MLA_CHECK(!regex.empty(), "tokenizer.json: Split needs a Regex pattern");
+    steps_.push_back({Regex(rewrite_class_intersections(regex)), true});
+  } else if (type == "ByteLevel") {
+    add_prefix_space_ = step.value("add_prefix_space", false);
+    if (step.value("use_regex", true)) steps_.push_back({Regex(kGpt2Pattern), true});
+  } else {
+    fail("tokenizer.json: pre_tokenizer '{}' is not supported (Sequence, Split, ByteLevel)", type);
+  }
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, const json& config) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
   const json& model = tokenizer_json.at("model");
@@ -94,28 +131,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
   MLA_CHECK(normalizer.is_null() || (normalizer.value("type", "") == "Sequence" &&
                                      normalizer.value("normalizers", json::array()).empty()),
             "tokenizer.json: normalizer {} is not supported", normalizer.dump());
-  auto add_step = [&](const json& step) {
-    const std::string type = step.value("type", "");
-    if (type == "Split") {
-      const std::string behavior = step.value("behavior", "");
-      MLA_CHECK(behavior == "Isolated" && !step.value("invert", false),
-                "tokenizer.json: Split behavior '{}' is not supported (Isolated)", behavior);
-      const json& pattern = step.at("pattern");
-      const std::string regex = pattern.contains("Regex") ? pattern["Regex"].get<std::string>() : "";
-      MLA_CHECK(!regex.empty(), "tokenizer.json: Split needs a Regex pattern");
-      tokenizer->steps_.push_back({Regex(rewrite_class_intersections(regex)), true});
-    } else if (type == "ByteLevel") {
-      tokenizer->add_prefix_space_ = step.value("add_prefix_space", false);
-      if (step.value("use_regex", true)) tokenizer->steps_.push_back({Regex(kGpt2Pattern), true});
-    } else {
-      fail("tokenizer.json: pre_tokenizer '{}' is not supported (Sequence, Split, ByteLevel)", type);
-    }
-  };
   const json& pre = tokenizer_json.value("pre_tokenizer", json());
   if (pre.value("type", "") == "Sequence")
-    for (const auto& step : pre.at("pretokenizers")) add_step(step);
+    for (const auto& step : pre.at("pretokenizers")) tokenizer->add_pre_tokenizer(step);
   else if (!pre.is_null())
-    add_step(pre);
+    tokenizer->add_pre_tokenizer(pre);
   std::vector<AddedToken> added;
   for (const auto& token : tokenizer_json.value("added_tokens", json::array()))
     added.push_back({token.at("content").get<std::string>(), token.at("id").get<int32_t>(),
@@ -128,20 +148,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
     MLA_CHECK(bytes.has_value(), "tokenizer.json: vocab entry '{}' is not byte-level", text);
     vocab.emplace_back(*bytes, id.get<int32_t>());
   }
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (const auto& merge : model.at("merges")) {
-    std::string left, right;
-    if (merge.is_array()) {
-      left = merge.at(0).get<std::string>(), right = merge.at(1).get<std::string>();
-    } else {
-      const std::string text = merge.get<std::string>();
-      const size_t space = text.find(' ');
-      MLA_CHECK(space != std::string::npos, "tokenizer.json: malformed merge '{}'", text);
-      left = text.substr(0, space), right = text.substr(space + 1);
-    }
-    merges.emplace_back(byte_level_to_bytes(left).value_or(""), byte_level_to_bytes(right).value_or(""));
-  }
-  tokenizer->model_ = BpeModel::from_merges(vocab, merges, model.value("ignore_merges", false));
+  tokenizer->model_ = BpeModel::from_merges(vocab, byte_level_merges(model), model.value("ignore_merges", false));
   tokenizer->set_special_ids(config);
   return tokenizer;
 }

@@ -58,6 +58,7 @@ class Tokenizer {
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
   void set_added_tokens(std::vector<AddedToken> tokens);
   void set_special_ids(const nlohmann::json& tokenizer_config);
+  void add_pre_tokenizer(const nlohmann::json& step);  // one of tokenizer.json's pre_tokenizer steps
 
   struct PreTokenizeStep {
     Regex regex;

@@ -223,13 +223,18 @@ void check_model_bench_options(const ModelBenchOptions& options) {
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
 }
 
-nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
-  check_model_bench_options(options);
-  const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
-  const MlaPath prefill_path = mla_path_from_name(options.mla_prefill);
-  const ModelSpec spec = load_model_spec(options.model_dir);
+// The timed runs between two measurements of the machine, and the peak RSS the runs reached.
+struct MeasuredRuns {
+  MachineLimits before, after;
+  BenchRuns runs;
+  double rss_mb = 0;
+};
+
+MeasuredRuns measure_runs(const ModelBenchOptions& options, ModelExecutor& executor, CacheDType dtype,
+                          MlaPath prefill_path) {
+  MeasuredRuns out;
   spdlog::info("measuring this machine: memory bandwidth (triad, read) and peak FMA and bf16 dot rates");
-  const MachineLimits before = MachineLimits::measure();
+  out.before = MachineLimits::measure();
   reset_peak_rss();
   const int64_t capacity = std::max<int64_t>(1, options.depth) + std::max(options.prompt, options.generate);
   const BenchCaches caches(executor, options.batch, capacity, dtype);
@@ -237,10 +242,22 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   // prefill of a fresh process otherwise measures page faults, ~6x slower on mini).
   spdlog::info("warm-up: pp{} (not counted)", options.prompt);
   time_prefill(executor, caches, options, prefill_path, 5);
-  const BenchRuns runs = time_repetitions(executor, caches, options, prefill_path);
-  const double rss_mb = peak_rss_mb();  // before the second measurement's arrays
+  out.runs = time_repetitions(executor, caches, options, prefill_path);
+  out.rss_mb = peak_rss_mb();  // before the second measurement's arrays
   spdlog::info("measuring this machine again");
-  const MachineLimits after = MachineLimits::measure(), limits = before.best(after);
+  out.after = MachineLimits::measure();
+  return out;
+}
+
+nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
+  check_model_bench_options(options);
+  const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
+  const MlaPath prefill_path = mla_path_from_name(options.mla_prefill);
+  const ModelSpec spec = load_model_spec(options.model_dir);
+  const MeasuredRuns measured = measure_runs(options, executor, dtype, prefill_path);
+  const BenchRuns& runs = measured.runs;
+  const MachineLimits &before = measured.before, &after = measured.after, limits = before.best(after);
+  const double rss_mb = measured.rss_mb;
   const double membw = limits.triad_gb_s, read_bw = limits.read_gb_s, peak = limits.fma_gflops;
   const ModelConfig& config = model.config();
   const DecodeBytes bytes = decode_bytes(model, options, dtype, runs);
