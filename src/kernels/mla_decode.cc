@@ -123,13 +123,27 @@ size_t plan_items(std::span<const MlaAbsorbedParams> batch, int64_t threads, std
   return most_items;
 }
 
+// A (query, head block) of one part: its output is its sums normalised, written by the thread
+// that computed them (a batch's decode step, where each pair is one part, left all of them to
+// merge_parts on one thread).
+template <int B>
+void write_whole(const BlockedItem& item, const Partial<B>& partial, int64_t rank) {
+  for (int h = 0; h < B; ++h) {
+    float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
+    const float* acc = partial.acc + h * rank;
+    const float inverse = 1.0f / partial.sum[h];
+    for (int64_t d = 0; d < rank; ++d) out[d] = acc[d] * inverse;
+  }
+}
+
 // Each (query, head block)'s parts merged into its output: each part rescaled to the common
 // maximum, then normalised. A pair's parts lie a query's block count apart (plan_items' order).
+// Pairs of one part were written by write_whole.
 template <int B>
 void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partial<B>>& partials, int64_t rank) {
   for (size_t first = 0; first < items.size(); ++first) {
     const BlockedItem& item = items[first];
-    if (item.part != 0) continue;
+    if (item.part != 0 || item.parts == 1) continue;
     const size_t stride = size_t(item.p->n_heads / B);
     for (int h = 0; h < B; ++h) {
       float max = -INFINITY, sum = 0.0f;
@@ -201,7 +215,8 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
       size_t j = i + 1;
       while (j < end && j - i < kMostBlocks && same_positions(i, j)) ++j;
       run_parts(&items[i], &partials[i], int(j - i));
-      i = j;
+      for (; i < j; ++i)
+        if (items[i].parts == 1) write_whole<B>(items[i], partials[i], rank);
     }
   });
   merge_parts<B>(items, partials, rank);
