@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/bf16_panel_decode.h"
 #include "kernels/linear.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
@@ -173,12 +174,9 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
             sums + begin * kSumsStride, kSumsStride, 0, count * int(kPanelRows), piece > 0);
       }
     }
-    for (int i = 0; i < count; ++i) {
-      const int64_t first = (first_panel + i * step) * kPanelRows;
-      for (int64_t r = std::max(first, row_begin); r < std::min(first + kPanelRows, row_end); ++r)
-        for (int64_t t = 0; t < n_tokens; ++t)
-          y[t * y_stride + r - row_begin] = sums[t * kSumsStride + i * kPanelRows + r - first];
-    }
+    int64_t panels[kMostPanels];
+    for (int i = 0; i < count; ++i) panels[i] = first_panel + i * step;
+    store_panel_sums(sums, kSumsStride, panels, count, n_tokens, row_begin, row_end, y, y_stride);
   };
   const int64_t first_panel = row_begin / kPanelRows;
   const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / streams;

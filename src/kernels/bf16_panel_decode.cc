@@ -15,26 +15,6 @@ namespace {
 constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kPanelRows = kBf16PanelRows;
 
-// The sums of kTokens tokens against n panels, sums[(t * n + p) * 16 + i] for row i of
-// panels[p], stored to y[t * y_stride + r - row_begin] for the panels' rows r in [row_begin,
-// row_end): a whole panel's 16 rows as one copy (over a short depth, 64 columns of absorbed
-// MLA's W_UK, a row at a time took as long as the dots).
-template <int kTokens>
-void store_panel_sums(const float* sums, const int64_t* panels, int n, int64_t row_begin, int64_t row_end, float* y,
-                      int64_t y_stride) {
-  for (int t = 0; t < kTokens; ++t)
-    for (int p = 0; p < n; ++p) {
-      const int64_t panel_row = panels[p] * kPanelRows;
-      const int64_t first = std::max(row_begin, panel_row), end = std::min(row_end, panel_row + kPanelRows);
-      const float* from = sums + (t * n + p) * kPanelRows + first - panel_row;
-      float* to = y + t * y_stride + first - row_begin;
-      if (end - first == kPanelRows)
-        std::memcpy(to, from, sizeof(float) * kPanelRows);
-      else
-        std::copy(from, from + std::max<int64_t>(0, end - first), to);
-    }
-}
-
 #if defined(__AVX2__) && defined(__FMA__)
 // sums[(t * kPanels + p) * 16 + i] = row i of panels[p] . x_t (x_t = x + t * x_stride) for
 // kTokens tokens: kPanels panels read together (kPanels memory streams), each column pair
@@ -136,7 +116,7 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
   else
     ZmmDots::dot<1, kTokens>(data, x, x_stride, cols, sums);
   const int64_t panels[2] = {panel, panel + 1};
-  store_panel_sums<kTokens>(sums, panels, n, row_begin, row_end, y, y_stride);
+  store_panel_sums(sums, n * kPanelRows, panels, n, kTokens, row_begin, row_end, y, y_stride);
 }
 
 // 7-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
@@ -186,16 +166,31 @@ void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t ro
       data[p] = stored + panels[p] * panel_words;
     }
     Dots::template dot<kSpread, kTokens>(data, x, x_stride, cols, sums);
-    store_panel_sums<kTokens>(sums, panels, kSpread, row_begin, row_end, y, y_stride);
+    store_panel_sums(sums, kSpread * kPanelRows, panels, kSpread, kTokens, row_begin, row_end, y, y_stride);
   }
   for (int64_t panel = first_panel + kSpread * part; panel < first_panel + n_panels; ++panel) {
     const uint16_t* data[1] = {stored + panel * panel_words};
     Dots::template dot<1, kTokens>(data, x, x_stride, cols, sums);
-    store_panel_sums<kTokens>(sums, &panel, 1, row_begin, row_end, y, y_stride);
+    store_panel_sums(sums, kPanelRows, &panel, 1, kTokens, row_begin, row_end, y, y_stride);
   }
 }
 
 }  // namespace
+
+void store_panel_sums(const float* sums, int64_t token_stride, const int64_t* panels, int n_panels, int64_t n_tokens,
+                      int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int p = 0; p < n_panels; ++p) {
+      const int64_t panel_row = panels[p] * kPanelRows;
+      const int64_t first = std::max(row_begin, panel_row), end = std::min(row_end, panel_row + kPanelRows);
+      const float* from = sums + t * token_stride + p * kPanelRows + first - panel_row;
+      float* to = y + t * y_stride + first - row_begin;
+      if (end - first == kPanelRows)
+        std::memcpy(to, from, sizeof(float) * kPanelRows);
+      else
+        std::copy(from, from + std::max<int64_t>(0, end - first), to);
+    }
+}
 
 void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {

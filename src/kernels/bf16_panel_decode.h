@@ -19,6 +19,13 @@ constexpr int64_t kBf16PanelFewTokens = 3;
 constexpr int64_t kBf16PanelFewTokens = 0;
 #endif
 
+// A few-token kernel's sums to y: sums[t * token_stride + p * 16 + i] is row i of panel
+// panels[p] against token t; each of those rows r inside [row_begin, row_end) goes to
+// y[t * y_stride + r - row_begin], a whole panel's 16 as one copy (over a short depth, 64
+// columns of absorbed MLA's W_UK, a row at a time took as long as the dots).
+void store_panel_sums(const float* sums, int64_t token_stride, const int64_t* panels, int n_panels, int64_t n_tokens,
+                      int64_t row_begin, int64_t row_end, float* y, int64_t y_stride);
+
 // y[t * y_stride + r - row_begin] = W[r] . x_t for r in [row_begin, row_end) and
 // t < n_tokens <= kBf16PanelFewTokens, on the calling thread. Each (row, token) sum runs in the
 // packed GEMM's order (FMA chains over pieces of kPackedGemmDepth columns, added in turn), so
