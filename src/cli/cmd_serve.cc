@@ -65,6 +65,14 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
   config.kv_cache_tokens = std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;
   MLA_CHECK(config.kv_cache_tokens >= config.block_size, "the KV cache budget holds no block: raise --kv-cache-gb");
+  // The pool is committed at start-up (place_cache_pool), so a budget past what this machine
+  // has free would only meet the OOM killer while its pages are faulted in.
+  const double pool_bytes = double(config.kv_cache_tokens * per_token) + state_bytes;
+  const double available = double(available_memory_bytes());
+  MLA_CHECK(available <= 0 || pool_bytes * ranks <= available,
+            "the KV cache pool of {:.2f} GiB{} does not fit the {:.2f} GiB of memory available here (it is committed "
+            "at start-up): lower --kv-cache-gb or --max-num-seqs",
+            pool_bytes / double(1 << 30), ranks > 1 ? fmt::format(" x {} ranks", ranks) : "", available / double(1 << 30));
   spdlog::info("KV cache: {} tokens ({} blocks of {}), {} bytes per token = {} layers x {} latent values x {} bytes ({}), {:.2f} GiB",
                config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
                model.cache_layers(), model.kv_latent_dim(), cache_dtype_size(config.cache_dtype), options.kv_dtype,

@@ -145,6 +145,10 @@ def main():
                          timeout=60)
     check("an unknown --mla-prefill is refused by name before loading",
           bad.returncode != 0 and "--mla-prefill" in bad.stderr and "flash" in bad.stderr, bad.stderr[-300:])
+    huge = subprocess.run([binary, "serve", "--model", model, "--kv-cache-gb", "100000", "--max-num-seqs", "100000000"],
+                          capture_output=True, text=True, timeout=60)
+    check("a KV cache budget past the machine's memory is refused at start-up, by name",
+          huge.returncode != 0 and "does not fit" in huge.stderr and "--kv-cache-gb" in huge.stderr, huge.stderr[-300:])
     for failure in failures:
         print("FAIL " + failure)
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
