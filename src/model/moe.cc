@@ -145,8 +145,9 @@ void add_all_tokens_job(JobList& list, const MlpWeights& mlp, const float* x, in
 
 std::atomic<int64_t> routed_bytes_read{0};
 
-// Jobs for the routed experts this rank owns that have tokens, inputs gathered from x; their
-// weights' bytes are added to routed_bytes_read.
+// Jobs for the routed experts this rank owns that have tokens; their weights' bytes are added
+// to routed_bytes_read. A job of one token reads its row of x where it is; the rows of a job of
+// several are gathered into one block (the kernels take a job's tokens as consecutive rows).
 void add_routed_jobs(const MoeWeights& weights, const ExpertAssignments& assigned, const float* x, int64_t width,
                      JobList& list) {
   const int64_t n_experts = int64_t(assigned.first.size()) - 1;
@@ -154,16 +155,19 @@ void add_routed_jobs(const MoeWeights& weights, const ExpertAssignments& assigne
   const int64_t end = std::clamp<int64_t>(weights.end_owned_expert, begin, n_experts);
   const int64_t first_row = assigned.first[size_t(begin)], end_row = assigned.first[size_t(end)];
   list.gathered.resize(size_t((end_row - first_row) * width));
-  for (int64_t row = first_row; row < end_row; ++row)
-    std::memcpy(list.gathered.data() + (row - first_row) * width, x + assigned.tokens[size_t(row)] * width,
-                size_t(width) * sizeof(float));
   int64_t bytes = 0;
   for (int64_t e = begin; e < end; ++e) {
     const int64_t row = assigned.first[size_t(e)], count = assigned.first[size_t(e) + 1] - row;
     if (count == 0) continue;
+    const float* input = x + assigned.tokens[size_t(row)] * width;
+    if (count > 1) {
+      float* block = list.gathered.data() + (row - first_row) * width;
+      for (int64_t i = 0; i < count; ++i)
+        std::memcpy(block + i * width, x + assigned.tokens[size_t(row + i)] * width, size_t(width) * sizeof(float));
+      input = block;
+    }
     list.jobs.push_back({&weights.experts[size_t(e)], std::span(assigned.tokens).subspan(size_t(row), size_t(count)),
-                         std::span(assigned.weights).subspan(size_t(row), size_t(count)),
-                         list.gathered.data() + (row - first_row) * width});
+                         std::span(assigned.weights).subspan(size_t(row), size_t(count)), input});
     bytes += int64_t(weights.experts[size_t(e)].bytes());
   }
   routed_bytes_read.fetch_add(bytes, std::memory_order_relaxed);
