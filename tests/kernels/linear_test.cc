@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "base/dtype.h"
@@ -158,6 +159,40 @@ TEST(LinearFourBit, LargestCodesAndActivationsDoNotOverflow) {
     std::vector<float> y(size_t(tokens * rows));
     linear(t.weight, x.data(), tokens, y.data());
     EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-6)) << weight_format_name(format);
+  }
+}
+
+// MXFP4 block exponents at both ends of E8M0: the VNNI step builds 2^(e - 127) from the
+// exponent byte (e = 0 and 1 give subnormal floats, 255 the largest). A row per exponent, every
+// block of it; codes +0.5 or 0 (0.5 * 2^128 is the largest finite weight) and x positive, so no
+// sum cancels, x near 1 for the low exponents and near 2^-40 for the high (the sums stay finite);
+// 160 columns: a step of 4 blocks and a last block alone. Each row against the float64
+// reference of the int8-rounded x on its own scale.
+TEST(LinearMxfp4, BlockExponentsAtTheEndsOfTheirRange) {
+  const int64_t rows = 8, cols = 160;
+  std::mt19937 rng(9);
+  for (const auto& [exponents, x_size] : {std::pair{std::array{0, 1, 2, 3, 0, 1, 2, 3}, 1.0f},
+                                          {std::array{126, 127, 253, 254, 255, 253, 254, 255}, std::ldexp(1.0f, -40)}}) {
+    TestWeight t = make_weight(WeightFormat::Mxfp4, rows, cols, 71);
+    std::fill(t.bytes.begin(), t.bytes.end(), uint8_t(0));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        t.scales_u8[size_t((r * cols + c) / 32)] = uint8_t(exponents[size_t(r)]);
+        const bool half = rng() % 4 != 0;  // code 1: +0.5
+        t.bytes[size_t((r * cols + c) / 2)] |= uint8_t(half ? 1 << (4 * (c % 2)) : 0);
+        t.values[size_t(r * cols + c)] = half ? std::ldexp(0.5f, exponents[size_t(r)] - 127) : 0.0f;
+      }
+    for (int64_t tokens : {1, 3}) {
+      std::vector<float> x(size_t(tokens * cols));
+      for (auto& v : x) v = x_size * (0.25f + float(rng() % 1000) / 1000.0f);
+      std::vector<float> y(size_t(tokens * rows));
+      linear(t.weight, x.data(), tokens, y.data());
+      const std::vector<float> want = reference(t, kernel_input(t.weight, x, cols), tokens);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_TRUE(want[i] > 0.0f && std::isfinite(want[i]));
+        EXPECT_NEAR(y[i], want[i], 1e-6 * want[i]) << "exponent " << exponents[i % rows] << ", " << tokens << " tokens";
+      }
+    }
   }
 }
 
