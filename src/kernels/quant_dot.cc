@@ -162,6 +162,9 @@ int64_t dot_4bit_q8_vnni(const uint8_t* const bytes[kRows], const uint8_t* table
       kLookup ? _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
   const __m512 minus_offset = _mm512_set1_ps(-float(offset));
   int64_t block = 0;
+  // Two steps a loop: one token's INT4 dots, 768 x 2048 from L2 on one core, 37 -> 49 GB/s
+  // (4 steps: 48); each sum still takes its steps in order.
+#pragma GCC unroll 2
   for (; block + 4 <= blocks; block += 4) {
     __m512i q_even[kTokens], q_odd[kTokens];
     __m512 x_scale[kTokens], x_correction[kTokens];
