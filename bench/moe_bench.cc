@@ -42,8 +42,8 @@ struct MoeLayers {
   std::vector<MoeWeights> layers;
 
   MoeLayers() {
-    const int per_layer = 3 * (kExperts + 1) + 1;
-    owned.reserve(size_t(kLayers * per_layer + 3));
+    const int per_layer = 3 * (kExperts + 1) + 1;  // gate, up, down of each expert; the router
+    owned.reserve(size_t(2 + kLayers * per_layer));  // no reallocation: copies are made from owned[0..1]
     const size_t gate_up = owned.size();
     owned.emplace_back(WeightFormat::Bf16Panels, kIntermediate, kHidden);
     owned.emplace_back(WeightFormat::Bf16Panels, kHidden, kIntermediate);

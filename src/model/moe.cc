@@ -29,7 +29,7 @@ struct ExpertJob {
   const MlpWeights* mlp = nullptr;
   std::span<const int64_t> tokens;  // rows of x / out
   std::span<const float> weights;   // one per token
-  const float* input = nullptr;     // [tokens, in width]: x itself, or gathered rows of it
+  const float* input = nullptr;     // [tokens, in width]: x itself, a row of it, or gathered rows
   float* hidden = nullptr;          // [tokens, intermediate]: act(gate) * up (run_expert_jobs)
   int64_t first_cost = 0;           // of this job's gate/up rows among all the jobs' (pass 1)
 };
