@@ -1,37 +1,31 @@
 // Microbenchmark of one MoE layer's forward (router, routed and shared experts, combine) at the
-// `mini` preset's sizes: hidden 1024, 64 routed experts of 256 (BF16 panels, as loaded), one
-// shared, top 6 of 4 groups of 8. Argument: tokens (1: decode; 8: a batch-8 decode step).
-// weight_GB/s is the bytes of router, shared and chosen experts read per second (each chosen
-// expert once per call), to be set against linear_bench's BM_ReadBandwidth of the same run.
+// `mini` preset's sizes and routing (its config.json: hidden 1024, 64 routed experts of 256 as
+// BF16 panels, as loaded, one shared, top 6 of 4 groups of 8). Argument: tokens (1: decode; 8:
+// a batch-8 decode step). weight_GB/s is the bytes of router, shared and chosen experts read
+// per second (each chosen expert once per call), to be set against linear_bench's
+// BM_ReadBandwidth of the same run.
 //   build/bench/moe_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
+#include "io/model_config.h"
 #include "model/moe.h"
 #include "random_weight.h"
+#include "tools/model_presets.h"
 
 namespace mlaserve {
 namespace {
 
 using bench::RandomWeight;
 
-constexpr int64_t kHidden = 1024, kIntermediate = 256, kExperts = 64;
 constexpr int kLayers = 8;        // ~790 MB of experts: from memory, not from L3
 constexpr int kInputSets = 64;    // different tokens each call, so the chosen experts vary
 
-RouterParams mini_router() {
-  RouterParams router;
-  router.n_experts = kExperts;
-  router.n_group = 8;
-  router.topk_group = 4;
-  router.top_k = 6;
-  router.scoring_func = ScoringFunc::Sigmoid;
-  router.topk_method = TopkMethod::NoAuxTc;
-  router.norm_topk_prob = true;
-  router.routed_scaling_factor = 2.5f;
-  return router;
+const ModelConfig& mini() {
+  static const ModelConfig config = parse_model_config(model_preset("mini"));
+  return config;
 }
 
 // The layers' weights, owned here: one expert drawn, every other a copy of it in memory of its
@@ -42,28 +36,30 @@ struct MoeLayers {
   std::vector<MoeWeights> layers;
 
   MoeLayers() {
-    const int per_layer = 3 * (kExperts + 1) + 1;  // gate, up, down of each expert; the router
+    const int64_t hidden = mini().hidden_size, experts = mini().n_routed_experts;
+    const int64_t intermediate = mini().moe_intermediate_size;
+    const int64_t per_layer = 3 * (experts + 1) + 1;  // gate, up, down of each expert; the router
     owned.reserve(size_t(2 + kLayers * per_layer));  // no reallocation: copies are made from owned[0..1]
     const size_t gate_up = owned.size();
-    owned.emplace_back(WeightFormat::Bf16Panels, kIntermediate, kHidden);
-    owned.emplace_back(WeightFormat::Bf16Panels, kHidden, kIntermediate);
+    owned.emplace_back(WeightFormat::Bf16Panels, intermediate, hidden);
+    owned.emplace_back(WeightFormat::Bf16Panels, hidden, intermediate);
     std::mt19937 rng(11);
     std::normal_distribution<float> normal(0.0f, 0.02f);
-    correction_bias.resize(size_t(kExperts));
+    correction_bias.resize(size_t(experts));
     for (auto& bias : correction_bias) bias = normal(rng);
     for (int layer = 0; layer < kLayers; ++layer) {
       MoeWeights& moe = layers.emplace_back();
-      owned.emplace_back(WeightFormat::BF16, kExperts, kHidden);
+      owned.emplace_back(WeightFormat::BF16, experts, hidden);
       auto* router = reinterpret_cast<uint16_t*>(owned.back().data.data());
-      for (int64_t i = 0; i < kExperts * kHidden; ++i) router[i] = f32_to_bf16(normal(rng));
+      for (int64_t i = 0; i < experts * hidden; ++i) router[i] = f32_to_bf16(normal(rng));
       moe.gate = owned.back().weight;
       moe.e_score_correction_bias = correction_bias.data();
-      for (int64_t e = 0; e <= kExperts; ++e) {
+      for (int64_t e = 0; e <= experts; ++e) {
         MlpWeights mlp;
         mlp.gate_proj = owned.emplace_back(owned[gate_up]).weight;
         mlp.up_proj = owned.emplace_back(owned[gate_up]).weight;
         mlp.down_proj = owned.emplace_back(owned[gate_up + 1]).weight;
-        if (e < kExperts)
+        if (e < experts)
           moe.experts.push_back(mlp);
         else
           moe.shared_experts = mlp;
@@ -75,16 +71,17 @@ struct MoeLayers {
 void BM_MoeLayer(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   static const MoeLayers weights;
-  const RouterParams router = mini_router();
-  const std::vector<float> x = bench::random_activations(kInputSets * tokens * kHidden);
-  std::vector<float> out(size_t(tokens * kHidden));
+  const RouterParams router = RouterParams::from_config(mini());
+  const int64_t hidden = mini().hidden_size;
+  const std::vector<float> x = bench::random_activations(kInputSets * tokens * hidden);
+  std::vector<float> out(size_t(tokens * hidden));
   const MoeWeights& first = weights.layers.front();
   const int64_t fixed_bytes = int64_t(first.gate.bytes() + first.shared_experts->bytes());
   const int64_t routed_before = routed_expert_bytes_read();
   int64_t calls = 0;
   for (auto _ : state) {
     const MoeWeights& layer = weights.layers[size_t(calls % kLayers)];
-    moe_forward(router, layer, x.data() + (calls % kInputSets) * tokens * kHidden, tokens, out.data());
+    moe_forward(router, layer, x.data() + (calls % kInputSets) * tokens * hidden, tokens, out.data());
     benchmark::DoNotOptimize(out.data());
     ++calls;
   }
