@@ -15,26 +15,37 @@ namespace mlaserve {
 namespace {
 
 // Loop nest: token tiles of kTileTokens, then columns in chunks of kChunkBlocks blocks, then
-// panels of 8 rows whose codes are regrouped once per chunk for all of the tile's tokens,
-// then blocks of up to 6 tokens (4 for MXFP4). One int32 lane a row: vpmaddubsw of a step's
-// codes with one token's 4 activations broadcast gives each row's 4 products summed in pairs
-// (16 bits). INT4 codes are at most 15, so a 32-column block's 8 steps add up in 16 bits (each
-// lane at most 8 * 2 * 15 * 127 = 30480); MXFP4's reach 24, so its sums widen to 32 bits every
-// 4 steps (24384), which needs more registers a token. A block costs a token 8 vpmaddubsw + 8
-// vpaddw and one widening, conversion and two FMAs for 8 rows: 256 multiply-adds in ~20
-// operations, where fp32 FMAs take 32.
+// panels of kPanelRows rows whose codes are regrouped once per chunk for all of the tile's
+// tokens, then blocks of up to kMaxBlockTokens tokens. One int32 lane a row; a step multiplies
+// each row's codes of 4 columns by one token's 4 activations broadcast to every lane.
+//
+// With AVX-512 VNNI: 16 rows a register, each step one vpdpbusd a token (the 4 products summed
+// into the row's 32-bit lane), so a block costs a token 8 vpdpbusd, a conversion and two FMAs
+// for 16 rows: 512 multiply-adds in 11 operations.
+//
+// With AVX2: 8 rows a register, vpmaddubsw summing the 4 products in pairs (16 bits). INT4
+// codes are at most 15, so a 32-column block's 8 steps add up in 16 bits (each lane at most
+// 8 * 2 * 15 * 127 = 30480); MXFP4's reach 24, so its sums widen to 32 bits every 4 steps
+// (24384), which needs more registers a token. A block costs a token 8 vpmaddubsw + 8 vpaddw
+// and one widening, conversion and two FMAs for 8 rows: 256 multiply-adds in ~20 operations,
+// where fp32 FMAs take 32.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr int kPanelRows = 16;
+constexpr int kMaxBlockTokens = 8;     // 8 int32 sums and 8 accumulators in registers
+#else
 constexpr int kPanelRows = 8;
-constexpr int64_t kChunkBlocks = 32;   // 1024 columns: 8 KB of codes and 1 KB of scales, L1
-constexpr int64_t kTileTokens = 128;   // a chunk of the tile's int8 activations: 128 KB, L2
 constexpr int kMaxBlockTokens = 6;     // INT4: 6 16-bit sums and 6 accumulators in registers
+#endif
+constexpr int64_t kChunkBlocks = 32;   // 1024 columns: 16 rows' codes 16 KB and scales 2 KB, L1
+constexpr int64_t kTileTokens = 128;   // a chunk of the tile's int8 activations: 128 KB, L2
 constexpr int kSteps = 8;              // 4-column steps of a 32-column block
 
 // Step s of block b holds, in int32 lane i, row i's codes of columns 8 (s / 2) + s % 2 +
 // {0, 2, 4, 6} (the low nibbles of the row's stored word s / 2 at even s, the high at odd),
 // one unsigned byte each (quant_dot.h). The rows' block scales in fp32 (0 for rows past the
 // weight's end).
-struct alignas(32) Panel {
-  uint8_t codes[kChunkBlocks][kSteps][32];
+struct alignas(64) Panel {
+  uint8_t codes[kChunkBlocks][kSteps][4 * kPanelRows];
   float scales[kChunkBlocks][kPanelRows];
 };
 
@@ -48,11 +59,42 @@ struct ChunkTokens {
   int64_t starts[kChunkBlocks][2];
 };
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// Codes of 16 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows i, i + 4,
+// i + 8 and i + 12 in the four 128-bit lanes of vector i, then a 4 x 4 transpose of 32-bit
+// words in each lane leaves row j's word w in lane j of words[w]; MXFP4 codes then mapped
+// through kE2M1DoubledPlus12. (Zero-masked inserts and unpacks with every lane on: GCC 12's
+// plain ones take an undefined source and warn from inside its headers.)
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
+  const auto row_block = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + offset)); };
+  __m512i quad[4];
+  for (int i = 0; i < 4; ++i) {
+    quad[i] = _mm512_zextsi128_si512(row_block(i));
+    for (int lane = 1; lane < 4; ++lane) quad[i] = _mm512_maskz_inserti32x4(0xffff, quad[i], row_block(i + 4 * lane), lane);
+  }
+  const auto low32 = [](__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(0xffff, a, b); };
+  const auto high32 = [](__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(0xffff, a, b); };
+  const auto low64 = [](__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(0xff, a, b); };
+  const auto high64 = [](__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(0xff, a, b); };
+  const __m512i low01 = low32(quad[0], quad[1]), high01 = high32(quad[0], quad[1]);
+  const __m512i low23 = low32(quad[2], quad[3]), high23 = high32(quad[2], quad[3]);
+  const __m512i words[4] = {low64(low01, low23), high64(low01, low23), low64(high01, high23), high64(high01, high23)};
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(
+      0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  const auto store = [&](__m512i nibbles, uint8_t* out) {
+    _mm512_store_si512(out, mxfp4 ? _mm512_shuffle_epi8(table, nibbles) : nibbles);
+  };
+  for (int w = 0; w < 4; ++w) {
+    store(_mm512_and_si512(words[w], low_nibbles), steps[2 * w]);
+    store(_mm512_and_si512(_mm512_srli_epi16(words[w], 4), low_nibbles), steps[2 * w + 1]);
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
 // Codes of 8 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows 0-3 and
 // 4-7 in the two 128-bit lanes, a 4 x 4 transpose of 32-bit words in each; MXFP4 codes then
 // mapped through kE2M1DoubledPlus12.
-void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[32]) {
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
   __m256i pair[4];
   for (int i = 0; i < 4; ++i)
     pair[i] = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 4] + offset)),
@@ -73,7 +115,7 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   }
 }
 #else
-void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[32]) {
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
   for (int s = 0; s < kSteps; ++s)
     for (int i = 0; i < kPanelRows; ++i)
       for (int k = 0; k < 4; ++k) {
@@ -108,16 +150,42 @@ void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int6
   }
 }
 
-// out[t * 8 + i] = sum over the chunk's blocks b of
+// out[t * kPanelRows + i] = sum over the chunk's blocks b of
 //   fma(fma(sum_b, x_scale, -x_offset), w_scale_i, running) for kTokens tokens and the
-// panel's 8 rows, the integer sums sum_b widened every kWidenSteps steps; exact, so each
-// (row, token) is the same bits whatever block of tokens it is in.
+// panel's rows, the integer sums sum_b (with AVX2 widened from 16 bits every kWidenSteps
+// steps) exact, so each (row, token) is the same bits whatever block of tokens it is in, and
+// with or without VNNI.
 template <int kTokens, int kWidenSteps>
 void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk, int64_t first, float* out) {
   const int8_t* const* values = chunk.values + first;
   const float* const* x_scales = chunk.scales + first;
   const float* const* x_offsets = chunk.offsets + first;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m512i sums[kTokens];
+    for (int t = 0; t < kTokens; ++t) sums[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < kSteps; ++s) {
+      const __m512i codes = _mm512_load_si512(panel.codes[b][s]);
+      const int64_t at = chunk.starts[b][s % 2] + 4 * (s / 2);
+      for (int t = 0; t < kTokens; ++t) {
+        int32_t four;
+        std::memcpy(&four, values[t] + at, 4);
+        // u <= 24 and |q| <= 127: a block's 32 products sum within +-97536.
+        sums[t] = _mm512_dpbusd_epi32(sums[t], codes, _mm512_set1_epi32(four));
+      }
+    }
+    const __m512 w_scale = _mm512_load_ps(panel.scales[b]);
+    for (int t = 0; t < kTokens; ++t) {
+      const __m512 sum = _mm512_maskz_cvtepi32_ps(0xffff, sums[t]);
+      const __m512 scaled = _mm512_fmsub_ps(sum, _mm512_set1_ps(x_scales[t][b]), _mm512_set1_ps(x_offsets[t][b]));
+      acc[t] = _mm512_fmadd_ps(scaled, w_scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) _mm512_storeu_ps(out + t * kPanelRows, acc[t]);
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc[kTokens];
   for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -172,8 +240,10 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk
 void store_rows(const float* out, int n_rows, bool add, float* y) {
 #if defined(__AVX2__)
   if (n_rows == kPanelRows) {
-    const __m256 values = _mm256_load_ps(out);
-    _mm256_storeu_ps(y, add ? _mm256_add_ps(_mm256_loadu_ps(y), values) : values);
+    for (int i = 0; i < kPanelRows; i += 8) {
+      const __m256 values = _mm256_load_ps(out + i);
+      _mm256_storeu_ps(y + i, add ? _mm256_add_ps(_mm256_loadu_ps(y + i), values) : values);
+    }
     return;
   }
 #endif
@@ -195,10 +265,19 @@ void set_chunk_tokens(const Q8Buffer& x, const float* offsets, int64_t blocks, i
 }
 
 using PanelTokensFn = void (*)(const Panel&, int64_t, const ChunkTokens&, int64_t, float*);
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr PanelTokensFn kInt4Blocks[kMaxBlockTokens] = {panel_tokens<1, 8>, panel_tokens<2, 8>, panel_tokens<3, 8>,
+                                                        panel_tokens<4, 8>, panel_tokens<5, 8>, panel_tokens<6, 8>,
+                                                        panel_tokens<7, 8>, panel_tokens<8, 8>};
+constexpr const PanelTokensFn* kMxfp4Blocks = kInt4Blocks;  // 32-bit sums: nothing to widen
+constexpr int64_t kMxfp4BlockTokens = kMaxBlockTokens;
+#else
 constexpr PanelTokensFn kInt4Blocks[kMaxBlockTokens] = {panel_tokens<1, 8>, panel_tokens<2, 8>, panel_tokens<3, 8>,
                                                         panel_tokens<4, 8>, panel_tokens<5, 8>, panel_tokens<6, 8>};
 constexpr PanelTokensFn kMxfp4Blocks[4] = {panel_tokens<1, 4>, panel_tokens<2, 4>, panel_tokens<3, 4>,
                                            panel_tokens<4, 4>};
+constexpr int64_t kMxfp4BlockTokens = 4;
+#endif
 
 }  // namespace
 
@@ -207,7 +286,7 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
   const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
   MLA_CHECK(mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0),
             "gemm_4bit_q8_rows: needs MXFP4 or INT4 groups of whole 32-column blocks");
-  const int64_t blocks = weight.cols / kQ8Block, block_tokens = mxfp4 ? 4 : kMaxBlockTokens;
+  const int64_t blocks = weight.cols / kQ8Block, block_tokens = mxfp4 ? kMxfp4BlockTokens : kMaxBlockTokens;
   const PanelTokensFn* kernels = mxfp4 ? kMxfp4Blocks : kInt4Blocks;
   thread_local std::unique_ptr<Panel> panel = std::make_unique<Panel>();
   thread_local std::unique_ptr<ChunkTokens> chunk = std::make_unique<ChunkTokens>();
@@ -218,7 +297,7 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
     for (int64_t b = 0; b < blocks; ++b)
       offsets[size_t(t * blocks + b)] = float(mxfp4 ? kMxfp4Offset : kInt4Offset) * scaled_sums[b];
   }
-  alignas(32) float out[kMaxBlockTokens * kPanelRows];
+  alignas(64) float out[kMaxBlockTokens * kPanelRows];
   for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
     const int64_t tile_end = std::min(n_tokens, tile + kTileTokens);
     for (int64_t first_block = 0; first_block < blocks; first_block += kChunkBlocks) {

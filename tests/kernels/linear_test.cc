@@ -113,13 +113,14 @@ TEST(LinearInt4, GroupSizes) {
 
 // The 4-bit formats from 16 tokens run the integer GEMM (gemm_4bit.h): columns over two chunks
 // of 1024 and an unpaired last block (65 blocks), INT4 groups of one block and of 5, MXFP4
-// (its 16-bit sums widened every 4 steps), rows in panels of 8 with a tail, 17 tokens in
-// blocks of 6, 6 and 5 (INT4) or 4 x 4 and 1 (MXFP4), and 150 over two tiles of 128. Its
-// integer sums are exact and each (row, token) takes the same float steps in any block of
-// tokens or rows, so the first 16 tokens keep their bits in larger batches and a row range
-// gives the whole's rows.
+// (with AVX2 its 16-bit sums widened every 4 steps), 37 rows in panels of 16 (VNNI) or 8 with
+// a tail, 17 tokens in blocks of 8, 8 and 1 (VNNI), 6, 6 and 5 (AVX2 INT4) or 4 x 4 and 1
+// (AVX2 MXFP4), and 150 over two tiles of 128. Its integer sums are exact and each (row,
+// token) takes the same float steps in any block of tokens or rows, so the first 16 tokens
+// keep their bits in larger batches and a row range (5-29: a panel's tail, then panels
+// starting mid-weight) gives the whole's rows.
 TEST(LinearFourBit, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
-  const int64_t rows = 13, cols = 2080;
+  const int64_t rows = 37, cols = 2080, range_begin = 5, range_end = 29, range_rows = range_end - range_begin;
   for (const auto& [format, group] : {std::pair{WeightFormat::Int4Group, 32}, {WeightFormat::Int4Group, 160},
                                       {WeightFormat::Mxfp4, 32}}) {
     const std::string name = std::string(weight_format_name(format)) + " group " + std::to_string(group);
@@ -129,15 +130,15 @@ TEST(LinearFourBit, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
     linear(t.weight, x.data(), 16, first16.data());
     for (int64_t tokens : {17, 150}) {
       const std::vector<float> x_used(x.begin(), x.begin() + tokens * cols);
-      std::vector<float> y(size_t(tokens * rows)), range(size_t(tokens * 8));
+      std::vector<float> y(size_t(tokens * rows)), range(size_t(tokens * range_rows));
       linear(t.weight, x.data(), tokens, y.data());
       EXPECT_TRUE(testing::relative_close(y, reference(t, kernel_input(t.weight, x_used, cols), tokens), 1e-5))
           << name << " tokens " << tokens;
       EXPECT_EQ(first16, std::vector<float>(y.begin(), y.begin() + 16 * rows)) << name;
-      linear_rows(t.weight, 5, 13, x.data(), cols, tokens, range.data(), 8);
+      linear_rows(t.weight, range_begin, range_end, x.data(), cols, tokens, range.data(), range_rows);
       for (int64_t n = 0; n < tokens; ++n)
-        EXPECT_EQ(std::vector<float>(range.begin() + n * 8, range.begin() + (n + 1) * 8),
-                  std::vector<float>(y.begin() + n * rows + 5, y.begin() + (n + 1) * rows))
+        EXPECT_EQ(std::vector<float>(range.begin() + n * range_rows, range.begin() + (n + 1) * range_rows),
+                  std::vector<float>(y.begin() + n * rows + range_begin, y.begin() + n * rows + range_end))
             << name << " token " << n;
     }
   }
