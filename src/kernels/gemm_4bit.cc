@@ -69,8 +69,10 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   const auto row_block = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + offset)); };
   __m512i quad[4];
   for (int i = 0; i < 4; ++i) {
-    quad[i] = _mm512_zextsi128_si512(row_block(i));
-    for (int lane = 1; lane < 4; ++lane) quad[i] = _mm512_maskz_inserti32x4(0xffff, quad[i], row_block(i + 4 * lane), lane);
+    quad[i] = _mm512_zextsi128_si512(row_block(i));  // the lane numbers are immediates
+    quad[i] = _mm512_maskz_inserti32x4(0xffff, quad[i], row_block(i + 4), 1);
+    quad[i] = _mm512_maskz_inserti32x4(0xffff, quad[i], row_block(i + 8), 2);
+    quad[i] = _mm512_maskz_inserti32x4(0xffff, quad[i], row_block(i + 12), 3);
   }
   const auto low32 = [](__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(0xffff, a, b); };
   const auto high32 = [](__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(0xffff, a, b); };
