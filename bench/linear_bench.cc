@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/four_bit_panels.h"
 #include "kernels/linear.h"
 #include "kernels/simd.h"
 #include "random_weight.h"
@@ -104,6 +105,13 @@ void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block)
 void BM_INT8(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block); }
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
+// INT4 and MXFP4 repacked into 16-row panels, as models load them where the panel kernels run.
+void run_4bit_panels(benchmark::State& state, WeightFormat format) {
+  if (!four_bit_panels_run_here()) return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+  run_linear(state, format);
+}
+void BM_INT4Panels(benchmark::State& state) { run_4bit_panels(state, WeightFormat::Int4Panels); }
+void BM_MXFP4Panels(benchmark::State& state) { run_4bit_panels(state, WeightFormat::Mxfp4Panels); }
 
 // One token's dots on one core with the weight in cache (a single copy of 768 x 2048: 0.9 MB
 // of 4-bit codes in L2, 3 MB of BF16 in L3): the kernel's own rate, without memory
@@ -184,6 +192,8 @@ BENCHMARK(BM_FP8)->Apply(linear_shapes);
 BENCHMARK(BM_INT8)->Apply(linear_shapes);
 BENCHMARK(BM_INT4)->Apply(linear_shapes);
 BENCHMARK(BM_MXFP4)->Apply(linear_shapes);
+BENCHMARK(BM_INT4Panels)->Apply(linear_shapes);
+BENCHMARK(BM_MXFP4Panels)->Apply(linear_shapes);
 
 }  // namespace
 }  // namespace mlaserve

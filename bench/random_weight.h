@@ -24,6 +24,11 @@ struct RandomWeight {
       weight = repack_bf16_panels(bf16.weight, *repacked);
       return;
     }
+    if (is_4bit_panels(format)) {  // INT4 / MXFP4 repacked as at load where the panel kernels run
+      const RandomWeight stored(format == WeightFormat::Int4Panels ? WeightFormat::Int4Group : WeightFormat::Mxfp4, rows, cols);
+      weight = repack_4bit_panels(stored.weight, *repacked);
+      return;
+    }
     std::mt19937 rng(7);
     weight.format = format;
     weight.rows = rows;
@@ -65,9 +70,12 @@ struct RandomWeight {
   // A copy of `source` in memory of its own (the copies keep the weights out of L3): copying
   // bytes, where drawing new values for 1 GB of copies took seconds on every benchmark run.
   explicit RandomWeight(const RandomWeight& source) : data(source.data), scales(source.scales), weight(source.weight) {
-    if (weight.format == WeightFormat::Bf16Panels) {
+    if (weight.format == WeightFormat::Bf16Panels || is_4bit_panels(weight.format)) {  // codes, then any scales
       uint8_t* copy = repacked->allocate(weight.bytes());
       std::memcpy(copy, source.weight.data, weight.bytes());
+      const size_t codes = weight.stored_ranges().front().bytes;
+      if (weight.group_scale) weight.group_scale = reinterpret_cast<const uint16_t*>(copy + codes);
+      if (weight.e8m0_scale) weight.e8m0_scale = copy + codes;
       weight.data = copy;
       return;
     }

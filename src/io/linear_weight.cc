@@ -24,6 +24,8 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::Int4Group: return "int4";
     case WeightFormat::Mxfp4: return "mxfp4";
     case WeightFormat::Bf16Panels: return "bf16-panels";
+    case WeightFormat::Int4Panels: return "int4-panels";
+    case WeightFormat::Mxfp4Panels: return "mxfp4-panels";
   }
   return "?";
 }
@@ -42,6 +44,11 @@ size_t LinearWeight::bytes() const {
     case WeightFormat::Mxfp4: return count / 2 + count / 32;
     case WeightFormat::Bf16Panels:
       return size_t((rows + kBf16PanelRows - 1) / kBf16PanelRows) * size_t(bf16_panel_words(cols)) * 2;
+    case WeightFormat::Int4Panels:
+    case WeightFormat::Mxfp4Panels: {
+      const size_t padded = size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols);
+      return padded / 2 + (format == WeightFormat::Int4Panels ? padded / size_t(group_size) * 2 : padded / 32);
+    }
   }
   return 0;
 }
@@ -69,12 +76,19 @@ std::vector<ByteRange> LinearWeight::stored_ranges() const {
     case WeightFormat::Mxfp4:
       return {rows_of(data, stored / 2, row_offset, rows), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
     case WeightFormat::Bf16Panels: return {{data, bytes()}};
+    case WeightFormat::Int4Panels:
+    case WeightFormat::Mxfp4Panels: {
+      const size_t codes = size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols) / 2;
+      const void* scales = format == WeightFormat::Int4Panels ? static_cast<const void*>(group_scale) : e8m0_scale;
+      return {{data, codes}, {scales, bytes() - codes}};
+    }
   }
   return {};
 }
 
 LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
-  MLA_CHECK(format != WeightFormat::Bf16Panels, "a repacked (bf16-panels) weight has no row views");
+  MLA_CHECK(format != WeightFormat::Bf16Panels && !is_4bit_panels(format), "a repacked ({}) weight has no row views",
+            weight_format_name(format));
   MLA_CHECK(0 <= begin && begin < end && end <= rows, "rows [{}, {}) outside a weight of {} rows", begin, end, rows);
   LinearWeight view = *this;
   view.row_offset += begin;
@@ -83,7 +97,8 @@ LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {
 }
 
 LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
-  MLA_CHECK(format != WeightFormat::Bf16Panels, "a repacked (bf16-panels) weight has no column views");
+  MLA_CHECK(format != WeightFormat::Bf16Panels && !is_4bit_panels(format), "a repacked ({}) weight has no column views",
+            weight_format_name(format));
   MLA_CHECK(0 <= begin && begin < end && end <= cols, "columns [{}, {}) outside a weight of {} columns", begin, end, cols);
   MLA_CHECK((format != WeightFormat::Int4Group && format != WeightFormat::Mxfp4) || (col_offset + begin) % group_size == 0,
             "a {} weight can only be split at multiples of its group size {} (column {})", weight_format_name(format),
@@ -199,7 +214,7 @@ LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, cons
 }  // namespace
 
 LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
-  if (view.format == WeightFormat::Bf16Panels) return view;
+  if (view.format == WeightFormat::Bf16Panels || is_4bit_panels(view.format)) return view;
   if (is_block_scaled(view.format) && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0))
     return view;
   LinearWeight out = view;  // the view's own rows and columns, stored alone

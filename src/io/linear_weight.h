@@ -22,6 +22,8 @@ enum class WeightFormat {
   Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
   Mxfp4,      // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
   Bf16Panels, // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
+  Int4Panels, // Int4Group copied at load into 16-row panels (see repack_4bit_panels)
+  Mxfp4Panels, // Mxfp4 likewise
 };
 
 // FP8 and INT8: one byte an element with a float scale per block_rows x block_cols block.
@@ -43,6 +45,19 @@ inline int64_t bf16_panel_words(int64_t cols) {
 inline int64_t bf16_panel_index(int64_t row_in_panel, int64_t col) {
   return col / 2 * 2 * kBf16PanelRows + 2 * row_in_panel + col % 2;
 }
+
+// Int4Panels and Mxfp4Panels: rows in panels of 16, each panel the 16 rows' 32-bit words of
+// 8 codes side by side, [word][row]: word (p * cols / 8 + j) * 16 + i of data is row 16p + i's
+// word j (columns 8j..8j+7, column c in nibble c % 8, as stored), so 64 bytes hold 16 rows'
+// codes of 8 columns — one vpdpbusd operand a nibble half (the integer GEMM's step, without
+// regrouping). The scales likewise, [panel][group][row]: INT4 a bf16 per group_size columns
+// (group_scale), MXFP4 an E8M0 byte per 32 (e8m0_scale). Rows past `rows` have zero codes and
+// scales; cols is a multiple of 32.
+constexpr int64_t kFourBitPanelRows = 16;
+inline bool is_4bit_panels(WeightFormat format) {
+  return format == WeightFormat::Int4Panels || format == WeightFormat::Mxfp4Panels;
+}
+inline int64_t four_bit_panels(int64_t rows) { return (rows + kFourBitPanelRows - 1) / kFourBitPanelRows; }
 
 const char* weight_format_name(WeightFormat format);
 
@@ -132,6 +147,15 @@ LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const 
 // panel after another (llama.cpp and ik_llama.cpp repack at load for the same reasons). Other
 // formats are returned unchanged. A Bf16Panels weight has no views: repack after sharding.
 LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage,
+                                const Checkpoint* source = nullptr);
+
+// An INT4 or MXFP4 weight (or view) copied into the Int4Panels / Mxfp4Panels layout, in a
+// buffer appended to `storage`, the stored rows' pages of `source` released: the integer GEMM
+// then reads its 16-row steps as stored, and decode's dots take the same steps (one vpdpbusd
+// for 16 rows and 4 columns, where row-major rows take one for 4 columns of 4 blocks of a row,
+// with a scale step every two). Other formats, and INT4 groups or columns not of whole 32-column
+// blocks, are returned unchanged. No views: repack after sharding.
+LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage,
                                 const Checkpoint* source = nullptr);
 
 // Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each

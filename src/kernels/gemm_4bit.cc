@@ -10,6 +10,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/four_bit_panels.h"
 
 namespace mlaserve {
 namespace {
@@ -131,6 +132,11 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
 // Rows past n_rows repeat the last row's codes with scale 0.
 void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int64_t first_block, int64_t n_blocks,
                  Panel& panel) {
+  if (is_4bit_panels(weight.format)) {  // stored in steps already (first_row a panel's)
+    if constexpr (kPanelRows == kFourBitPanelRows)
+      four_bit_panel_steps(weight, first_row / kPanelRows, first_block, n_blocks, panel.codes, panel.scales);
+    return;
+  }
   const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
   const int64_t group = mxfp4 ? kQ8Block : weight.group_size, blocks_per_group = group / kQ8Block;
   const uint8_t* rows[kPanelRows];
@@ -285,9 +291,12 @@ constexpr int64_t kMxfp4BlockTokens = 4;
 
 void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                        int64_t n_tokens, float* y, int64_t y_stride) {
-  const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
-  MLA_CHECK(mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0),
+  const bool mxfp4 = weight.format == WeightFormat::Mxfp4 || weight.format == WeightFormat::Mxfp4Panels;
+  const bool panels = is_4bit_panels(weight.format);
+  MLA_CHECK(mxfp4 || weight.format == WeightFormat::Int4Panels ||
+                (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0),
             "gemm_4bit_q8_rows: needs MXFP4 or INT4 groups of whole 32-column blocks");
+  MLA_CHECK(!panels || kPanelRows == kFourBitPanelRows, "gemm_4bit_q8_rows: 4-bit panels need AVX-512 VNNI");
   const int64_t blocks = weight.cols / kQ8Block, block_tokens = mxfp4 ? kMxfp4BlockTokens : kMaxBlockTokens;
   const PanelTokensFn* kernels = mxfp4 ? kMxfp4Blocks : kInt4Blocks;
   thread_local std::unique_ptr<Panel> panel = std::make_unique<Panel>();
@@ -305,14 +314,17 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
     for (int64_t first_block = 0; first_block < blocks; first_block += kChunkBlocks) {
       const int64_t n_blocks = std::min(kChunkBlocks, blocks - first_block);
       set_chunk_tokens(x, offsets.data(), blocks, tile, tile_end, first_block, n_blocks, *chunk);
-      for (int64_t row = row_begin; row < row_end; row += kPanelRows) {
-        const int n_rows = int(std::min<int64_t>(kPanelRows, row_end - row));
+      // Stored panels start at multiples of 16 rows: the range's first and last may be partial.
+      for (int64_t row = panels ? row_begin / kPanelRows * kPanelRows : row_begin; row < row_end; row += kPanelRows) {
+        const int64_t first_row = std::max(row, row_begin);
+        const int n_rows = int(std::min<int64_t>(row + kPanelRows, row_end) - first_row);
         build_panel(weight, row, n_rows, first_block, n_blocks, *panel);
         for (int64_t t0 = tile; t0 < tile_end; t0 += block_tokens) {
           const int64_t count = std::min(block_tokens, tile_end - t0);
           kernels[count - 1](*panel, n_blocks, *chunk, t0 - tile, out);
           for (int64_t t = 0; t < count; ++t)
-            store_rows(out + t * kPanelRows, n_rows, first_block > 0, y + (t0 + t) * y_stride + (row - row_begin));
+            store_rows(out + t * kPanelRows + (first_row - row), n_rows, first_block > 0,
+                       y + (t0 + t) * y_stride + (first_row - row_begin));
         }
       }
     }

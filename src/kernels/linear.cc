@@ -13,6 +13,7 @@
 #include "kernels/amx_gemm.h"
 #include "kernels/bf16_dot_gemm.h"
 #include "kernels/block_scaled_dot.h"
+#include "kernels/four_bit_panels.h"
 #include "kernels/gemm_4bit.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/quant_dot.h"
@@ -61,8 +62,11 @@ void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_
   }
 }
 
-// OCP MX: E2M1 code -> value (bit 3 the sign), times 2^(scale - 127) per 32 columns; the
-// range starts and ends on 32-column boundaries.
+// OCP MX: E2M1 code -> value (bit 3 the sign).
+constexpr float kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// MXFP4: the E2M1 values times 2^(scale - 127) per 32 columns; the range starts and ends on
+// 32-column boundaries.
 void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
   const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
@@ -76,8 +80,6 @@ void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col
       _mm256_storeu_ps(out + (c - col_begin), simd::mxfp4x8_to_f32(four_bytes, scale));
     }
 #else
-    static constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
     for (int64_t c = begin; c < begin + 32; c += 2) {
       const uint8_t byte = bytes[c / 2];
       out[c - col_begin] = kE2M1[byte & 0xf] * scale;
@@ -93,6 +95,22 @@ void dequantize_bf16_panel_range(const LinearWeight& weight, int64_t row, int64_
   const auto* panel = static_cast<const uint16_t*>(weight.data) + row / kBf16PanelRows * bf16_panel_words(weight.cols);
   for (int64_t c = col_begin; c < col_end; ++c)
     out[c - col_begin] = bf16_to_f32(panel[bf16_panel_index(row % kBf16PanelRows, c)]);
+}
+
+// An Int4Panels or Mxfp4Panels row: its words and scales in its panel (never a view).
+void dequantize_4bit_panel_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end,
+                                 float* out) {
+  const bool int4 = weight.format == WeightFormat::Int4Panels;
+  const int64_t group = int4 ? weight.group_size : 32, panel = row / kFourBitPanelRows;
+  const int64_t first_word = panel * kFourBitPanelRows * (weight.cols / 8) + row % kFourBitPanelRows;
+  const int64_t first_scale = panel * kFourBitPanelRows * (weight.cols / group) + row % kFourBitPanelRows;
+  const auto* words = static_cast<const uint32_t*>(weight.data) + first_word;
+  for (int64_t c = col_begin; c < col_end; ++c) {
+    const int code = int(words[c / 8 * kFourBitPanelRows] >> (4 * (c % 8))) & 0xf;
+    const int64_t scale = first_scale + c / group * kFourBitPanelRows;
+    out[c - col_begin] = int4 ? float(code - kInt4Offset) * bf16_to_f32(weight.group_scale[scale])
+                              : kE2M1[code] * e8m0_to_f32(weight.e8m0_scale[scale]);
+  }
 }
 
 // A per-thread row buffer for formats that are dequantized before the dot product.
@@ -121,6 +139,8 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
     case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Int4Panels:
+    case WeightFormat::Mxfp4Panels: dequantize_4bit_panel_range(weight, row, col_begin, col_end, out); return;
   }
 }
 
@@ -387,6 +407,11 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   if (weight.format == WeightFormat::Bf16Panels)
     return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+  if (is_4bit_panels(weight.format)) {
+    thread_local Q8Buffer buffer;
+    buffer.quantize(x, x_stride, n_tokens, weight.cols);
+    return four_bit_panel_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
+  }
   const bool q8 = takes_q8_activations(weight);
   if (q8 && n_tokens >= kIntegerGemmMinTokens) {
     thread_local Q8Buffer buffer;

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/numa.h"
+#include "kernels/four_bit_panels.h"
 
 namespace mlaserve {
 namespace {
@@ -29,8 +30,12 @@ MlpWeights mlp_copied_if_asked(MlpWeights mlp, const ShardContext& context) {
 
 LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context) {
   if (!context.spec.copy_weights) return weight;
-  return weight.format == WeightFormat::BF16 ? repack_bf16_panels(weight, context.storage, context.source)
-                                             : copy_weight(weight, context.storage, context.source);
+  if (weight.format == WeightFormat::BF16) return repack_bf16_panels(weight, context.storage, context.source);
+  if (four_bit_panels_run_here()) {
+    const LinearWeight panels = repack_4bit_panels(weight, context.storage, context.source);
+    if (is_4bit_panels(panels.format)) return panels;
+  }
+  return copy_weight(weight, context.storage, context.source);
 }
 
 void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers) {
@@ -42,7 +47,7 @@ void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double 
   const size_t bytes = copies.bytes();
   if (bytes == 0) return;
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
-               double(bytes) / 1e9, spec.copy_weights ? "BF16 panels, other formats as stored" : "column slices", seconds);
+               double(bytes) / 1e9, spec.copy_weights ? (four_bit_panels_run_here() ? "BF16, INT4 and MXFP4 in panels, other formats as stored" : "BF16 panels, other formats as stored") : "column slices", seconds);
   if (!copies.placement_error().empty())
     spdlog::warn("rank {} of {}: its weight copies could not be placed on NUMA node(s) {} ({}); they stay where first "
                  "touched", spec.rank, spec.size, format_cpu_list(copies.numa_nodes()), copies.placement_error());

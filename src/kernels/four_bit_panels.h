@@ -1,0 +1,34 @@
+// 4-bit weights in 16-row panels (Int4Panels, Mxfp4Panels: repack_4bit_panels) against tokens
+// quantized to int8 per block of 32 (Q8Buffer), from one token (decode) to prefill: each
+// panel's step (16 rows x 4 columns, 64 bytes of codes once its nibbles are split) is one
+// vpdpbusd per token, as in the integer GEMM (gemm_4bit.h), which regroups row-major rows into
+// such steps on every call.
+#pragma once
+#include <cstdint>
+
+#include "io/linear_weight.h"
+#include "kernels/quant_dot.h"
+
+namespace mlaserve {
+
+// Whether models repack their 4-bit weights into panels on this host: built with AVX-512
+// VNNI, and no AMX tiles in use (their 4-bit GEMM reads row-major rows).
+bool four_bit_panels_run_here();
+
+// y[t * y_stride + r - row_begin] = W[r] . x_t for rows [row_begin, row_end) and the n_tokens
+// tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the integer
+// GEMM's steps in its order — per block an exact int32 sum, then fma(fma(sum, x_scale,
+// -offset * x_scale * sum(q)), w_scale, acc) over chunks of 32 blocks, the chunks added in
+// turn — so a token gets the same bits alone, in any batch, and as gemm_4bit_q8_rows gives it
+// on the row-major weight.
+void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
+                         int64_t n_tokens, float* y, int64_t y_stride);
+
+// The integer GEMM's steps of panel `panel` over blocks [first_block, first_block + n_blocks):
+// steps[b][s] the 16 rows' unsigned codes of step s (MXFP4 through kE2M1DoubledPlus12), and
+// scales[b] their block scales in fp32 (gemm_4bit.cc's Panel, built without regrouping). Needs
+// AVX-512 VNNI.
+void four_bit_panel_steps(const LinearWeight& weight, int64_t panel, int64_t first_block, int64_t n_blocks,
+                          uint8_t (*steps)[8][4 * kFourBitPanelRows], float (*scales)[kFourBitPanelRows]);
+
+}  // namespace mlaserve
