@@ -1,16 +1,21 @@
 // Microbenchmark of one MoE layer's forward (router, routed and shared experts, combine) at the
 // `mini` preset's sizes and routing (its config.json: hidden 1024, 64 routed experts of 256 as
-// BF16 panels, as loaded, one shared, top 6 of 4 groups of 8). Argument: tokens (1: decode; 8:
-// a batch-8 decode step). weight_GB/s is the bytes of router, shared and chosen experts read
+// BF16 panels, as loaded, one shared, top 6 of 4 groups of 8). Arguments: tokens (1: decode; 8:
+// a batch-8 decode step) and the experts' format (0 BF16 panels; 1 INT4, 2 INT4 panels, 3
+// MXFP4, 4 MXFP4 panels: the 4-bit weights row-major as stored, or repacked as models load them
+// on AVX-512 VNNI hosts without AMX). weight_GB/s is the bytes of router, shared and chosen experts read
 // per second (each chosen expert once per call), to be set against linear_bench's
 // BM_ReadBandwidth of the same run.
 //   build/bench/moe_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "io/model_config.h"
+#include "kernels/four_bit_panels.h"
 #include "model/moe.h"
 #include "random_weight.h"
 #include "tools/model_presets.h"
@@ -35,14 +40,14 @@ struct MoeLayers {
   std::vector<float> correction_bias;
   std::vector<MoeWeights> layers;
 
-  MoeLayers() {
+  explicit MoeLayers(WeightFormat expert_format) {
     const int64_t hidden = mini().hidden_size, experts = mini().n_routed_experts;
     const int64_t intermediate = mini().moe_intermediate_size;
     const int64_t per_layer = 3 * (experts + 1) + 1;  // gate, up, down of each expert; the router
     owned.reserve(size_t(2 + kLayers * per_layer));  // no reallocation: copies are made from owned[0..1]
     const size_t gate_up = owned.size();
-    owned.emplace_back(WeightFormat::Bf16Panels, intermediate, hidden);
-    owned.emplace_back(WeightFormat::Bf16Panels, hidden, intermediate);
+    owned.emplace_back(expert_format, intermediate, hidden);
+    owned.emplace_back(expert_format, hidden, intermediate);
     std::mt19937 rng(11);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     correction_bias.resize(size_t(experts));
@@ -68,9 +73,17 @@ struct MoeLayers {
   }
 };
 
+constexpr WeightFormat kExpertFormats[] = {WeightFormat::Bf16Panels, WeightFormat::Int4Group, WeightFormat::Int4Panels,
+                                           WeightFormat::Mxfp4, WeightFormat::Mxfp4Panels};
+
 void BM_MoeLayer(benchmark::State& state) {
   const int64_t tokens = state.range(0);
-  static const MoeLayers weights;
+  const WeightFormat format = kExpertFormats[state.range(1)];
+  if (is_4bit_panels(format) && !four_bit_panels_run_here())
+    return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+  static std::map<WeightFormat, std::unique_ptr<MoeLayers>> built;  // each format's layers drawn once
+  if (!built[format]) built[format] = std::make_unique<MoeLayers>(format);
+  const MoeLayers& weights = *built[format];
   const RouterParams router = RouterParams::from_config(mini());
   const int64_t hidden = mini().hidden_size;
   const std::vector<float> x = bench::random_activations(kInputSets * tokens * hidden);
@@ -91,7 +104,7 @@ void BM_MoeLayer(benchmark::State& state) {
   state.counters["experts"] = routed / double(calls) / double(first.experts.front().bytes());
 }
 
-BENCHMARK(BM_MoeLayer)->Arg(1)->Arg(8)->UseRealTime();
+BENCHMARK(BM_MoeLayer)->ArgsProduct({{1, 8}, {0, 1, 2, 3, 4}})->UseRealTime();
 
 }  // namespace
 }  // namespace mlaserve

@@ -132,9 +132,10 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
 // Rows past n_rows repeat the last row's codes with scale 0.
 void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int64_t first_block, int64_t n_blocks,
                  Panel& panel) {
-  if (is_4bit_panels(weight.format)) {  // stored in steps already (first_row a panel's)
-    if constexpr (kPanelRows == kFourBitPanelRows)
-      four_bit_panel_steps(weight, first_row / kPanelRows, first_block, n_blocks, panel.codes, panel.scales);
+  if (is_4bit_panels(weight.format)) {  // stored in steps already (first_row a panel's; VNNI builds)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    four_bit_panel_steps(weight, first_row / kPanelRows, first_block, n_blocks, panel.codes, panel.scales);
+#endif
     return;
   }
   const bool mxfp4 = weight.format == WeightFormat::Mxfp4;

@@ -21,12 +21,6 @@ const std::array<float, 256>& e8m0_half_scales() {
   return table;
 }
 
-int64_t q8_index(int64_t blocks, int64_t block, int c) {
-  const int64_t pair_start = block / 2 * 2 * kQ8Block;
-  if (block / 2 * 2 + 1 < blocks) return pair_start + (c % 2) * 32 + (block % 2) * 16 + c / 2;
-  return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
-}
-
 namespace {
 
 // A 4-bit format's block scales as dot_4bit_q8 reads them: one(row, block), and, with AVX2,

@@ -56,8 +56,13 @@ class Q8Buffer {
   std::vector<float> scales_, scaled_sums_, scales8_, scaled_sums8_;
 };
 
-// Where Q8Buffer stores column c (< 32) of block `block` of a token's `blocks` blocks.
-int64_t q8_index(int64_t blocks, int64_t block, int c);
+// Where Q8Buffer stores column c (< 32) of block `block` of a token's `blocks` blocks (inline:
+// the panel dots ask it twice a block).
+inline int64_t q8_index(int64_t blocks, int64_t block, int c) {
+  const int64_t pair_start = block / 2 * 2 * kQ8Block;
+  if (block / 2 * 2 + 1 < blocks) return pair_start + (c % 2) * 32 + (block % 2) * 16 + c / 2;
+  return pair_start + (c % 2) * 16 + c / 2;  // the last, unpaired block
+}
 
 // out[r * n_tokens + t] = sum_c (nibble_c - 8) * bf16(w_scales[r][c / group]) * x[t]_c for
 // n_rows = 1 and n_tokens 1..kQ8MaxTokens (the weights decoded once for all of them), or
