@@ -46,8 +46,11 @@ void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds) {
   const size_t bytes = copies.bytes();
   if (bytes == 0) return;
+  const char* how = !spec.copy_weights          ? "column slices"
+                    : four_bit_panels_run_here() ? "BF16, INT4 and MXFP4 in panels, other formats as stored"
+                                                 : "BF16 panels, other formats as stored";
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
-               double(bytes) / 1e9, spec.copy_weights ? (four_bit_panels_run_here() ? "BF16, INT4 and MXFP4 in panels, other formats as stored" : "BF16 panels, other formats as stored") : "column slices", seconds);
+               double(bytes) / 1e9, how, seconds);
   if (!copies.placement_error().empty())
     spdlog::warn("rank {} of {}: its weight copies could not be placed on NUMA node(s) {} ({}); they stay where first "
                  "touched", spec.rank, spec.size, format_cpu_list(copies.numa_nodes()), copies.placement_error());
