@@ -161,6 +161,34 @@ void BM_TransposedBF16(benchmark::State& state) {
 
 BENCHMARK(BM_ReadBandwidth)->UseRealTime();
 BENCHMARK(BM_OneCoreFromCache)->DenseRange(0, 2)->UseRealTime();
+
+// A few tokens' dots on one core with a weight of `rows` x 1024 in L2 (512 rows: 256 KB of
+// 4-bit codes; 256 rows: 512 KB of BF16): the kernels' own rates against the core's FMA and
+// VNNI pipes. Args: rows, tokens, format (0 BF16 panels, 1 INT4, 2 MXFP4, 3 INT4 panels, 4
+// MXFP4 panels).
+void BM_FewTokensOneCore(benchmark::State& state) {
+  constexpr WeightFormat kFormats[] = {WeightFormat::Bf16Panels, WeightFormat::Int4Group, WeightFormat::Mxfp4,
+                                       WeightFormat::Int4Panels, WeightFormat::Mxfp4Panels};
+  const WeightFormat format = kFormats[state.range(2)];
+  if (is_4bit_panels(format) && !four_bit_panels_run_here())
+    return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+  const int64_t rows = state.range(0), cols = 1024, tokens = state.range(1);
+  const RandomWeight weight(format, rows, cols);
+  const std::vector<float> x = random_activations(cols * tokens);
+  std::vector<float> y(size_t(rows * tokens));
+  set_num_threads(1);
+  for (auto _ : state) {
+    linear(weight.weight, x.data(), tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_num_threads(0);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(double(state.iterations()) * 2.0 * double(rows * cols * tokens) * 1e-9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FewTokensOneCore)
+    ->ArgsProduct({{512}, {1, 2, 3, 4, 8}, {1, 2, 3, 4}})
+    ->ArgsProduct({{256}, {1, 4, 8}, {0}})
+    ->UseRealTime();
 BENCHMARK(BM_TransposedBF16)->Args({16, 64, 256})->Args({16, 128, 512})->UseRealTime();
 BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // rows, cols, tokens: small's dense up-projection and one routed expert, one of mini's (512 x

@@ -43,6 +43,23 @@ __m512 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_gro
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(bf16)), 16));
 }
 
+// The two integer-GEMM steps in a vector of 16 rows' stored words: the low nibbles and the
+// high ones, each an unsigned code a byte (MXFP4 through kE2M1DoubledPlus12).
+struct WordSteps {
+  __m512i step[2];
+};
+template <bool kMxfp4>
+WordSteps word_steps(__m512i word) {
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  WordSteps steps = {{_mm512_and_si512(word, low_nibbles), _mm512_and_si512(_mm512_srli_epi16(word, 4), low_nibbles)}};
+  if constexpr (kMxfp4) {
+    const __m512i table =
+        _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+    for (auto& step : steps.step) step = _mm512_shuffle_epi8(table, step);
+  }
+  return steps;
+}
+
 // out[(p * kTokens + t) * 16 + i] = row i of panel p (codes[p], scales[p]) against token t of
 // `tokens` over blocks [first_block, end_block) of the row's `blocks` (a chunk). Step 2w
 // (2w + 1) of a block is the low (high) nibbles of its word w: row i's columns 8w + {0, 2, 4,
@@ -51,9 +68,6 @@ __m512 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_gro
 template <int kPanels, int kTokens, bool kMxfp4>
 void panel_chunk(const uint8_t* const codes[kPanels], const uint8_t* const scales[kPanels], int64_t first_block,
                  int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  const __m512i table =
-      _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   const float offset = float(kMxfp4 ? kMxfp4Offset : kInt4Offset);
   __m512 acc[kPanels * kTokens];
   for (auto& a : acc) a = _mm512_setzero_ps();
@@ -69,16 +83,13 @@ void panel_chunk(const uint8_t* const codes[kPanels], const uint8_t* const scale
 #pragma GCC unroll 4
       for (int p = 0; p < kPanels; ++p) {
         const uint8_t* line = codes[p] + b * kBlockCodeBytes + 64 * w;
-        const __m512i word = _mm512_load_si512(line);
+        const WordSteps steps = word_steps<kMxfp4>(_mm512_load_si512(line));
         simd::prefetch_stream(line);
-        __m512i steps[2] = {_mm512_and_si512(word, low_nibbles),
-                            _mm512_and_si512(_mm512_srli_epi16(word, 4), low_nibbles)};
-        if constexpr (kMxfp4)
-          for (auto& step : steps) step = _mm512_shuffle_epi8(table, step);
 #pragma GCC unroll 2
         for (int odd = 0; odd < 2; ++odd)
           for (int t = 0; t < kTokens; ++t)  // u <= 24 and |q| <= 127: a block's 32 products sum within +-97536
-            sums[p * kTokens + t] = _mm512_dpbusd_epi32(sums[p * kTokens + t], steps[odd], _mm512_set1_epi32(four[odd][t]));
+            sums[p * kTokens + t] =
+                _mm512_dpbusd_epi32(sums[p * kTokens + t], steps.step[odd], _mm512_set1_epi32(four[odd][t]));
       }
     }
     for (int p = 0; p < kPanels; ++p) {
@@ -119,9 +130,9 @@ struct PanelWeight {
         scales(mxfp4 ? weight.e8m0_scale : reinterpret_cast<const uint8_t*>(weight.group_scale)) {}
 
   // Chunk `first_block` of n_panels panels (panels[]) against the tokens, added to (or, for the
-  // first chunk, stored in) rows [row_begin, row_end) of y for tokens first..first + n_tokens.
+  // first chunk, stored in) rows [row_begin, row_end) of y.
   void run_chunk(const int64_t* panels, int n_panels, int64_t first_block, const TokenBlock& tokens, int64_t n_tokens,
-                 int64_t row_begin, int64_t row_end, int64_t first, float* y, int64_t y_stride) const {
+                 int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) const {
     const uint8_t* panel_codes[4];
     const uint8_t* panel_scales[4];
     for (int p = 0; p < n_panels; ++p) {
@@ -136,17 +147,17 @@ struct PanelWeight {
       const int64_t first_row = std::max(row_begin, panels[p] * kRows), end_row = std::min(row_end, (panels[p] + 1) * kRows);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* from = out + (p * n_tokens + t) * kRows + first_row - panels[p] * kRows;
-        float* to = y + (first + t) * y_stride + first_row - row_begin;
+        float* to = y + t * y_stride + first_row - row_begin;
         for (int64_t i = 0; i < end_row - first_row; ++i) to[i] = first_block == 0 ? from[i] : to[i] + from[i];
       }
     }
   }
 };
 
-TokenBlock token_block(const Q8Buffer& x, int64_t first, int64_t count) {
+TokenBlock token_block(const Q8Buffer& x, int64_t count) {
   TokenBlock tokens;
   for (int64_t t = 0; t < count; ++t) {
-    const Q8Activations token = x.token(first + t);
+    const Q8Activations token = x.token(t);
     tokens.values[t] = token.values;
     tokens.scales[t] = token.scales;
     tokens.scaled_sums[t] = token.scaled_sums;
@@ -159,13 +170,13 @@ TokenBlock token_block(const Q8Buffer& x, int64_t first, int64_t count) {
 // of the range (so each memory stream runs on from panel to panel), the leftovers one at a time.
 void few_token_rows(const PanelWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x, int64_t n_tokens,
                     float* y, int64_t y_stride) {
-  const TokenBlock tokens = token_block(x, 0, n_tokens);
+  const TokenBlock tokens = token_block(x, n_tokens);
   const int spread = n_tokens <= 2 ? 4 : n_tokens <= 4 ? 2 : 1;
   const int64_t first_panel = row_begin / kRows, n_panels = (row_end + kRows - 1) / kRows - first_panel;
   const int64_t part = n_panels / spread;
   const auto run = [&](const int64_t* panels, int count) {
     for (int64_t block = 0; block < weight.blocks; block += kChunkBlocks)
-      weight.run_chunk(panels, count, block, tokens, n_tokens, row_begin, row_end, 0, y, y_stride);
+      weight.run_chunk(panels, count, block, tokens, n_tokens, row_begin, row_end, y, y_stride);
   };
   for (int64_t q = 0; q < part; ++q) {
     int64_t panels[4];
@@ -182,17 +193,13 @@ bool four_bit_panels_run_here() { return !amx_available(); }
 void four_bit_panel_steps(const LinearWeight& weight, int64_t panel, int64_t first_block, int64_t n_blocks,
                           uint8_t (*steps)[8][4 * kFourBitPanelRows], float (*scales)[kFourBitPanelRows]) {
   const PanelWeight panels(weight);
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  const __m512i table =
-      _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   const uint8_t* codes = panels.codes + panel * panels.code_bytes;
   const uint8_t* panel_scales = panels.scales + panel * panels.scale_bytes;
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int w = 0; w < 4; ++w) {
       const __m512i word = _mm512_load_si512(codes + (first_block + b) * kBlockCodeBytes + 64 * w);
-      __m512i pair[2] = {_mm512_and_si512(word, low_nibbles), _mm512_and_si512(_mm512_srli_epi16(word, 4), low_nibbles)};
-      for (int odd = 0; odd < 2; ++odd)
-        _mm512_store_si512(steps[b][2 * w + odd], panels.mxfp4 ? _mm512_shuffle_epi8(table, pair[odd]) : pair[odd]);
+      const WordSteps pair = panels.mxfp4 ? word_steps<true>(word) : word_steps<false>(word);
+      for (int odd = 0; odd < 2; ++odd) _mm512_store_si512(steps[b][2 * w + odd], pair.step[odd]);
     }
     _mm512_store_ps(scales[b], panels.mxfp4 ? block_scales<true>(panel_scales, first_block + b, 1)
                                             : block_scales<false>(panel_scales, first_block + b, panels.blocks_per_group));

@@ -269,6 +269,14 @@ void rows_block_scaled(const LinearWeight& weight, int64_t row_begin, int64_t ro
   for (int64_t r = quads.leftover_begin(); r < row_end; ++r) run(&r, 1);
 }
 
+// The tokens quantized to int8 per block of 32 in this thread's buffer (reused: the decode path
+// allocates nothing).
+const Q8Buffer& quantized_q8(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols) {
+  thread_local Q8Buffer buffer;
+  buffer.quantize(x, x_stride, n_tokens, cols);
+  return buffer;
+}
+
 // out[i * n_tokens + t] for 4-bit rows rows[i] (n_rows 1, or 4 with up to 3 tokens; quant_dot.h).
 void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, const Q8Activations* tokens,
                    int64_t n_tokens, float* out) {
@@ -299,8 +307,7 @@ void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, 
 // stream a thread, read 15 GB/s from memory where one token's quads read 28: 768 x 2048.)
 void rows_q8(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
              int64_t n_tokens, float* y, int64_t y_stride) {
-  thread_local Q8Buffer buffer;
-  buffer.quantize(x, x_stride, n_tokens, weight.cols);
+  const Q8Buffer& buffer = quantized_q8(x, x_stride, n_tokens, weight.cols);
   Q8Activations tokens[kQ8MaxTokens];
   float out[4 * kQ8MaxTokens];
   const auto run = [&](const int64_t* rows, int n_rows, int64_t first_token, int64_t group) {
@@ -407,15 +414,12 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   if (weight.format == WeightFormat::Bf16Panels)
     return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (is_4bit_panels(weight.format)) {
-    thread_local Q8Buffer buffer;
-    buffer.quantize(x, x_stride, n_tokens, weight.cols);
-    return four_bit_panel_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
-  }
+  if (is_4bit_panels(weight.format))
+    return four_bit_panel_rows(weight, row_begin, row_end, quantized_q8(x, x_stride, n_tokens, weight.cols), n_tokens, y,
+                               y_stride);
   const bool q8 = takes_q8_activations(weight);
   if (q8 && n_tokens >= kIntegerGemmMinTokens) {
-    thread_local Q8Buffer buffer;
-    buffer.quantize(x, x_stride, n_tokens, weight.cols);
+    const Q8Buffer& buffer = quantized_q8(x, x_stride, n_tokens, weight.cols);
     if (amx_available()) return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
     return gemm_4bit_q8_rows(weight, row_begin, row_end, buffer, n_tokens, y, y_stride);
   }
