@@ -63,6 +63,8 @@ BENCHMARK(BM_Padded)
     ->Args({16, 1024, 512})
     ->Args({16, 4096, 512})
     ->Args({16, 1024, 256})
+    ->Args({16, 64, 512})
+    ->Args({16, 256, 512})
     ->UseRealTime();
 BENCHMARK(BM_Generic)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
 BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->Args({16, 4096, 512})->Args({128, 4096, 512})->UseRealTime();

@@ -107,17 +107,31 @@ alignas(64) inline constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  
 template <int B>
 class Bf16Tiles {
  public:
+  // The block's queries as [width / 2][16] bf16 pairs: each head's latent and rope parts rounded
+  // 16 values a step into one bf16 row (pair k is its word k), then 16 words of the 16 head rows
+  // at a time transposed in registers (heads past B are zero). Pair by pair, with scalar or
+  // gathered words, this was a fifth of a 64-position call, and each part of a call does it.
   Bf16Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int slot)
       : p_(p), query_pairs_(query_slot<int32_t>(slot)) {
-    const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim;
-    query_pairs_.assign(size_t((rank + rope) / 2 * kLanes), 0);
+    const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim, width = rank + rope, pairs = width / 2;
+    thread_local std::vector<uint16_t> rounded_buffer;
+    std::vector<uint16_t>& rounded = rounded_buffer;  // [B][width]
+    rounded.resize(size_t(B * width));
     for (int h = 0; h < B; ++h) {
       const int64_t item = query * p.n_heads + head0 + h;
-      for (int64_t d = 0; d < rank + rope; d += 2) {
-        const float low = d < rank ? p.q_latent[item * rank + d] : p.q_pe[item * rope + d - rank];
-        const float high = d < rank ? p.q_latent[item * rank + d + 1] : p.q_pe[item * rope + d + 1 - rank];
-        query_pairs_[size_t(d / 2 * kLanes + h)] = bf16_pair(low, high);
-      }
+      round_to_bf16(p.q_latent + item * rank, rank, rounded.data() + h * width);
+      round_to_bf16(p.q_pe + item * rope, rope, rounded.data() + h * width + rank);
+    }
+    query_pairs_.resize(size_t(pairs * kLanes));
+    const auto* words = reinterpret_cast<const int32_t*>(rounded.data());  // head h's pair k: words[h * pairs + k]
+    for (int64_t k = 0; k < pairs; k += 16) {
+      const __mmask16 lanes = pairs - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (pairs - k)) - 1);
+      __m512i block[16];
+      for (int h = 0; h < 16; ++h)
+        block[h] = h < B ? _mm512_maskz_loadu_epi32(lanes, words + h * pairs + k) : _mm512_setzero_si512();
+      transpose_16x16(block);
+      for (int64_t j = 0; j < 16 && k + j < pairs; ++j)
+        _mm512_storeu_si512(query_pairs_.data() + (k + j) * kLanes, block[j]);
     }
   }
 
@@ -173,8 +187,43 @@ class Bf16Tiles {
 
  protected:
   static constexpr int kLanes = 16, kRows = 12;
-  static int32_t bf16_pair(float low, float high) {
-    return int32_t(uint32_t(f32_to_bf16(low)) | uint32_t(f32_to_bf16(high)) << 16);
+  // rows[i] lane j -> rows[j] lane i. Within 128-bit lanes, 32-bit then 64-bit interleaves
+  // leave s[4a + c] lane l = column 4l + c of rows 4a..4a+3; the 128-bit lanes of s[c], s[4 + c],
+  // s[8 + c], s[12 + c] are then a 4 x 4 transpose of their own.
+  // (Zero-masked forms with every lane set: GCC 12's unmasked ones read an undefined source.)
+  static void transpose_16x16(__m512i rows[16]) {
+    constexpr __mmask16 kAll16 = 0xFFFF;
+    constexpr __mmask8 kAll8 = 0xFF;
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_maskz_unpacklo_epi32(kAll16, rows[i], rows[i + 1]);
+      t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll16, rows[i], rows[i + 1]);
+    }
+    __m512i s[16];
+    for (int i = 0; i < 16; i += 4) {
+      s[i] = _mm512_maskz_unpacklo_epi64(kAll8, t[i], t[i + 2]);
+      s[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, t[i], t[i + 2]);
+      s[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, t[i + 1], t[i + 3]);
+      s[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, t[i + 1], t[i + 3]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512i low_ab = _mm512_maskz_shuffle_i32x4(kAll16, s[c], s[4 + c], 0x44);
+      const __m512i high_ab = _mm512_maskz_shuffle_i32x4(kAll16, s[c], s[4 + c], 0xEE);
+      const __m512i low_cd = _mm512_maskz_shuffle_i32x4(kAll16, s[8 + c], s[12 + c], 0x44);
+      const __m512i high_cd = _mm512_maskz_shuffle_i32x4(kAll16, s[8 + c], s[12 + c], 0xEE);
+      rows[c] = _mm512_maskz_shuffle_i32x4(kAll16, low_ab, low_cd, 0x88);
+      rows[4 + c] = _mm512_maskz_shuffle_i32x4(kAll16, low_ab, low_cd, 0xDD);
+      rows[8 + c] = _mm512_maskz_shuffle_i32x4(kAll16, high_ab, high_cd, 0x88);
+      rows[12 + c] = _mm512_maskz_shuffle_i32x4(kAll16, high_ab, high_cd, 0xDD);
+    }
+  }
+  // out[i] = bf16(x[i]), i < n, rounded to nearest even (vcvtneps2bf16; as in to_bf16_pairs, a
+  // value under 2^-126 becomes 0).
+  static void round_to_bf16(const float* x, int64_t n, uint16_t* out) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 lanes = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+      _mm256_mask_storeu_epi16(out + i, lanes, __m256i(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, x + i))));
+    }
   }
   // weights[0, n) (n <= kTile) as bf16 pairs, rounded to nearest even (vcvtne2ps2bf16; a
   // weight under 2^-126 becomes 0), zero past n, in whole steps of 16 pairs: out[0, 16 *

@@ -24,6 +24,7 @@ constexpr int64_t kRank = 64, kRope = 32, kBlock = 16;
 struct Case {
   int64_t n_heads, n_queries, first_position;
   CacheDType dtype;
+  int64_t rope = kRope;  // 16: 40 bf16 pairs a row, two blocks of 16 and 8 (and no AMX tiles)
 };
 
 struct Fixture {
@@ -35,15 +36,16 @@ struct Fixture {
 
 Fixture make(const Case& c, uint64_t seed = 0) {
   Fixture f;
+  const int64_t width = kRank + c.rope;
   const int64_t positions = c.first_position + c.n_queries, n_blocks = (positions + kBlock - 1) / kBlock;
   f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * kRank), 1 + 10 * seed, 0.3f);
-  f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * kRope), 2 + 10 * seed, 0.3f);
+  f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * c.rope), 2 + 10 * seed, 0.3f);
   f.table.resize(size_t(n_blocks));
   std::iota(f.table.rbegin(), f.table.rend(), 0);  // reversed: block b of the sequence is pool block n-1-b
-  f.pool.resize(size_t(n_blocks * kBlock * 2 * (kRank + kRope)) * cache_dtype_size(c.dtype));
-  f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, kRank + kRope};
-  const std::vector<float> rows = testing::random_vector(size_t(positions * (kRank + kRope)), 3 + 10 * seed);
-  for (int64_t s = 0; s < positions; ++s) f.params.cache.store(1, s, rows.data() + s * (kRank + kRope));
+  f.pool.resize(size_t(n_blocks * kBlock * 2 * width) * cache_dtype_size(c.dtype));
+  f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, width};
+  const std::vector<float> rows = testing::random_vector(size_t(positions * width), 3 + 10 * seed);
+  for (int64_t s = 0; s < positions; ++s) f.params.cache.store(1, s, rows.data() + s * width);
   f.params.q_latent = f.q_latent.data();
   f.params.q_pe = f.q_pe.data();
   f.params.layer = 1;
@@ -51,24 +53,25 @@ Fixture make(const Case& c, uint64_t seed = 0) {
   f.params.first_position = c.first_position;
   f.params.n_heads = c.n_heads;
   f.params.kv_lora_rank = kRank;
-  f.params.qk_rope_head_dim = kRope;
+  f.params.qk_rope_head_dim = c.rope;
   f.params.softmax_scale = 0.2f;
   return f;
 }
 
 std::vector<float> reference(const Fixture& f) {
   const MlaAbsorbedParams& p = f.params;
+  const int64_t rope = p.qk_rope_head_dim;
   std::vector<float> out(size_t(p.n_queries * p.n_heads * kRank));
-  std::vector<float> row(size_t(kRank + kRope));
+  std::vector<float> row(size_t(kRank + rope));
   for (int64_t q = 0; q < p.n_queries; ++q)
     for (int64_t h = 0; h < p.n_heads; ++h) {
       const int64_t item = q * p.n_heads + h, n_visible = p.first_position + q + 1;
       std::vector<double> scores(static_cast<size_t>(n_visible));
       for (int64_t s = 0; s < n_visible; ++s) {
-        p.cache.load(p.layer, s, 0, kRank + kRope, row.data());
+        p.cache.load(p.layer, s, 0, kRank + rope, row.data());
         double dot = 0;
         for (int64_t d = 0; d < kRank; ++d) dot += double(p.q_latent[item * kRank + d]) * row[size_t(d)];
-        for (int64_t d = 0; d < kRope; ++d) dot += double(p.q_pe[item * kRope + d]) * row[size_t(kRank + d)];
+        for (int64_t d = 0; d < rope; ++d) dot += double(p.q_pe[item * rope + d]) * row[size_t(kRank + d)];
         scores[size_t(s)] = p.softmax_scale * dot;
       }
       const double max = *std::max_element(scores.begin(), scores.end());
@@ -88,7 +91,8 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
   ScopedThreadPool pool(2);
   for (const Case& c : {Case{1, 1, 0, CacheDType::F32}, Case{3, 2, 40, CacheDType::BF16}, Case{4, 1, 700, CacheDType::BF16},
                         Case{8, 3, 300, CacheDType::F32}, Case{12, 1, 1023, CacheDType::BF16}, Case{12, 2, 5, CacheDType::F32},
-                        Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32}}) {
+                        Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32},
+                        Case{16, 1, 300, CacheDType::BF16, 16}, Case{8, 2, 90, CacheDType::BF16, 16}}) {
     Fixture f = make(c);
     const std::vector<float> want = reference(f);
     std::vector<float> got(want.size());
