@@ -237,9 +237,11 @@ struct Fp32Panel {
 
 struct Bf16Panel {
   const uint16_t* panel;  // from an even column
+  const uint16_t* next;   // the panel piece run after this one, fetched into L1 meanwhile
   static constexpr int kColumns = 2;
 #if defined(__AVX2__) && defined(__FMA__)
   void operator()(int64_t k, __m256* rows_0_7, __m256* rows_8_15) const {
+    _mm_prefetch(reinterpret_cast<const char*>(next + bf16_panel_index(0, k)), _MM_HINT_T0);
     simd::load_bf16_pairs(panel + bf16_panel_index(0, k), rows_0_7[0], rows_0_7[1]);
     simd::load_bf16_pairs(panel + bf16_panel_index(8, k), rows_8_15[0], rows_8_15[1]);
   }
@@ -525,18 +527,27 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
     return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
-  gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t, auto run_panel) {
+  const auto piece = [&](int64_t panel, int64_t k0) { return stored + panel * panel_words + k0 * kPanelRows; };
+  gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t depth, auto run_panel) {
     int64_t panel = row_begin / kPanelRows;
 #if defined(__AVX512F__)
     for (; (panel + 2) * kPanelRows <= row_end; panel += 2) {  // whole pairs (the first may start before row_begin)
       const int64_t first = panel * kPanelRows;
-      run_panel(Bf16PanelPair{stored + panel * panel_words + k0 * kPanelRows, panel_words},
+      run_panel(Bf16PanelPair{piece(panel, k0), panel_words},
                 std::max(first, row_begin) - row_begin, int(std::max<int64_t>(0, row_begin - first)), 2 * int(kPanelRows));
     }
 #endif
     for (; panel * kPanelRows < row_end; ++panel) {
       const int64_t first = panel * kPanelRows;
-      run_panel(Bf16Panel{stored + panel * panel_words + k0 * kPanelRows}, std::max(first, row_begin) - row_begin,
+      // Prefetched while this piece runs: the next panel's piece, or after the rows' last panel
+      // the first one's next piece (this piece again after the last). The stored panels are
+      // 64 KB apart at 2048 columns: without it the first block of tokens waited on memory (8
+      // tokens, 5632 x 2048, AVX2 on Zen 2: 2.1-2.6 ms, 1.6-1.7 with it).
+      const int64_t first_panel = row_begin / kPanelRows;
+      const uint16_t* next = (panel + 1) * kPanelRows < row_end ? piece(panel + 1, k0)
+                             : k0 + depth < cols                ? piece(first_panel, k0 + depth)
+                                                                : piece(panel, k0);
+      run_panel(Bf16Panel{piece(panel, k0), next}, std::max(first, row_begin) - row_begin,
                 int(std::max<int64_t>(0, row_begin - first)), int(std::min<int64_t>(kPanelRows, row_end - first)));
     }
   });
