@@ -44,13 +44,16 @@ struct Int4BlockScales {
   float one(int row, int64_t block) const { return bf16_to_f32(w_scales[row][block]); }
 #if defined(__AVX2__)
   __m256 pair(int row, int64_t block) const {
-    // Two BF16 -> their fp32 bits in dwords 0 and 1, then each spread over its 4 lanes.
-    int32_t two_bf16;
+    // The two BF16 in every dword (a broadcast load), then one in-lane byte shuffle moving the
+    // first into the high halves of lanes 0-3 and the second into those of lanes 4-7, the low
+    // halves zeroed: their fp32 bits. One vector operation where a move, an unpack and a
+    // cross-lane permute took three.
+    float two_bf16;
     std::memcpy(&two_bf16, w_scales[row] + block, 4);
-    const __m128i two = _mm_cvtsi32_si128(two_bf16);
-    const __m128i widened = _mm_unpacklo_epi16(_mm_setzero_si128(), two);
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(widened)),
-                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    const __m256i both = _mm256_castps_si256(_mm256_set1_ps(two_bf16));
+    const __m256i spread = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 0, 1, -1, -1, 0, 1, -1, -1, 0, 1,  //
+                                            -1, -1, 2, 3, -1, -1, 2, 3, -1, -1, 2, 3, -1, -1, 2, 3);
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(both, spread));
   }
 #endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
