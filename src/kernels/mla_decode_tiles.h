@@ -24,7 +24,15 @@ inline const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float*
   return buffer;
 }
 
-inline constexpr int64_t kTile = 192;  // scores of a tile first, so a new maximum rescales once per tile
+// Scores of a tile first, so a new maximum rescales once per tile. Without AVX-512 the fp32
+// kernels widen a bf16 cache's tile into a buffer, 192 rows of 512 + 64 values 442 KB, most of
+// a Zen 2 core's 512 KB L2; 96 rows ran 16 heads over 1024 positions 6% faster there
+// (mla_decode_bench BM_Padded/16/1024/512: 331-338 -> 311-316 us; 2% at rank 256).
+#if defined(__AVX512F__)
+inline constexpr int64_t kTile = 192;
+#else
+inline constexpr int64_t kTile = 96;
+#endif
 
 // The calling thread's storage for the queries of head block `slot` of those it runs together
 // (blocked_parts): kept from call to call, so decode allocates nothing once it has grown; a
