@@ -193,7 +193,8 @@ BENCHMARK(BM_TransposedBF16)->Args({16, 64, 256})->Args({16, 128, 512})->UseReal
 BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // rows, cols, tokens: small's dense up-projection and one routed expert, one of mini's (512 x
 // 1024); 1 token (decode), 2-3 (a routed expert's tokens in a batch of 8 decodes), 8 (batched
-// decode), 4 and 15 (the FP8 / INT8 fused dots' largest group and count), 48 (an expert's
+// decode), 4 and 15 (the FP8 / INT8 fused dots' largest group and count; with 6, 12 and 16 the
+// AVX2 packed GEMM's blocks of up to 6 tokens), 48 (an expert's
 // share of a 512-token prefill), 128 and 512 (prefill); the dense down-projection and an expert
 // gate of DeepSeek-V3 (7168 columns: rows longer than one AMX column chunk) at 512;
 // mini's absorbed W_UK^T and W_UV of 16 heads (64 and 256 columns) at 8 tokens (batched decode);
@@ -202,7 +203,8 @@ BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 void linear_shapes(benchmark::internal::Benchmark* bench) {
   bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({2048, 768, 1})
       ->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({4096, 64, 8})->Args({1024, 256, 8})->Args({5632, 2048, 8})
-      ->Args({5632, 2048, 4})->Args({5632, 2048, 15})->Args({768, 2048, 48})->Args({5632, 2048, 128})->Args({5632, 2048, 512})
+      ->Args({5632, 2048, 4})->Args({5632, 2048, 6})->Args({5632, 2048, 12})->Args({5632, 2048, 15})
+      ->Args({5632, 2048, 16})->Args({768, 2048, 48})->Args({5632, 2048, 128})->Args({5632, 2048, 512})
       ->Args({2048, 5632, 512})->Args({2048, 7168, 512})->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);

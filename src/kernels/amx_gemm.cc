@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/linear.h"
+#include "kernels/simd.h"
 
 namespace mlaserve {
 
@@ -132,36 +133,6 @@ __m512i step_words(const uint8_t* row, int64_t valid, const Fp8Magnitudes& fp8) 
   }
 }
 
-// 16 rows of 16 dwords transposed in place: afterwards words[p] holds dword p of each row in row
-// order (a B tile's row of column pair p). Pairs of dwords, then of qwords, are interleaved
-// within 128-bit lanes (group g's vector j then holds column 4L + j of rows 4g..4g+3 in lane L),
-// then the lanes are gathered across groups.
-inline __attribute__((always_inline)) void transpose_16x16(__m512i words[16]) {
-  __m512i lanes[16];
-  for (int g = 0; g < 4; ++g) {
-    const __m512i* in = words + 4 * g;
-    const __m512i low01 = _mm512_maskz_unpacklo_epi32(0xffff, in[0], in[1]);
-    const __m512i high01 = _mm512_maskz_unpackhi_epi32(0xffff, in[0], in[1]);
-    const __m512i low23 = _mm512_maskz_unpacklo_epi32(0xffff, in[2], in[3]);
-    const __m512i high23 = _mm512_maskz_unpackhi_epi32(0xffff, in[2], in[3]);
-    lanes[4 * g + 0] = _mm512_maskz_unpacklo_epi64(0xff, low01, low23);
-    lanes[4 * g + 1] = _mm512_maskz_unpackhi_epi64(0xff, low01, low23);
-    lanes[4 * g + 2] = _mm512_maskz_unpacklo_epi64(0xff, high01, high23);
-    lanes[4 * g + 3] = _mm512_maskz_unpackhi_epi64(0xff, high01, high23);
-  }
-  for (int j = 0; j < 4; ++j) {
-    // Lanes 0 and 1 (front) or 2 and 3 (back) of groups 0 and 1, then of groups 2 and 3.
-    const __m512i front01 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[j], lanes[4 + j], 0x44);
-    const __m512i back01 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[j], lanes[4 + j], 0xee);
-    const __m512i front23 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[8 + j], lanes[12 + j], 0x44);
-    const __m512i back23 = _mm512_maskz_shuffle_i32x4(0xffff, lanes[8 + j], lanes[12 + j], 0xee);
-    words[j] = _mm512_maskz_shuffle_i32x4(0xffff, front01, front23, 0x88);
-    words[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, front01, front23, 0xdd);
-    words[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, back01, back23, 0x88);
-    words[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, back01, back23, 0xdd);
-  }
-}
-
 // `steps` B tiles from the 16 rows at `rows` (element bytes a column): each row's 32 columns of a
 // step as bf16 words, transposed so that tile row p holds columns 2p and 2p + 1 of every row.
 template <TileSource kSource>
@@ -172,7 +143,7 @@ void build_tiles(const uint8_t* const rows[], int64_t element, int64_t cols, int
 #pragma GCC unroll 16
     for (int n = 0; n < kTileRows; ++n)
       words[n] = step_words<kSource>(rows[n] + s * kStepCols * element, cols - s * kStepCols, fp8);
-    transpose_16x16(words);
+    simd::transpose_16x16(words);
 #pragma GCC unroll 16
     for (int p = 0; p < kTileRows; ++p) _mm512_storeu_si512(out + (s * kTileRows + p) * 2 * kTileRows, words[p]);
   }

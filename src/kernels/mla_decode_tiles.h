@@ -122,8 +122,7 @@ class Bf16Tiles {
   Bf16Tiles(const MlaAbsorbedParams& p, int64_t query, int64_t head0, int slot)
       : p_(p), query_pairs_(query_slot<int32_t>(slot)) {
     const int64_t rank = p.kv_lora_rank, rope = p.qk_rope_head_dim, width = rank + rope, pairs = width / 2;
-    thread_local std::vector<uint16_t> rounded_buffer;
-    std::vector<uint16_t>& rounded = rounded_buffer;  // [B][width]
+    thread_local std::vector<uint16_t> rounded;  // [B][width]
     rounded.resize(size_t(B * width));
     for (int h = 0; h < B; ++h) {
       const int64_t item = query * p.n_heads + head0 + h;
@@ -137,7 +136,7 @@ class Bf16Tiles {
       __m512i block[16];
       for (int h = 0; h < 16; ++h)
         block[h] = h < B ? _mm512_maskz_loadu_epi32(lanes, words + h * pairs + k) : _mm512_setzero_si512();
-      transpose_16x16(block);
+      simd::transpose_16x16(block);
       for (int64_t j = 0; j < 16 && k + j < pairs; ++j)
         _mm512_storeu_si512(query_pairs_.data() + (k + j) * kLanes, block[j]);
     }
@@ -195,36 +194,6 @@ class Bf16Tiles {
 
  protected:
   static constexpr int kLanes = 16, kRows = 12;
-  // rows[i] lane j -> rows[j] lane i. Within 128-bit lanes, 32-bit then 64-bit interleaves
-  // leave s[4a + c] lane l = column 4l + c of rows 4a..4a+3; the 128-bit lanes of s[c], s[4 + c],
-  // s[8 + c], s[12 + c] are then a 4 x 4 transpose of their own.
-  // (Zero-masked forms with every lane set: GCC 12's unmasked ones read an undefined source.)
-  static void transpose_16x16(__m512i rows[16]) {
-    constexpr __mmask16 kAll16 = 0xFFFF;
-    constexpr __mmask8 kAll8 = 0xFF;
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_maskz_unpacklo_epi32(kAll16, rows[i], rows[i + 1]);
-      t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll16, rows[i], rows[i + 1]);
-    }
-    __m512i s[16];
-    for (int i = 0; i < 16; i += 4) {
-      s[i] = _mm512_maskz_unpacklo_epi64(kAll8, t[i], t[i + 2]);
-      s[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, t[i], t[i + 2]);
-      s[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, t[i + 1], t[i + 3]);
-      s[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, t[i + 1], t[i + 3]);
-    }
-    for (int c = 0; c < 4; ++c) {
-      const __m512i low_ab = _mm512_maskz_shuffle_i32x4(kAll16, s[c], s[4 + c], 0x44);
-      const __m512i high_ab = _mm512_maskz_shuffle_i32x4(kAll16, s[c], s[4 + c], 0xEE);
-      const __m512i low_cd = _mm512_maskz_shuffle_i32x4(kAll16, s[8 + c], s[12 + c], 0x44);
-      const __m512i high_cd = _mm512_maskz_shuffle_i32x4(kAll16, s[8 + c], s[12 + c], 0xEE);
-      rows[c] = _mm512_maskz_shuffle_i32x4(kAll16, low_ab, low_cd, 0x88);
-      rows[4 + c] = _mm512_maskz_shuffle_i32x4(kAll16, low_ab, low_cd, 0xDD);
-      rows[8 + c] = _mm512_maskz_shuffle_i32x4(kAll16, high_ab, high_cd, 0x88);
-      rows[12 + c] = _mm512_maskz_shuffle_i32x4(kAll16, high_ab, high_cd, 0xDD);
-    }
-  }
   // out[i] = bf16(x[i]), i < n, rounded to nearest even (vcvtneps2bf16; as in to_bf16_pairs, a
   // value under 2^-126 becomes 0).
   static void round_to_bf16(const float* x, int64_t n, uint16_t* out) {

@@ -528,8 +528,9 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
   const auto piece = [&](int64_t panel, int64_t k0) { return stored + panel * panel_words + k0 * kPanelRows; };
+  const int64_t first_panel = row_begin / kPanelRows;
   gemm_tiles(x, x_stride, n_tokens, cols, y, y_stride, [&](int64_t k0, int64_t depth, auto run_panel) {
-    int64_t panel = row_begin / kPanelRows;
+    int64_t panel = first_panel;
 #if defined(__AVX512F__)
     for (; (panel + 2) * kPanelRows <= row_end; panel += 2) {  // whole pairs (the first may start before row_begin)
       const int64_t first = panel * kPanelRows;
@@ -543,7 +544,6 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
       // the first one's next piece (this piece again after the last). The stored panels are
       // 64 KB apart at 2048 columns: without it the first block of tokens waited on memory (8
       // tokens, 5632 x 2048, AVX2 on Zen 2: 2.1-2.6 ms, 1.6-1.7 with it).
-      const int64_t first_panel = row_begin / kPanelRows;
       const uint16_t* next = (panel + 1) * kPanelRows < row_end ? piece(panel + 1, k0)
                              : k0 + depth < cols                ? piece(first_panel, k0 + depth)
                                                                 : piece(panel, k0);
