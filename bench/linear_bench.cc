@@ -107,7 +107,7 @@ void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Grou
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 // INT4 and MXFP4 repacked into 16-row panels, as models load them where the panel kernels run.
 void run_4bit_panels(benchmark::State& state, WeightFormat format) {
-  if (!four_bit_panels_run_here()) return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+  if (!four_bit_panels_run_here()) return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   run_linear(state, format);
 }
 void BM_INT4Panels(benchmark::State& state) { run_4bit_panels(state, WeightFormat::Int4Panels); }
@@ -171,7 +171,7 @@ void BM_FewTokensOneCore(benchmark::State& state) {
                                        WeightFormat::Int4Panels, WeightFormat::Mxfp4Panels};
   const WeightFormat format = kFormats[state.range(2)];
   if (is_4bit_panels(format) && !four_bit_panels_run_here())
-    return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+    return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   const int64_t rows = state.range(0), cols = 1024, tokens = state.range(1);
   const RandomWeight weight(format, rows, cols);
   const std::vector<float> x = random_activations(cols * tokens);
@@ -192,20 +192,21 @@ BENCHMARK(BM_FewTokensOneCore)
 BENCHMARK(BM_TransposedBF16)->Args({16, 64, 256})->Args({16, 128, 512})->UseRealTime();
 BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // rows, cols, tokens: small's dense up-projection and one routed expert, one of mini's (512 x
-// 1024); 1 token (decode), 2-3 (a routed expert's tokens in a batch of 8 decodes), 8 (batched
-// decode), 4 and 15 (the FP8 / INT8 fused dots' largest group and count; with 6, 12 and 16 the
-// AVX2 packed GEMM's blocks of up to 6 tokens), 48 (an expert's
-// share of a 512-token prefill), 128 and 512 (prefill); the dense down-projection and an expert
-// gate of DeepSeek-V3 (7168 columns: rows longer than one AMX column chunk) at 512;
-// mini's absorbed W_UK^T and W_UV of 16 heads (64 and 256 columns) at 8 tokens (batched decode);
-// mini's and small's kv_b_proj expanding 2048 cached latents (fp32 random activations here:
-// latents from a bf16 cache take the one-term AMX path).
+// 1024); 1 token (decode), 2-3 (a routed expert's tokens in a batch of 8 decodes; the expert at
+// 4 and 8 too: the AVX2 4-bit panels' calls of up to 4 tokens), 8 (batched decode), 4 and 15
+// (the FP8 / INT8 fused dots' largest group and count; with 6, 12 and 16 the AVX2 packed GEMM's
+// blocks of up to 6 tokens), 48 (an expert's share of a 512-token prefill), 128 and 512
+// (prefill); the dense down-projection and an expert gate of DeepSeek-V3 (7168 columns: rows
+// longer than one AMX column chunk) at 512; mini's absorbed W_UK^T and W_UV of 16 heads (64 and
+// 256 columns) at 8 tokens (batched decode); mini's and small's kv_b_proj expanding 2048 cached
+// latents (fp32 random activations here: latents from a bf16 cache take the one-term AMX path).
 void linear_shapes(benchmark::internal::Benchmark* bench) {
-  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({2048, 768, 1})
-      ->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({4096, 64, 8})->Args({1024, 256, 8})->Args({5632, 2048, 8})
-      ->Args({5632, 2048, 4})->Args({5632, 2048, 6})->Args({5632, 2048, 12})->Args({5632, 2048, 15})
-      ->Args({5632, 2048, 16})->Args({768, 2048, 48})->Args({5632, 2048, 128})->Args({5632, 2048, 512})
-      ->Args({2048, 5632, 512})->Args({2048, 7168, 512})->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
+  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({768, 2048, 4})
+      ->Args({768, 2048, 8})->Args({2048, 768, 1})->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({4096, 64, 8})
+      ->Args({1024, 256, 8})->Args({5632, 2048, 8})->Args({5632, 2048, 4})->Args({5632, 2048, 6})
+      ->Args({5632, 2048, 12})->Args({5632, 2048, 15})->Args({5632, 2048, 16})->Args({768, 2048, 48})
+      ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->Args({2048, 5632, 512})->Args({2048, 7168, 512})
+      ->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);

@@ -3,7 +3,7 @@
 // BF16 panels, as loaded, one shared, top 6 of 4 groups of 8). Arguments: tokens (1: decode; 8:
 // a batch-8 decode step) and the experts' format (0 BF16 panels; 1 INT4, 2 INT4 panels, 3
 // MXFP4, 4 MXFP4 panels: the 4-bit weights row-major as stored, or repacked as models load them
-// on AVX-512 VNNI hosts without AMX). weight_GB/s is the bytes of router, shared and chosen experts read
+// on AVX2 and AVX-512 VNNI hosts without AMX). weight_GB/s is the bytes of router, shared and chosen experts read
 // per second (each chosen expert once per call), to be set against linear_bench's
 // BM_ReadBandwidth of the same run.
 //   build/bench/moe_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
@@ -80,7 +80,7 @@ void BM_MoeLayer(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   const WeightFormat format = kExpertFormats[state.range(1)];
   if (is_4bit_panels(format) && !four_bit_panels_run_here())
-    return state.SkipWithError("4-bit panels need AVX-512 VNNI and no AMX");
+    return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   static std::map<WeightFormat, std::unique_ptr<MoeLayers>> built;  // each format's layers drawn once
   if (!built[format]) built[format] = std::make_unique<MoeLayers>(format);
   const MoeLayers& weights = *built[format];

@@ -244,8 +244,8 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
   cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
   cmd->add_flag("!--no-repack", flags.repack,
                 "keep the weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
-                "attention projections and LM head at load, BF16 (with AVX-512 VNNI and no AMX, INT4 and MXFP4 "
-                "too) into the CPU kernels' panel layouts and other formats as stored, onto huge pages: faster prefill and decode, those weights no longer paged "
+                "attention projections and LM head at load, BF16 (and, with AVX2 or AVX-512 VNNI and no AMX, INT4 and "
+                "MXFP4) into the CPU kernels' panel layouts and other formats as stored, onto huge pages: faster prefill and decode, those weights no longer paged "
                 "from the file)");
   cmd->add_option("--numa", flags.numa,
                   "auto: on a machine with several NUMA nodes bind each rank's threads to its node(s) (ranks split "

@@ -12,13 +12,16 @@
 
 namespace mlaserve {
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || (defined(__AVX2__) && defined(__FMA__))
 namespace {
 
-constexpr int kRows = int(kFourBitPanelRows);
-constexpr int kMaxTokens = 8;         // 8 int32 sums and 8 accumulators in registers
+// A unit is the kFourBitStepRows rows one register of int32 lanes covers: a whole stored panel
+// with AVX-512, half of one (32 bytes of each 64-byte line) with AVX2.
+constexpr int kUnitRows = kFourBitStepRows;
+constexpr int kMaxTokens = 8;         // tokens in one few-token call (decode: one sequence or a batch)
+constexpr int kMaxUnits = 4;          // units streamed at once
 constexpr int64_t kChunkBlocks = 32;  // gemm_4bit.cc's chunks: the same sums added in the same order
-constexpr int64_t kBlockCodeBytes = 16 * kRows;
+constexpr int64_t kBlockCodeBytes = 16 * kFourBitPanelRows;
 
 // What a block of up to kMaxTokens tokens reads: per token its int8 values, and per block of
 // 32 columns its scale and its scale times the sum of its values (Q8Activations).
@@ -28,18 +31,19 @@ struct TokenBlock {
   const float* scaled_sums[kMaxTokens];
 };
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // The 16 rows' scales of block b in fp32: INT4 a bf16 per group (its high half); MXFP4 the
 // E8M0 exponent e as 2^(e - 128) (e8m0_half_scales: exponent field e - 1 for e >= 2; e = 1 and
 // 0 are the subnormals 2^-127 and 2^-128, bits 22 and 21).
 template <bool kMxfp4>
 __m512 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
   if constexpr (kMxfp4) {
-    const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block * kRows)));
+    const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block * kFourBitPanelRows)));
     const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
     const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2)), subnormal, normal));
   }
-  const auto* bf16 = reinterpret_cast<const __m256i*>(scales + block / blocks_per_group * kRows * 2);
+  const auto* bf16 = reinterpret_cast<const __m256i*>(scales + block / blocks_per_group * kFourBitPanelRows * 2);
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(bf16)), 16));
 }
 
@@ -60,20 +64,20 @@ WordSteps word_steps(__m512i word) {
   return steps;
 }
 
-// out[(p * kTokens + t) * 16 + i] = row i of panel p (codes[p], scales[p]) against token t of
+// out[(u * kTokens + t) * 16 + i] = row i of unit u (codes[u], scales[u]) against token t of
 // `tokens` over blocks [first_block, end_block) of the row's `blocks` (a chunk). Step 2w
 // (2w + 1) of a block is the low (high) nibbles of its word w: row i's columns 8w + {0, 2, 4,
-// 6} (+ 1), which Q8Buffer keeps as 4 bytes at the block's evens (odds) start + 4w. kPanels
-// panels at once are as many memory streams (decode reads one token's panels from memory).
-template <int kPanels, int kTokens, bool kMxfp4>
-void panel_chunk(const uint8_t* const codes[kPanels], const uint8_t* const scales[kPanels], int64_t first_block,
-                 int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
+// 6} (+ 1), which Q8Buffer keeps as 4 bytes at the block's evens (odds) start + 4w. kUnits
+// units at once are as many memory streams (decode reads one token's panels from memory).
+template <int kUnits, int kTokens, bool kMxfp4>
+void unit_chunk(const uint8_t* const codes[kUnits], const uint8_t* const scales[kUnits], int64_t first_block,
+                int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
   const float offset = float(kMxfp4 ? kMxfp4Offset : kInt4Offset);
-  __m512 acc[kPanels * kTokens];
+  __m512 acc[kUnits * kTokens];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = first_block; b < end_block; ++b) {
     const int64_t starts[2] = {q8_index(blocks, b, 0), q8_index(blocks, b, 1)};
-    __m512i sums[kPanels * kTokens];
+    __m512i sums[kUnits * kTokens];
     for (auto& sum : sums) sum = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int w = 0; w < 4; ++w) {
@@ -81,39 +85,168 @@ void panel_chunk(const uint8_t* const codes[kPanels], const uint8_t* const scale
       for (int odd = 0; odd < 2; ++odd)
         for (int t = 0; t < kTokens; ++t) std::memcpy(&four[odd][t], tokens.values[t] + starts[odd] + 4 * w, 4);
 #pragma GCC unroll 4
-      for (int p = 0; p < kPanels; ++p) {
-        const uint8_t* line = codes[p] + b * kBlockCodeBytes + 64 * w;
+      for (int u = 0; u < kUnits; ++u) {
+        const uint8_t* line = codes[u] + b * kBlockCodeBytes + 64 * w;
         const WordSteps steps = word_steps<kMxfp4>(_mm512_load_si512(line));
         simd::prefetch_stream(line);
 #pragma GCC unroll 2
         for (int odd = 0; odd < 2; ++odd)
           for (int t = 0; t < kTokens; ++t)  // u <= 24 and |q| <= 127: a block's 32 products sum within +-97536
-            sums[p * kTokens + t] =
-                _mm512_dpbusd_epi32(sums[p * kTokens + t], steps.step[odd], _mm512_set1_epi32(four[odd][t]));
+            sums[u * kTokens + t] =
+                _mm512_dpbusd_epi32(sums[u * kTokens + t], steps.step[odd], _mm512_set1_epi32(four[odd][t]));
       }
     }
-    for (int p = 0; p < kPanels; ++p) {
-      const __m512 w_scale = block_scales<kMxfp4>(scales[p], b, blocks_per_group);
+    for (int u = 0; u < kUnits; ++u) {
+      const __m512 w_scale = block_scales<kMxfp4>(scales[u], b, blocks_per_group);
       for (int t = 0; t < kTokens; ++t) {
-        const __m512 sum = _mm512_maskz_cvtepi32_ps(0xffff, sums[p * kTokens + t]);
+        const __m512 sum = _mm512_maskz_cvtepi32_ps(0xffff, sums[u * kTokens + t]);
         const __m512 scaled = _mm512_fmsub_ps(sum, _mm512_set1_ps(tokens.scales[t][b]),
                                               _mm512_set1_ps(offset * tokens.scaled_sums[t][b]));
-        acc[p * kTokens + t] = _mm512_fmadd_ps(scaled, w_scale, acc[p * kTokens + t]);
+        acc[u * kTokens + t] = _mm512_fmadd_ps(scaled, w_scale, acc[u * kTokens + t]);
       }
     }
   }
-  for (int i = 0; i < kPanels * kTokens; ++i) _mm512_store_ps(out + i * kRows, acc[i]);
+  for (int i = 0; i < kUnits * kTokens; ++i) _mm512_store_ps(out + i * kUnitRows, acc[i]);
 }
+// Block `block` of a unit split into the integer GEMM's 8 steps and its fp32 block scales.
+template <bool kMxfp4>
+void split_block(const uint8_t* codes, const uint8_t* scales, int64_t block, int64_t blocks_per_group,
+                 uint8_t (*steps)[4 * kUnitRows], float* block_scale) {
+  for (int w = 0; w < 4; ++w) {
+    const WordSteps pair = word_steps<kMxfp4>(_mm512_load_si512(codes + block * kBlockCodeBytes + 64 * w));
+    for (int odd = 0; odd < 2; ++odd) _mm512_store_si512(steps[2 * w + odd], pair.step[odd]);
+  }
+  _mm512_store_ps(block_scale, block_scales<kMxfp4>(scales, block, blocks_per_group));
+}
+#else
+// As above for a unit of 8 rows (half a stored panel): its scales of block b in fp32.
+template <bool kMxfp4>
+__m256 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
+  if constexpr (kMxfp4) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + block * kFourBitPanelRows)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+  }
+  const auto* bf16 = reinterpret_cast<const __m128i*>(scales + block / blocks_per_group * kFourBitPanelRows * 2);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(bf16)), 16));
+}
+
+struct WordSteps {
+  __m256i step[2];
+};
+template <bool kMxfp4>
+WordSteps word_steps(__m256i word) {
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  WordSteps steps = {{_mm256_and_si256(word, low_nibbles), _mm256_and_si256(_mm256_srli_epi16(word, 4), low_nibbles)}};
+  if constexpr (kMxfp4) {
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+    for (auto& step : steps.step) step = _mm256_shuffle_epi8(table, step);
+  }
+  return steps;
+}
+
+// As above with vpmaddubsw: each step's 4 products summed in pairs into 16-bit lanes, which
+// hold a block of INT4 (at most 8 * 2 * 15 * 127 = 30480) and 2 words of MXFP4 (codes up to
+// 24: 4 * 2 * 24 * 127 = 24384), then widened to the row's int32 sum (gemm_4bit.cc's AVX2
+// steps). The unit's codes are the low 32 bytes of each line (the high ones for its odd half).
+template <int kUnits, int kTokens, bool kMxfp4>
+void unit_chunk(const uint8_t* const codes[kUnits], const uint8_t* const scales[kUnits], int64_t first_block,
+                int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
+  constexpr int kWidenWords = kMxfp4 ? 2 : 4;
+  const float offset = float(kMxfp4 ? kMxfp4Offset : kInt4Offset);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[kUnits * kTokens];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t b = first_block; b < end_block; ++b) {
+    const int64_t starts[2] = {q8_index(blocks, b, 0), q8_index(blocks, b, 1)};
+    __m256i block_sums[kUnits * kTokens];
+    for (auto& sum : block_sums) sum = _mm256_setzero_si256();
+    for (int first_word = 0; first_word < 4; first_word += kWidenWords) {
+      __m256i sums[kUnits * kTokens];
+      for (auto& sum : sums) sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int w = first_word; w < first_word + kWidenWords; ++w) {
+        int32_t four[2][kTokens];
+        for (int odd = 0; odd < 2; ++odd)
+          for (int t = 0; t < kTokens; ++t) std::memcpy(&four[odd][t], tokens.values[t] + starts[odd] + 4 * w, 4);
+#pragma GCC unroll 4
+        for (int u = 0; u < kUnits; ++u) {
+          const uint8_t* line = codes[u] + b * kBlockCodeBytes + 64 * w;
+          const WordSteps steps = word_steps<kMxfp4>(_mm256_load_si256(reinterpret_cast<const __m256i*>(line)));
+          simd::prefetch_stream(line);
+#pragma GCC unroll 2
+          for (int odd = 0; odd < 2; ++odd)
+            for (int t = 0; t < kTokens; ++t) {
+              __m256i& sum = sums[u * kTokens + t];
+              sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(steps.step[odd], _mm256_set1_epi32(four[odd][t])));
+              asm("" : "+x"(sum));  // each step's sum in its register (as gemm_4bit.cc's AVX2 steps)
+            }
+        }
+      }
+      for (int i = 0; i < kUnits * kTokens; ++i) {
+        block_sums[i] = _mm256_add_epi32(block_sums[i], _mm256_madd_epi16(sums[i], ones));
+      }
+    }
+    for (int u = 0; u < kUnits; ++u) {
+      const __m256 w_scale = block_scales<kMxfp4>(scales[u], b, blocks_per_group);
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256 sum = _mm256_cvtepi32_ps(block_sums[u * kTokens + t]);
+        const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(tokens.scales[t][b]),
+                                              _mm256_set1_ps(offset * tokens.scaled_sums[t][b]));
+        acc[u * kTokens + t] = _mm256_fmadd_ps(scaled, w_scale, acc[u * kTokens + t]);
+      }
+    }
+  }
+  for (int i = 0; i < kUnits * kTokens; ++i) _mm256_store_ps(out + i * kUnitRows, acc[i]);
+}
+template <bool kMxfp4>
+void split_block(const uint8_t* codes, const uint8_t* scales, int64_t block, int64_t blocks_per_group,
+                 uint8_t (*steps)[4 * kUnitRows], float* block_scale) {
+  for (int w = 0; w < 4; ++w) {
+    const WordSteps pair =
+        word_steps<kMxfp4>(_mm256_load_si256(reinterpret_cast<const __m256i*>(codes + block * kBlockCodeBytes + 64 * w)));
+    for (int odd = 0; odd < 2; ++odd) _mm256_store_si256(reinterpret_cast<__m256i*>(steps[2 * w + odd]), pair.step[odd]);
+  }
+  _mm256_store_ps(block_scale, block_scales<kMxfp4>(scales, block, blocks_per_group));
+}
+#endif
 
 using PanelChunk = void (*)(const uint8_t* const*, const uint8_t* const*, int64_t, int64_t, int64_t, int64_t,
                             const TokenBlock&, float*);
-template <int kPanels, bool kMxfp4, int... kTokens>
-constexpr PanelChunk kChunks[] = {panel_chunk<kPanels, kTokens, kMxfp4>...};
-// [panels at once: 0 for 1, 1 for 2, 2 for 4][format][tokens - 1]
+template <int kUnits, bool kMxfp4, int... kTokens>
+constexpr PanelChunk kChunks[] = {unit_chunk<kUnits, kTokens, kMxfp4>...};
+// [units at once: 0 for 1, 1 for 2, 2 for 4][format][tokens - 1], as few_token_plan asks.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 constexpr const PanelChunk* kChunkKernels[3][2] = {
     {kChunks<1, false, 1, 2, 3, 4, 5, 6, 7, 8>, kChunks<1, true, 1, 2, 3, 4, 5, 6, 7, 8>},
     {kChunks<2, false, 1, 2, 3, 4>, kChunks<2, true, 1, 2, 3, 4>},
     {kChunks<4, false, 1, 2>, kChunks<4, true, 1, 2>}};
+#else
+constexpr const PanelChunk* kChunkKernels[3][2] = {
+    {kChunks<1, false, 1, 2, 3, 4>, kChunks<1, true, 1, 2, 3, 4>},
+    {kChunks<2, false, 1, 2, 3, 4>, kChunks<2, true, 1, 2, 3, 4>},
+    {kChunks<4, false, 1, 2>, kChunks<4, true, 1, 2>}};
+#endif
+
+// How the few-token path reads a range for n tokens: `streams` equal parts of it at once (one
+// memory stream each runs on from unit to unit), `group` neighbouring units of each part a call,
+// and at most `tokens_per_call` tokens a call (the chunk's further tokens read its units from
+// cache). AVX-512: 4 streams for 1-2 tokens, 2 for 3-4, all tokens in one call. AVX2: a panel's
+// two halves together (they share its lines), 2 streams for 1-2 tokens, 4 tokens a call; with
+// 16 ymm, 8 units and tokens of sums and accumulators spill, yet measured faster than fewer
+// streams (docs/kernels.md, "4-bit panels on AVX2").
+struct FewTokenPlan {
+  int streams, group, tokens_per_call;
+};
+FewTokenPlan few_token_plan(int64_t n_tokens) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return {n_tokens <= 2 ? 4 : n_tokens <= 4 ? 2 : 1, 1, kMaxTokens};
+#else
+  return {n_tokens <= 2 ? 2 : 1, 2, int(std::min<int64_t>(n_tokens, 4))};
+#endif
+}
 
 // One 4-bit panel weight's layout, and the kernels' outputs to y.
 struct PanelWeight {
@@ -124,29 +257,39 @@ struct PanelWeight {
       : mxfp4(weight.format == WeightFormat::Mxfp4Panels),
         blocks(weight.cols / kQ8Block),
         blocks_per_group(mxfp4 ? 1 : weight.group_size / kQ8Block),
-        code_bytes(kRows * weight.cols / 2),
-        scale_bytes(kRows * (blocks / blocks_per_group) * (mxfp4 ? 1 : 2)),
+        code_bytes(kFourBitPanelRows * weight.cols / 2),
+        scale_bytes(kFourBitPanelRows * (blocks / blocks_per_group) * (mxfp4 ? 1 : 2)),
         codes(static_cast<const uint8_t*>(weight.data)),
         scales(mxfp4 ? weight.e8m0_scale : reinterpret_cast<const uint8_t*>(weight.group_scale)) {}
 
-  // Chunk `first_block` of n_panels panels (panels[]) against the tokens, added to (or, for the
+  // Where unit `unit` (rows unit * kUnitRows on) begins in the codes and the scales.
+  const uint8_t* unit_codes(int64_t unit) const {
+    return codes + unit * kUnitRows / kFourBitPanelRows * code_bytes + 4 * (unit * kUnitRows % kFourBitPanelRows);
+  }
+  const uint8_t* unit_scales(int64_t unit) const {
+    return scales + unit * kUnitRows / kFourBitPanelRows * scale_bytes +
+           (mxfp4 ? 1 : 2) * (unit * kUnitRows % kFourBitPanelRows);
+  }
+
+  // Chunk `first_block` of n_units units (units[]) against the tokens, added to (or, for the
   // first chunk, stored in) rows [row_begin, row_end) of y.
-  void run_chunk(const int64_t* panels, int n_panels, int64_t first_block, const TokenBlock& tokens, int64_t n_tokens,
+  void run_chunk(const int64_t* units, int n_units, int64_t first_block, const TokenBlock& tokens, int64_t n_tokens,
                  int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) const {
-    const uint8_t* panel_codes[4];
-    const uint8_t* panel_scales[4];
-    for (int p = 0; p < n_panels; ++p) {
-      panel_codes[p] = codes + panels[p] * code_bytes;
-      panel_scales[p] = scales + panels[p] * scale_bytes;
+    const uint8_t* codes_of[kMaxUnits];
+    const uint8_t* scales_of[kMaxUnits];
+    for (int u = 0; u < n_units; ++u) {
+      codes_of[u] = unit_codes(units[u]);
+      scales_of[u] = unit_scales(units[u]);
     }
-    alignas(64) float out[4 * kMaxTokens * kRows];
+    alignas(64) float out[kMaxUnits * kMaxTokens * kUnitRows];
     const int64_t end_block = std::min(blocks, first_block + kChunkBlocks);
-    kChunkKernels[n_panels / 2][mxfp4][n_tokens - 1](panel_codes, panel_scales, first_block, end_block, blocks,
-                                                      blocks_per_group, tokens, out);
-    for (int p = 0; p < n_panels; ++p) {
-      const int64_t first_row = std::max(row_begin, panels[p] * kRows), end_row = std::min(row_end, (panels[p] + 1) * kRows);
+    kChunkKernels[n_units / 2][mxfp4][n_tokens - 1](codes_of, scales_of, first_block, end_block, blocks,
+                                                     blocks_per_group, tokens, out);
+    for (int u = 0; u < n_units; ++u) {
+      const int64_t first_row = std::max(row_begin, units[u] * kUnitRows);
+      const int64_t end_row = std::min(row_end, (units[u] + 1) * kUnitRows);
       for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* from = out + (p * n_tokens + t) * kRows + first_row - panels[p] * kRows;
+        const float* from = out + (u * n_tokens + t) * kUnitRows + first_row - units[u] * kUnitRows;
         float* to = y + t * y_stride + first_row - row_begin;
         for (int64_t i = 0; i < end_row - first_row; ++i) to[i] = first_block == 0 ? from[i] : to[i] + from[i];
       }
@@ -154,10 +297,10 @@ struct PanelWeight {
   }
 };
 
-TokenBlock token_block(const Q8Buffer& x, int64_t count) {
+TokenBlock token_block(const Q8Buffer& x, int64_t first, int64_t count) {
   TokenBlock tokens;
   for (int64_t t = 0; t < count; ++t) {
-    const Q8Activations token = x.token(t);
+    const Q8Activations token = x.token(first + t);
     tokens.values[t] = token.values;
     tokens.scales[t] = token.scales;
     tokens.scaled_sums[t] = token.scaled_sums;
@@ -165,48 +308,50 @@ TokenBlock token_block(const Q8Buffer& x, int64_t count) {
   return tokens;
 }
 
-// Up to 8 tokens (decode: one sequence or a batch): the range's panels streamed once each, over
-// the whole depth — 4 at a time for 1-2 tokens, 2 for 3-4, one from each of as many equal parts
-// of the range (so each memory stream runs on from panel to panel), the leftovers one at a time.
+// Up to 8 tokens (decode: one sequence or a batch): the range's units streamed once each, over
+// the whole depth, as few_token_plan says; the leftover units one at a time.
 void few_token_rows(const PanelWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x, int64_t n_tokens,
                     float* y, int64_t y_stride) {
-  const TokenBlock tokens = token_block(x, n_tokens);
-  const int spread = n_tokens <= 2 ? 4 : n_tokens <= 4 ? 2 : 1;
-  const int64_t first_panel = row_begin / kRows, n_panels = (row_end + kRows - 1) / kRows - first_panel;
-  const int64_t part = n_panels / spread;
-  const auto run = [&](const int64_t* panels, int count) {
+  const FewTokenPlan plan = few_token_plan(n_tokens);
+  TokenBlock token_blocks[kMaxTokens];
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += plan.tokens_per_call)
+    token_blocks[t0 / plan.tokens_per_call] = token_block(x, t0, std::min<int64_t>(plan.tokens_per_call, n_tokens - t0));
+  const int64_t first_unit = row_begin / kUnitRows, n_units = (row_end + kUnitRows - 1) / kUnitRows - first_unit;
+  const int64_t part = n_units / (plan.streams * plan.group) * plan.group;
+  const auto run = [&](const int64_t* units, int count) {
     for (int64_t block = 0; block < weight.blocks; block += kChunkBlocks)
-      weight.run_chunk(panels, count, block, tokens, n_tokens, row_begin, row_end, y, y_stride);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += plan.tokens_per_call)
+        weight.run_chunk(units, count, block, token_blocks[t0 / plan.tokens_per_call],
+                         std::min<int64_t>(plan.tokens_per_call, n_tokens - t0), row_begin, row_end, y + t0 * y_stride,
+                         y_stride);
   };
-  for (int64_t q = 0; q < part; ++q) {
-    int64_t panels[4];
-    for (int p = 0; p < spread; ++p) panels[p] = first_panel + p * part + q;
-    run(panels, spread);
+  for (int64_t q = 0; q < part; q += plan.group) {
+    int64_t units[kMaxUnits];
+    for (int s = 0; s < plan.streams; ++s)
+      for (int g = 0; g < plan.group; ++g) units[s * plan.group + g] = first_unit + s * part + q + g;
+    run(units, plan.streams * plan.group);
   }
-  for (int64_t panel = first_panel + spread * part; panel < first_panel + n_panels; ++panel) run(&panel, 1);
+  for (int64_t unit = first_unit + plan.streams * part; unit < first_unit + n_units; ++unit) run(&unit, 1);
 }
 
 }  // namespace
 
 bool four_bit_panels_run_here() { return !amx_available(); }
 
-void four_bit_panel_steps(const LinearWeight& weight, int64_t panel, int64_t first_block, int64_t n_blocks,
-                          uint8_t (*steps)[8][4 * kFourBitPanelRows], float (*scales)[kFourBitPanelRows]) {
+void four_bit_panel_steps(const LinearWeight& weight, int64_t first_row, int64_t first_block, int64_t n_blocks,
+                          uint8_t (*steps)[8][4 * kFourBitStepRows], float (*scales)[kFourBitStepRows]) {
   const PanelWeight panels(weight);
-  const uint8_t* codes = panels.codes + panel * panels.code_bytes;
-  const uint8_t* panel_scales = panels.scales + panel * panels.scale_bytes;
+  const uint8_t* codes = panels.unit_codes(first_row / kUnitRows);
+  const uint8_t* unit_scales = panels.unit_scales(first_row / kUnitRows);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    for (int w = 0; w < 4; ++w) {
-      const __m512i word = _mm512_load_si512(codes + (first_block + b) * kBlockCodeBytes + 64 * w);
-      const WordSteps pair = panels.mxfp4 ? word_steps<true>(word) : word_steps<false>(word);
-      for (int odd = 0; odd < 2; ++odd) _mm512_store_si512(steps[b][2 * w + odd], pair.step[odd]);
-    }
-    _mm512_store_ps(scales[b], panels.mxfp4 ? block_scales<true>(panel_scales, first_block + b, 1)
-                                            : block_scales<false>(panel_scales, first_block + b, panels.blocks_per_group));
+    if (panels.mxfp4)
+      split_block<true>(codes, unit_scales, first_block + b, 1, steps[b], scales[b]);
+    else
+      split_block<false>(codes, unit_scales, first_block + b, panels.blocks_per_group, steps[b], scales[b]);
   }
 }
 
-// More tokens: the integer GEMM (gemm_4bit.h), its panels' steps split from the stored words
+// More tokens: the integer GEMM (gemm_4bit.h), its steps split from the stored words
 // (four_bit_panel_steps) rather than regrouped from rows.
 void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                          int64_t n_tokens, float* y, int64_t y_stride) {
@@ -221,13 +366,13 @@ void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 bool four_bit_panels_run_here() { return false; }
 
 void four_bit_panel_rows(const LinearWeight& weight, int64_t, int64_t, const Q8Buffer&, int64_t, float*, int64_t) {
-  MLA_CHECK(false, "a {} weight needs a build with AVX-512 VNNI (-march=native on a host that has it)",
+  MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (-march=native on a host that has them)",
             weight_format_name(weight.format));
 }
 
-void four_bit_panel_steps(const LinearWeight& weight, int64_t, int64_t, int64_t, uint8_t (*)[8][4 * kFourBitPanelRows],
-                          float (*)[kFourBitPanelRows]) {
-  MLA_CHECK(false, "a {} weight needs a build with AVX-512 VNNI", weight_format_name(weight.format));
+void four_bit_panel_steps(const LinearWeight& weight, int64_t, int64_t, int64_t, uint8_t (*)[8][4 * kFourBitStepRows],
+                          float (*)[kFourBitStepRows]) {
+  MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI", weight_format_name(weight.format));
 }
 
 #endif

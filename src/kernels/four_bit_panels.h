@@ -1,8 +1,8 @@
 // 4-bit weights in 16-row panels (Int4Panels, Mxfp4Panels: repack_4bit_panels) against tokens
 // quantized to int8 per block of 32 (Q8Buffer), from one token (decode) to prefill: each
 // panel's step (16 rows x 4 columns, 64 bytes of codes once its nibbles are split) is one
-// vpdpbusd per token, as in the integer GEMM (gemm_4bit.h), which regroups row-major rows into
-// such steps on every call.
+// vpdpbusd per token (AVX2: each half of it a vpmaddubsw over 8 rows), as in the integer GEMM
+// (gemm_4bit.h), which regroups row-major rows into such steps on every call.
 #pragma once
 #include <cstdint>
 
@@ -12,8 +12,16 @@
 namespace mlaserve {
 
 // Whether models repack their 4-bit weights into panels on this host: built with AVX-512
-// VNNI, and no AMX tiles in use (their 4-bit GEMM reads row-major rows).
+// VNNI or with AVX2 and FMA, and no AMX tiles in use (their 4-bit GEMM reads row-major rows).
 bool four_bit_panels_run_here();
+
+// Rows in one step of the integer GEMM on this build: a register of int32 lanes, 16 with
+// AVX-512 VNNI (a whole panel), 8 with AVX2 (half of one).
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline constexpr int kFourBitStepRows = 16;
+#else
+inline constexpr int kFourBitStepRows = 8;
+#endif
 
 // y[t * y_stride + r - row_begin] = W[r] . x_t for rows [row_begin, row_end) and the n_tokens
 // tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the integer
@@ -24,11 +32,11 @@ bool four_bit_panels_run_here();
 void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                          int64_t n_tokens, float* y, int64_t y_stride);
 
-// The integer GEMM's steps of panel `panel` over blocks [first_block, first_block + n_blocks):
-// steps[b][s] the 16 rows' unsigned codes of step s (MXFP4 through kE2M1DoubledPlus12), and
-// scales[b] their block scales in fp32 (gemm_4bit.cc's Panel, built without regrouping). Needs
-// AVX-512 VNNI.
-void four_bit_panel_steps(const LinearWeight& weight, int64_t panel, int64_t first_block, int64_t n_blocks,
-                          uint8_t (*steps)[8][4 * kFourBitPanelRows], float (*scales)[kFourBitPanelRows]);
+// The integer GEMM's steps of rows [first_row, first_row + kFourBitStepRows) (first_row a
+// multiple of kFourBitStepRows) over blocks [first_block, first_block + n_blocks): steps[b][s]
+// the rows' unsigned codes of step s (MXFP4 through kE2M1DoubledPlus12), and scales[b] their
+// block scales in fp32 (gemm_4bit.cc's Panel, built without regrouping). Needs AVX2 and FMA.
+void four_bit_panel_steps(const LinearWeight& weight, int64_t first_row, int64_t first_block, int64_t n_blocks,
+                          uint8_t (*steps)[8][4 * kFourBitStepRows], float (*scales)[kFourBitStepRows]);
 
 }  // namespace mlaserve

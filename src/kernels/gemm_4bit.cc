@@ -30,11 +30,10 @@ namespace {
 // (24384), which needs more registers a token. A block costs a token 8 vpmaddubsw + 8 vpaddw
 // and one widening, conversion and two FMAs for 8 rows: 256 multiply-adds in ~20 operations,
 // where fp32 FMAs take 32.
+constexpr int kPanelRows = kFourBitStepRows;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr int kPanelRows = 16;
 constexpr int kMaxBlockTokens = 8;     // 8 int32 sums and 8 accumulators in registers
 #else
-constexpr int kPanelRows = 8;
 constexpr int kMaxBlockTokens = 6;     // INT4: 6 16-bit sums and 6 accumulators in registers
 #endif
 constexpr int64_t kChunkBlocks = 32;   // 1024 columns: 16 rows' codes 16 KB and scales 2 KB, L1
@@ -132,12 +131,8 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
 // Rows past n_rows repeat the last row's codes with scale 0.
 void build_panel(const LinearWeight& weight, int64_t first_row, int n_rows, int64_t first_block, int64_t n_blocks,
                  Panel& panel) {
-  if (is_4bit_panels(weight.format)) {  // stored in steps already (first_row a panel's; VNNI builds)
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    four_bit_panel_steps(weight, first_row / kPanelRows, first_block, n_blocks, panel.codes, panel.scales);
-#endif
-    return;
-  }
+  if (is_4bit_panels(weight.format))  // stored in steps already (first_row a multiple of kPanelRows)
+    return four_bit_panel_steps(weight, first_row, first_block, n_blocks, panel.codes, panel.scales);
   const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
   const int64_t group = mxfp4 ? kQ8Block : weight.group_size, blocks_per_group = group / kQ8Block;
   const uint8_t* rows[kPanelRows];
@@ -297,7 +292,6 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
   MLA_CHECK(mxfp4 || weight.format == WeightFormat::Int4Panels ||
                 (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0),
             "gemm_4bit_q8_rows: needs MXFP4 or INT4 groups of whole 32-column blocks");
-  MLA_CHECK(!panels || kPanelRows == kFourBitPanelRows, "gemm_4bit_q8_rows: 4-bit panels need AVX-512 VNNI");
   const int64_t blocks = weight.cols / kQ8Block, block_tokens = mxfp4 ? kMxfp4BlockTokens : kMaxBlockTokens;
   const PanelTokensFn* kernels = mxfp4 ? kMxfp4Blocks : kInt4Blocks;
   thread_local std::unique_ptr<Panel> panel = std::make_unique<Panel>();
@@ -315,7 +309,7 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
     for (int64_t first_block = 0; first_block < blocks; first_block += kChunkBlocks) {
       const int64_t n_blocks = std::min(kChunkBlocks, blocks - first_block);
       set_chunk_tokens(x, offsets.data(), blocks, tile, tile_end, first_block, n_blocks, *chunk);
-      // Stored panels start at multiples of 16 rows: the range's first and last may be partial.
+      // Stored panels' steps start at multiples of kPanelRows: the range's first and last may be partial.
       for (int64_t row = panels ? row_begin / kPanelRows * kPanelRows : row_begin; row < row_end; row += kPanelRows) {
         const int64_t first_row = std::max(row, row_begin);
         const int n_rows = int(std::min<int64_t>(row + kPanelRows, row_end) - first_row);

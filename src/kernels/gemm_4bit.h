@@ -17,8 +17,9 @@ namespace mlaserve {
 // the code as an unsigned integer (INT4: value + 8; MXFP4: 2 * E2M1 + 12, its scale halved),
 // for r in [row_begin, row_end) and t < n_tokens, on the calling thread. x holds n_tokens
 // tokens quantized over weight.cols columns. Needs MXFP4, or INT4 groups of whole blocks: rows
-// as stored, or (with AVX-512 VNNI) in 16-row panels (Int4Panels, Mxfp4Panels), whose partial
-// first and last panels of a range are computed whole and stored in part.
+// as stored, or (with AVX2 and FMA, or AVX-512 VNNI) in 16-row panels (Int4Panels,
+// Mxfp4Panels), whose partial first and last steps of a range are computed whole and stored in
+// part.
 void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                        int64_t n_tokens, float* y, int64_t y_stride);
 
