@@ -31,54 +31,126 @@ struct TokenBlock {
   const float* scaled_sums[kMaxTokens];
 };
 
+// One unit's vectors, a lane a row, and the operations the kernels below take on them.
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// The 16 rows' scales of block b in fp32: INT4 a bf16 per group (its high half); MXFP4 the
-// E8M0 exponent e as 2^(e - 128) (e8m0_half_scales: exponent field e - 1 for e >= 2; e = 1 and
-// 0 are the subnormals 2^-127 and 2^-128, bits 22 and 21).
+using IntVec = __m512i;
+using FloatVec = __m512;
+inline IntVec load_ints(const uint8_t* from) { return _mm512_load_si512(from); }
+inline void store_ints(uint8_t* to, IntVec v) { _mm512_store_si512(to, v); }
+inline IntVec zero_ints() { return _mm512_setzero_si512(); }
+inline IntVec add_ints(IntVec a, IntVec b) { return _mm512_add_epi32(a, b); }
+inline FloatVec zero_floats() { return _mm512_setzero_ps(); }
+inline void store_floats(float* to, FloatVec v) { _mm512_store_ps(to, v); }
+inline IntVec low_nibbles(IntVec word) { return _mm512_and_si512(word, _mm512_set1_epi8(0x0f)); }
+inline IntVec high_nibbles(IntVec word) { return low_nibbles(_mm512_srli_epi16(word, 4)); }
+inline IntVec e2m1_codes(IntVec nibbles) {
+  const __m512i table =
+      _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  return _mm512_shuffle_epi8(table, nibbles);
+}
+inline FloatVec bf16_scales(const uint8_t* from) {
+  const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bf16), 16));
+}
+// 2^(e - 128) (e8m0_half_scales): exponent field e - 1 for e >= 2; e = 1 and 0 are the
+// subnormals 2^-127 and 2^-128, bits 22 and 21.
+inline FloatVec e8m0_half_scales(const uint8_t* from) {
+  const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
+  const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2)), subnormal, normal));
+}
+// A step: each lane's 4 codes times a token's 4 int8 values, summed into the lane's int32 (u
+// <= 24 and |q| <= 127: a block's 32 products sum within +-97536).
+inline IntVec add_step(IntVec sums, IntVec codes, int32_t four) {
+  return _mm512_dpbusd_epi32(sums, codes, _mm512_set1_epi32(four));
+}
+constexpr int widen_words(bool) { return 4; }  // the sums are int32 already
+inline IntVec widened(IntVec sums) { return sums; }
+// acc + w_scale * (x_scale * sum - x_offset), the integer GEMM's float steps.
+inline FloatVec add_scaled(FloatVec acc, IntVec sum, float x_scale, float x_offset, FloatVec w_scale) {
+  const __m512 scaled = _mm512_fmsub_ps(_mm512_maskz_cvtepi32_ps(0xffff, sum), _mm512_set1_ps(x_scale), _mm512_set1_ps(x_offset));
+  return _mm512_fmadd_ps(scaled, w_scale, acc);
+}
+#else
+using IntVec = __m256i;
+using FloatVec = __m256;
+inline IntVec load_ints(const uint8_t* from) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(from)); }
+inline void store_ints(uint8_t* to, IntVec v) { _mm256_store_si256(reinterpret_cast<__m256i*>(to), v); }
+inline IntVec zero_ints() { return _mm256_setzero_si256(); }
+inline IntVec add_ints(IntVec a, IntVec b) { return _mm256_add_epi32(a, b); }
+inline FloatVec zero_floats() { return _mm256_setzero_ps(); }
+inline void store_floats(float* to, FloatVec v) { _mm256_store_ps(to, v); }
+inline IntVec low_nibbles(IntVec word) { return _mm256_and_si256(word, _mm256_set1_epi8(0x0f)); }
+inline IntVec high_nibbles(IntVec word) { return low_nibbles(_mm256_srli_epi16(word, 4)); }
+inline IntVec e2m1_codes(IntVec nibbles) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  return _mm256_shuffle_epi8(table, nibbles);
+}
+inline FloatVec bf16_scales(const uint8_t* from) {
+  const __m128i bf16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16), 16));
+}
+inline FloatVec e8m0_half_scales(const uint8_t* from) {  // as above
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(from)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
+// A step with vpmaddubsw: the 4 products summed in pairs into 16-bit lanes, which hold a block
+// of INT4 (at most 8 * 2 * 15 * 127 = 30480) and 2 words of MXFP4 (codes up to 24: 4 * 2 * 24
+// * 127 = 24384) before they are widened to the row's int32 (gemm_4bit.cc's AVX2 steps).
+inline IntVec add_step(IntVec sums, IntVec codes, int32_t four) {
+  sums = _mm256_add_epi16(sums, _mm256_maddubs_epi16(codes, _mm256_set1_epi32(four)));
+  asm("" : "+x"(sums));  // each step's sum in its register (as gemm_4bit.cc's AVX2 steps)
+  return sums;
+}
+constexpr int widen_words(bool mxfp4) { return mxfp4 ? 2 : 4; }
+inline IntVec widened(IntVec sums) { return _mm256_madd_epi16(sums, _mm256_set1_epi16(1)); }
+inline FloatVec add_scaled(FloatVec acc, IntVec sum, float x_scale, float x_offset, FloatVec w_scale) {
+  const __m256 scaled = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(x_scale), _mm256_set1_ps(x_offset));
+  return _mm256_fmadd_ps(scaled, w_scale, acc);
+}
+#endif
+
+// A unit's scales of block b in fp32 (`scales` its first row's of block 0): INT4 a bf16 per
+// group (its high half), MXFP4 an E8M0 exponent as 2^(e - 128).
 template <bool kMxfp4>
-__m512 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
-  if constexpr (kMxfp4) {
-    const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + block * kFourBitPanelRows)));
-    const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-    const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2)), subnormal, normal));
-  }
-  const auto* bf16 = reinterpret_cast<const __m256i*>(scales + block / blocks_per_group * kFourBitPanelRows * 2);
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(bf16)), 16));
+FloatVec block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
+  if constexpr (kMxfp4) return e8m0_half_scales(scales + block * kFourBitPanelRows);
+  return bf16_scales(scales + block / blocks_per_group * kFourBitPanelRows * 2);
 }
 
-// The two integer-GEMM steps in a vector of 16 rows' stored words: the low nibbles and the
+// The two integer-GEMM steps in a vector of a unit's stored words: the low nibbles and the
 // high ones, each an unsigned code a byte (MXFP4 through kE2M1DoubledPlus12).
 struct WordSteps {
-  __m512i step[2];
+  IntVec step[2];
 };
 template <bool kMxfp4>
-WordSteps word_steps(__m512i word) {
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  WordSteps steps = {{_mm512_and_si512(word, low_nibbles), _mm512_and_si512(_mm512_srli_epi16(word, 4), low_nibbles)}};
-  if constexpr (kMxfp4) {
-    const __m512i table =
-        _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
-    for (auto& step : steps.step) step = _mm512_shuffle_epi8(table, step);
-  }
-  return steps;
+WordSteps word_steps(IntVec word) {
+  if constexpr (kMxfp4) return {{e2m1_codes(low_nibbles(word)), e2m1_codes(high_nibbles(word))}};
+  return {{low_nibbles(word), high_nibbles(word)}};
 }
 
-// out[(u * kTokens + t) * 16 + i] = row i of unit u (codes[u], scales[u]) against token t of
-// `tokens` over blocks [first_block, end_block) of the row's `blocks` (a chunk). Step 2w
+// out[(u * kTokens + t) * kUnitRows + i] = row i of unit u (codes[u], scales[u]) against token
+// t of `tokens` over blocks [first_block, end_block) of the row's `blocks` (a chunk). Step 2w
 // (2w + 1) of a block is the low (high) nibbles of its word w: row i's columns 8w + {0, 2, 4,
-// 6} (+ 1), which Q8Buffer keeps as 4 bytes at the block's evens (odds) start + 4w. kUnits
-// units at once are as many memory streams (decode reads one token's panels from memory).
+// 6} (+ 1), which Q8Buffer keeps as 4 bytes at the block's evens (odds) start + 4w. Each
+// block's int32 sums are exact, then take the integer GEMM's float steps. kUnits units at once
+// are as many memory streams (decode reads one token's panels from memory).
 template <int kUnits, int kTokens, bool kMxfp4>
 void unit_chunk(const uint8_t* const codes[kUnits], const uint8_t* const scales[kUnits], int64_t first_block,
                 int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
+  constexpr int kWidenWords = widen_words(kMxfp4);
   const float offset = float(kMxfp4 ? kMxfp4Offset : kInt4Offset);
-  __m512 acc[kUnits * kTokens];
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  FloatVec acc[kUnits * kTokens];  // the loops over these arrays unrolled, so they stay in registers
+#pragma GCC unroll 16
+  for (auto& a : acc) a = zero_floats();
   for (int64_t b = first_block; b < end_block; ++b) {
     const int64_t starts[2] = {q8_index(blocks, b, 0), q8_index(blocks, b, 1)};
-    __m512i sums[kUnits * kTokens];
-    for (auto& sum : sums) sum = _mm512_setzero_si512();
+    IntVec sums[kUnits * kTokens], block_sums[kUnits * kTokens];
+#pragma GCC unroll 16
+    for (auto& sum : sums) sum = zero_ints();
 #pragma GCC unroll 4
     for (int w = 0; w < 4; ++w) {
       int32_t four[2][kTokens];
@@ -87,131 +159,42 @@ void unit_chunk(const uint8_t* const codes[kUnits], const uint8_t* const scales[
 #pragma GCC unroll 4
       for (int u = 0; u < kUnits; ++u) {
         const uint8_t* line = codes[u] + b * kBlockCodeBytes + 64 * w;
-        const WordSteps steps = word_steps<kMxfp4>(_mm512_load_si512(line));
+        const WordSteps steps = word_steps<kMxfp4>(load_ints(line));
         simd::prefetch_stream(line);
 #pragma GCC unroll 2
         for (int odd = 0; odd < 2; ++odd)
-          for (int t = 0; t < kTokens; ++t)  // u <= 24 and |q| <= 127: a block's 32 products sum within +-97536
-            sums[u * kTokens + t] =
-                _mm512_dpbusd_epi32(sums[u * kTokens + t], steps.step[odd], _mm512_set1_epi32(four[odd][t]));
+          for (int t = 0; t < kTokens; ++t)
+            sums[u * kTokens + t] = add_step(sums[u * kTokens + t], steps.step[odd], four[odd][t]);
+      }
+      if ((w + 1) % kWidenWords != 0) continue;
+#pragma GCC unroll 16
+      for (int i = 0; i < kUnits * kTokens; ++i) {
+        block_sums[i] = w + 1 == kWidenWords ? widened(sums[i]) : add_ints(block_sums[i], widened(sums[i]));
+        sums[i] = zero_ints();
       }
     }
+#pragma GCC unroll 4
     for (int u = 0; u < kUnits; ++u) {
-      const __m512 w_scale = block_scales<kMxfp4>(scales[u], b, blocks_per_group);
-      for (int t = 0; t < kTokens; ++t) {
-        const __m512 sum = _mm512_maskz_cvtepi32_ps(0xffff, sums[u * kTokens + t]);
-        const __m512 scaled = _mm512_fmsub_ps(sum, _mm512_set1_ps(tokens.scales[t][b]),
-                                              _mm512_set1_ps(offset * tokens.scaled_sums[t][b]));
-        acc[u * kTokens + t] = _mm512_fmadd_ps(scaled, w_scale, acc[u * kTokens + t]);
-      }
+      const FloatVec w_scale = block_scales<kMxfp4>(scales[u], b, blocks_per_group);
+      for (int t = 0; t < kTokens; ++t)
+        acc[u * kTokens + t] = add_scaled(acc[u * kTokens + t], block_sums[u * kTokens + t], tokens.scales[t][b],
+                                          offset * tokens.scaled_sums[t][b], w_scale);
     }
   }
-  for (int i = 0; i < kUnits * kTokens; ++i) _mm512_store_ps(out + i * kUnitRows, acc[i]);
+#pragma GCC unroll 16
+  for (int i = 0; i < kUnits * kTokens; ++i) store_floats(out + i * kUnitRows, acc[i]);
 }
+
 // Block `block` of a unit split into the integer GEMM's 8 steps and its fp32 block scales.
 template <bool kMxfp4>
 void split_block(const uint8_t* codes, const uint8_t* scales, int64_t block, int64_t blocks_per_group,
                  uint8_t (*steps)[4 * kUnitRows], float* block_scale) {
   for (int w = 0; w < 4; ++w) {
-    const WordSteps pair = word_steps<kMxfp4>(_mm512_load_si512(codes + block * kBlockCodeBytes + 64 * w));
-    for (int odd = 0; odd < 2; ++odd) _mm512_store_si512(steps[2 * w + odd], pair.step[odd]);
+    const WordSteps pair = word_steps<kMxfp4>(load_ints(codes + block * kBlockCodeBytes + 64 * w));
+    for (int odd = 0; odd < 2; ++odd) store_ints(steps[2 * w + odd], pair.step[odd]);
   }
-  _mm512_store_ps(block_scale, block_scales<kMxfp4>(scales, block, blocks_per_group));
+  store_floats(block_scale, block_scales<kMxfp4>(scales, block, blocks_per_group));
 }
-#else
-// As above for a unit of 8 rows (half a stored panel): its scales of block b in fp32.
-template <bool kMxfp4>
-__m256 block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
-  if constexpr (kMxfp4) {
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + block * kFourBitPanelRows)));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
-  }
-  const auto* bf16 = reinterpret_cast<const __m128i*>(scales + block / blocks_per_group * kFourBitPanelRows * 2);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(bf16)), 16));
-}
-
-struct WordSteps {
-  __m256i step[2];
-};
-template <bool kMxfp4>
-WordSteps word_steps(__m256i word) {
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  WordSteps steps = {{_mm256_and_si256(word, low_nibbles), _mm256_and_si256(_mm256_srli_epi16(word, 4), low_nibbles)}};
-  if constexpr (kMxfp4) {
-    const __m256i table =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
-    for (auto& step : steps.step) step = _mm256_shuffle_epi8(table, step);
-  }
-  return steps;
-}
-
-// As above with vpmaddubsw: each step's 4 products summed in pairs into 16-bit lanes, which
-// hold a block of INT4 (at most 8 * 2 * 15 * 127 = 30480) and 2 words of MXFP4 (codes up to
-// 24: 4 * 2 * 24 * 127 = 24384), then widened to the row's int32 sum (gemm_4bit.cc's AVX2
-// steps). The unit's codes are the low 32 bytes of each line (the high ones for its odd half).
-template <int kUnits, int kTokens, bool kMxfp4>
-void unit_chunk(const uint8_t* const codes[kUnits], const uint8_t* const scales[kUnits], int64_t first_block,
-                int64_t end_block, int64_t blocks, int64_t blocks_per_group, const TokenBlock& tokens, float* out) {
-  constexpr int kWidenWords = kMxfp4 ? 2 : 4;
-  const float offset = float(kMxfp4 ? kMxfp4Offset : kInt4Offset);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[kUnits * kTokens];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  for (int64_t b = first_block; b < end_block; ++b) {
-    const int64_t starts[2] = {q8_index(blocks, b, 0), q8_index(blocks, b, 1)};
-    __m256i block_sums[kUnits * kTokens];
-    for (auto& sum : block_sums) sum = _mm256_setzero_si256();
-    for (int first_word = 0; first_word < 4; first_word += kWidenWords) {
-      __m256i sums[kUnits * kTokens];
-      for (auto& sum : sums) sum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int w = first_word; w < first_word + kWidenWords; ++w) {
-        int32_t four[2][kTokens];
-        for (int odd = 0; odd < 2; ++odd)
-          for (int t = 0; t < kTokens; ++t) std::memcpy(&four[odd][t], tokens.values[t] + starts[odd] + 4 * w, 4);
-#pragma GCC unroll 4
-        for (int u = 0; u < kUnits; ++u) {
-          const uint8_t* line = codes[u] + b * kBlockCodeBytes + 64 * w;
-          const WordSteps steps = word_steps<kMxfp4>(_mm256_load_si256(reinterpret_cast<const __m256i*>(line)));
-          simd::prefetch_stream(line);
-#pragma GCC unroll 2
-          for (int odd = 0; odd < 2; ++odd)
-            for (int t = 0; t < kTokens; ++t) {
-              __m256i& sum = sums[u * kTokens + t];
-              sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(steps.step[odd], _mm256_set1_epi32(four[odd][t])));
-              asm("" : "+x"(sum));  // each step's sum in its register (as gemm_4bit.cc's AVX2 steps)
-            }
-        }
-      }
-      for (int i = 0; i < kUnits * kTokens; ++i) {
-        block_sums[i] = _mm256_add_epi32(block_sums[i], _mm256_madd_epi16(sums[i], ones));
-      }
-    }
-    for (int u = 0; u < kUnits; ++u) {
-      const __m256 w_scale = block_scales<kMxfp4>(scales[u], b, blocks_per_group);
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256 sum = _mm256_cvtepi32_ps(block_sums[u * kTokens + t]);
-        const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(tokens.scales[t][b]),
-                                              _mm256_set1_ps(offset * tokens.scaled_sums[t][b]));
-        acc[u * kTokens + t] = _mm256_fmadd_ps(scaled, w_scale, acc[u * kTokens + t]);
-      }
-    }
-  }
-  for (int i = 0; i < kUnits * kTokens; ++i) _mm256_store_ps(out + i * kUnitRows, acc[i]);
-}
-template <bool kMxfp4>
-void split_block(const uint8_t* codes, const uint8_t* scales, int64_t block, int64_t blocks_per_group,
-                 uint8_t (*steps)[4 * kUnitRows], float* block_scale) {
-  for (int w = 0; w < 4; ++w) {
-    const WordSteps pair =
-        word_steps<kMxfp4>(_mm256_load_si256(reinterpret_cast<const __m256i*>(codes + block * kBlockCodeBytes + 64 * w)));
-    for (int odd = 0; odd < 2; ++odd) _mm256_store_si256(reinterpret_cast<__m256i*>(steps[2 * w + odd]), pair.step[odd]);
-  }
-  _mm256_store_ps(block_scale, block_scales<kMxfp4>(scales, block, blocks_per_group));
-}
-#endif
 
 using PanelChunk = void (*)(const uint8_t* const*, const uint8_t* const*, int64_t, int64_t, int64_t, int64_t,
                             const TokenBlock&, float*);
