@@ -48,13 +48,14 @@ inline IntVec e2m1_codes(IntVec nibbles) {
       _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   return _mm512_shuffle_epi8(table, nibbles);
 }
-inline FloatVec bf16_scales(const uint8_t* from) {
+// INT4 scales: bf16, an fp32's high half.
+inline FloatVec int4_scales(const uint8_t* from) {
   const __m256i bf16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bf16), 16));
 }
-// 2^(e - 128) (e8m0_half_scales): exponent field e - 1 for e >= 2; e = 1 and 0 are the
-// subnormals 2^-127 and 2^-128, bits 22 and 21.
-inline FloatVec e8m0_half_scales(const uint8_t* from) {
+// MXFP4 scales: an E8M0 exponent e as 2^(e - 128), as e8m0_half_scales() tabulates: exponent
+// field e - 1 for e >= 2; e = 1 and 0 are the subnormals 2^-127 and 2^-128, bits 22 and 21.
+inline FloatVec mxfp4_scales(const uint8_t* from) {
   const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
   const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
   const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
@@ -87,11 +88,11 @@ inline IntVec e2m1_codes(IntVec nibbles) {
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   return _mm256_shuffle_epi8(table, nibbles);
 }
-inline FloatVec bf16_scales(const uint8_t* from) {
+inline FloatVec int4_scales(const uint8_t* from) {
   const __m128i bf16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16), 16));
 }
-inline FloatVec e8m0_half_scales(const uint8_t* from) {  // as above
+inline FloatVec mxfp4_scales(const uint8_t* from) {  // as above
   const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(from)));
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
   const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), e);
@@ -113,12 +114,12 @@ inline FloatVec add_scaled(FloatVec acc, IntVec sum, float x_scale, float x_offs
 }
 #endif
 
-// A unit's scales of block b in fp32 (`scales` its first row's of block 0): INT4 a bf16 per
-// group (its high half), MXFP4 an E8M0 exponent as 2^(e - 128).
+// A unit's scales of block b in fp32 (`scales` its first row's of block 0): INT4 one per group,
+// MXFP4 one per block.
 template <bool kMxfp4>
 FloatVec block_scales(const uint8_t* scales, int64_t block, int64_t blocks_per_group) {
-  if constexpr (kMxfp4) return e8m0_half_scales(scales + block * kFourBitPanelRows);
-  return bf16_scales(scales + block / blocks_per_group * kFourBitPanelRows * 2);
+  if constexpr (kMxfp4) return mxfp4_scales(scales + block * kFourBitPanelRows);
+  return int4_scales(scales + block / blocks_per_group * kFourBitPanelRows * 2);
 }
 
 // The two integer-GEMM steps in a vector of a unit's stored words: the low nibbles and the
