@@ -11,6 +11,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "kernels/four_bit_panels.h"
+#include "kernels/four_bit_steps.h"
 
 namespace mlaserve {
 namespace {
@@ -59,6 +60,18 @@ struct ChunkTokens {
   int64_t starts[kChunkBlocks][2];
 };
 
+#if defined(MLA_FOUR_BIT_STEPS)
+// A block's 4 vectors of the rows' words (row i's word w in lane i of words[w]) stored as the
+// panel's 8 steps.
+void store_steps(const four_bit_steps::IntVec words[4], bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
+  using namespace four_bit_steps;
+  for (int w = 0; w < 4; ++w) {
+    const WordSteps pair = mxfp4 ? word_steps<true>(words[w]) : word_steps<false>(words[w]);
+    for (int odd = 0; odd < 2; ++odd) store_ints(steps[2 * w + odd], pair.step[odd]);
+  }
+}
+#endif
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // Codes of 16 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows i, i + 4,
 // i + 8 and i + 12 in the four 128-bit lanes of vector i, then a 4 x 4 transpose of 32-bit
@@ -81,16 +94,7 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   const __m512i low01 = low32(quad[0], quad[1]), high01 = high32(quad[0], quad[1]);
   const __m512i low23 = low32(quad[2], quad[3]), high23 = high32(quad[2], quad[3]);
   const __m512i words[4] = {low64(low01, low23), high64(low01, low23), low64(high01, high23), high64(high01, high23)};
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(
-      0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
-  const auto store = [&](__m512i nibbles, uint8_t* out) {
-    _mm512_store_si512(out, mxfp4 ? _mm512_shuffle_epi8(table, nibbles) : nibbles);
-  };
-  for (int w = 0; w < 4; ++w) {
-    store(_mm512_and_si512(words[w], low_nibbles), steps[2 * w]);
-    store(_mm512_and_si512(_mm512_srli_epi16(words[w], 4), low_nibbles), steps[2 * w + 1]);
-  }
+  store_steps(words, mxfp4, steps);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 // Codes of 8 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows 0-3 and
@@ -105,16 +109,7 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   const __m256i low23 = _mm256_unpacklo_epi32(pair[2], pair[3]), high23 = _mm256_unpackhi_epi32(pair[2], pair[3]);
   const __m256i words[4] = {_mm256_unpacklo_epi64(low01, low23), _mm256_unpackhi_epi64(low01, low23),
                             _mm256_unpacklo_epi64(high01, high23), _mm256_unpackhi_epi64(high01, high23)};
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  const __m256i table =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
-  const auto store = [&](__m256i nibbles, uint8_t* out) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out), mxfp4 ? _mm256_shuffle_epi8(table, nibbles) : nibbles);
-  };
-  for (int w = 0; w < 4; ++w) {
-    store(_mm256_and_si256(words[w], low_nibbles), steps[2 * w]);
-    store(_mm256_and_si256(_mm256_srli_epi16(words[w], 4), low_nibbles), steps[2 * w + 1]);
-  }
+  store_steps(words, mxfp4, steps);
 }
 #else
 void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
@@ -164,66 +159,37 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk
   const int8_t* const* values = chunk.values + first;
   const float* const* x_scales = chunk.scales + first;
   const float* const* x_offsets = chunk.offsets + first;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  __m512 acc[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    __m512i sums[kTokens];
-    for (int t = 0; t < kTokens; ++t) sums[t] = _mm512_setzero_si512();
+#if defined(MLA_FOUR_BIT_STEPS)
+  using namespace four_bit_steps;
+  FloatVec acc[kTokens];  // the loops over these arrays unrolled, so they stay in registers
 #pragma GCC unroll 8
-    for (int s = 0; s < kSteps; ++s) {
-      const __m512i codes = _mm512_load_si512(panel.codes[b][s]);
-      const int64_t at = chunk.starts[b][s % 2] + 4 * (s / 2);
-      for (int t = 0; t < kTokens; ++t) {
-        int32_t four;
-        std::memcpy(&four, values[t] + at, 4);
-        // u <= 24 and |q| <= 127: a block's 32 products sum within +-97536.
-        sums[t] = _mm512_dpbusd_epi32(sums[t], codes, _mm512_set1_epi32(four));
-      }
-    }
-    const __m512 w_scale = _mm512_load_ps(panel.scales[b]);
-    for (int t = 0; t < kTokens; ++t) {
-      const __m512 sum = _mm512_maskz_cvtepi32_ps(0xffff, sums[t]);
-      const __m512 scaled = _mm512_fmsub_ps(sum, _mm512_set1_ps(x_scales[t][b]), _mm512_set1_ps(x_offsets[t][b]));
-      acc[t] = _mm512_fmadd_ps(scaled, w_scale, acc[t]);
-    }
-  }
-  for (int t = 0; t < kTokens; ++t) _mm512_storeu_ps(out + t * kPanelRows, acc[t]);
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 acc[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
+  for (auto& a : acc) a = zero_floats();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    __m256i block_sums[kTokens];
+    IntVec block_sums[kTokens];
     for (int first_step = 0; first_step < kSteps; first_step += kWidenSteps) {
-      __m256i sums[kTokens];
-      for (int t = 0; t < kTokens; ++t) sums[t] = _mm256_setzero_si256();
+      IntVec sums[kTokens];
+#pragma GCC unroll 8
+      for (auto& sum : sums) sum = zero_ints();
 #pragma GCC unroll 8
       for (int s = first_step; s < first_step + kWidenSteps; ++s) {
-        const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(panel.codes[b][s]));
+        const IntVec codes = load_ints(panel.codes[b][s]);
         const int64_t at = chunk.starts[b][s % 2] + 4 * (s / 2);
         for (int t = 0; t < kTokens; ++t) {
           int32_t four;
           std::memcpy(&four, values[t] + at, 4);
-          sums[t] = _mm256_add_epi16(sums[t], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(four)));
-          // Keeps each step's sum in its register: without it GCC computed all 48 products of
-          // a block first and spilled them to the stack (~40% slower).
-          asm("" : "+x"(sums[t]));
+          sums[t] = add_step(sums[t], codes, four);
         }
       }
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256i widened = _mm256_madd_epi16(sums[t], ones);
-        block_sums[t] = first_step == 0 ? widened : _mm256_add_epi32(block_sums[t], widened);
-      }
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t)
+        block_sums[t] = first_step == 0 ? widened(sums[t]) : add_ints(block_sums[t], widened(sums[t]));
     }
-    const __m256 w_scale = _mm256_load_ps(panel.scales[b]);
-    for (int t = 0; t < kTokens; ++t) {
-      const __m256 sum = _mm256_cvtepi32_ps(block_sums[t]);
-      const __m256 scaled = _mm256_fmsub_ps(sum, _mm256_set1_ps(x_scales[t][b]), _mm256_set1_ps(x_offsets[t][b]));
-      acc[t] = _mm256_fmadd_ps(scaled, w_scale, acc[t]);
-    }
+    const FloatVec w_scale = load_floats(panel.scales[b]);
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) acc[t] = add_scaled(acc[t], block_sums[t], x_scales[t][b], x_offsets[t][b], w_scale);
   }
-  for (int t = 0; t < kTokens; ++t) _mm256_storeu_ps(out + t * kPanelRows, acc[t]);
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) store_floats(out + t * kPanelRows, acc[t]);
 #else
   for (int t = 0; t < kTokens; ++t)
     for (int i = 0; i < kPanelRows; ++i) {
