@@ -60,7 +60,7 @@ def check_prefill_at_depth(binary, model, config):
     for form, want in (("auto", "absorbed"), ("expanded", "expanded"), ("absorbed", "absorbed")):
         terms = {"auto": "3", "expanded": "2", "absorbed": "1"}[form]  # each run also names its --bf16-terms
         proc = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "2", "--batch", "2",
-                               "--depth", "64", "-r", "1", "--threads", "1", "--mla-prefill", form, "--bf16-terms", terms,
+                               "--depth", "64", "-r", "3", "--threads", "1", "--mla-prefill", form, "--bf16-terms", terms,
                                "--json"], capture_output=True, text=True, timeout=300)
         check(f"--depth 64 --mla-prefill {form} exits 0", proc.returncode == 0, proc.stderr[-2000:])
         report = json.loads(proc.stdout)
@@ -69,11 +69,27 @@ def check_prefill_at_depth(binary, model, config):
         flops = expected_prefill_flops(config, report["active_params"], 4, depth=64)
         check(f"--mla-prefill {form}: FLOPs a token with attention over the 64 cached",
               close(report["flops_per_prefill_token"], flops, 1e-6), f"{report['flops_per_prefill_token']} vs {flops}")
+    check_depth_comparison(report)
     table = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "2", "--batch", "2", "--depth",
                             "64", "-r", "1", "--threads", "1"], capture_output=True, text=True, timeout=300)
     check("the table names pp4 @ d64 and its MLA form", "| pp4 @ d64" in table.stdout and "MLA absorbed" in table.stdout,
           table.stdout)
     check("the table names tg2 @ d64", "| tg2 @ d64" in table.stdout, table.stdout)
+    check("the table gives decode at the start and the change at depth",
+          "| tg2 " in table.stdout and "decode at the start; tg2 @ d64" in table.stdout, table.stdout)
+
+
+def check_depth_comparison(report):
+    """At --depth, decode at the start is timed beside decode at depth in every repetition, and
+    the change is the median of each pair's, not a ratio of the two medians."""
+    starts, depths, changes = report["decode_start_runs"], report["decode_runs"], report["decode_depth_change_runs"]
+    check("one start run per repetition, each positive", len(starts) == len(depths) and all(v > 0 for v in starts),
+          f"{starts}")
+    check("decode at the start: the median of its runs", close(report["decode_start_tok_s"], statistics.median(starts)))
+    pairs = [100 * (depth / start - 1) for depth, start in zip(depths, starts)]
+    check("each pair's change: decode at depth against decode at the start, in percent",
+          all(close(a, b, 1e-9) for a, b in zip(changes, pairs)), f"{changes} vs {pairs}")
+    check("the change: the median of the pairs'", close(report["decode_depth_change_pct"], statistics.median(pairs)))
 
 
 def check_hybrid_prefill_flops(binary, work):
@@ -139,6 +155,9 @@ def main():
     check_batch_step(config, report, batch=3, generate=4)
 
     check("a fresh prompt's prefill is expanded", report["mla_prefill"] == "expanded", report["mla_prefill"])
+    check("without --depth no decode at the start beside it",
+          report["decode_start_tok_s"] is None and report["decode_depth_change_pct"] is None
+          and "decode_start_runs" not in report, f"{report['decode_start_tok_s']}")
     check_prefill_at_depth(binary, model, config)
     check_hybrid_prefill_flops(binary, work)
 

@@ -146,21 +146,40 @@ double peak_rss_mb() {
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 // The timed runs of every repetition: tokens/s of each, and the routed-expert bytes read by
-// all the batch-1 and all the batch-B decode steps.
+// all the batch-1 and all the batch-B decode steps. With --depth, decode_start holds batch-1
+// decode at the start (no context) timed beside each repetition's decode at depth.
 struct BenchRuns {
-  std::vector<double> prefill, decode, decode_batch;
+  std::vector<double> prefill, decode, decode_batch, decode_start;
   double routed_bytes_alone = 0, routed_bytes_batch = 0;
 };
+
+// Batch-1 decode tokens/s at the start of a sequence (depth 0), for comparison with decode at
+// options.depth.
+double time_decode_at_start(ModelExecutor& executor, const BenchCaches& caches, ModelBenchOptions options,
+                            uint64_t seed) {
+  options.depth = 0;
+  return double(options.generate) / time_decode(executor, caches, options, 1, seed).seconds;
+}
 
 BenchRuns time_repetitions(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options,
                            MlaPath prefill_path) {
   BenchRuns runs;
   for (int64_t r = 0; r < options.repetitions; ++r) {
-    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}", r + 1, options.repetitions, options.prompt,
-                 options.generate, options.generate, options.batch);
+    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}{}", r + 1, options.repetitions, options.prompt,
+                 options.generate, options.generate, options.batch,
+                 options.depth > 0 ? fmt::format(" (at depth {}), tg{} at the start", options.depth, options.generate)
+                                   : "");
     runs.prefill.push_back(double(options.prompt) /
                            time_prefill(executor, caches, options, prefill_path, 7 + uint64_t(r)));
+    // At depth, decode at the start runs beside decode at depth, before it in even
+    // repetitions and after it in odd ones, so a drift in the machine's speed (minutes-long on
+    // a shared VM) does not favour either.
+    const bool start_first = r % 2 == 0;
+    if (options.depth > 0 && start_first)
+      runs.decode_start.push_back(time_decode_at_start(executor, caches, options, 17 + uint64_t(r)));
     const DecodeRun alone = time_decode(executor, caches, options, 1, 11 + uint64_t(r));
+    if (options.depth > 0 && !start_first)
+      runs.decode_start.push_back(time_decode_at_start(executor, caches, options, 17 + uint64_t(r)));
     const DecodeRun batch = time_decode(executor, caches, options, options.batch, 13 + uint64_t(r));
     runs.decode.push_back(double(options.generate) / alone.seconds);
     runs.decode_batch.push_back(double(options.generate * options.batch) / batch.seconds);
@@ -212,6 +231,18 @@ double prefill_flops_per_token(const ModelConfig& config, const ModelSpec& spec,
   const double output_params = double(spec.params.lm_head > 0 ? spec.params.lm_head : spec.params.embedding);
   return 2.0 * (double(spec.active_params) - output_params) + attention_flops +
          2.0 * output_params / double(options.prompt);
+}
+
+// With --depth: decode at the start, and decode at depth against it in percent, the median of
+// each repetition's pair (the two ran within seconds of each other, where the medians of
+// either alone can come from different minutes of a shared machine). Null without --depth.
+nlohmann::json depth_comparison(const BenchRuns& runs) {
+  if (runs.decode_start.empty()) return {{"decode_start_tok_s", nullptr}, {"decode_depth_change_pct", nullptr}};
+  std::vector<double> changes;
+  for (size_t r = 0; r < runs.decode_start.size(); ++r)
+    changes.push_back(100.0 * (runs.decode[r] / runs.decode_start[r] - 1.0));
+  return {{"decode_start_tok_s", median(runs.decode_start)}, {"decode_start_runs", runs.decode_start},
+          {"decode_depth_change_pct", median(changes)}, {"decode_depth_change_runs", changes}};
 }
 
 }  // namespace
@@ -271,7 +302,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
       limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
-  return {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
+  nlohmann::json report = {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
           {"ranks", executor.ranks()}, {"prompt", options.prompt},
           {"mla_decode_kernel", mla_decode_kernel_name(mla_decode_plan(config.num_attention_heads / executor.ranks(),
@@ -297,6 +328,8 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes.per_step / (membw * 1e9)},
           {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
           {"peak_rss_mb", rss_mb}};
+  report.update(depth_comparison(runs));
+  return report;
 }
 
 std::string model_bench_table(const nlohmann::json& r) {
@@ -328,6 +361,10 @@ std::string model_bench_table(const nlohmann::json& r) {
                      tg, r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
                      r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
                      r["decode_read_roofline_pct"].get<double>());
+  if (!r["decode_start_tok_s"].is_null())
+    out += fmt::format("| {:<17} | {:10.2f} | decode at the start; {} {:+.1f}% against it (median of the pairs)\n",
+                       fmt::format("tg{}", r["generate"].get<int64_t>()), r["decode_start_tok_s"].get<double>(), tg,
+                       r["decode_depth_change_pct"].get<double>());
   const nlohmann::json& experts = r["decode_batch_experts_per_layer"];
   out += fmt::format(
       "| {} x batch {:<4} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/step{}, limit {:.1f} t/s); {:.2f}x batch 1, "
