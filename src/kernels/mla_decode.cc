@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -18,7 +19,7 @@
 namespace mlaserve {
 namespace {
 
-using mla_tiles::Fp32Tiles, mla_tiles::kTile, mla_tiles::row_f32;
+using mla_tiles::Fp32Tiles, mla_tiles::kTile, mla_tiles::NextRowsPrefetch, mla_tiles::row_f32;
 #if defined(__AVX512BF16__)
 using mla_tiles::Bf16Tiles;
 #endif
@@ -83,8 +84,15 @@ void blocked_parts(const BlockedItem* items, Partial<B>* parts, int count) {
   float scores[B][kTile];
   for (int64_t tile = begin; tile < end; tile += kTile) {
     const int64_t n = std::min(kTile, end - tile);
+    NextRowsPrefetch next(p, tile + n, std::min(kTile, end - tile - n)), none;
     for (int b = 0; b < count; ++b) {
-      tiles[b]->score(tile, n, scores);
+      // The blocks share the rows: the first block's scores prefetch the next tile's. Only the
+      // fp32 tiles do: measured on AVX2 (Zen 2); the bf16 and AMX tiles read twice as fast
+      // and were not measured with it.
+      if constexpr (std::is_same_v<Tiles, Fp32Tiles<B>>)
+        tiles[b]->score(tile, n, scores, b == 0 ? next : none);
+      else
+        tiles[b]->score(tile, n, scores);
       online_softmax_step<B>(parts[b], scores, n, rank);
       tiles[b]->accumulate(scores, n, parts[b].acc);
     }

@@ -398,14 +398,27 @@ inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t pa
 
 // out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
 // rows against a column panel stored k-major (a transposed small matrix).
-template <int kRows, int kVectors>
-inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out) {
+// every_four_columns() is called once per 4 columns, between them (a caller's prefetches,
+// spread through the products).
+struct NoColumnWork {
+  void operator()() const {}
+};
+template <int kRows, int kVectors, class ColumnWork = NoColumnWork>
+inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out,
+                             ColumnWork every_four_columns = {}) {
   constexpr int kWidth = 8 * kVectors;
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 acc[kRows * kVectors];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm256_setzero_ps();
-  broadcast_times_panel<kRows, kVectors>([&](int r, int64_t k) { return rows[r] + k; }, panel, kWidth, depth, acc);
+  broadcast_times_loaded_panel<kRows, kVectors, 1>(
+      [&](int r, int64_t k) { return rows[r] + k; },
+      [&](int64_t k, __m256* p0, __m256* p1) {
+        if (k % 4 == 0) every_four_columns();
+        p0[0] = _mm256_loadu_ps(panel + k * kWidth);
+        p1[0] = kVectors == 2 ? _mm256_loadu_ps(panel + k * kWidth + 8) : p0[0];
+      },
+      depth, acc);
 #pragma GCC unroll 12
   for (int r = 0; r < kRows * kVectors; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 #else
@@ -415,6 +428,7 @@ inline void rows_times_panel(const float* const rows[kRows], const float* panel,
       for (int64_t k = 0; k < depth; ++k) sum += rows[r][k] * panel[k * kWidth + c];
       out[r * kWidth + c] = sum;
     }
+  for (int64_t k = 0; k < depth; k += 4) every_four_columns();
 #endif
 }
 
