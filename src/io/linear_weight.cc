@@ -53,37 +53,51 @@ size_t LinearWeight::bytes() const {
   return 0;
 }
 
-std::vector<ByteRange> LinearWeight::stored_ranges() const {
-  // count rows of row_bytes each, from row `first` of `base`.
-  const auto rows_of = [](const void* base, size_t row_bytes, int64_t first, int64_t count) {
-    return ByteRange{static_cast<const uint8_t*>(base) + size_t(first) * row_bytes, size_t(count) * row_bytes};
-  };
+namespace {
+// count rows of row_bytes each, from row `first` of `base`.
+ByteRange rows_of(const void* base, size_t row_bytes, int64_t first, int64_t count) {
+  return ByteRange{static_cast<const uint8_t*>(base) + size_t(first) * row_bytes, size_t(count) * row_bytes};
+}
+}  // namespace
+
+ByteRange LinearWeight::stored_codes() const {
   const size_t stored = size_t(stored_cols);
   switch (format) {
-    case WeightFormat::F32: return {rows_of(data, stored * 4, row_offset, rows)};
+    case WeightFormat::F32: return rows_of(data, stored * 4, row_offset, rows);
     case WeightFormat::F16:
-    case WeightFormat::BF16: return {rows_of(data, stored * 2, row_offset, rows)};
+    case WeightFormat::BF16: return rows_of(data, stored * 2, row_offset, rows);
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Int8Block: return rows_of(data, stored, row_offset, rows);
+    case WeightFormat::Int4Group:
+    case WeightFormat::Mxfp4: return rows_of(data, stored / 2, row_offset, rows);
+    case WeightFormat::Bf16Panels: return {data, bytes()};
+    case WeightFormat::Int4Panels:
+    case WeightFormat::Mxfp4Panels:
+      return {data, size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols) / 2};
+  }
+  return {};
+}
+
+std::vector<ByteRange> LinearWeight::stored_ranges() const {
+  const size_t stored = size_t(stored_cols);
+  switch (format) {
     case WeightFormat::Fp8Block:
     case WeightFormat::Int8Block: {
       const int64_t first_block = row_offset / block_rows, end_block = (row_offset + rows - 1) / block_rows + 1;
       const size_t scale_row = size_t((stored_cols + block_cols - 1) / block_cols) * 4;
-      return {rows_of(data, stored, row_offset, rows),
-              rows_of(block_scale, scale_row, first_block, end_block - first_block)};
+      return {stored_codes(), rows_of(block_scale, scale_row, first_block, end_block - first_block)};
     }
     case WeightFormat::Int4Group:
-      return {rows_of(data, stored / 2, row_offset, rows),
-              rows_of(group_scale, stored / size_t(group_size) * 2, row_offset, rows)};
-    case WeightFormat::Mxfp4:
-      return {rows_of(data, stored / 2, row_offset, rows), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
-    case WeightFormat::Bf16Panels: return {{data, bytes()}};
+      return {stored_codes(), rows_of(group_scale, stored / size_t(group_size) * 2, row_offset, rows)};
+    case WeightFormat::Mxfp4: return {stored_codes(), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
     case WeightFormat::Int4Panels:
     case WeightFormat::Mxfp4Panels: {
-      const size_t codes = size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols) / 2;
+      const ByteRange codes = stored_codes();
       const void* scales = format == WeightFormat::Int4Panels ? static_cast<const void*>(group_scale) : e8m0_scale;
-      return {{data, codes}, {scales, bytes() - codes}};
+      return {codes, {scales, bytes() - codes.bytes}};
     }
+    default: return {stored_codes()};  // unscaled formats (BF16 panels: one block)
   }
-  return {};
 }
 
 LinearWeight LinearWeight::rows_view(int64_t begin, int64_t end) const {

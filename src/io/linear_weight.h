@@ -90,6 +90,7 @@ struct LinearWeight {
   // The stored bytes the kernels read for this view: its rows of the data and of the scales
   // (whole stored rows for a column view, whose rows' pages the kernels touch anyway).
   std::vector<ByteRange> stored_ranges() const;
+  ByteRange stored_codes() const;  // the first of stored_ranges(): the values, without scales
   LinearWeight rows_view(int64_t begin, int64_t end) const;  // output features [begin, end)
   LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };

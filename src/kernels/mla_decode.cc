@@ -19,7 +19,8 @@
 namespace mlaserve {
 namespace {
 
-using mla_tiles::Fp32Tiles, mla_tiles::kTile, mla_tiles::NextRowsPrefetch, mla_tiles::row_f32;
+using mla_tiles::Fp32Tiles, mla_tiles::kTile, mla_tiles::NextRowsPrefetch, mla_tiles::ReadNextPrefetch,
+    mla_tiles::row_f32;
 #if defined(__AVX512BF16__)
 using mla_tiles::Bf16Tiles;
 #endif
@@ -71,7 +72,7 @@ constexpr int kMostBlocks = 8;
 // at a time read the whole cache again for each (DeepSeek-V3's 128 heads on one rank: eight
 // times). Each block's sums take the same steps in the same order as alone.
 template <int B, class Tiles>
-void blocked_parts(const BlockedItem* items, Partial<B>* parts, int count) {
+void blocked_parts(const BlockedItem* items, Partial<B>* parts, int count, ReadNextPrefetch& read_next) {
   const MlaAbsorbedParams& p = *items[0].p;
   const int64_t rank = p.kv_lora_rank, begin = items[0].begin(), end = items[0].end();
   std::optional<Tiles> tiles[kMostBlocks];
@@ -84,11 +85,11 @@ void blocked_parts(const BlockedItem* items, Partial<B>* parts, int count) {
   float scores[B][kTile];
   for (int64_t tile = begin; tile < end; tile += kTile) {
     const int64_t n = std::min(kTile, end - tile);
-    NextRowsPrefetch next(p, tile + n, std::min(kTile, end - tile - n)), none;
+    NextRowsPrefetch next(p, tile + n, std::min(kTile, end - tile - n), read_next), none;
     for (int b = 0; b < count; ++b) {
-      // The blocks share the rows: the first block's scores prefetch the next tile's. Only the
-      // fp32 tiles do: measured on AVX2 (Zen 2); the bf16 and AMX tiles read twice as fast
-      // and were not measured with it.
+      // The blocks share the rows: the first block's scores prefetch the next tile's (and the
+      // caller's next reads). Only the fp32 tiles prefetch: measured on AVX2 (Zen 2); the bf16
+      // and AMX tiles compute twice as fast and were not measured with it.
       if constexpr (std::is_same_v<Tiles, Fp32Tiles<B>>)
         tiles[b]->score(tile, n, scores, b == 0 ? next : none);
       else
@@ -176,7 +177,7 @@ void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partia
 // sequence with 16 heads is one item) and cost a dispatch each, 1.3 ms of a 23 ms step of mini
 // at batch 8.
 template <int B>
-void blocked(std::span<const MlaAbsorbedParams> batch) {
+void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
   const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();
   // Reused: the decode path allocates nothing. Named through references, which the pool's
   // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
@@ -199,15 +200,15 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
 #ifdef MLA_AMX
   const bool amx_tiles = B == 16 && AmxTiles::supports(batch[0]);
 #endif
-  const auto run_parts = [&](const BlockedItem* first, Partial<B>* parts, int count) {
+  const auto run_parts = [&](const BlockedItem* first, Partial<B>* parts, int count, ReadNextPrefetch& prefetch) {
 #ifdef MLA_AMX
     if constexpr (B == 16)
-      if (amx_tiles) return blocked_parts<B, AmxTiles>(first, parts, count);
+      if (amx_tiles) return blocked_parts<B, AmxTiles>(first, parts, count, prefetch);
 #endif
 #if defined(__AVX512BF16__)
-    if (bf16_products) return blocked_parts<B, Bf16Tiles<B>>(first, parts, count);
+    if (bf16_products) return blocked_parts<B, Bf16Tiles<B>>(first, parts, count, prefetch);
 #endif
-    blocked_parts<B, Fp32Tiles<B>>(first, parts, count);
+    blocked_parts<B, Fp32Tiles<B>>(first, parts, count, prefetch);
   };
   // Neighbouring items of one query and part (its head blocks) run together.
   const auto same_positions = [&](size_t a, size_t b) {
@@ -219,10 +220,11 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
     const auto first = std::lower_bound(costs.begin(), costs.end() - 1, total * first_thread / threads);
     const auto last = std::lower_bound(costs.begin(), costs.end() - 1, total * end_thread / threads);
     const auto end = size_t(last - costs.begin());
+    ReadNextPrefetch prefetch(read_next, first_thread, threads);
     for (auto i = size_t(first - costs.begin()); i < end;) {
       size_t j = i + 1;
       while (j < end && j - i < kMostBlocks && same_positions(i, j)) ++j;
-      run_parts(&items[i], &partials[i], int(j - i));
+      run_parts(&items[i], &partials[i], int(j - i), prefetch);
       for (; i < j; ++i)
         if (items[i].parts == 1) write_whole<B>(items[i], partials[i], rank);
     }
@@ -232,7 +234,7 @@ void blocked(std::span<const MlaAbsorbedParams> batch) {
 
 // Padded: the queries of n_heads heads with zero heads appended up to a supported count; a
 // zero query scores 0 everywhere and its output is dropped.
-void padded(std::span<const MlaAbsorbedParams> batch) {
+void padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
   const int64_t n_heads = batch[0].n_heads, heads = mla_padded_heads(n_heads), rank = batch[0].kv_lora_rank;
   const int64_t rope = batch[0].qk_rope_head_dim;
   int64_t n_queries = 0;
@@ -256,7 +258,7 @@ void padded(std::span<const MlaAbsorbedParams> batch) {
     p.n_heads = heads;
     first += p.n_queries;
   }
-  mla_absorbed_blocked(wide);
+  mla_absorbed_blocked(wide, read_next);
   for (int64_t first = 0; const auto& p : batch) {
     for (int64_t query = 0; query < p.n_queries; ++query)
       std::memcpy(p.out_latent + query * n_heads * rank, out.data() + (first + query) * heads * rank,
@@ -308,11 +310,11 @@ MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice) {
   return padded_cost <= generic_cost ? MlaDecodeKernel::Padded : MlaDecodeKernel::Generic;
 }
 
-void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch) {
+void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
   if (batch.empty()) return;
   switch (mla_decode_plan(batch[0].n_heads, mla_decode_kernel())) {
-    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch);
-    case MlaDecodeKernel::Padded: return padded(batch);
+    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch, read_next);
+    case MlaDecodeKernel::Padded: return padded(batch, read_next);
     default:
       for (const auto& params : batch) mla_absorbed_generic(params);
   }
@@ -345,13 +347,15 @@ bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rop
 #endif
 }
 
-void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch) {
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
   if (batch.empty()) return;
   const int64_t n_heads = batch[0].n_heads;
   MLA_CHECK(mla_blocked_supports(n_heads), "the blocked MLA kernel does not support {} heads", n_heads);
-  if (n_heads == 4) return blocked<4>(batch);
-  if (n_heads == 8) return blocked<8>(batch);
-  blocked<16>(batch);
+  MLA_CHECK(read_next.size() <= ReadNextPrefetch::kMostRanges, "{} ranges to prefetch after MLA decode, at most {}",
+            read_next.size(), ReadNextPrefetch::kMostRanges);
+  if (n_heads == 4) return blocked<4>(batch, read_next);
+  if (n_heads == 8) return blocked<8>(batch, read_next);
+  blocked<16>(batch, read_next);
 }
 
 void mla_absorbed_blocked(const MlaAbsorbedParams& params) { mla_absorbed_blocked(std::span(&params, 1)); }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "io/linear_weight.h"
 #include "kernels/latent_cache_view.h"
 
 namespace mlaserve {
@@ -56,11 +57,16 @@ bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
 
 // The sequences of a decode step together (one kv_lora_rank and head count), dispatched as
 // above: the blocked kernel splits every sequence's work over the threads in one pass; the
-// generic one runs them in turn.
-void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch);
+// generic one runs them in turn. `read_next`: at most two byte ranges the caller reads next
+// (the weights after the attention), each read by its threads in equal parts in order; where
+// the blocked kernel computes in fp32 each thread prefetches its parts, a line every few
+// columns of its products (so more the longer the cache), instead of memory idling while
+// the attention computes. A hint: the results do not depend on it.
+void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next = {});
 void mla_absorbed_attention(const MlaAbsorbedParams& params);
 void mla_absorbed_generic(const MlaAbsorbedParams& params);
-void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch);  // n_heads must be supported
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch,  // n_heads must be supported
+                          std::span<const ByteRange> read_next = {});
 void mla_absorbed_blocked(const MlaAbsorbedParams& params);
 
 }  // namespace mlaserve

@@ -277,7 +277,11 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
     params.softmax_scale = shape.softmax_scale;
     first += seq->n_tokens;
   }
-  mla_absorbed_attention(attention);
+  // The attention computes from cache while memory would idle: its threads prefetch what they
+  // read next, the W_UV panels and o_proj, as far as its products leave time.
+  const ByteRange read_next[] = {weights.absorbed_uv ? weights.absorbed_uv->stored_codes() : ByteRange{},
+                                 weights.o_proj.stored_codes()};
+  mla_absorbed_attention(attention, read_next);
   thread_pool().parallel_for(n_heads, [&](int64_t begin, int64_t end, int) {
     for (int64_t head = begin; head < end; ++head)
       if (weights.absorbed_uv)

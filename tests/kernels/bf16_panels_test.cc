@@ -30,6 +30,8 @@ TEST(LinearBf16Panels, RepackedViewsMatchScalarReference) {
     const LinearWeight packed = repack_bf16_panels(t.weight.rows_view(3, 3 + rows).cols_view(4, 4 + cols), storage);
     ASSERT_EQ(packed.format, WeightFormat::Bf16Panels);
     EXPECT_EQ(packed.bytes(), size_t((rows + 15) / 16 * 16 * ((cols + 31) / 32 * 32) * 2));  // whole 16 x 32 tiles
+    EXPECT_EQ(packed.stored_codes().begin, packed.data);
+    EXPECT_EQ(packed.stored_codes().bytes, packed.bytes());
     TestWeight slice;
     slice.weight.rows = rows;
     slice.weight.cols = cols;

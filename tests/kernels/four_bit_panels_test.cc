@@ -41,6 +41,8 @@ TEST(FourBitPanels, RepackKeepsEveryRowsCodesAndScales) {
     ASSERT_TRUE(is_4bit_panels(panels.format)) << name_of(format, group);
     const int64_t padded = 48, scale_bytes = format == WeightFormat::Mxfp4 ? 1 : 2;
     EXPECT_EQ(panels.bytes(), size_t(padded * cols / 2 + padded * (cols / group) * scale_bytes));
+    EXPECT_EQ(panels.stored_codes().begin, panels.data);  // the codes, the scales after them
+    EXPECT_EQ(panels.stored_codes().bytes, size_t(padded * cols / 2));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       dequantize_row(panels, r, row.data());

@@ -392,6 +392,11 @@ TEST_P(LinearTest, StoredRangesAreTheViewsRows) {
   EXPECT_EQ(whole[0].bytes, t.bytes.size());
   EXPECT_EQ(view[0].begin, data + size_t(r0) * row_bytes);
   EXPECT_EQ(view[0].bytes, size_t(r1 - r0) * row_bytes);
+  const LinearWeight view_weight = t.weight.rows_view(r0, r1).cols_view(64, 192);
+  EXPECT_EQ(t.weight.stored_codes().begin, whole[0].begin);  // the codes alone: the first range
+  EXPECT_EQ(t.weight.stored_codes().bytes, whole[0].bytes);
+  EXPECT_EQ(view_weight.stored_codes().begin, view[0].begin);
+  EXPECT_EQ(view_weight.stored_codes().bytes, view[0].bytes);
   size_t total = 0;
   for (const ByteRange& range : whole) total += range.bytes;
   EXPECT_EQ(total, t.weight.bytes()) << weight_format_name(GetParam());

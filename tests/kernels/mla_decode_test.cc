@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <span>
+#include <string>
 
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/mla_decode_tiles.h"
 #include "test_util.h"
 
 namespace mlaserve {
@@ -181,6 +185,78 @@ TEST(MlaDecode, UniformAttentionAveragesEveryRowOnce) {
     f.params.out_latent = got.data();
     mla_absorbed_attention(f.params);
     EXPECT_TRUE(testing::relative_close(got, want, 1e-5)) << "heads " << c.n_heads << ", position " << c.first_position;
+  }
+}
+
+// read_next is a prefetch hint: with it (two ranges, one not a whole number of lines) every
+// kernel gives the same bits as without; more than two ranges are refused by count.
+TEST(MlaDecode, ReadNextChangesNoBit) {
+  ScopedThreadPool pool(2);
+  const std::vector<uint8_t> weights(300000, 7);
+  const ByteRange read_next[] = {{weights.data(), 1000}, {weights.data() + 4096, 250001}};
+  for (const Case& c : {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 300, CacheDType::F32}, Case{8, 2, 200, CacheDType::BF16}}) {
+    Fixture f = make(c);
+    std::vector<float> alone(size_t(c.n_queries * c.n_heads * kRank)), hinted(alone.size());
+    f.params.out_latent = alone.data();
+    mla_absorbed_attention(f.params);
+    f.params.out_latent = hinted.data();
+    mla_absorbed_attention(std::span(&f.params, 1), read_next);
+    EXPECT_EQ(0, std::memcmp(alone.data(), hinted.data(), alone.size() * sizeof(float))) << "heads " << c.n_heads;
+  }
+  Fixture f = make(Case{16, 1, 100, CacheDType::BF16});
+  std::vector<float> out(size_t(16 * kRank));
+  f.params.out_latent = out.data();
+  const ByteRange three[] = {read_next[0], read_next[1], read_next[0]};
+  EXPECT_THROW(
+      {
+        try {
+          mla_absorbed_attention(std::span(&f.params, 1), three);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("3 ranges"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+// Thread t of T prefetches the t-th of T equal parts of each range in order, every 64 bytes
+// of it from its start, and nothing else.
+TEST(MlaDecodeTiles, ReadNextSharesSplitEachRangeOverTheThreads) {
+  const std::vector<char> bytes(5000);
+  const ByteRange ranges[] = {{bytes.data(), 1000}, {bytes.data() + 2000, 2999}};
+  for (int64_t threads : {1, 2, 3})
+    for (int64_t thread = 0; thread < threads; ++thread) {
+      mla_tiles::ReadNextPrefetch prefetch(ranges, thread, threads);
+      std::vector<const char*> want;
+      for (const ByteRange& range : ranges) {
+        const char* begin = static_cast<const char*>(range.begin);
+        const char* end = begin + range.bytes * size_t(thread + 1) / size_t(threads);
+        for (const char* line = begin + range.bytes * size_t(thread) / size_t(threads); line < end; line += 64)
+          want.push_back(line);
+      }
+      std::vector<const char*> got;
+      while (const char* line = prefetch.next_line()) got.push_back(line);
+      EXPECT_EQ(got, want) << "thread " << thread << " of " << threads;
+    }
+}
+
+// The next tile's prefetch asks for every line of its rows, each row where the paged cache
+// keeps it (blocks out of order, rows of a block one layer's stride apart), and no other.
+TEST(MlaDecodeTiles, NextRowsPrefetchCoversTheNextTilesRows) {
+  for (CacheDType dtype : {CacheDType::BF16, CacheDType::F32}) {
+    const Fixture f = make(Case{16, 1, 100, dtype});
+    mla_tiles::ReadNextPrefetch nothing;
+    mla_tiles::NextRowsPrefetch prefetch(f.params, 13, 40, nothing);  // rows 13..52: 4 cache blocks
+    const int64_t row_bytes = (kRank + kRope) * int64_t(cache_dtype_size(dtype));
+    std::vector<const char*> want;
+    for (int64_t position = 13; position < 53; ++position) {
+      const char* row = static_cast<const char*>(f.params.cache.pool) +
+                        f.params.cache.offset(1, position) * int64_t(cache_dtype_size(dtype));
+      for (int64_t offset = 0; offset < row_bytes; offset += 64) want.push_back(row + offset);
+    }
+    std::vector<const char*> got;
+    while (const char* line = prefetch.next_line()) got.push_back(line);
+    EXPECT_EQ(got, want) << (dtype == CacheDType::BF16 ? "bf16" : "fp32");
   }
 }
 
