@@ -3,7 +3,10 @@
 // padded to 16 or generic, 16 heads native (DeepSeek-V3 at TP 8), 128 (DeepSeek-V3 on one
 // rank: eight 16-head blocks); and 16 heads at the `mini` preset's sizes (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8), and for BM_Queries
 // queries (a chunk of new tokens after the cache, as a prefill chunk run absorbed: query i sees
-// positions - queries + i + 1). Items/s = heads x positions x queries per second.
+// positions - queries + i + 1), for BM_FromMemory the layers called in turn (their caches
+// beyond L3, as in a decode step). BM_ThenProjection: each layer's attention followed by the
+// o_proj product it feeds, with and without the attention's read_next prefetches. Items/s =
+// heads x positions x queries per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
