@@ -24,38 +24,51 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-// `layers` layers of cache, laid out as the engine's pool (a block holds every layer's 16
-// rows), called a layer at a time in turn: with more than the last-level cache holds, each
+// One decode call's inputs: `queries` queries of `heads` heads over `layers` layers of cache
+// of `context` positions each (rank + rank / 8 bf16 values a row), laid out as the engine's
+// pool (a block holds every layer's 16 rows).
+struct DecodeInputs {
+  std::vector<float> q_latent, q_pe, out;
+  std::vector<uint16_t> pool;
+  std::vector<int32_t> table;
+  MlaAbsorbedParams params;
+
+  DecodeInputs(int64_t heads, int64_t context, int64_t rank, int64_t queries, int64_t layers) {
+    const int64_t rope = rank / 8, blocks = context / kBlock;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    q_latent.resize(size_t(queries * heads * rank));
+    q_pe.resize(size_t(queries * heads * rope));
+    out.resize(q_latent.size());
+    for (auto& v : q_latent) v = normal(rng);
+    for (auto& v : q_pe) v = normal(rng);
+    pool.resize(size_t(layers * blocks * kBlock * (rank + rope)));
+    for (auto& v : pool) v = f32_to_bf16(normal(rng));
+    table.resize(size_t(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    params.q_latent = q_latent.data();
+    params.q_pe = q_pe.data();
+    params.out_latent = out.data();
+    params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, layers, rank + rope};
+    params.n_queries = queries;
+    params.first_position = context - queries;
+    params.n_heads = heads;
+    params.kv_lora_rank = rank;
+    params.qk_rope_head_dim = rope;
+    params.softmax_scale = 0.07f;
+  }
+};
+
+// The layers called a layer at a time in turn: with more than the last-level cache holds, each
 // call reads its rows from memory, as a model's decode step does.
 void run(benchmark::State& state, MlaDecodeKernel kernel, int64_t queries = 1, int64_t layers = 1) {
-  const int64_t heads = state.range(0), context = state.range(1), blocks = context / kBlock;
-  const int64_t rank = state.range(2), rope = rank / 8;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::vector<float> q_latent(size_t(queries * heads * rank)), q_pe(size_t(queries * heads * rope)),
-      out(q_latent.size());
-  for (auto& v : q_latent) v = normal(rng);
-  for (auto& v : q_pe) v = normal(rng);
-  std::vector<uint16_t> pool(size_t(layers * blocks * kBlock * (rank + rope)));
-  for (auto& v : pool) v = f32_to_bf16(normal(rng));
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
-  MlaAbsorbedParams params;
-  params.q_latent = q_latent.data();
-  params.q_pe = q_pe.data();
-  params.out_latent = out.data();
-  params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, layers, rank + rope};
-  params.n_queries = queries;
-  params.first_position = context - queries;
-  params.n_heads = heads;
-  params.kv_lora_rank = rank;
-  params.qk_rope_head_dim = rope;
-  params.softmax_scale = 0.07f;
+  const int64_t heads = state.range(0), context = state.range(1);
+  DecodeInputs inputs(heads, context, state.range(2), queries, layers);
   set_mla_decode_kernel(kernel);
   for (int64_t call = 0; auto _ : state) {
-    params.layer = call++ % layers;
-    mla_absorbed_attention(params);
-    benchmark::DoNotOptimize(out.data());
+    inputs.params.layer = call++ % layers;
+    mla_absorbed_attention(inputs.params);
+    benchmark::DoNotOptimize(inputs.out.data());
   }
   state.SetItemsProcessed(state.iterations() * heads * context * queries);
   state.SetLabel(mla_decode_kernel_name(mla_decode_plan(heads, kernel)));
@@ -72,31 +85,13 @@ void BM_FromMemory(benchmark::State& state) { run(state, MlaDecodeKernel::Auto, 
 // each with its own cache and weight; with read_next 1 the attention prefetches the weight
 // (mla_absorbed_attention's read_next). Counters: microseconds a layer of each.
 void BM_ThenProjection(benchmark::State& state) {
-  const int64_t heads = 16, context = state.range(0), blocks = context / kBlock, rank = 512, rope = 64, layers = 12;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.0f, 0.3f);
-  std::vector<float> q_latent(size_t(heads * rank)), q_pe(size_t(heads * rope)), out(q_latent.size());
-  for (auto& v : q_latent) v = normal(rng);
-  for (auto& v : q_pe) v = normal(rng);
-  std::vector<uint16_t> pool(size_t(layers * blocks * kBlock * (rank + rope)));
-  for (auto& v : pool) v = f32_to_bf16(normal(rng));
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
+  const int64_t layers = 12;
+  DecodeInputs inputs(16, state.range(0), 512, 1, layers);
+  MlaAbsorbedParams& params = inputs.params;
   const bench::RandomWeight first(WeightFormat::Bf16Panels, 2048, 2048);
   std::vector<std::unique_ptr<bench::RandomWeight>> weights;
   for (int64_t l = 0; l < layers; ++l) weights.push_back(std::make_unique<bench::RandomWeight>(first));
   std::vector<float> x(2048, 0.1f), y(2048);
-  MlaAbsorbedParams params;
-  params.q_latent = q_latent.data();
-  params.q_pe = q_pe.data();
-  params.out_latent = out.data();
-  params.cache = {pool.data(), CacheDType::BF16, table.data(), blocks, kBlock, layers, rank + rope};
-  params.n_queries = 1;
-  params.first_position = context - 1;
-  params.n_heads = heads;
-  params.kv_lora_rank = rank;
-  params.qk_rope_head_dim = rope;
-  params.softmax_scale = 0.07f;
   set_mla_decode_kernel(MlaDecodeKernel::Auto);
   using Clock = std::chrono::steady_clock;
   double attention_s = 0, projection_s = 0;
