@@ -381,28 +381,17 @@ inline void broadcast_times_loaded_panel(BroadcastAt at, LoadPanel load, int64_t
     }
   }
 }
-
-// The same over an fp32 panel: panel_v(k) = panel + k * panel_stride + 8 * v.
-template <int kRows, int kVectors, class BroadcastAt>
-inline void broadcast_times_panel(BroadcastAt at, const float* panel, int64_t panel_stride, int64_t depth,
-                                  __m256* acc) {
-  broadcast_times_loaded_panel<kRows, kVectors, 1>(
-      at,
-      [&](int64_t k, __m256* p0, __m256* p1) {
-        p0[0] = _mm256_loadu_ps(panel + k * panel_stride);
-        p1[0] = kVectors == 2 ? _mm256_loadu_ps(panel + k * panel_stride + 8) : p0[0];
-      },
-      depth, acc);
-}
 #endif
 
-// out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
-// rows against a column panel stored k-major (a transposed small matrix).
-// every_four_columns() is called once per 4 columns, between them (a caller's prefetches,
-// spread through the products).
+// rows_times_panel's default work between columns: none.
 struct NoColumnWork {
   void operator()() const {}
 };
+
+// out[r * kWidth + c] = sum_k rows[r][k] * panel[k * kWidth + c], kWidth = 8 * kVectors: kRows
+// rows against a column panel stored k-major (a transposed small matrix), on
+// broadcast_times_loaded_panel. every_four_columns() is called once per 4 columns, between
+// them (a caller's prefetches, spread through the products).
 template <int kRows, int kVectors, class ColumnWork = NoColumnWork>
 inline void rows_times_panel(const float* const rows[kRows], const float* panel, int64_t depth, float* out,
                              ColumnWork every_four_columns = {}) {

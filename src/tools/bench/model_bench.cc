@@ -302,7 +302,8 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double prefill_gflops = prefill_tok_s * flops_per_token / 1e9;
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
       limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
-  nlohmann::json report = {{"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
+  nlohmann::json report = {
+          {"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
           {"ranks", executor.ranks()}, {"prompt", options.prompt},
           {"mla_decode_kernel", mla_decode_kernel_name(mla_decode_plan(config.num_attention_heads / executor.ranks(),
