@@ -5,8 +5,10 @@
 // queries (a chunk of new tokens after the cache, as a prefill chunk run absorbed: query i sees
 // positions - queries + i + 1), for BM_FromMemory the layers called in turn (their caches
 // beyond L3, as in a decode step). BM_ThenProjection: each layer's attention followed by the
-// o_proj product it feeds, with and without the attention's read_next prefetches. Items/s =
-// heads x positions x queries per second.
+// o_proj product it feeds, with and without the attention's read_next prefetches.
+// BM_AfterStream: each call after the threads read other data, as a decode step reads the
+// weights between two layers' attention (session 35, a Zen 2 VM: 32 MB made a call 1.7x
+// slower, as slow as inside the model). Items/s = heads x positions x queries per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
@@ -113,6 +115,31 @@ void BM_ThenProjection(benchmark::State& state) {
   state.counters["projection_us"] = 1e6 * projection_s / double(state.iterations() * layers);
 }
 
+// 16 heads over 1024 positions, 64 layers in turn (from memory), each call after the pool's
+// threads read range(0) MB of other data (a line in 16 floats), as a decode step streams the
+// weights of the layer before; only the calls timed.
+void BM_AfterStream(benchmark::State& state) {
+  DecodeInputs inputs(16, 1024, 512, 1, 64);
+  set_mla_decode_kernel(MlaDecodeKernel::Auto);
+  const std::vector<float> other(size_t(state.range(0)) << 18, 1.0f);
+  std::vector<float> sums(size_t(thread_pool().size()));
+  double attention_s = 0;
+  for (int64_t call = 0; auto _ : state) {
+    thread_pool().parallel_for(int64_t(other.size()), [&](int64_t begin, int64_t end, int worker) {
+      float sum = 0.0f;
+      for (int64_t i = begin; i < end; i += 16) sum += other[size_t(i)];
+      sums[size_t(worker)] += sum;
+    }, 4096);
+    inputs.params.layer = call++ % 64;
+    const auto start = std::chrono::steady_clock::now();
+    mla_absorbed_attention(inputs.params);
+    attention_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark::DoNotOptimize(inputs.out.data());
+  }
+  benchmark::DoNotOptimize(sums.data());
+  state.counters["attention_us"] = 1e6 * attention_s / double(state.iterations());
+}
+
 BENCHMARK(BM_Padded)
     ->Args({12, 1024, 512})
     ->Args({12, 4096, 512})
@@ -127,6 +154,7 @@ BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->Args({16, 4096
 // 64 layers of 1024 positions (75 MB at rank 512), 8 (9 MB, about what a Zen 2 VM's L3 kept).
 BENCHMARK(BM_FromMemory)->Args({16, 1024, 512, 64})->Args({16, 1024, 512, 8})->Args({16, 4096, 512, 16})->UseRealTime();
 BENCHMARK(BM_ThenProjection)->ArgsProduct({{64, 1024, 4096}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_AfterStream)->Arg(0)->Arg(8)->Arg(32)->Arg(128)->UseRealTime();
 BENCHMARK(BM_Queries)->Args({16, 2048, 256, 1})->Args({16, 2048, 256, 16})->Args({16, 2048, 512, 16})->UseRealTime();
 
 }  // namespace
