@@ -1,6 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -60,6 +63,21 @@ std::vector<std::pair<std::string, std::string>> byte_level_merges(const json& m
     merges.emplace_back(byte_level_to_bytes(left).value_or(""), byte_level_to_bytes(right).value_or(""));
   }
   return merges;
+}
+
+// tokenizer_config.json's added_tokens_decoder: {"163586": {"content": "<|im_end|>", "special": true}, ...}.
+std::vector<AddedToken> declared_added_tokens(const json& config) {
+  const json decoder = config.value("added_tokens_decoder", json::object());  // a copy that outlives the loop
+  MLA_CHECK(decoder.is_object(), "added_tokens_decoder must be an object of id -> token");
+  std::vector<AddedToken> added;
+  for (const auto& [id, token] : decoder.items()) {
+    int32_t value = -1;
+    const auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), value);
+    MLA_CHECK(error == std::errc() && end == id.data() + id.size() && value >= 0,
+              "added_tokens_decoder: '{}' is not a token id", id);
+    added.push_back({token.at("content").get<std::string>(), value, token.value("special", true)});
+  }
+  return added;
 }
 
 }  // namespace
@@ -155,7 +173,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
 
 std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_text,
                                                     const std::string& pattern,
-                                                    std::vector<AddedToken> added_tokens) {
+                                                    std::vector<AddedToken> added_tokens,
+                                                    int32_t reserved_special_tokens) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
   BpeModel::Vocab ranks;
   std::istringstream lines(ranks_text);
@@ -163,6 +182,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_tex
   int64_t rank;
   while (lines >> encoded >> rank) ranks.emplace_back(base64_decode(encoded), int32_t(rank));
   MLA_CHECK(lines.eof(), "tiktoken ranks: malformed line after {} entries", ranks.size());
+  const int32_t base = int32_t(ranks.size());
+  for (int32_t id = base; id < base + reserved_special_tokens; ++id)
+    if (std::none_of(added_tokens.begin(), added_tokens.end(), [&](const AddedToken& t) { return t.id == id; }))
+      added_tokens.push_back({fmt::format("<|reserved_token_{}|>", id), id, true});
   tokenizer->model_ = BpeModel::from_ranks(ranks);
   tokenizer->steps_.push_back({Regex(rewrite_class_intersections(pattern)), false});
   tokenizer->set_added_tokens(std::move(added_tokens));
@@ -189,14 +212,14 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir) {
   }
   MLA_CHECK(fs::exists(dir / "tiktoken.model"), "'{}' has neither tokenizer.json nor tiktoken.model",
             model_dir);
-  std::vector<AddedToken> added;
-  for (const auto& [id, token] : config.value("added_tokens_decoder", json::object()).items())
-    added.push_back({token.at("content").get<std::string>(), int32_t(std::stol(id)),
-                     token.value("special", true)});
-  auto tokenizer = from_tiktoken(read_text_file((dir / "tiktoken.model").string()), kKimiPattern,
-                                 std::move(added));
-  tokenizer->set_special_ids(config);
-  return tokenizer;
+  try {
+    auto tokenizer = from_tiktoken(read_text_file((dir / "tiktoken.model").string()), kKimiPattern,
+                                   declared_added_tokens(config), kKimiReservedSpecialTokens);
+    tokenizer->set_special_ids(config);
+    return tokenizer;
+  } catch (const json::exception& e) {
+    fail("'{}/tokenizer_config.json': {}", model_dir, e.what());
+  }
 }
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {

@@ -20,6 +20,7 @@ namespace mlaserve {
 
 // Kimi K2's tiktoken pattern (tokenization_kimi.py); [A&&[^B]] is rewritten for PCRE2.
 extern const char* const kKimiPattern;
+constexpr int32_t kKimiReservedSpecialTokens = 256;
 
 struct AddedToken {
   std::string content;
@@ -33,10 +34,13 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& model_dir);
   static std::unique_ptr<Tokenizer> from_hf_json(const nlohmann::json& tokenizer_json,
                                                  const nlohmann::json& tokenizer_config);
-  // tiktoken rank file text ("base64 rank" lines), the split pattern, and added tokens.
+  // tiktoken rank file text ("base64 rank" lines), the split pattern, and added tokens. The
+  // reserved_special_tokens ids after the ranks that no added token takes become special
+  // "<|reserved_token_{id}|>" tokens (Kimi's tokenization_kimi.py reserves 256).
   static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& ranks_text,
                                                   const std::string& pattern,
-                                                  std::vector<AddedToken> added_tokens);
+                                                  std::vector<AddedToken> added_tokens,
+                                                  int32_t reserved_special_tokens = 0);
 
   // Invalid UTF-8 is replaced by U+FFFD first. parse_special: added tokens in the text become
   // their ids (as HF does); otherwise they are encoded as plain text.
