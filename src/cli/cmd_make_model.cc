@@ -31,7 +31,8 @@ void add_make_model_command(CLI::App& app) {
       make.config = options->config_file.empty()
                         ? model_preset(options->preset)
                         : nlohmann::json::parse(read_text_file(options->config_file));
-      if (!options->override_json.empty()) make.config.merge_patch(nlohmann::json::parse(options->override_json));
+      if (!options->override_json.empty())
+        make.config = apply_overrides(std::move(make.config), nlohmann::json::parse(options->override_json));
     } catch (const nlohmann::json::exception& e) {
       fail("make-model: invalid JSON in --config or --override: {}", e.what());
     }

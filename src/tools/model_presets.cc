@@ -1,5 +1,9 @@
 #include "tools/model_presets.h"
 
+#include <fmt/format.h>
+
+#include <vector>
+
 #include "base/error.h"
 
 namespace mlaserve {
@@ -97,7 +101,38 @@ nlohmann::json kimi_k3_tiny() {
           {"text_config", text}};
 }
 
+// Merges `overrides` into each of `targets` that has the key; `where` names them for errors.
+void merge_where_present(const std::vector<nlohmann::json*>& targets, const nlohmann::json& overrides,
+                         const std::string& where) {
+  MLA_CHECK(overrides.is_object(), "--override: {} must be a JSON object, got {}", where, overrides.dump());
+  for (const auto& [key, value] : overrides.items()) {
+    bool found = false;
+    for (nlohmann::json* target : targets) {
+      if (!target->contains(key)) continue;
+      found = true;
+      nlohmann::json& current = (*target)[key];
+      if (value.is_object() && current.is_object())
+        merge_where_present({&current}, value, fmt::format("'{}'", key));
+      else
+        current = value;
+      if (current.is_null()) target->erase(key);  // merge patch: null removes the key
+    }
+    MLA_CHECK(found, "--override: {} has no key '{}'", where, key);
+  }
+}
+
 }  // namespace
+
+nlohmann::json apply_overrides(nlohmann::json config, const nlohmann::json& overrides) {
+  std::vector<nlohmann::json*> targets = {&config};
+  std::string where = "config.json";
+  if (config.contains("text_config") && config["text_config"].is_object()) {
+    targets.push_back(&config["text_config"]);
+    where = "config.json (nor its text_config)";
+  }
+  merge_where_present(targets, overrides, where);
+  return config;
+}
 
 nlohmann::json model_preset(const std::string& name) {
   if (name == "kimi-linear-tiny") return kimi_linear_tiny();

@@ -8,4 +8,10 @@ namespace mlaserve {
 
 nlohmann::json model_preset(const std::string& name);  // tiny | mini | small | kimi-linear-tiny | kimi-k3-tiny
 
+// make-model --override: each key merged (JSON merge patch) where it lives in `config`: at its
+// top level, or in text_config (Kimi K3 keeps the text model's keys there), or both where both
+// have it; an object merged into an object is checked the same way, key by key. A key the
+// config does not have is an error naming it, so a misspelt or misplaced key is not ignored.
+nlohmann::json apply_overrides(nlohmann::json config, const nlohmann::json& overrides);
+
 }  // namespace mlaserve
