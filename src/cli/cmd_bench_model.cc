@@ -32,7 +32,7 @@ void add_bench_model_command(CLI::App& app) {
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     check_model_bench_options(options->bench);  // before a load that can take minutes
-    auto model = load_causal_lm(options->bench.model_dir);
+    auto model = load_causal_lm(options->bench.model_dir, activation_quant_from_name(options->parallel.act_quant));
     if (is_mpi_follower()) return follow_rank_zero(*model, options->parallel);
     nlohmann::json result;
     {

@@ -51,7 +51,7 @@ void write_stdout(const std::string& text) {
 void run_generate(const GenerateOptions& options) {
   MLA_CHECK(!options.prompt.empty() || !options.ids.empty(), "generate needs --prompt or --ids");
   MLA_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive");
-  auto model = load_causal_lm(options.model_dir);
+  auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   auto tokenizer = Tokenizer::load(options.model_dir);
   const GenerateRequest request = make_request(options, *tokenizer);
   const int64_t capacity = int64_t(request.prompt.size()) + request.max_new_tokens;

@@ -43,7 +43,7 @@ void add_logits_command(CLI::App& app) {
   cmd->callback([options] {
     const std::vector<int32_t> ids = parse_id_list(options->ids);
     const MlaPath path = mla_path_from_name(options->mla_path);
-    auto model = load_causal_lm(options->model_dir);
+    auto model = load_causal_lm(options->model_dir, activation_quant_from_name(options->parallel.act_quant));
     const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
     MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,
               model->config().max_position_embeddings);

@@ -83,7 +83,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
 void serve(const ServeOptions& options) {
   MLA_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   spdlog::info("loading model from '{}'", options.model_dir);
-  auto model = load_causal_lm(options.model_dir);
+  auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   if (is_mpi_follower()) {
     on_shutdown_signal([](int) {});  // rank 0 decides when to stop, and tells this rank
     return follow_rank_zero(*model, options.parallel);

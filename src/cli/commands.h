@@ -16,7 +16,8 @@ void add_plan_command(CLI::App& app);
 void add_bench_serve_command(CLI::App& app);
 void add_bench_model_command(CLI::App& app);
 
-// --tp / --ep / --comm-timeout, shared by the commands that run a model.
+// How a command loads and places the model (--tp, --ep, --no-repack, --numa, --mlock,
+// --act-quant), shared by the commands that run one.
 struct ParallelFlags {
   int tp = 1;
   bool ep = false;
@@ -24,6 +25,7 @@ struct ParallelFlags {
   bool repack = true;  // weights copied out of the checkpoint at load (ShardSpec::copy_weights)
   bool mlock = false;  // each rank's weights locked in RAM (ShardSpec::lock_weights)
   std::string numa = "auto";  // parse_numa_mode: auto | bind | off
+  std::string act_quant = "int8";  // activation_quant_from_name: int8 | off
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
 

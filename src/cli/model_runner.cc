@@ -253,6 +253,11 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
                   "rank's interleaved over all nodes; bind: the same on one node; off: leave them to the kernel")
       ->check(CLI::IsMember({"auto", "bind", "off"}))
       ->capture_default_str();
+  cmd->add_option("--act-quant", flags.act_quant,
+                  "activations of INT4 and MXFP4 layers: int8 (rounded per 32 columns for integer dot products, as "
+                  "llama.cpp does; fast) | off (fp32 against the dequantized weights: the exact maths, slower)")
+      ->check(CLI::IsMember({"int8", "off"}))
+      ->capture_default_str();
   cmd->add_flag("--mlock", flags.mlock,
                 "lock each rank's weights in RAM (mlock) so memory pressure cannot page them out; needs "
                 "CAP_IPC_LOCK or a large enough `ulimit -l` (warns and runs unlocked otherwise)");

@@ -8,7 +8,7 @@ namespace mlaserve {
 
 LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source) {
   const bool int4 = weight.format == WeightFormat::Int4Group;
-  if (!int4 && weight.format != WeightFormat::Mxfp4) return weight;
+  if ((!int4 && weight.format != WeightFormat::Mxfp4) || weight.activation_quant != ActivationQuant::Int8) return weight;
   const int64_t group = int4 ? weight.group_size : 32;
   if (weight.cols % 32 != 0 || group % 32 != 0) return weight;
   const int64_t panels = four_bit_panels(weight.rows), words = weight.cols / 8, groups = weight.cols / group;

@@ -30,6 +30,12 @@ const char* weight_format_name(WeightFormat format) {
   return "?";
 }
 
+ActivationQuant activation_quant_from_name(const std::string& name) {
+  if (name == "int8") return ActivationQuant::Int8;
+  if (name == "off") return ActivationQuant::Off;
+  fail("unknown --act-quant '{}' (int8, off)", name);
+}
+
 size_t LinearWeight::bytes() const {
   const size_t count = size_t(rows) * size_t(cols);
   switch (format) {
@@ -458,6 +464,7 @@ LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t
   weight.data = aligned(packed, 4);
   weight.group_scale = static_cast<const uint16_t*>(aligned(scale, 2));
   weight.group_size = group;
+  weight.activation_quant = activation_quant_;
   return weight;
 }
 
@@ -477,6 +484,7 @@ LinearWeight WeightLoader::mxfp4(const std::string& prefix, int64_t rows, int64_
   weight.data = packed.data;
   weight.e8m0_scale = scale.data;
   weight.group_size = 32;
+  weight.activation_quant = activation_quant_;
   return weight;
 }
 

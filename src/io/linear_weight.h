@@ -61,6 +61,13 @@ inline int64_t four_bit_panels(int64_t rows) { return (rows + kFourBitPanelRows 
 
 const char* weight_format_name(WeightFormat format);
 
+// What INT4 and MXFP4 weights' products take (`--act-quant`): Int8 rounds each token's
+// activations to int8 per 32 columns (scale max|x| / 127) for integer dot products, as
+// llama.cpp's Q4 kernels do (the fast default); Off keeps them fp32 against the dequantized
+// weight, the exact maths of the stored model (slower: the kernels dequantize rows first).
+enum class ActivationQuant { Int8, Off };
+ActivationQuant activation_quant_from_name(const std::string& name);  // "int8" | "off"
+
 // A span of stored bytes.
 struct ByteRange {
   const void* begin = nullptr;
@@ -80,6 +87,7 @@ struct LinearWeight {
   const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
   const uint8_t* e8m0_scale = nullptr;    // Mxfp4: [rows, cols / 32], scale 2^(s - 127)
   int64_t group_size = 32;                // Int4Group's group; Mxfp4: always 32
+  ActivationQuant activation_quant = ActivationQuant::Int8;  // Int4Group and Mxfp4 only
   // A weight may be a view of part of a stored matrix (a tensor-parallel shard): rows
   // [row_offset, row_offset + rows) and columns [col_offset, col_offset + cols) of a stored
   // matrix with stored_cols columns. Scales are indexed in stored coordinates.
@@ -154,8 +162,9 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
 // buffer appended to `storage`, the stored rows' pages of `source` released: the integer GEMM
 // then reads its 16-row steps as stored, and decode's dots take the same steps (one vpdpbusd
 // for 16 rows and 4 columns, where row-major rows take one for 4 columns of 4 blocks of a row,
-// with a scale step every two). Other formats, and INT4 groups or columns not of whole 32-column
-// blocks, are returned unchanged. No views: repack after sharding.
+// with a scale step every two). Other formats, INT4 groups or columns not of whole 32-column
+// blocks, and weights whose activations stay fp32 (ActivationQuant::Off: the panel kernels take
+// int8 only), are returned unchanged. No views: repack after sharding.
 LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage,
                                 const Checkpoint* source = nullptr);
 
@@ -163,8 +172,9 @@ LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storag
 // against what the config implies; owns the few small tensors it had to convert.
 class WeightLoader {
  public:
-  WeightLoader(Checkpoint& checkpoint, const ModelConfig& config)
-      : checkpoint_(checkpoint), config_(config) {}
+  WeightLoader(Checkpoint& checkpoint, const ModelConfig& config,
+               ActivationQuant activation_quant = ActivationQuant::Int8)
+      : checkpoint_(checkpoint), config_(config), activation_quant_(activation_quant) {}
 
   // prefix.weight (dense or FP8 with prefix.weight_scale_inv) or prefix.weight_packed (INT4).
   LinearWeight linear(const std::string& prefix, int64_t rows, int64_t cols);
@@ -192,6 +202,7 @@ class WeightLoader {
 
   Checkpoint& checkpoint_;
   const ModelConfig& config_;
+  ActivationQuant activation_quant_;  // given to every INT4 and MXFP4 weight
   std::deque<std::vector<float>> owned_;
 };
 

@@ -150,9 +150,11 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
 
 namespace {
 
-// Formats whose dot products take int8-quantized activations (quant_dot.h): MXFP4, and INT4
-// with groups of whole Q8 blocks (other group sizes dequantize a row at a time).
+// Weights whose dot products take int8-quantized activations (quant_dot.h): MXFP4, and INT4
+// with groups of whole Q8 blocks (other group sizes dequantize a row at a time), unless their
+// activations stay fp32 (ActivationQuant::Off: dequantized rows, as FP8's).
 bool takes_q8_activations(const LinearWeight& weight) {
+  if (weight.activation_quant != ActivationQuant::Int8) return false;
   return weight.format == WeightFormat::Mxfp4 ||
          (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
 }

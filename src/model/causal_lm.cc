@@ -84,10 +84,10 @@ void lock_weights(const CausalLM& model) {
   spdlog::info("locked {:.2f} GB of weights in RAM (mlock)", double(locked) / 1e9);
 }
 
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir) {
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, ActivationQuant activation_quant) {
   const ModelConfig config = load_model_config(model_dir);
-  if (config.is_kimi_linear()) return KimiLinearModel::load(model_dir);
-  return DeepseekV3Model::load(model_dir);
+  if (config.is_kimi_linear()) return KimiLinearModel::load(model_dir, activation_quant);
+  return DeepseekV3Model::load(model_dir, activation_quant);
 }
 
 SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype)

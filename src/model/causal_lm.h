@@ -43,8 +43,8 @@ void layout_batch(std::span<const ForwardSequence> batch, BatchLayout& layout);
 
 // The mapped checkpoint and the buffers the loader converted: shared by a model's shards.
 struct ModelStorage {
-  ModelStorage(const std::string& model_dir, const ModelConfig& model_config)
-      : config(model_config), checkpoint(model_dir), loader(checkpoint, config) {}
+  ModelStorage(const std::string& model_dir, const ModelConfig& model_config, ActivationQuant activation_quant)
+      : config(model_config), checkpoint(model_dir), loader(checkpoint, config, activation_quant) {}
   ModelConfig config;
   Checkpoint checkpoint;
   WeightLoader loader;
@@ -110,8 +110,10 @@ void lock_weights(const CausalLM& model);
 // (~3 us a 1152-byte latent row of mini on this project's VMs).
 void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nodes);
 
-// Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family.
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
+// Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family;
+// its INT4 and MXFP4 weights take activations as `activation_quant` says (--act-quant).
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir,
+                                         ActivationQuant activation_quant = ActivationQuant::Int8);
 
 // A contiguous latent cache for one sequence (one block of `capacity` positions), followed by
 // its recurrent state for models that have one. Fp32 storage is 4-byte aligned.

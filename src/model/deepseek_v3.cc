@@ -30,8 +30,8 @@ DeepseekV3Model::DeepseekV3Model(std::shared_ptr<ModelStorage> storage, Deepseek
       router_(RouterParams::from_config(config_)),
       vocab_(VocabSlice::whole(config_.vocab_size)) {}
 
-std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir) {
-  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir));
+std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir, ActivationQuant activation_quant) {
+  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir), activation_quant);
   DeepseekV3Weights weights = load_deepseek_v3_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(std::move(storage), std::move(weights)));
   spdlog::info("loaded {} from '{}': {} layers, {:.2f} GB of weights", model->config_.model_type,

@@ -50,7 +50,7 @@ DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const
 class DeepseekV3Model : public CausalLM {
  public:
   // Reads DIR/config.json and the safetensors checkpoint (memory-mapped).
-  static std::unique_ptr<DeepseekV3Model> load(const std::string& model_dir);
+  static std::unique_ptr<DeepseekV3Model> load(const std::string& model_dir, ActivationQuant activation_quant);
   std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const override;
 
   const ModelConfig& config() const override { return config_; }

@@ -109,7 +109,7 @@ KimiLinearWeights load_weights(Checkpoint& checkpoint, const ModelConfig& config
       layer.mlp = load_mlp(loader, config, prefix + ".mlp", config.intermediate_size);
     weights.layers.push_back(std::move(layer));
   }
-  if (config.attn_res_block_size) weights.final_res = load_attn_res(loader, root + "model.final", hidden);
+  if (config.attn_res_block_size) weights.output_attn_res = load_attn_res(loader, root + "model.output_attn", hidden);
   weights.norm = loader.vector(root + "model.norm.weight", hidden);
   weights.lm_head =
       config.tie_word_embeddings ? weights.embed_tokens : loader.linear(root + "lm_head", config.vocab_size, hidden);
@@ -141,8 +141,8 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLine
     ordinal_.push_back(config_.kda->is_mla_layer[size_t(i)] ? mla++ : kda++);
 }
 
-std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_dir) {
-  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir));
+std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_dir, ActivationQuant activation_quant) {
+  auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir), activation_quant);
   KimiLinearWeights weights = load_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(std::move(storage), std::move(weights)));
   spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.2f} MiB of KDA state per sequence",
@@ -351,7 +351,7 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
       partial_started = false;
     }
   }
-  mix_into_residual(*weights_.final_res);
+  mix_into_residual(*weights_.output_attn_res);
 }
 
 void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits) const {

@@ -39,14 +39,14 @@ struct KimiLinearLayerWeights {
 struct KimiLinearWeights {
   LinearWeight embed_tokens;
   std::vector<KimiLinearLayerWeights> layers;
-  std::optional<AttnResWeights> final_res;  // K3: model.final_res_*, before the final norm
+  std::optional<AttnResWeights> output_attn_res;  // K3: model.output_attn_res_*, before the final norm
   const float* norm = nullptr;
   LinearWeight lm_head;
 };
 
 class KimiLinearModel : public CausalLM {
  public:
-  static std::unique_ptr<KimiLinearModel> load(const std::string& model_dir);
+  static std::unique_ptr<KimiLinearModel> load(const std::string& model_dir, ActivationQuant activation_quant);
 
   const ModelConfig& config() const override { return config_; }
   void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;

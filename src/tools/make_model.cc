@@ -307,9 +307,13 @@ void TensorPlan::kda(const std::string& prefix) {
     linear(fmt::format("{}.{}_proj", prefix, name), width, hidden, in_std, false);
     f32_tensor(fmt::format("{}.{}_conv1d.weight", prefix, name), {width, 1, kda.short_conv_kernel_size}, {0.0, 0.5});
   }
-  // Decay rates exp(A_log) around e; K3 stores 128 entries whatever its head count.
-  f32_tensor(prefix + ".A_log", {1, 1, kda.gate_lower_bound ? std::max<int64_t>(128, kda.num_heads) : kda.num_heads, 1},
-             {1.0, 0.8});
+  // Decay rates exp(A_log) around e: Kimi Linear [1, 1, H, 1]; K3 a vector of 128 entries
+  // whatever its head count (the published checkpoint's shape), o_norm in F32 as it ships.
+  const bool k3 = kda.gate_lower_bound.has_value();
+  if (k3)
+    f32_tensor(prefix + ".A_log", {std::max<int64_t>(128, kda.num_heads)}, {1.0, 0.8});
+  else
+    f32_tensor(prefix + ".A_log", {1, 1, kda.num_heads, 1}, {1.0, 0.8});
   linear(prefix + ".f_a_proj", dim, hidden, in_std, false);
   linear(prefix + ".f_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
   f32_tensor(prefix + ".dt_bias", {width}, {-1.0, 0.5});
@@ -320,7 +324,10 @@ void TensorPlan::kda(const std::string& prefix) {
     linear(prefix + ".g_a_proj", dim, hidden, in_std, false);
     linear(prefix + ".g_b_proj", width, dim, 1.0 / std::sqrt(double(dim)), false);
   }
-  norm(prefix + ".o_norm.weight", dim);
+  if (k3)
+    f32_tensor(prefix + ".o_norm.weight", {dim}, {1.0, 0.1});
+  else
+    norm(prefix + ".o_norm.weight", dim);
   linear(prefix + ".o_proj", hidden, width, 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers)), false);
 }
 
@@ -390,7 +397,7 @@ std::vector<TensorToWrite> TensorPlan::build() {
     if (config_.n_shared_experts > 0)
       mlp(prefix + ".mlp.shared_experts", config_.n_shared_experts * config_.moe_intermediate_size, false);
   }
-  if (config_.attn_res_block_size) attn_res(root + "model.final");
+  if (config_.attn_res_block_size) attn_res(root + "model.output_attn");
   norm(root + "model.norm.weight", hidden);
   if (!config_.tie_word_embeddings)
     linear(root + "lm_head", config_.vocab_size, hidden, 1.0 / std::sqrt(double(hidden)), false);
@@ -403,9 +410,11 @@ json quantization_config(const MakeModelOptions& options) {
                     {"group_size", 32}, {"scale_dtype", "torch.uint8"}};
     return {{"quant_method", "compressed-tensors"},
             {"format", "mxfp4-pack-quantized"},
+            {"quantization_status", "compressed"},
             {"config_groups", {{"group_0", {{"format", "mxfp4-pack-quantized"}, {"targets", {"Linear"}}, {"weights", weights}}}}},
-            {"ignore", {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|down)_proj.*", "re:.*lm_head.*",
-                        "re:.*routed_expert_(down|up)_proj.*"}}};
+            // Kimi K3's published list (its LatentMoE projections are stored BF16 all the same)
+            {"ignore", {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+                        "re:.*lm_head.*", "re:.*vision_tower.*", "re:.*mm_projector.*"}}};
   }
   if (options.dtype == StorageDType::Fp8)
     return {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},

@@ -71,6 +71,27 @@ TEST_P(LinearTest, QuantizedActivationsStayCloseToExact) {
   EXPECT_TRUE(testing::relative_close(y, reference(t, x, 1), 2e-2)) << weight_format_name(GetParam());
 }
 
+// --act-quant off: 4-bit weights meet the activations unrounded, for every token count (the
+// single-token dots, the 4 x 3 blocks, the packed GEMM from 64 tokens), so their products are
+// the dequantized weight's exactly; and such a weight is not repacked into int8-only panels.
+TEST(LinearFourBit, ActivationQuantOffIsExact) {
+  for (WeightFormat format : {WeightFormat::Int4Group, WeightFormat::Mxfp4}) {
+    for (auto [rows, cols, tokens] : {std::tuple{37, 96, 1}, {30, 544, 13}, {23, 288, 40}, {61, 608, 203}}) {
+      TestWeight t = make_weight(format, rows, cols, uint64_t(rows + cols));
+      t.weight.activation_quant = ActivationQuant::Off;
+      const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
+      std::vector<float> y(size_t(tokens * rows));
+      linear(t.weight, x.data(), tokens, y.data());
+      EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-5))
+          << weight_format_name(format) << " rows=" << rows << " tokens=" << tokens;
+    }
+    TestWeight t = make_weight(format, 32, 64, 5);
+    t.weight.activation_quant = ActivationQuant::Off;
+    WeightCopies copies;
+    EXPECT_EQ(repack_4bit_panels(t.weight, copies).format, format);
+  }
+}
+
 // Activation blocks the int8 rounding must survive, in separate 32-column blocks: all zeros
 // (scale 0) beside ordinary values; only tiny (1e-30) values; huge (1e30) beside ordinary.
 TEST_P(LinearTest, ExtremeActivationBlocks) {

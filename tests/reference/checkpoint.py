@@ -61,19 +61,38 @@ def to_float(dtype, shape, raw):
     return np.frombuffer(raw, NUMPY_DTYPES[dtype]).astype(np.float64).reshape(shape)
 
 
-def quantize_q8(x):
-    """Each row of x rounded to int8 in blocks of 32 and back (see Weights.apply)."""
+def quantize_q8(x, flip_ties=False):
+    """Each row of x rounded to int8 in blocks of 32 and back (see Weights.apply). flip_ties:
+    values within NEAR_TIE of a .5 tie round the other way, as mlaserve's fp32 activations
+    (a few 1e-7 from these) may make them."""
     blocks = np.asarray(x, np.float32).reshape(*x.shape[:-1], -1, 32)
     amax = np.abs(blocks).max(-1, keepdims=True)
     inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
-    q = np.rint(blocks * inverse)
+    scaled = blocks * inverse
+    q = np.rint(scaled)
+    if flip_ties:
+        near = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) < NEAR_TIE
+        q = np.where(near, np.where(q == np.floor(scaled), q + 1, q - 1), q)
     return (q * (amax.astype(np.float64) / 127)).reshape(x.shape)
 
 
+ACTIVATIONS = ("int8", "int8, ties flipped", "exact")
+# An activation x * 127 / max|x| this close to a .5 tie may round either way in mlaserve: its
+# fp32 activations differ from the reference's by up to ~1e-5 relative after a few layers,
+# i.e. up to ~1.3e-3 of a step at the block's largest value.
+NEAR_TIE = 2e-3
+
+
 class Weights:
-    def __init__(self, model_dir, fp8_block=(128, 128)):
+    def __init__(self, model_dir, fp8_block=(128, 128), activations="int8"):
+        """activations: what 4-bit weights meet. "int8": x rounded as mlaserve's default;
+        "int8, ties flipped": the same with its near-ties rounded the other way (quantize_q8);
+        "exact": x unrounded (mlaserve --act-quant off)."""
+        assert activations in ACTIVATIONS, activations
         self.tensors = read_checkpoint(model_dir)
         self.fp8_block = fp8_block
+        self.int8_activations = activations != "exact"
+        self.flip_ties = activations == "int8, ties flipped"
 
     def has(self, name):
         return name in self.tensors
@@ -89,8 +108,8 @@ class Weights:
         MXFP4) meets x as mlaserve feeds it: rounded to int8 per 32 columns of each row, scale
         max|x| / 127, half to even, in float32 (the kernels' integer dot products)."""
         weight = self.linear(prefix)
-        if self.is_4bit(prefix) and weight.shape[1] % 32 == 0 and self.group_size(prefix) % 32 == 0:
-            x = quantize_q8(x)
+        if self.int8_activations and self.is_4bit(prefix) and weight.shape[1] % 32 == 0 and self.group_size(prefix) % 32 == 0:
+            x = quantize_q8(x, self.flip_ties)
         return x @ weight.T
 
     def group_size(self, prefix):

@@ -133,10 +133,10 @@ def moe(w, cfg, p, x):
     return out
 
 
-def forward(model_dir, ids):
+def forward(model_dir, ids, activations="int8"):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     block = (cfg.get("quantization_config") or {}).get("weight_block_size", [128, 128])
-    w = Weights(model_dir, tuple(block))
+    w = Weights(model_dir, tuple(block), activations)
     eps = cfg.get("rms_norm_eps", 1e-6)
     h = w.get("model.embed_tokens.weight")[ids]
     for i in range(cfg["num_hidden_layers"]):

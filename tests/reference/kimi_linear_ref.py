@@ -131,11 +131,17 @@ def attn_res(w, cfg, name, candidates):
     return (weights[..., None] * stacked).sum(0)
 
 
-def forward(model_dir, ids):
+def text_config(model_dir):
+    """config.json's text model keys (Kimi K3 keeps them in text_config)."""
+    outer = json.load(open(os.path.join(model_dir, "config.json")))
+    return outer["text_config"] if outer.get("model_type") == "kimi_k3" else outer
+
+
+def forward(model_dir, ids, activations="int8"):
     outer = json.load(open(os.path.join(model_dir, "config.json")))
     k3 = outer.get("model_type") == "kimi_k3"
-    cfg, root = (outer["text_config"], "language_model.") if k3 else (outer, "")
-    w = Weights(model_dir)
+    cfg, root = text_config(model_dir), "language_model." if k3 else ""
+    w = Weights(model_dir, activations=activations)
     eps = cfg.get("rms_norm_eps", 1e-6)
     full_attn = set(cfg["linear_attn_config"]["full_attn_layers"])  # 1-based
     block = cfg.get("attn_res_block_size")
@@ -156,5 +162,5 @@ def forward(model_dir, ids):
         if block and (i + 1) % block == 0:
             bank, partial = bank + [partial], None
     if block:
-        h = attn_res(w, cfg, root + "model.final", bank + ([partial] if partial is not None else []))
+        h = attn_res(w, cfg, root + "model.output_attn", bank + ([partial] if partial is not None else []))
     return rms_norm(h, w.get(root + "model.norm.weight"), eps) @ w.linear(root + "lm_head").T
