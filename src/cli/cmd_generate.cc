@@ -5,7 +5,9 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/model_runner.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
+#include "io/generation_config.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -15,14 +17,17 @@ namespace {
 struct GenerateOptions {
   std::string model_dir, prompt, ids;
   int64_t max_new_tokens = 32;
-  SamplingParams sampling;
+  // Unset: the checkpoint's generation_config.json, else greedy with no filters.
+  std::optional<double> temperature, top_p, min_p;
+  std::optional<int64_t> top_k;
   uint64_t seed = 0;
   bool chat = false, ignore_eos = false;
   ParallelFlags parallel;
 };
 
 // The request the options describe: the prompt as ids, or as text (with the tokenizer's BOS, or
-// wrapped in the chat template), stopping at EOS unless told not to.
+// wrapped in the chat template), stopping at any end-of-turn token unless told not to, sampled
+// as the options or else the checkpoint's generation_config.json say.
 GenerateRequest make_request(const GenerateOptions& options, const Tokenizer& tokenizer) {
   GenerateRequest request;
   if (!options.ids.empty()) {
@@ -36,9 +41,13 @@ GenerateRequest make_request(const GenerateOptions& options, const Tokenizer& to
     request.prompt.insert(request.prompt.end(), encoded.begin(), encoded.end());
   }
   request.max_new_tokens = options.max_new_tokens;
-  request.sampling = options.sampling;
   request.seed = options.seed;
-  if (!options.ignore_eos && tokenizer.eos_id()) request.stop_token_ids.push_back(*tokenizer.eos_id());
+  const GenerationConfig generation = load_generation_config(options.model_dir);
+  if (!options.ignore_eos) request.stop_token_ids = end_of_turn_ids(generation.eos_token_ids, tokenizer);
+  request.sampling = {float(options.temperature.value_or(generation.temperature.value_or(0.0))),
+                      options.top_k.value_or(generation.top_k.value_or(0)),
+                      float(options.top_p.value_or(generation.top_p.value_or(1.0))),
+                      float(options.min_p.value_or(generation.min_p.value_or(0.0)))};
   return request;
 }
 
@@ -89,10 +98,12 @@ void add_generate_command(CLI::App& app) {
   auto* ids = cmd->add_option("--ids", options->ids, "prompt as comma-separated token ids");
   prompt->excludes(ids);
   cmd->add_option("-n,--max-new-tokens", options->max_new_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", options->sampling.temperature, "0: greedy")->capture_default_str();
-  cmd->add_option("--top-k", options->sampling.top_k, "0: no limit")->capture_default_str();
-  cmd->add_option("--top-p", options->sampling.top_p, "nucleus probability")->capture_default_str();
-  cmd->add_option("--min-p", options->sampling.min_p, "minimum probability relative to the best")->capture_default_str();
+  cmd->add_option("--temperature", options->temperature,
+                  "0: greedy (default: the checkpoint's generation_config.json, else 0)");
+  cmd->add_option("--top-k", options->top_k, "0: no limit (default: generation_config.json's, else 0)");
+  cmd->add_option("--top-p", options->top_p, "nucleus probability (default: generation_config.json's, else 1)");
+  cmd->add_option("--min-p", options->min_p,
+                  "minimum probability relative to the best (default: generation_config.json's, else 0)");
   cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--chat", options->chat, "wrap the prompt in the model's chat template");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");

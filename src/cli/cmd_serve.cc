@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/model_runner.h"
 #include "engine/engine.h"
+#include "io/generation_config.h"
 #include "server/http_server.h"
 
 namespace mlaserve {
@@ -91,8 +92,12 @@ void serve(const ServeOptions& options) {
   auto tokenizer = Tokenizer::load(options.model_dir);
   auto executor = create_model_executor(*model, options.parallel);
   spdlog::info("running the model on {}; warming up", executor->describe());
-  Engine engine(*executor, *tokenizer, engine_config(options, model->config(), executor->ranks()));
+  const GenerationConfig generation = load_generation_config(options.model_dir);
+  EngineConfig config = engine_config(options, model->config(), executor->ranks());
+  config.eos_token_ids = generation.eos_token_ids;
+  Engine engine(*executor, *tokenizer, config);
   ServerOptions server_options = options.server;
+  server_options.generation = generation;
   if (server_options.served_model_name.empty())
     server_options.served_model_name = std::filesystem::path(options.model_dir).filename().string();
   HttpServer server(engine, server_options);

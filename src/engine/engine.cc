@@ -74,6 +74,12 @@ std::vector<StreamEvent> RequestHandle::wait(std::chrono::milliseconds timeout) 
   return out;
 }
 
+std::vector<int32_t> end_of_turn_ids(std::vector<int32_t> eos_token_ids, const Tokenizer& tokenizer) {
+  if (tokenizer.eos_id() && std::count(eos_token_ids.begin(), eos_token_ids.end(), *tokenizer.eos_id()) == 0)
+    eos_token_ids.push_back(*tokenizer.eos_id());
+  return eos_token_ids;
+}
+
 Engine::Engine(ModelExecutor& executor, const Tokenizer& tokenizer, EngineConfig config)
     : Engine(nullptr, &executor, tokenizer, config) {}
 
@@ -100,6 +106,7 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
                                   }),
                  blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
+  eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();
   thread_ = std::thread([this] { loop(); });
@@ -242,7 +249,7 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
   if (spec.sampling.logprobs >= 0) event.logprobs = {std::move(logprobs)};
   std::string reason;
   const bool stop_token = std::count(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token) > 0 ||
-                          (!spec.ignore_eos && tokenizer_.eos_id() == token);
+                          (!spec.ignore_eos && std::count(eos_ids_.begin(), eos_ids_.end(), token) > 0);
   if (stop_token) {
     event.text = request.held_text + request.streamer.finish();
     reason = "stop";

@@ -35,7 +35,14 @@ struct EngineConfig {
   // request's numbers may differ in rounding with its chunking and prefix-cache hits;
   // Expanded for every chunk makes them independent of both (decode is always Absorbed).
   MlaPath prefill_path = MlaPath::Auto;
+  // Tokens that end a request unless it asks ignore_eos (GenerationConfig::eos_token_ids); the
+  // tokenizer's eos_token ends it too.
+  std::vector<int32_t> eos_token_ids;
 };
+
+// The tokens that end a turn: the checkpoint's eos ids (GenerationConfig::eos_token_ids) and
+// the tokenizer's eos_token, each once.
+std::vector<int32_t> end_of_turn_ids(std::vector<int32_t> eos_token_ids, const Tokenizer& tokenizer);
 
 // Bytes of latent cache one token costs: layers x (kv_lora_rank + qk_rope_head_dim) x dtype.
 int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype);
@@ -98,6 +105,7 @@ class Engine {
   int64_t max_model_len() const { return config_.max_model_len; }
   EngineMetrics& metrics() { return metrics_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  int64_t vocab_size() const { return model_config_.vocab_size; }
 
  private:
   struct Request;
@@ -122,6 +130,7 @@ class Engine {
   const ModelConfig& model_config_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
+  std::vector<int32_t> eos_ids_;  // config_.eos_token_ids and the tokenizer's eos_token
   // Rank 0's pool: [n_blocks, n_layers, block_size, latent_dim] of cache_dtype (latent_bytes_,
   // padded to 64), then (KDA models) max_num_seqs state slots of state_bytes_, then the
   // prefix-cache state snapshots.

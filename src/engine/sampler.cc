@@ -49,6 +49,8 @@ int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs*
   }
   for (const auto& [id, count] : output_counts_)  // OpenAI: output tokens only
     logits[id] -= options_.presence_penalty + options_.frequency_penalty * float(count);
+  for (const auto& [id, bias] : options_.logit_bias)
+    if (id < vocab_size) logits[id] += bias;
   const int32_t token = sample_token(logits, vocab_size, options_.params, rng_);
   ++output_counts_[token];
   if (!raw.empty()) *logprobs = log_probabilities(raw.data(), vocab_size, token, options_.logprobs);

@@ -1,6 +1,6 @@
-// Per-request sampling state: penalties over the tokens seen so far, a seeded generator, and
-// log-probabilities of the model's raw distribution (before penalties and temperature, as
-// vLLM reports them).
+// Per-request sampling state: penalties over the tokens seen so far, logit biases, a seeded
+// generator, and log-probabilities of the model's raw distribution (before penalties, biases
+// and temperature, as vLLM reports them).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,6 +18,7 @@ struct SamplingOptions {
   float repetition_penalty = 1.0f;   // >1 discourages prompt and output tokens (divides logits)
   float presence_penalty = 0.0f;     // subtracted once from tokens already generated
   float frequency_penalty = 0.0f;    // subtracted per occurrence in the output
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias) added to the logits (OpenAI)
   std::optional<uint64_t> seed;      // same seed and prompt: same output
   int64_t logprobs = -1;             // -1: none; N >= 0: the sampled token's and the top N
 };

@@ -72,11 +72,10 @@ void complete_response(httplib::Response& res, const std::shared_ptr<RequestHand
 
 // A completions or chat request's body parsed, submitted to the engine and answered (streamed or
 // whole); every failure answered in OpenAI's error shape.
-void answer_generate(Engine& engine, const ChatFormat& chat_format, const ServerOptions& options, Endpoint endpoint,
+void answer_generate(Engine& engine, const RequestContext& context, const ServerOptions& options, Endpoint endpoint,
                      const std::string& body, httplib::Response& res) {
   try {
-    auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, engine.tokenizer(), chat_format,
-                                                                 options.served_model_name, engine.max_model_len()));
+    auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, context));
     auto handle = engine.submit(request->engine);
     auto builder = std::make_shared<ResponseBuilder>(*request, engine.tokenizer(), options.served_model_name);
     if (request->stream)
@@ -116,7 +115,10 @@ void add_error_handlers(httplib::Server& server) {
 }  // namespace
 
 HttpServer::HttpServer(Engine& engine, ServerOptions options)
-    : engine_(engine), options_(std::move(options)), chat_format_(chat_format_of(engine.tokenizer())),
+    : engine_(engine),
+      options_(std::move(options)),
+      requests_{engine.tokenizer(), chat_format_of(engine.tokenizer()), options_.served_model_name, engine.max_model_len(),
+                engine.vocab_size(), options_.generation},
       server_(std::make_unique<httplib::Server>()) {
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -157,7 +159,7 @@ void HttpServer::add_routes() {
       if (!complete)
         return res.status == 413 ? send_error(res, 413, "the request body is too large")
                                  : send_error(res, 400, "the request body could not be read");
-      answer_generate(engine_, chat_format_, options_, endpoint, body, res);
+      answer_generate(engine_, requests_, options_, endpoint, body, res);
     };
   };
   server_->Post("/v1/completions", generate(Endpoint::Completions));

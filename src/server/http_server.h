@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/openai_protocol.h"
 #include "tokenizer/chat_template.h"
 
 namespace httplib {
@@ -21,6 +22,7 @@ struct ServerOptions {
   std::string served_model_name;
   int http_threads = 128;        // each streaming response holds one while it runs
   size_t max_body_bytes = 32u << 20;
+  GenerationConfig generation;   // the checkpoint's sampling defaults
 };
 
 class HttpServer {
@@ -36,7 +38,7 @@ class HttpServer {
   void add_routes();
   Engine& engine_;
   ServerOptions options_;
-  ChatFormat chat_format_;
+  RequestContext requests_;  // what requests are parsed against
   std::unique_ptr<httplib::Server> server_;
   int listening_socket_ = -1;  // seen while binding, to raise its backlog
 };

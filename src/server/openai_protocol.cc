@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <random>
 
@@ -72,6 +73,24 @@ std::vector<std::string> stop_strings(const json& body) {
   return stops;
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to the logits before sampling.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t vocab_size) {
+  auto found = body.find("logit_bias");
+  if (found == body.end() || found->is_null()) return {};
+  if (!found->is_object()) throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "logit_bias");
+  std::vector<std::pair<int32_t, float>> biases;
+  for (const auto& [key, value] : found->items()) {
+    int64_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (error != std::errc() || end != key.data() + key.size() || id < 0 || id >= vocab_size)
+      throw ApiError(400, fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, vocab_size), "logit_bias");
+    if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+      throw ApiError(400, fmt::format("'logit_bias' of token {} must be a number in [-100, 100]", key), "logit_bias");
+    biases.emplace_back(int32_t(id), value.get<float>());
+  }
+  return biases;
+}
+
 std::vector<int32_t> token_list(const json& value, const char* param, int64_t vocab_hint) {
   std::vector<int32_t> ids;
   for (const auto& item : value) {
@@ -138,14 +157,13 @@ std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokeni
 
 // Fields of OpenAI's API (and vLLM's guided-decoding extras) that would change what is generated
 // and that this server does not implement: refused by name rather than silently ignored. Their
-// neutral values pass (an empty logit_bias or tools list, response_format "text", best_of 1, an
-// empty suffix). Other unknown fields are ignored, as vLLM does.
+// neutral values pass (an empty tools list, response_format "text", best_of 1, an empty
+// suffix). Other unknown fields are ignored, as vLLM does.
 void refuse_unsupported(const json& body) {
   auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
   auto refuse = [](const char* key, const std::string& why) {
     throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
   };
-  if (present("logit_bias") && !body["logit_bias"].empty()) refuse("logit_bias", "no logit biases");
   for (const char* key : {"tools", "functions"})
     if (present(key) && !body[key].empty()) refuse(key, "no tool calling");
   if (present("response_format") &&
@@ -169,8 +187,9 @@ json error_body(int status, const std::string& message, const std::string& param
                      {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
 }
 
-ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Tokenizer& tokenizer,
-                            ChatFormat chat_format, const std::string& served_model, int64_t max_model_len) {
+ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const RequestContext& context) {
+  const Tokenizer& tokenizer = context.tokenizer;
+  const int64_t max_model_len = context.max_model_len;
   json body;
   try {
     body = json::parse(raw);
@@ -181,15 +200,16 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Tok
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
     const std::string model = body["model"].get<std::string>();
-    if (!served_model.empty() && model != served_model)
-      throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", model, served_model), "model");
+    if (!context.served_model.empty() && model != context.served_model)
+      throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", model, context.served_model),
+                     "model");
   }
   refuse_unsupported(body);
   ParsedRequest request;
   request.endpoint = endpoint;
   const int64_t vocab_hint = std::numeric_limits<int32_t>::max();
   EngineRequest& engine = request.engine;
-  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, tokenizer, chat_format)
+  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, tokenizer, context.chat_format)
                                                         : completion_prompt(body, tokenizer, vocab_hint);
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)
@@ -201,14 +221,18 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Tok
   if (integer(body, "n", 1, 1).value_or(1) != 1) throw ApiError(400, "only n=1 is supported", "n");
   if (boolean(body, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
   SamplingOptions& sampling = engine.sampling;
-  sampling.params.temperature = float(number(body, "temperature", 0.0, 100.0).value_or(1.0));
-  sampling.params.top_p = float(number(body, "top_p", 1e-9, 1.0).value_or(1.0));
-  const int64_t top_k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
+  const GenerationConfig& defaults = context.generation;
+  sampling.params.temperature = float(number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature.value_or(1.0)));
+  sampling.params.top_p = float(number(body, "top_p", 1e-9, 1.0).value_or(defaults.top_p.value_or(1.0)));
+  const int64_t top_k =
+      integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(defaults.top_k.value_or(0));
   sampling.params.top_k = top_k < 0 ? 0 : top_k;
-  sampling.params.min_p = float(number(body, "min_p", 0.0, 1.0).value_or(0.0));
+  sampling.params.min_p = float(number(body, "min_p", 0.0, 1.0).value_or(defaults.min_p.value_or(0.0)));
   sampling.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0).value_or(0.0));
   sampling.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0).value_or(0.0));
-  sampling.repetition_penalty = float(number(body, "repetition_penalty", 1e-3, 100.0).value_or(1.0));
+  sampling.repetition_penalty =
+      float(number(body, "repetition_penalty", 1e-3, 100.0).value_or(defaults.repetition_penalty.value_or(1.0)));
+  sampling.logit_bias = logit_bias(body, context.vocab_size);
   if (auto seed = integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
     sampling.seed = uint64_t(*seed);
   if (endpoint == Endpoint::ChatCompletions) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "io/generation_config.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -31,9 +32,20 @@ struct ParsedRequest {
   bool logprobs = false;       // the response carries logprobs
 };
 
-// `body` is the raw HTTP body. served_model: the only model name accepted (empty: any).
-ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Tokenizer& tokenizer,
-                            ChatFormat chat_format, const std::string& served_model, int64_t max_model_len);
+// What a request is parsed against: the served model's tokenizer and chat format, its name
+// (the only one accepted; empty: any), context length and vocabulary, and the checkpoint's
+// recommended sampling (generation_config.json: defaults for the fields a request omits).
+struct RequestContext {
+  const Tokenizer& tokenizer;
+  ChatFormat chat_format;
+  std::string served_model;
+  int64_t max_model_len = 0;
+  int64_t vocab_size = 0;
+  GenerationConfig generation;
+};
+
+// `body` is the raw HTTP body.
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const RequestContext& context);
 
 // Accumulates a request's events into response JSON.
 class ResponseBuilder {

@@ -32,6 +32,19 @@ TEST(RequestSampler, PresenceAndFrequencyPenaliseOutputTokens) {
   EXPECT_EQ(sampler.sample(logits.data(), 2, nullptr), 1);  // token 0 seen twice: 1 - 0.5 - 2 * 0.25 = 0 < 0.1
 }
 
+TEST(RequestSampler, LogitBiasIsAddedBeforeSamplingAndNotToTheLogprobs) {
+  SamplingOptions options;
+  options.logit_bias = {{2, 5.0f}, {0, -100.0f}};
+  options.logprobs = 0;
+  RequestSampler sampler(options, {});
+  std::vector<float> logits = {3.0f, 1.0f, -1.0f};
+  TokenLogprobs logprobs;
+  EXPECT_EQ(sampler.sample(logits.data(), 3, &logprobs), 2);  // -1 + 5 = 4 beats 3 - 100 and 1
+  EXPECT_FLOAT_EQ(logits[2], 4.0f);
+  const double log_sum = std::log(std::exp(3.0) + std::exp(1.0) + std::exp(-1.0));
+  EXPECT_NEAR(logprobs.logprob, -1.0 - log_sum, 1e-6);  // the raw distribution's
+}
+
 TEST(RequestSampler, LogprobsAreOfTheRawDistribution) {
   SamplingOptions options;
   options.logprobs = 2;

@@ -2,10 +2,15 @@
 concurrent greedy completions equal the same requests one at a time (KDA state slots under
 continuous batching and preemption); a prompt split across two requests (the second reusing
 the first's cached blocks and KDA state snapshot) gives the logprobs of one request on a fresh
-server; streaming chat works; an image is refused by name.
+server; streaming chat works; an image is refused by name. With the tokenizer laid out as Kimi ships it
+(tiktoken.model, added_tokens_decoder) and a generation_config.json, a chat turn ends on
+<|im_end|> although the tokenizer's eos_token is [EOS], and requests sample with the checkpoint's
+defaults.
 Usage: test_kimi_serving.py MLASERVE WORK_DIR"""
+import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -89,6 +94,64 @@ def serve_checks(binary, model, label, cache_gb):
         check(f"{label}: SIGTERM exits 0", server.stop() == 0)
 
 
+# Kimi's special tokens at their offsets after the ranks (tokenization_kimi.py), here after 31744
+# ranks so that the 256 special ids end at kimi-k3-tiny's vocabulary of 32000.
+KIMI_BASE = 31744
+KIMI_SPECIALS = {0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
+                 10: "<|im_system|>", 17: "<|im_middle|>", 254: "[UNK]", 255: "[PAD]"}
+IM_END, EOS = KIMI_BASE + 2, KIMI_BASE + 1
+
+
+def with_kimi_tokenizer(model, out):
+    """A copy of the model whose tokenizer is laid out as Kimi ships it: the 256 bytes and filler
+    tokens (0xff + 3 bytes, in no UTF-8 text) as tiktoken ranks, specials in tokenizer_config.json's
+    added_tokens_decoder; config.json's eos_token_id is [EOS] and generation_config.json's
+    <|im_end|> (as Kimi K2's are), with temperature 0."""
+    shutil.copytree(model, out, dirs_exist_ok=True)
+    os.remove(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tiktoken.model"), "w") as ranks:
+        for rank in range(KIMI_BASE):
+            token = bytes([rank]) if rank < 256 else b"\xff" + (rank - 256).to_bytes(3, "big")
+            ranks.write(f"{base64.b64encode(token).decode()} {rank}\n")
+    decoder = {str(KIMI_BASE + offset): {"content": content, "special": True, "lstrip": False, "rstrip": False,
+                                         "normalized": False, "single_word": False}
+               for offset, content in KIMI_SPECIALS.items()}
+    json.dump({"added_tokens_decoder": decoder, "bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]",
+               "tokenizer_class": "TikTokenTokenizer"}, open(os.path.join(out, "tokenizer_config.json"), "w"))
+    config = json.load(open(os.path.join(out, "config.json")))
+    config["eos_token_id"] = config["text_config"]["eos_token_id"] = EOS
+    json.dump(config, open(os.path.join(out, "config.json"), "w"))
+    json.dump({"eos_token_id": IM_END, "temperature": 0.0}, open(os.path.join(out, "generation_config.json"), "w"))
+    return out
+
+
+def end_of_turn_checks(binary, model):
+    server = Server(binary, model, "--kv-cache-gb", "0.01")
+    try:
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "logit_bias": {str(IM_END): 100}}
+        status, body = server.request("POST", "/v1/chat/completions", chat)
+        ok = status == 200
+        check("kimi tokenizer: a chat turn ends on <|im_end|> (generation_config.json's eos_token_id)",
+              ok and body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] == 1
+              and body["choices"][0]["message"]["content"] == "", f"{status} {body}")
+        status, body = server.request("POST", "/v1/chat/completions", {**chat, "ignore_eos": True})
+        check("kimi tokenizer: with ignore_eos the same turn runs to max_tokens",
+              status == 200 and body["choices"][0]["finish_reason"] == "length"
+              and body["usage"]["completion_tokens"] == 8, f"{status} {body}")
+        plain = {"prompt": "Once upon a time", "max_tokens": 16, "ignore_eos": True}
+        texts = [body["choices"][0]["text"] if status == 200 else f"HTTP {status}"
+                 for status, body in (server.request("POST", "/v1/completions", plain) for _ in range(2))]
+        check("kimi tokenizer: requests without a temperature sample with generation_config.json's (0: greedy)",
+              texts[0] == texts[1] and not texts[0].startswith("HTTP"), str(texts))
+        for bias, why in (({"x1": 1}, "is not a token id"), ({"5": 1000}, "[-100, 100]"), ([1], "object")):
+            status, body = server.request("POST", "/v1/completions", {**plain, "logit_bias": bias})
+            check(f"logit_bias {json.dumps(bias)}: 400 naming the problem",
+                  status == 400 and why in body["error"]["message"] and body["error"]["param"] == "logit_bias",
+                  f"{status} {body}")
+    finally:
+        server.stop()
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -100,6 +163,7 @@ def main():
                            check=True, capture_output=True)
         serve_checks(binary, model, preset, cache_gb)
         split_prompt_checks(binary, model, preset, 0.01)
+    end_of_turn_checks(binary, with_kimi_tokenizer(os.path.join(work, "kimi-k3-tiny"), os.path.join(work, "kimi-k3-kimi-tokenizer")))
     finish()
 
 

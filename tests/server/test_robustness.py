@@ -51,7 +51,8 @@ def bad_requests(server):
                   "'response_format' is not supported", chat)
     expect_status(server, "tool calling", {"messages": hello, "tools": [{"type": "function", "function": {"name": "f"}}]},
                   400, "'tools' is not supported", chat)
-    expect_status(server, "logit_bias", {"prompt": "x", "logit_bias": {"5": 10}}, 400, "'logit_bias' is not supported")
+    expect_status(server, "logit_bias of a token past the vocabulary", {"prompt": "x", "logit_bias": {"40000": 10}}, 400,
+                  "'logit_bias' key '40000' is not a token id")
     expect_status(server, "best_of", {"prompt": "x", "best_of": 3}, 400, "'best_of' is not supported")
     expect_status(server, "vLLM guided decoding", {"prompt": "x", "guided_choice": ["a", "b"]}, 400, "'guided_choice'")
     expect_status(server, "neutral values of those fields pass",
