@@ -1,6 +1,8 @@
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
+#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,14 +61,26 @@ std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, co
 }
 
 // --long-prefill: one request of that many prompt tokens and one output token, its time to
-// first token the cold prefill's.
+// first token the cold prefill's. The prompt is drawn with a seed of its own each run, so no
+// earlier run's prompt sits in the server's prefix cache; a server that still reports cached
+// prompt tokens is warned about (the figure is then not cold).
 nlohmann::json run_long_prefill(const BenchServeOptions& options, const Tokenizer& tokenizer) {
-  RandomDataset one = options.dataset;
-  one.input_len = options.long_prefill, one.output_len = 1, one.range_ratio = 0, one.num_prompts = 1;
-  auto [summary, json] = run_once(options, tokenizer, make_random_prompts(tokenizer, one), 1,
-                                  fmt::format("long prefill, {} tokens", options.long_prefill));
+  const RunResult run = [&] {
+    RandomDataset one = options.dataset;
+    one.input_len = options.long_prefill, one.output_len = 1, one.range_ratio = 0, one.num_prompts = 1;
+    one.seed = std::random_device{}() ^ uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+    return run_benchmark(options.bench, tokenizer, make_random_prompts(tokenizer, one), 1);
+  }();
+  const Summary summary = summarize(run);
+  std::fputs(summary_block(summary, fmt::format("long prefill, {} tokens", options.long_prefill)).c_str(), stdout);
+  const int64_t cached = run.records.empty() ? 0 : run.records[0].cached_tokens;
+  if (cached > 0)
+    spdlog::warn("the server reports {} of the prompt's tokens served from its prefix cache: this TTFT is not cold",
+                 cached);
   std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill, summary.ttft_ms.mean);
+  nlohmann::json json = summary_json(summary, run);
   json["long_prefill_tokens"] = options.long_prefill;
+  json["cached_tokens"] = cached;
   return json;
 }
 

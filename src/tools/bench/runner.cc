@@ -57,6 +57,8 @@ std::string consume_event(const std::string& payload, RequestRecord& record) {
     record.prompt_tokens = event["usage"].value("prompt_tokens", int64_t(0));
     record.completion_tokens = event["usage"].value("completion_tokens", int64_t(0));
     record.usage_from_server = true;
+    const json details = event["usage"].value("prompt_tokens_details", json::object());
+    if (details.is_object()) record.cached_tokens = details.value("cached_tokens", int64_t(0));
   }
   if (!event.contains("choices") || event["choices"].empty()) return "";
   const json& choice = event["choices"][0];

@@ -28,6 +28,7 @@ struct RequestRecord {
   bool success = false;
   std::string error;
   int64_t prompt_tokens = 0, completion_tokens = 0;  // the server's usage (or re-tokenized text)
+  int64_t cached_tokens = 0;                         // usage.prompt_tokens_details.cached_tokens
   bool usage_from_server = false;
   double start_s = 0, ttft_s = 0, e2e_s = 0;         // relative to the run's start
   std::vector<double> itl_s;                         // gaps between content chunks
