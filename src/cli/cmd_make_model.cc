@@ -17,10 +17,15 @@ void add_make_model_command(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight model in the Hugging Face layout");
-  cmd->add_option("--preset", options->preset, "tiny | mini | small")->capture_default_str();
+  cmd->add_option("--preset", options->preset, kModelPresetNames)->capture_default_str();
   cmd->add_option("--config", options->config_file, "a config.json to use instead of a preset");
-  cmd->add_option("--override", options->override_json, "JSON object merged into the config");
-  cmd->add_option("--dtype", options->dtype, "f32 | bf16 | fp8 | int4 | mxfp4 (int4, mxfp4: routed experts)")->capture_default_str();
+  cmd->add_option("--override", options->override_json,
+                  "JSON object merged into the config where it keeps each key (Kimi K3: text_config); unknown keys "
+                  "are errors");
+  cmd->add_option("--dtype", options->dtype,
+                  "f32 | bf16 | fp8 | int8 | int4 | mxfp4 (fp8: every linear layer but router and head, block-scaled; "
+                  "int8: W8A8 per channel, all but the head; int4, mxfp4: the routed experts)")
+      ->capture_default_str();
   cmd->add_option("--group-size", options->group_size, "INT4 group size")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
   cmd->add_option("--shard-mb", options->shard_mb, "max shard size in MB (0: one file)")->capture_default_str();

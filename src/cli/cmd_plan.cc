@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/mmap_file.h"
 #include "cli/commands.h"
+#include "tools/plan/hardware.h"
 #include "tools/plan/planner.h"
 
 namespace mlaserve {
@@ -57,8 +58,13 @@ void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "memory fit, nodes, roofline speed and cost of a deployment");
   cmd->add_option("--model", options->model, "deepseek-v3 | kimi-k2 | kimi-k3 | path to config.json")->capture_default_str();
-  cmd->add_option("--weights", options->weights, "native | bf16 | fp8 | int4[:group] | mxfp4")->capture_default_str();
-  cmd->add_option("--hardware", options->hardware, "catalog name (see --dump-catalog)")->capture_default_str();
+  cmd->add_option("--weights", options->weights, "native | bf16 | fp8 | int8 | int4[:group] | mxfp4")->capture_default_str();
+  std::string hardware_names;
+  for (const Hardware& hardware : builtin_hardware())
+    hardware_names += (hardware_names.empty() ? "" : " | ") + hardware.name;
+  cmd->add_option("--hardware", options->hardware,
+                  hardware_names + ", or a --hardware-file entry (--dump-catalog prints the catalog)")
+      ->capture_default_str();
   cmd->add_option("--hardware-file", options->hardware_file, "JSON array of entries adding to or overriding the catalog");
   cmd->add_option("--devices", options->devices, "devices in total")->capture_default_str();
   cmd->add_option("--devices-per-node", options->devices_per_node, "devices per node (default: the hardware's)");

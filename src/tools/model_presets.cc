@@ -123,6 +123,8 @@ void merge_where_present(const std::vector<nlohmann::json*>& targets, const nloh
 
 }  // namespace
 
+const char* const kModelPresetNames = "tiny | mini | small | kimi-linear-tiny | kimi-k3-tiny";
+
 nlohmann::json apply_overrides(nlohmann::json config, const nlohmann::json& overrides) {
   std::vector<nlohmann::json*> targets = {&config};
   std::string where = "config.json";
@@ -159,7 +161,7 @@ nlohmann::json model_preset(const std::string& name) {
   else if (name == "small")
     set_shape(2048, 12, 16, 768, 512, 128, 64, 128, 768, 5632);
   else
-    fail("unknown preset '{}' (tiny, mini, small, kimi-linear-tiny, kimi-k3-tiny)", name);
+    fail("unknown preset '{}' ({})", name, kModelPresetNames);
   return config;
 }
 

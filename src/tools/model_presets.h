@@ -6,7 +6,9 @@
 
 namespace mlaserve {
 
-nlohmann::json model_preset(const std::string& name);  // tiny | mini | small | kimi-linear-tiny | kimi-k3-tiny
+// The presets' names, as help and errors list them: "tiny | mini | small | ...".
+extern const char* const kModelPresetNames;
+nlohmann::json model_preset(const std::string& name);  // one of kModelPresetNames
 
 // make-model --override: each key merged (JSON merge patch) where it lives in `config`: at its
 // top level, or in text_config (Kimi K3 keeps the text model's keys there), or both where both
