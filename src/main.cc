@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   mlaserve::add_plan_command(app);
   mlaserve::add_bench_serve_command(app);
   mlaserve::add_bench_model_command(app);
+  mlaserve::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

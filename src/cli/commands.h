@@ -15,6 +15,7 @@ void add_serve_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_bench_serve_command(CLI::App& app);
 void add_bench_model_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 // How a command loads and places the model (--tp, --ep, --no-repack, --numa, --mlock,
 // --act-quant), shared by the commands that run one.

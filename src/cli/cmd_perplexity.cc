@@ -1,0 +1,72 @@
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/mmap_file.h"
+#include "cli/commands.h"
+#include "cli/model_runner.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/perplexity.h"
+
+namespace mlaserve {
+namespace {
+
+struct PerplexityOptions {
+  std::string model_dir, file;
+  int64_t ctx = 512, chunks = 0;
+  ParallelFlags parallel;
+};
+
+// A bar redrawn in place on a terminal; elsewhere (a log) a line every tenth of the chunks.
+void draw_progress(int64_t done, int64_t total, double perplexity) {
+  constexpr int kWidth = 30;
+  const bool terminal = isatty(fileno(stderr));
+  if (!terminal && done != total && done * 10 / total == (done - 1) * 10 / total) return;
+  const int filled = int(kWidth * done / total);
+  std::fprintf(stderr, "%s[perplexity] [%s%s] %lld/%lld chunks, PPL %.4f%s", terminal ? "\r" : "",
+               std::string(size_t(filled), '#').c_str(), std::string(size_t(kWidth - filled), '.').c_str(),
+               (long long)done, (long long)total, perplexity, terminal && done != total ? "" : "\n");
+}
+
+void run_perplexity(const PerplexityOptions& options) {
+  auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
+  auto tokenizer = Tokenizer::load(options.model_dir);
+  std::vector<int32_t> ids;
+  if (tokenizer->add_bos()) ids.push_back(*tokenizer->bos_id());
+  const auto text = tokenizer->encode(read_text_file(options.file), false);
+  ids.insert(ids.end(), text.begin(), text.end());
+  MLA_CHECK(options.ctx <= model->config().max_position_embeddings, "--ctx {} exceeds the model's context length {}",
+            options.ctx, model->config().max_position_embeddings);
+  auto runner = SequenceRunner::create(*model, options.parallel, options.ctx);
+  const bool output = runner->writes_output();
+  const std::optional<int32_t> bos = tokenizer->add_bos() ? tokenizer->bos_id() : std::nullopt;
+  spdlog::info("{} tokens of '{}', chunks of {} scored on their second half", ids.size(), options.file, options.ctx);
+  const PerplexityResult result = perplexity(
+      ids, bos, options.ctx, options.chunks, model->config().vocab_size,
+      [&](std::span<const int32_t> chunk, float* logits) { runner->forward(chunk, 0, true, logits); },
+      [&](int64_t done, int64_t total, double ppl) {
+        if (output) draw_progress(done, total, ppl);
+      });
+  if (!output) return;
+  std::printf("Final estimate: PPL = %.4f +/- %.4f (%lld chunks of %lld tokens, %lld scored; mean NLL %.6f)\n",
+              result.perplexity, result.perplexity * result.nll_stderr, (long long)result.chunks, (long long)options.ctx,
+              (long long)result.scored_tokens, result.mean_nll);
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app) {
+  auto options = std::make_shared<PerplexityOptions>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a text file (llama-perplexity's conventions)");
+  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("-f,--file", options->file, "text file")->required();
+  cmd->add_option("-c,--ctx", options->ctx, "tokens a chunk; each is scored on its second half")->capture_default_str();
+  cmd->add_option("--chunks", options->chunks, "score at most this many chunks (0: all)")->capture_default_str();
+  add_parallel_flags(cmd, options->parallel);
+  cmd->callback([options] { run_perplexity(*options); });
+}
+
+}  // namespace mlaserve
