@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Installs mlaserve's build, run and test dependencies from Debian 12's packages.
-# Does nothing when everything is already there.
+# Installs mlaserve's build and run dependencies from Debian 12's packages; with --tests also
+# what the test suite and the trainer (tools/train) need: NumPy, PyTorch with OpenBLAS, the
+# King James Bible, and Node.js for the reference tokenizers. Does nothing when all is there.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libcpp-httplib-dev
-          libopenmpi-dev openmpi-bin libnuma-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy)
+          libopenmpi-dev openmpi-bin libnuma-dev python3)
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy python3-torch libopenblas0 bible-kjv)
+fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 # The tokenizer reference test installs its npm packages itself; it needs node and npm.
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ "${1:-}" = "--tests" ]; then command -v npm >/dev/null 2>&1 || missing+=(nodejs npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   sudo_cmd=""

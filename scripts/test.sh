@@ -3,7 +3,7 @@
 # binary for the corrupt-checkpoint tests, then run CTest (its summary line ends the output).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --tests
 # -O1 without debug info: ASan/UBSan still see every bad access, and the tree compiles in
 # half the time of RelWithDebInfo on 2 cores.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 -DMLASERVE_SANITIZE=ON \
