@@ -2,7 +2,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/model_runner.h"
 #include "tools/bench/model_bench.h"
 
 namespace mlaserve {
@@ -33,10 +32,10 @@ void add_bench_model_command(CLI::App& app) {
   cmd->callback([options] {
     check_model_bench_options(options->bench);  // before a load that can take minutes
     auto model = load_causal_lm(options->bench.model_dir, activation_quant_from_name(options->parallel.act_quant));
-    if (is_mpi_follower()) return follow_rank_zero(*model, options->parallel);
+    if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options->parallel));
     nlohmann::json result;
     {
-      auto executor = create_model_executor(*model, options->parallel);
+      auto executor = create_executor(*model, executor_options(options->parallel));
       result = run_model_bench(options->bench, *model, *executor);
     }
     std::fputs(options->json ? (result.dump(2) + "\n").c_str() : model_bench_table(result).c_str(), stdout);

@@ -1,12 +1,11 @@
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 
 #include "base/error.h"
 #include "cli/commands.h"
-#include "cli/model_runner.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
 #include "io/generation_config.h"
 #include "tokenizer/chat_template.h"
 
@@ -22,33 +21,50 @@ struct GenerateOptions {
   std::optional<int64_t> top_k;
   uint64_t seed = 0;
   bool chat = false, ignore_eos = false;
+  std::string kv_dtype = "fp32";  // one sequence's cache is small: keep it exact, as `logits` does
   ParallelFlags parallel;
 };
 
-// The request the options describe: the prompt as ids, or as text (with the tokenizer's BOS, or
-// wrapped in the chat template), stopping at any end-of-turn token unless told not to, sampled
-// as the options or else the checkpoint's generation_config.json say.
-GenerateRequest make_request(const GenerateOptions& options, const Tokenizer& tokenizer) {
-  GenerateRequest request;
-  if (!options.ids.empty()) {
-    request.prompt = parse_id_list(options.ids);
-  } else if (options.chat) {
-    const std::string text = apply_chat_template(chat_format_of(tokenizer), {{"user", options.prompt}}, true);
-    request.prompt = tokenizer.encode(text);
-  } else {
-    if (tokenizer.add_bos()) request.prompt.push_back(*tokenizer.bos_id());
-    const auto encoded = tokenizer.encode(options.prompt);
-    request.prompt.insert(request.prompt.end(), encoded.begin(), encoded.end());
-  }
-  request.max_new_tokens = options.max_new_tokens;
-  request.seed = options.seed;
-  const GenerationConfig generation = load_generation_config(options.model_dir);
-  if (!options.ignore_eos) request.stop_token_ids = end_of_turn_ids(generation.eos_token_ids, tokenizer);
-  request.sampling = {float(options.temperature.value_or(generation.temperature.value_or(0.0))),
-                      options.top_k.value_or(generation.top_k.value_or(0)),
-                      float(options.top_p.value_or(generation.top_p.value_or(1.0))),
-                      float(options.min_p.value_or(generation.min_p.value_or(0.0)))};
+// The prompt the options describe: ids, or text (with the tokenizer's BOS, or wrapped in the
+// chat template).
+std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer& tokenizer) {
+  if (!options.ids.empty()) return parse_id_list(options.ids);
+  if (options.chat)
+    return tokenizer.encode(apply_chat_template(chat_format_of(tokenizer), {{"user", options.prompt}}, true));
+  std::vector<int32_t> prompt;
+  if (tokenizer.add_bos()) prompt.push_back(*tokenizer.bos_id());
+  const auto encoded = tokenizer.encode(options.prompt);
+  prompt.insert(prompt.end(), encoded.begin(), encoded.end());
+  return prompt;
+}
+
+// The request: sampled as the options or else the checkpoint's generation_config.json say,
+// stopping at an end-of-turn token unless told not to.
+EngineRequest make_request(const GenerateOptions& options, const Tokenizer& tokenizer,
+                           const GenerationConfig& generation) {
+  EngineRequest request;
+  request.prompt = make_prompt(options, tokenizer);
+  request.max_tokens = options.max_new_tokens;
+  request.ignore_eos = options.ignore_eos;
+  request.sampling.params = {float(options.temperature.value_or(generation.temperature.value_or(0.0))),
+                             options.top_k.value_or(generation.top_k.value_or(0)),
+                             float(options.top_p.value_or(generation.top_p.value_or(1.0))),
+                             float(options.min_p.value_or(generation.min_p.value_or(0.0)))};
+  request.sampling.seed = options.seed;
   return request;
+}
+
+// An engine for this one request: a cache that holds it and nothing more.
+EngineConfig engine_config(const GenerateOptions& options, const EngineRequest& request,
+                           const GenerationConfig& generation) {
+  EngineConfig config;
+  const int64_t length = int64_t(request.prompt.size()) + request.max_tokens;
+  config.kv_cache_tokens = (length + config.block_size - 1) / config.block_size * config.block_size;
+  config.cache_dtype = options.kv_dtype == "fp32" ? CacheDType::F32 : CacheDType::BF16;
+  config.scheduler.max_num_seqs = 1;
+  config.state_snapshots = 0;
+  config.eos_token_ids = generation.eos_token_ids;
+  return config;
 }
 
 void write_stdout(const std::string& text) {
@@ -56,36 +72,51 @@ void write_stdout(const std::string& text) {
   std::fflush(stdout);
 }
 
-// Loads the model, streams the generated text to stdout (rank 0) and logs the speeds.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Streams the request's text to stdout as the engine produces it; logs the speeds.
+void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest request) {
+  const int64_t prompt_tokens = int64_t(request.prompt.size());
+  const auto start = std::chrono::steady_clock::now();
+  auto handle = engine.submit(std::move(request));
+  double first_token_seconds = 0;
+  int64_t tokens = 0;
+  for (bool finished = false; !finished;) {
+    for (const StreamEvent& event : handle->wait(std::chrono::milliseconds(100))) {
+      if (tokens == 0 && !event.token_ids.empty()) first_token_seconds = seconds_since(start);
+      tokens += int64_t(event.token_ids.size());
+      write_stdout(event.text);
+      MLA_CHECK(event.finish_reason != "error", "{}", event.error);
+      finished = finished || event.finished;
+    }
+  }
+  const double seconds = seconds_since(start);
+  spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", prompt_tokens,
+               double(prompt_tokens) / first_token_seconds, tokens,
+               tokens > 1 ? double(tokens - 1) / (seconds - first_token_seconds) : 0.0);
+  if (executor.ranks() > 1)
+    spdlog::info("{} ranks; collectives took {:.1f}% of the time on rank 0 (waiting for other ranks included)",
+                 executor.ranks(), 100.0 * executor.collective_seconds() / seconds);
+}
+
+// Loads the model and runs the request through the engine, as serve does; under mpirun the
+// other ranks follow rank 0.
 void run_generate(const GenerateOptions& options) {
   MLA_CHECK(!options.prompt.empty() || !options.ids.empty(), "generate needs --prompt or --ids");
   MLA_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive");
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   auto tokenizer = Tokenizer::load(options.model_dir);
-  const GenerateRequest request = make_request(options, *tokenizer);
-  const int64_t capacity = int64_t(request.prompt.size()) + request.max_new_tokens;
-  MLA_CHECK(capacity <= model->config().max_position_embeddings,
+  const GenerationConfig generation = load_generation_config(options.model_dir);
+  EngineRequest request = make_request(options, *tokenizer, generation);
+  MLA_CHECK(int64_t(request.prompt.size()) + request.max_tokens <= model->config().max_position_embeddings,
             "prompt ({} tokens) plus {} new tokens exceed the context length {}", request.prompt.size(),
-            request.max_new_tokens, model->config().max_position_embeddings);
-  auto runner = SequenceRunner::create(*model, options.parallel, capacity);
-  const bool output = runner->writes_output();
-  TextStreamer streamer(*tokenizer);
-  const GenerateStats stats = generate(
-      [&](std::span<const int32_t> tokens, int64_t start, float* logits) { runner->forward(tokens, start, false, logits); },
-      model->config().vocab_size, request, [&](int32_t token) {
-        const std::string text = streamer.push(token);
-        if (output) write_stdout(text);
-        return true;
-      });
-  if (!output) return;
-  write_stdout(streamer.finish());
-  const int64_t decode_steps = std::max<int64_t>(0, stats.decode_tokens - 1);  // first token comes from prefill
-  spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", stats.prefill_tokens,
-               double(stats.prefill_tokens) / stats.prefill_seconds, stats.decode_tokens,
-               decode_steps > 0 ? double(decode_steps) / stats.decode_seconds : 0.0);
-  if (runner->ranks() > 1)
-    spdlog::info("{} ranks; collectives took {:.1f}% of the time on rank 0 (waiting for other ranks included)",
-                 runner->ranks(), 100.0 * runner->collective_seconds() / (stats.prefill_seconds + stats.decode_seconds));
+            request.max_tokens, model->config().max_position_embeddings);
+  if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options.parallel));
+  auto executor = create_executor(*model, executor_options(options.parallel));
+  Engine engine(*executor, *tokenizer, engine_config(options, request, generation));
+  stream_request(engine, *executor, std::move(request));
 }
 
 }  // namespace
@@ -107,6 +138,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--chat", options->chat, "wrap the prompt in the model's chat template");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths, as logits computes) | bf16 (as serve stores it)")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] { run_generate(*options); });
 }

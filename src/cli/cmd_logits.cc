@@ -3,8 +3,7 @@
 #include "base/error.h"
 #include "base/npy.h"
 #include "cli/commands.h"
-#include "cli/model_runner.h"
-#include "model/deepseek_v3.h"
+#include "engine/single_sequence.h"
 
 namespace mlaserve {
 
@@ -47,14 +46,16 @@ void add_logits_command(CLI::App& app) {
     const int64_t n = int64_t(ids.size()), vocab = model->config().vocab_size;
     MLA_CHECK(n <= model->config().max_position_embeddings, "{} tokens exceed the context length {}", n,
               model->config().max_position_embeddings);
+    if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options->parallel));
     std::vector<float> logits(size_t(n * vocab));
     const int64_t chunk = options->chunk > 0 ? options->chunk : n;
-    auto runner = SequenceRunner::create(*model, options->parallel, n);
+    auto executor = create_executor(*model, executor_options(options->parallel));
+    SingleSequence sequence(*executor, n);
     for (int64_t start = 0; start < n; start += chunk) {
       const auto part = std::span(ids).subspan(size_t(start), size_t(std::min(chunk, n - start)));
-      runner->forward(part, start, true, logits.data() + start * vocab, path);
+      sequence.forward(part, start, true, logits.data() + start * vocab, path);
     }
-    if (runner->writes_output()) write_npy_f32(options->out, logits.data(), {n, vocab});
+    write_npy_f32(options->out, logits.data(), {n, vocab});
   });
 }
 

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/mmap_file.h"
 #include "cli/commands.h"
-#include "cli/model_runner.h"
+#include "engine/single_sequence.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/perplexity.h"
 
@@ -40,17 +40,15 @@ void run_perplexity(const PerplexityOptions& options) {
   ids.insert(ids.end(), text.begin(), text.end());
   MLA_CHECK(options.ctx <= model->config().max_position_embeddings, "--ctx {} exceeds the model's context length {}",
             options.ctx, model->config().max_position_embeddings);
-  auto runner = SequenceRunner::create(*model, options.parallel, options.ctx);
-  const bool output = runner->writes_output();
+  if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options.parallel));
+  auto executor = create_executor(*model, executor_options(options.parallel));
+  SingleSequence sequence(*executor, options.ctx);
   const std::optional<int32_t> bos = tokenizer->add_bos() ? tokenizer->bos_id() : std::nullopt;
   spdlog::info("{} tokens of '{}', chunks of {} scored on their second half", ids.size(), options.file, options.ctx);
   const PerplexityResult result = perplexity(
       ids, bos, options.ctx, options.chunks, model->config().vocab_size,
-      [&](std::span<const int32_t> chunk, float* logits) { runner->forward(chunk, 0, true, logits); },
-      [&](int64_t done, int64_t total, double ppl) {
-        if (output) draw_progress(done, total, ppl);
-      });
-  if (!output) return;
+      [&](std::span<const int32_t> chunk, float* logits) { sequence.forward(chunk, 0, true, logits); },
+      [&](int64_t done, int64_t total, double ppl) { draw_progress(done, total, ppl); });
   std::printf("Final estimate: PPL = %.4f +/- %.4f (%lld chunks of %lld tokens, %lld scored; mean NLL %.6f)\n",
               result.perplexity, result.perplexity * result.nll_stderr, (long long)result.chunks, (long long)options.ctx,
               (long long)result.scored_tokens, result.mean_nll);

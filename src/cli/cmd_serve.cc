@@ -7,7 +7,6 @@
 #include "base/error.h"
 #include "base/signals.h"
 #include "cli/commands.h"
-#include "cli/model_runner.h"
 #include "engine/engine.h"
 #include "io/generation_config.h"
 #include "server/http_server.h"
@@ -87,10 +86,10 @@ void serve(const ServeOptions& options) {
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   if (is_mpi_follower()) {
     on_shutdown_signal([](int) {});  // rank 0 decides when to stop, and tells this rank
-    return follow_rank_zero(*model, options.parallel);
+    return follow_rank_zero(*model, executor_options(options.parallel));
   }
   auto tokenizer = Tokenizer::load(options.model_dir);
-  auto executor = create_model_executor(*model, options.parallel);
+  auto executor = create_executor(*model, executor_options(options.parallel));
   spdlog::info("running the model on {}; warming up", executor->describe());
   const GenerationConfig generation = load_generation_config(options.model_dir);
   EngineConfig config = engine_config(options, model->config(), executor->ranks());

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/executor.h"
+
 namespace mlaserve {
 
 void add_make_model_command(CLI::App& app);
@@ -29,6 +31,8 @@ struct ParallelFlags {
   std::string act_quant = "int8";  // activation_quant_from_name: int8 | off
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
+// The executor the flags ask for (create_executor).
+ExecutorOptions executor_options(const ParallelFlags& flags);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "engine/generator.h"
+#include "tokenizer/text_streamer.h"
 
 namespace mlaserve {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/metrics.h"
-#include "engine/model_executor.h"
+#include "engine/executor.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/state_snapshots.h"

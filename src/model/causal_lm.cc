@@ -90,18 +90,28 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, Activatio
   return DeepseekV3Model::load(model_dir, activation_quant);
 }
 
-SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype)
-    : storage_(size_t(capacity * config.cache_layers() * config.kv_latent_dim()) * cache_dtype_size(dtype) +
-               size_t(config.recurrent_state_bytes())) {
-  view_.pool = storage_.data();
-  if (config.recurrent_state_bytes() > 0)
-    view_.state_offset = int64_t(storage_.size()) - config.recurrent_state_bytes();
-  view_.dtype = dtype;
-  view_.block_table = &block_id_;
-  view_.n_blocks = 1;
-  view_.block_size = capacity;
-  view_.n_layers = config.cache_layers();
-  view_.latent_dim = config.kv_latent_dim();
+size_t sequence_cache_bytes(const ModelConfig& config, int64_t capacity, CacheDType dtype) {
+  return size_t(capacity * config.cache_layers() * config.kv_latent_dim()) * cache_dtype_size(dtype) +
+         size_t(config.recurrent_state_bytes());
 }
+
+LatentCacheView sequence_cache_view(const ModelConfig& config, int64_t capacity, CacheDType dtype, void* pool,
+                                    const int32_t* block_table) {
+  LatentCacheView view;
+  view.pool = pool;
+  if (config.recurrent_state_bytes() > 0)
+    view.state_offset = int64_t(sequence_cache_bytes(config, capacity, dtype)) - config.recurrent_state_bytes();
+  view.dtype = dtype;
+  view.block_table = block_table;
+  view.n_blocks = 1;
+  view.block_size = capacity;
+  view.n_layers = config.cache_layers();
+  view.latent_dim = config.kv_latent_dim();
+  return view;
+}
+
+SequenceCache::SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype)
+    : storage_(sequence_cache_bytes(config, capacity, dtype)),
+      view_(sequence_cache_view(config, capacity, dtype, storage_.data(), &block_id_)) {}
 
 }  // namespace mlaserve

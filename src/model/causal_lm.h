@@ -115,8 +115,13 @@ void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nod
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir,
                                          ActivationQuant activation_quant = ActivationQuant::Int8);
 
-// A contiguous latent cache for one sequence (one block of `capacity` positions), followed by
-// its recurrent state for models that have one. Fp32 storage is 4-byte aligned.
+// One sequence's cache as one block of `capacity` positions at the start of a pool, followed by
+// its recurrent state for models that have one: its bytes, and its view (block_table: {0}).
+size_t sequence_cache_bytes(const ModelConfig& config, int64_t capacity, CacheDType dtype);
+LatentCacheView sequence_cache_view(const ModelConfig& config, int64_t capacity, CacheDType dtype, void* pool,
+                                    const int32_t* block_table);
+
+// Such a cache in memory of its own. Fp32 storage is 4-byte aligned.
 class SequenceCache {
  public:
   SequenceCache(const ModelConfig& config, int64_t capacity, CacheDType dtype = CacheDType::F32);

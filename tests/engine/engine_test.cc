@@ -9,7 +9,7 @@
 
 #include <thread>
 
-#include "engine/model_executor.h"
+#include "engine/executor.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 

@@ -13,7 +13,7 @@
 
 #include "kernels/mla_decode.h"
 #include "model/causal_lm.h"
-#include "parallel/thread_parallel.h"
+#include "engine/thread_ranks.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -140,8 +140,8 @@ TEST(DecodeAllocations, NoneAfterTheFirstStepsOnThreadRanks) {
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("tiny"), StorageDType::BF16, 8);
   auto model = load_causal_lm(dir.path());
-  ParallelOptions options;
-  options.size = 2;
+  ExecutorOptions options;
+  options.ranks = 2;
   options.threads = 2;
   options.copy_weights = true;
   ThreadParallelModel ranks(*model, options);

@@ -10,7 +10,8 @@
 #include <string>
 
 #include "base/numa.h"
-#include "parallel/thread_parallel.h"
+#include "engine/single_sequence.h"
+#include "engine/thread_ranks.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -43,14 +44,15 @@ TEST(NumaPlacement, BoundThreadRanksGiveTheUnboundRanksLogits) {
   const int64_t vocab = model->config().vocab_size;
   std::vector<float> unbound(static_cast<size_t>(vocab)), bound(unbound.size());
   for (NumaMode mode : {NumaMode::Off, NumaMode::Bind}) {
-    ParallelOptions options;
-    options.size = 2;
+    ExecutorOptions options;
+    options.ranks = 2;
     options.threads = 2;
     options.copy_weights = true;
     options.numa = mode;
-    ThreadParallelModel ranks(*model, options);
-    auto sequence = ranks.new_sequence(1024);
-    ranks.forward(*sequence, prompt, 0, false, (mode == NumaMode::Off ? unbound : bound).data());
+    ThreadRanksExecutor ranks(*model, options);
+    const int64_t capacity = 1024;
+    SingleSequence sequence(ranks, capacity);
+    sequence.forward(prompt, 0, false, (mode == NumaMode::Off ? unbound : bound).data());
     if (mode == NumaMode::Off) {
       EXPECT_FALSE(ranks.placement(1).placed());
       continue;
@@ -60,8 +62,8 @@ TEST(NumaPlacement, BoundThreadRanksGiveTheUnboundRanksLogits) {
       const RankPlacement& placement = ranks.placement(rank);
       ASSERT_TRUE(placement.placed());
       EXPECT_TRUE(lists.count(format_cpu_list(placement.cpus))) << "no thread on " << placement.describe();
-      const auto& cache = *sequence->caches[size_t(rank)];
-      EXPECT_EQ(policy_at(static_cast<uint8_t*>(cache.view().pool) + cache.bytes() / 2), MPOL_PREFERRED) << rank;
+      const size_t pool_bytes = sequence_cache_bytes(model->config(), capacity, CacheDType::F32);
+      EXPECT_EQ(policy_at(static_cast<uint8_t*>(ranks.pool(rank)) + pool_bytes / 2), MPOL_PREFERRED) << rank;
     }
   }
   EXPECT_EQ(bound, unbound);

@@ -6,7 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "engine/model_executor.h"
+#include "engine/executor.h"
 
 namespace mlaserve {
 

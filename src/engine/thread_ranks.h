@@ -1,4 +1,4 @@
-// A model run as `size` ranks that are threads of this process, the way it would run on `size`
+// A model run as ranks that are threads of this process, the way it would run on as many
 // devices: each rank holds its shard (heads, columns or experts; views into the one mapped
 // checkpoint), its own full latent cache (replicated, as every rank of a real deployment keeps
 // one) and its own thread pool, and the ranks meet in all-reduces after attention and FFN.
@@ -12,25 +12,14 @@
 #include <thread>
 #include <vector>
 
-#include "base/numa.h"
-#include "model/causal_lm.h"
+#include "engine/executor.h"
 #include "parallel/communicator.h"
 
 namespace mlaserve {
 
-struct ParallelOptions {
-  int size = 1;                  // ranks (tensor-parallel size)
-  bool expert_parallel = false;  // MoE experts split over the ranks instead of their columns
-  int threads = 0;               // kernel threads in all (0: the process default), split over ranks
-  std::chrono::milliseconds collective_timeout{120000};
-  bool copy_weights = false;      // ShardSpec::copy_weights
-  bool lock_weights = false;     // ShardSpec::lock_weights
-  NumaMode numa = NumaMode::Auto;  // each rank's threads and memory on its NUMA node(s) (plan_rank_placement)
-};
-
 class ThreadParallelModel {
  public:
-  ThreadParallelModel(const CausalLM& full, const ParallelOptions& options);
+  ThreadParallelModel(const CausalLM& full, const ExecutorOptions& options);
   ~ThreadParallelModel();
 
   const ModelConfig& config() const { return config_; }
@@ -38,13 +27,6 @@ class ThreadParallelModel {
   const RankPlacement& placement(int rank) const { return placements_[size_t(rank)]; }
   double collective_seconds(int rank) const { return comms_[size_t(rank)]->collective_seconds(); }
 
-  struct Sequence {
-    std::vector<std::unique_ptr<SequenceCache>> caches;  // one per rank
-  };
-  std::unique_ptr<Sequence> new_sequence(int64_t capacity) const;  // each rank's cache on its node(s)
-  // As CausalLM::forward for one sequence; rank 0's logits land in `logits`.
-  void forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position, bool all_logits,
-               float* logits, MlaPath path = MlaPath::Auto);
   // The batch on every rank, rank r reading and writing its latent cache in rank_pools[r]
   // (same layout and block tables as the pool the batch's views name); rank 0's logits.
   void forward(std::span<const ForwardSequence> batch, float* logits, std::span<void* const> rank_pools);
@@ -68,6 +50,26 @@ class ThreadParallelModel {
   // A step's batch as each rank sees it (its own cache pool) and ranks 1..'s logits, reused.
   std::vector<std::vector<ForwardSequence>> rank_batches_;
   std::vector<std::vector<float>> rank_logits_;
+};
+
+// The engine's executor over thread ranks: a ThreadParallelModel and a cache pool per rank.
+class ThreadRanksExecutor : public ModelExecutor {
+ public:
+  ThreadRanksExecutor(const CausalLM& model, const ExecutorOptions& options) : ranks_(model, options) {}
+  const ModelConfig& config() const override { return ranks_.config(); }
+  int ranks() const override { return ranks_.size(); }
+  std::string describe() const override;
+  void* allocate_cache(size_t bytes) override;
+  void forward(std::span<const ForwardSequence> batch, float* logits) override;
+  void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
+  double collective_seconds() const override { return ranks_.collective_seconds(0); }
+  const RankPlacement& placement(int rank) const { return ranks_.placement(rank); }
+  void* pool(int rank) const { return pool_addresses_.at(size_t(rank)); }
+
+ private:
+  ThreadParallelModel ranks_;
+  std::vector<std::unique_ptr<uint8_t[]>> pools_;
+  std::vector<void*> pool_addresses_;
 };
 
 }  // namespace mlaserve

@@ -1,5 +1,6 @@
-#include "parallel/thread_parallel.h"
+#include "engine/thread_ranks.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
@@ -8,27 +9,27 @@
 
 namespace mlaserve {
 
-ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ParallelOptions& options)
-    : config_(full.config()), errors_(size_t(options.size)) {
-  MLA_CHECK(options.size >= 1, "the tensor-parallel size must be at least 1, got {}", options.size);
-  comms_ = make_thread_communicators(options.size, options.collective_timeout);
+ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ExecutorOptions& options)
+    : config_(full.config()), errors_(size_t(options.ranks)) {
+  MLA_CHECK(options.ranks >= 1, "the tensor-parallel size must be at least 1, got {}", options.ranks);
+  comms_ = make_thread_communicators(options.ranks, options.collective_timeout);
   const NumaTopology topology = NumaTopology::read();
   const std::vector<int> allowed_cpus = this_thread_cpus();
-  for (int rank = 0; rank < options.size; ++rank) {
-    placements_.push_back(plan_rank_placement(topology, allowed_cpus, rank, options.size, options.numa));
+  for (int rank = 0; rank < options.ranks; ++rank) {
+    placements_.push_back(plan_rank_placement(topology, allowed_cpus, rank, options.ranks, options.numa));
     if (placements_.back().placed()) spdlog::info("rank {}: {}", rank, placements_.back().describe());
   }
-  for (int rank = 0; rank < options.size; ++rank)
-    shards_.push_back(full.shard({rank, options.size, options.expert_parallel, options.copy_weights,
+  for (int rank = 0; rank < options.ranks; ++rank)
+    shards_.push_back(full.shard({rank, options.ranks, options.expert_parallel, options.copy_weights,
                                   options.lock_weights, placements_[size_t(rank)].nodes},
                                  comms_[size_t(rank)].get()));
-  rank_batches_.resize(size_t(options.size));
-  rank_logits_.resize(size_t(options.size));
+  rank_batches_.resize(size_t(options.ranks));
+  rank_logits_.resize(size_t(options.ranks));
   const int total = options.threads > 0 ? options.threads : default_num_threads();
-  const int per_rank = std::max(1, total / options.size);
-  spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.size,
-               options.expert_parallel ? "expert" : "tensor", per_rank, config_.num_attention_heads / options.size);
-  for (int rank = 0; rank < options.size; ++rank) threads_.emplace_back([this, rank, per_rank] { rank_loop(rank, per_rank); });
+  const int per_rank = std::max(1, total / options.ranks);
+  spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.ranks,
+               options.expert_parallel ? "expert" : "tensor", per_rank, config_.num_attention_heads / options.ranks);
+  for (int rank = 0; rank < options.ranks; ++rank) threads_.emplace_back([this, rank, per_rank] { rank_loop(rank, per_rank); });
 }
 
 ThreadParallelModel::~ThreadParallelModel() {
@@ -82,24 +83,6 @@ void ThreadParallelModel::run_on_all_ranks(const std::function<void(int)>& job) 
   MLA_CHECK(first_error.empty(), "{}", first_error);
 }
 
-std::unique_ptr<ThreadParallelModel::Sequence> ThreadParallelModel::new_sequence(int64_t capacity) const {
-  auto sequence = std::make_unique<Sequence>();
-  for (int rank = 0; rank < size(); ++rank) {
-    sequence->caches.push_back(std::make_unique<SequenceCache>(config_, capacity));
-    place_cache_pool(sequence->caches.back()->view().pool, sequence->caches.back()->bytes(), placement(rank).nodes);
-  }
-  return sequence;
-}
-
-void ThreadParallelModel::forward(Sequence& sequence, std::span<const int32_t> tokens, int64_t start_position,
-                                  bool all_logits, float* logits, MlaPath path) {
-  const ForwardSequence seq{tokens, start_position, sequence.caches[0]->view(), path,
-                            all_logits ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last};
-  std::vector<void*> pools;
-  for (const auto& cache : sequence.caches) pools.push_back(cache->view().pool);
-  forward(std::span(&seq, 1), logits, pools);
-}
-
 void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float* logits,
                                   std::span<void* const> rank_pools) {
   MLA_CHECK(int(rank_pools.size()) == size(), "{} cache pools for {} ranks", rank_pools.size(), size());
@@ -113,6 +96,26 @@ void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float*
   run_on_all_ranks([this, logits](int rank) {
     shards_[size_t(rank)]->forward(rank_batches_[size_t(rank)], rank == 0 ? logits : rank_logits_[size_t(rank)].data());
   });
+}
+
+std::string ThreadRanksExecutor::describe() const { return fmt::format("{} ranks (threads)", ranks_.size()); }
+
+void* ThreadRanksExecutor::allocate_cache(size_t bytes) {
+  MLA_CHECK(pools_.empty(), "the thread ranks' cache pools are allocated once");
+  for (int rank = 0; rank < ranks_.size(); ++rank) {
+    pools_.emplace_back(new uint8_t[bytes]);
+    pool_addresses_.push_back(pools_.back().get());
+    place_cache_pool(pool_addresses_.back(), bytes, ranks_.placement(rank).nodes);
+  }
+  return pool_addresses_[0];
+}
+
+void ThreadRanksExecutor::forward(std::span<const ForwardSequence> batch, float* logits) {
+  ranks_.forward(batch, logits, pool_addresses_);
+}
+
+void ThreadRanksExecutor::copy_in_cache(int64_t from, int64_t to, int64_t bytes) {
+  for (void* pool : pool_addresses_) copy_within(pool, from, to, bytes);
 }
 
 }  // namespace mlaserve
