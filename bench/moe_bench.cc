@@ -84,7 +84,7 @@ void BM_MoeLayer(benchmark::State& state) {
   static std::map<WeightFormat, std::unique_ptr<MoeLayers>> built;  // each format's layers drawn once
   if (!built[format]) built[format] = std::make_unique<MoeLayers>(format);
   const MoeLayers& weights = *built[format];
-  const RouterParams router = RouterParams::from_config(mini());
+  const RouterParams router = router_params(mini());
   const int64_t hidden = mini().hidden_size;
   const std::vector<float> x = bench::random_activations(kInputSets * tokens * hidden);
   std::vector<float> out(size_t(tokens * hidden));

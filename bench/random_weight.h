@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "io/linear_weight.h"
 #include "kernels/linear.h"
 
 namespace mlaserve::bench {

@@ -268,10 +268,6 @@ int64_t KdaConfig::state_floats() const {
   return kda_layers() * (3 * width * (short_conv_kernel_size - 1) + num_heads * head_dim * head_dim);
 }
 
-double yarn_get_mscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 double ModelConfig::softmax_scale() const {
   double scale = 1.0 / std::sqrt(double(qk_head_dim()));
   if (rope_scaling && rope_scaling->mscale_all_dim != 0.0) {

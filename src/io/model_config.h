@@ -8,20 +8,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kernels/moe_router.h"  // ScoringFunc, TopkMethod
+#include "kernels/rope.h"        // YarnScaling
+
 namespace mlaserve {
 
-enum class ScoringFunc { Sigmoid, Softmax };
-enum class TopkMethod { NoAuxTc, Greedy, GroupLimitedGreedy };
 enum class WeightQuant { None, Fp8Block, Int4Group, Mxfp4, Int8 };
 
-struct YarnScaling {
-  double factor = 1.0;                            // context extension factor s
-  int64_t original_max_position_embeddings = 4096;  // pre-extension context length
-  double beta_fast = 32.0;                        // ramp bound (rotations) for extrapolation
-  double beta_slow = 1.0;                         // ramp bound (rotations) for interpolation
-  double mscale = 1.0;                            // attention factor numerator
-  double mscale_all_dim = 0.0;                    // attention factor denominator and softmax scale
-};
 
 // Kimi Linear's linear_attn_config: which layers are KDA and their shape.
 struct KdaConfig {
@@ -94,7 +87,5 @@ struct ModelConfig {
 
 ModelConfig parse_model_config(const nlohmann::json& config);  // throws Error naming the key
 ModelConfig load_model_config(const std::string& model_dir);     // reads DIR/config.json
-
-double yarn_get_mscale(double scale, double mscale);
 
 }  // namespace mlaserve

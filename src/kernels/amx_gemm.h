@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "io/linear_weight.h"
+#include "kernels/weight.h"
 #include "kernels/quant_dot.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__) && \

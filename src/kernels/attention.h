@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "io/linear_weight.h"
+#include "kernels/weight.h"
 
 namespace mlaserve {
 

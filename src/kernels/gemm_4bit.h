@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "io/linear_weight.h"
+#include "kernels/weight.h"
 #include "kernels/quant_dot.h"
 
 namespace mlaserve {

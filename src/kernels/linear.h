@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/linear_weight.h"
+#include "kernels/weight.h"
 
 namespace mlaserve {
 

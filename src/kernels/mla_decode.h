@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <span>
 
-#include "io/linear_weight.h"
+#include "kernels/weight.h"
 #include "kernels/latent_cache_view.h"
 
 namespace mlaserve {

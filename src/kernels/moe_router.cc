@@ -74,19 +74,6 @@ void mask_groups(std::vector<float>& choice, const RouterParams& params, RouterS
 
 }  // namespace
 
-RouterParams RouterParams::from_config(const ModelConfig& config) {
-  RouterParams params;
-  params.n_experts = config.n_routed_experts;
-  params.n_group = config.n_group;
-  params.topk_group = config.topk_group;
-  params.top_k = config.num_experts_per_tok;
-  params.scoring_func = config.scoring_func;
-  params.topk_method = config.topk_method;
-  params.norm_topk_prob = config.norm_topk_prob;
-  params.routed_scaling_factor = float(config.routed_scaling_factor);
-  return params;
-}
-
 void route_token(const float* logits, const float* correction_bias, const RouterParams& params,
                  int32_t* expert_ids, float* expert_weights) {
   RouterScratch& scratch = router_scratch();

@@ -3,9 +3,11 @@
 #pragma once
 #include <cstdint>
 
-#include "io/model_config.h"
-
 namespace mlaserve {
+
+// config.json's scoring_func and topk_method.
+enum class ScoringFunc { Sigmoid, Softmax };
+enum class TopkMethod { NoAuxTc, Greedy, GroupLimitedGreedy };
 
 struct RouterParams {
   int64_t n_experts = 0;
@@ -16,8 +18,6 @@ struct RouterParams {
   TopkMethod topk_method = TopkMethod::NoAuxTc;
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.0f;
-
-  static RouterParams from_config(const ModelConfig& config);
 };
 
 // logits: [n_experts] router logits (fp32). correction_bias: [n_experts] or null (used only

@@ -17,15 +17,20 @@ double correction_dim(double rotations, int64_t dim, double base, int64_t max_po
 
 }  // namespace
 
-RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : dim_(config.qk_rope_head_dim) {
+double yarn_get_mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+RotaryEmbedding::RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn_scaling)
+    : dim_(dim) {
   MLA_CHECK(dim_ > 0 && dim_ % 2 == 0 && dim_ <= kMaxRopeDim,
             "qk_rope_head_dim {} must be even and at most {}", dim_, kMaxRopeDim);
   const int64_t half = dim_ / 2;
-  const double base = config.rope_theta;
+  const double base = theta;
   inv_freq_.resize(size_t(half));
   for (int64_t i = 0; i < half; ++i) inv_freq_[i] = 1.0 / std::pow(base, double(2 * i) / double(dim_));
-  if (!config.rope_scaling) return;
-  const YarnScaling& yarn = *config.rope_scaling;
+  if (!yarn_scaling) return;
+  const YarnScaling& yarn = *yarn_scaling;
   double low = std::floor(correction_dim(yarn.beta_fast, dim_, base, yarn.original_max_position_embeddings));
   double high = std::ceil(correction_dim(yarn.beta_slow, dim_, base, yarn.original_max_position_embeddings));
   low = std::max(low, 0.0);

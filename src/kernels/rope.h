@@ -5,18 +5,31 @@
 // q_pe and k_pe get the same permutation, so their dot products are unchanged by it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
-
-#include "io/model_config.h"
 
 namespace mlaserve {
 
 // qk_rope_head_dim is 64 in every published config; this bounds a stack buffer.
 constexpr int64_t kMaxRopeDim = 512;
 
+// config.json's rope_scaling of type "yarn".
+struct YarnScaling {
+  double factor = 1.0;                            // context extension factor s
+  int64_t original_max_position_embeddings = 4096;  // pre-extension context length
+  double beta_fast = 32.0;                        // ramp bound (rotations) for extrapolation
+  double beta_slow = 1.0;                         // ramp bound (rotations) for interpolation
+  double mscale = 1.0;                            // attention factor numerator
+  double mscale_all_dim = 0.0;                    // attention factor denominator and softmax scale
+};
+
+// YaRN's attention scaling mscale(s, m) = 0.1 m ln s + 1 (1 for s <= 1).
+double yarn_get_mscale(double scale, double mscale);
+
 class RotaryEmbedding {
  public:
-  explicit RotaryEmbedding(const ModelConfig& config);
+  // dim: qk_rope_head_dim; theta: rope_theta.
+  RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn);
   // Rotates x[0..dim) in place for `position`; x is in checkpoint (interleaved) order. With
   // n_slices > 1, the slices x + i * stride (every head of a token) alike, the angles' cosines
   // and sines computed once for all of them (double-precision sin/cos were most of the cost).

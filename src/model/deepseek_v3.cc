@@ -25,9 +25,9 @@ DeepseekV3Model::DeepseekV3Model(std::shared_ptr<ModelStorage> storage, Deepseek
     : storage_(std::move(storage)),
       config_(storage_->config),
       weights_(std::move(weights)),
-      rope_(config_),
+      rope_(config_.qk_rope_head_dim, config_.rope_theta, config_.rope_scaling),
       mla_shape_(mla_shape_of(config_)),
-      router_(RouterParams::from_config(config_)),
+      router_(router_params(config_)),
       vocab_(VocabSlice::whole(config_.vocab_size)) {}
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_dir, ActivationQuant activation_quant) {

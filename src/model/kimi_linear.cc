@@ -127,14 +127,14 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLine
     : storage_(std::move(storage)),
       config_(storage_->config),
       weights_(std::move(weights)),
-      rope_(config_),
+      rope_(config_.qk_rope_head_dim, config_.rope_theta, config_.rope_scaling),
       mla_shape_{config_.hidden_size,      config_.num_attention_heads, config_.kv_lora_rank,
                  config_.qk_nope_head_dim, config_.qk_rope_head_dim,    config_.v_head_dim,
                  1e-6,                     float(config_.softmax_scale()), !config_.mla_use_nope},
       kda_shape_{config_.hidden_size, config_.kda->num_heads, config_.kda->head_dim,
                  config_.kda->short_conv_kernel_size, config_.rms_norm_eps,
                  config_.kda->gate_lower_bound ? std::optional<float>(float(*config_.kda->gate_lower_bound)) : std::nullopt},
-      router_(RouterParams::from_config(config_)),
+      router_(router_params(config_)),
       vocab_(VocabSlice::whole(config_.vocab_size)) {
   int64_t mla = 0, kda = 0;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i)

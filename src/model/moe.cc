@@ -175,6 +175,19 @@ void add_routed_jobs(const MoeWeights& weights, const ExpertAssignments& assigne
 
 }  // namespace
 
+RouterParams router_params(const ModelConfig& config) {
+  RouterParams params;
+  params.n_experts = config.n_routed_experts;
+  params.n_group = config.n_group;
+  params.topk_group = config.topk_group;
+  params.top_k = config.num_experts_per_tok;
+  params.scoring_func = config.scoring_func;
+  params.topk_method = config.topk_method;
+  params.norm_topk_prob = config.norm_topk_prob;
+  params.routed_scaling_factor = float(config.routed_scaling_factor);
+  return params;
+}
+
 int64_t routed_expert_bytes_read() { return routed_bytes_read.load(std::memory_order_relaxed); }
 
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out) {

@@ -61,6 +61,10 @@ MlpWeights load_mlp_weights(WeightLoader& loader, const std::string& prefix, int
 // out = down(silu(gate x) * up x); x, out: [n_tokens, hidden].
 void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, float* out);
 
+// The router's parameters from config.json (n_routed_experts, n_group, topk_group,
+// num_experts_per_tok, scoring_func, topk_method, norm_topk_prob, routed_scaling_factor).
+RouterParams router_params(const ModelConfig& config);
+
 // out = sum_k w_k expert_k(x) + shared(x), experts chosen per token by the router. Sharded,
 // out is this rank's partial sum; with LatentMoE the routed latent sum is all-reduced on
 // `comm` before its norm, and only rank 0 adds the (then identical) up-projection.

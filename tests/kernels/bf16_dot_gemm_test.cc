@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "base/dtype.h"
+#include "io/linear_weight.h"
 #include "kernels/amx_gemm.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"

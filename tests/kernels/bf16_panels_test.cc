@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "io/linear_weight.h"
 #include "kernels/amx_gemm.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"

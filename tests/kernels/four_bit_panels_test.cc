@@ -13,6 +13,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "io/linear_weight.h"
 #include "kernels/gemm_4bit.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"

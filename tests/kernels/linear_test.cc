@@ -12,6 +12,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "io/linear_weight.h"
 #include "kernels/block_scaled_dot.h"
 #include "linear_test_weights.h"
 #include "test_util.h"
