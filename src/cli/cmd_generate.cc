@@ -23,6 +23,7 @@ struct GenerateOptions {
   bool chat = false, ignore_eos = false;
   std::string kv_dtype = "fp32";  // one sequence's cache is small: keep it exact, as `logits` does
   ParallelFlags parallel;
+  SpeculativeFlags speculative;
 };
 
 // The prompt the options describe: ids, or text (with the tokenizer's BOS, or wrapped in the
@@ -64,6 +65,7 @@ EngineConfig engine_config(const GenerateOptions& options, const EngineRequest& 
   config.scheduler.max_num_seqs = 1;
   config.state_snapshots = 0;
   config.eos_token_ids = generation.eos_token_ids;
+  apply_speculative_flags(options.speculative, config);
   return config;
 }
 
@@ -78,6 +80,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Streams the request's text to stdout as the engine produces it; logs the speeds.
 void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest request) {
+  const EngineMetrics& metrics = engine.metrics();
   const int64_t prompt_tokens = int64_t(request.prompt.size());
   const auto start = std::chrono::steady_clock::now();
   auto handle = engine.submit(std::move(request));
@@ -96,6 +99,12 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
   spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", prompt_tokens,
                double(prompt_tokens) / first_token_seconds, tokens,
                tokens > 1 ? double(tokens - 1) / (seconds - first_token_seconds) : 0.0);
+  if (metrics.spec_drafts > 0)  // SGLang's "accept length": tokens a verifying step emits
+    spdlog::info("speculative decoding: {} steps verified {} drafted tokens, {} accepted ({:.1f}%); mean accepted "
+                 "length {:.2f}",
+                 int64_t(metrics.spec_drafts), int64_t(metrics.spec_draft_tokens), int64_t(metrics.spec_accepted_tokens),
+                 100.0 * double(metrics.spec_accepted_tokens) / double(std::max<int64_t>(1, metrics.spec_draft_tokens)),
+                 double(metrics.spec_drafts + metrics.spec_accepted_tokens) / double(metrics.spec_drafts));
   if (executor.ranks() > 1)
     spdlog::info("{} ranks; collectives took {:.1f}% of the time on rank 0 (waiting for other ranks included)",
                  executor.ranks(), 100.0 * executor.collective_seconds() / seconds);
@@ -142,6 +151,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
+  add_speculative_flags(cmd, options->speculative);
   cmd->callback([options] { run_generate(*options); });
 }
 

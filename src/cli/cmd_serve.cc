@@ -31,6 +31,7 @@ struct ServeOptions {
   int64_t max_queue = 256;
   ServerOptions server;
   ParallelFlags parallel;
+  SpeculativeFlags speculative;
 };
 
 // Every rank keeps a full latent cache, so with R ranks on this machine the budget is split R ways.
@@ -94,6 +95,7 @@ void serve(const ServeOptions& options) {
   const GenerationConfig generation = load_generation_config(options.model_dir);
   EngineConfig config = engine_config(options, model->config(), executor->ranks());
   config.eos_token_ids = generation.eos_token_ids;
+  apply_speculative_flags(options.speculative, config);
   Engine engine(*executor, *tokenizer, config);
   ServerOptions server_options = options.server;
   server_options.generation = generation;
@@ -144,6 +146,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--state-snapshots", options->state_snapshots,
                   "KDA models: recurrent-state snapshots kept for prefix caching (default: --max-num-seqs)");
   add_parallel_flags(cmd, options->parallel);
+  add_speculative_flags(cmd, options->speculative);
   cmd->callback([options] {
     MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
               "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");

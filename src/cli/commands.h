@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/executor.h"
 
 namespace mlaserve {
@@ -33,6 +34,15 @@ struct ParallelFlags {
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);
 // The executor the flags ask for (create_executor).
 ExecutorOptions executor_options(const ParallelFlags& flags);
+
+// Speculative decoding (--speculative, --num-draft-tokens), shared by serve and generate.
+struct SpeculativeFlags {
+  std::string speculative;  // empty: none
+  int64_t num_draft_tokens = 4;
+};
+void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags);
+// Sets the engine's drafter; throws Error naming an unknown or unimplemented drafter.
+void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);

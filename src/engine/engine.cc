@@ -44,6 +44,7 @@ int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype) {
 
 struct Engine::Request {
   EngineRequest spec;
+  std::vector<int32_t> verify_tokens;  // a decode step's last token and draft
   Sequence seq;
   std::shared_ptr<RequestHandle> handle;
   RequestSampler sampler;
@@ -106,6 +107,9 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
                                   }),
                  blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
+  MLA_CHECK(!config_.drafter || state_bytes_ == 0,
+            "speculative decoding is not implemented for models with recurrent (KDA) layers: their state cannot "
+            "be rolled back to the last accepted token yet");
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();
@@ -279,7 +283,31 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
   finish(request, reason);
 }
 
+// Speculative decoding: a draft for every running sequence that decodes this step, no longer
+// than the request may still emit after this step's own token, nor past the context.
+void Engine::propose_drafts() {
+  if (!config_.drafter || config_.num_draft_tokens <= 0) return;
+  drafting_.clear();
+  draft_contexts_.clear();
+  draft_limits_.clear();
+  for (auto& request : active_) {
+    Sequence& seq = request->seq;
+    const int64_t known = int64_t(seq.tokens.size());
+    if (request->done || !seq.running || seq.n_computed < seq.prefill_target || seq.n_computed + 1 != known) continue;
+    drafting_.push_back(request.get());
+    draft_contexts_.push_back(seq.tokens);
+    draft_limits_.push_back(std::min({config_.num_draft_tokens, request->spec.max_tokens - request->completion_tokens - 1,
+                                      config_.max_model_len - known - 1}));
+  }
+  if (drafting_.empty()) return;
+  config_.drafter->propose(draft_contexts_, draft_limits_, proposals_);
+  for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->seq.draft = std::move(proposals_[i]);
+}
+
 void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
+  auto request_of = [&](const Sequence* seq) -> Request& {
+    return **std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == seq; });
+  };
   std::vector<ForwardSequence>& batch = step_batch_;
   batch.clear();
   for (const ScheduledChunk& chunk : plan) {
@@ -288,16 +316,21 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
                          config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim()};
     if (seq.state_slot >= 0) view.state_offset = state_offset(seq.state_slot);
     if (seq.restore_tokens > 0) restore_state(seq);
-    batch.push_back({std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens)), chunk.start, view,
-                     chunk.prefill ? config_.prefill_path : MlaPath::Absorbed,
-                     chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
+    std::span<const int32_t> tokens = std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens));
+    const bool verifying = !chunk.prefill && !seq.draft.empty();
+    if (verifying) {  // the last token, then the draft: every position's logits
+      std::vector<int32_t>& verify = request_of(&seq).verify_tokens;
+      verify.assign(1, seq.tokens.back());
+      verify.insert(verify.end(), seq.draft.begin(), seq.draft.end());
+      tokens = verify;
+    }
+    batch.push_back({tokens, chunk.start, view, chunk.prefill ? config_.prefill_path : MlaPath::Absorbed,
+                     verifying ? ForwardSequence::Logits::All
+                               : chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
   }
   const int64_t vocab = model_config_.vocab_size;
   std::vector<float>& logits = step_logits_;
   logits.resize(size_t(logit_rows(batch) * vocab));
-  auto request_of = [&](const Sequence* seq) -> Request& {
-    return **std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == seq; });
-  };
   try {
     executor_.forward(batch, logits.data());
   } catch (const std::exception& e) {
@@ -306,20 +339,48 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     return;
   }
   int64_t row = 0;
-  for (const ScheduledChunk& chunk : plan) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ScheduledChunk& chunk = plan[i];
     Request& request = request_of(chunk.seq);
-    scheduler_.complete(chunk);
+    float* chunk_logits = logits.data() + row * vocab;
+    row += logit_rows(std::span(&batch[i], 1));
+    if (batch[i].logits == ForwardSequence::Logits::All && !chunk.prefill) {
+      emit_verified(request, chunk, chunk_logits);
+      continue;
+    }
+    scheduler_.complete(chunk, chunk.n_tokens);
     if (state_bytes_ > 0) keep_state_snapshot(chunk);
     if (request.cached_tokens < 0) request.cached_tokens = chunk.start;  // prefix-cache hit of the first admission
     if (!chunk.needs_logits) continue;
     try {
       TokenLogprobs logprobs;
-      const int32_t token = request.sampler.sample(logits.data() + row++ * vocab, vocab, &logprobs);
+      const int32_t token = request.sampler.sample(chunk_logits, vocab, &logprobs);
       on_token(request, token, std::move(logprobs));
     } catch (const std::exception& e) {
       spdlog::error("request failed: {}", e.what());
       finish(request, "error", e.what());
     }
+  }
+}
+
+// A verified decode step: emits the accepted drafts and the target's next token, then marks
+// the last token and the accepted drafts computed (the rejected drafts' cache rows are
+// rewritten by later steps).
+void Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float* logits) {
+  Sequence& seq = *chunk.seq;
+  const int64_t vocab = model_config_.vocab_size, drafted = int64_t(seq.draft.size());
+  try {
+    std::vector<TokenLogprobs> logprobs;
+    const std::vector<int32_t> emitted = request.sampler.verify(logits, seq.draft, vocab, &logprobs);
+    seq.draft.clear();
+    ++metrics_.spec_drafts;
+    metrics_.spec_draft_tokens += drafted;
+    metrics_.spec_accepted_tokens += int64_t(emitted.size()) - 1;
+    for (size_t i = 0; i < emitted.size() && !request.done; ++i) on_token(request, emitted[i], std::move(logprobs[i]));
+    if (!request.done) scheduler_.complete(chunk, int64_t(emitted.size()));
+  } catch (const std::exception& e) {
+    spdlog::error("request failed: {}", e.what());
+    finish(request, "error", e.what());
   }
 }
 
@@ -343,6 +404,7 @@ void Engine::loop() {
     admit_incoming();
     drop_cancelled();
     std::erase_if(active_, [](const auto& request) { return request->done; });
+    propose_drafts();
     const std::vector<ScheduledChunk> plan = scheduler_.schedule();
     if (!plan.empty()) run_step(plan);
     std::erase_if(active_, [](const auto& request) { return request->done; });

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/drafter.h"
 #include "engine/metrics.h"
 #include "engine/executor.h"
 #include "engine/sampler.h"
@@ -38,6 +39,10 @@ struct EngineConfig {
   // Tokens that end a request unless it asks ignore_eos (GenerationConfig::eos_token_ids); the
   // tokenizer's eos_token ends it too.
   std::vector<int32_t> eos_token_ids;
+  // Speculative decoding: what proposes tokens for the decoding sequences (null: none) and at
+  // most how many a sequence's step verifies. Not on models with recurrent (KDA) layers.
+  std::shared_ptr<Drafter> drafter;
+  int64_t num_draft_tokens = 0;
 };
 
 // The tokens that end a turn: the checkpoint's eos ids (GenerationConfig::eos_token_ids) and
@@ -112,7 +117,9 @@ class Engine {
   void loop();
   void admit_incoming();
   void drop_cancelled();
+  void propose_drafts();
   void run_step(const std::vector<ScheduledChunk>& plan);
+  void emit_verified(Request& request, const ScheduledChunk& chunk, float* logits);  // logits: [1 + draft, vocab]
   void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
@@ -150,6 +157,10 @@ class Engine {
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only
   std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)
   std::vector<float> step_logits_;
+  std::vector<Request*> drafting_;  // propose_drafts' (engine thread only)
+  std::vector<std::span<const int32_t>> draft_contexts_;
+  std::vector<int64_t> draft_limits_;
+  std::vector<std::vector<int32_t>> proposals_;
   int64_t next_id_ = 0;
   std::thread thread_;
 };

@@ -35,6 +35,8 @@ struct EngineMetrics {
   std::atomic<int64_t> prefix_queried_tokens{0}, prefix_hit_tokens{0};
   std::atomic<int64_t> requests_finished{0}, requests_aborted{0}, requests_failed{0};
   std::atomic<int64_t> preemptions{0};
+  // Speculative decoding: decode steps that verified a draft, tokens drafted, drafts accepted.
+  std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
   Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram request_latency{{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};

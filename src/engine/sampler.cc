@@ -35,9 +35,7 @@ RequestSampler::RequestSampler(const SamplingOptions& options, std::span<const i
   }
 }
 
-int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs* logprobs) {
-  std::vector<float> raw;
-  if (logprobs && options_.logprobs >= 0) raw.assign(logits, logits + vocab_size);
+void RequestSampler::adjust(float* logits, int64_t vocab_size) const {
   if (options_.repetition_penalty != 1.0f) {  // HF/vLLM: prompt and output tokens alike
     auto penalise = [&](int32_t id) {
       float& logit = logits[id];
@@ -51,10 +49,52 @@ int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs*
     logits[id] -= options_.presence_penalty + options_.frequency_penalty * float(count);
   for (const auto& [id, bias] : options_.logit_bias)
     if (id < vocab_size) logits[id] += bias;
+}
+
+int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs* logprobs) {
+  std::vector<float> raw;
+  if (logprobs && options_.logprobs >= 0) raw.assign(logits, logits + vocab_size);
+  adjust(logits, vocab_size);
   const int32_t token = sample_token(logits, vocab_size, options_.params, rng_);
   ++output_counts_[token];
   if (!raw.empty()) *logprobs = log_probabilities(raw.data(), vocab_size, token, options_.logprobs);
   return token;
+}
+
+std::vector<int32_t> RequestSampler::verify(float* logits, std::span<const int32_t> drafts, int64_t vocab_size,
+                                            std::vector<TokenLogprobs>* logprobs) {
+  thread_local std::vector<float> target, draft_probs;  // the op's [2, vocab] target (row 1 unused) and one-hot q
+  target.resize(size_t(2 * vocab_size));
+  draft_probs.assign(size_t(vocab_size), 0.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<int32_t> emitted;
+  for (size_t i = 0; i <= drafts.size(); ++i) {
+    float* row = logits + int64_t(i) * vocab_size;
+    TokenLogprobs token_logprobs;
+    if (i == drafts.size()) {  // every draft accepted: the bonus token, as a plain step
+      emitted.push_back(sample(row, vocab_size, logprobs ? &token_logprobs : nullptr));
+      if (logprobs) logprobs->push_back(std::move(token_logprobs));
+      break;
+    }
+    std::vector<float> raw;
+    if (logprobs && options_.logprobs >= 0) raw.assign(row, row + vocab_size);
+    adjust(row, vocab_size);
+    sampling_probs(row, vocab_size, options_.params, target.data());
+    std::copy(target.begin(), target.begin() + vocab_size, target.begin() + vocab_size);
+    const int32_t draft = drafts[i];
+    draft_probs[size_t(draft)] = 1.0f;
+    const float uniforms[2] = {uniform(rng_), uniform(rng_)};
+    int32_t out[2], accepted = 0, kept = 0;
+    chain_speculative_sampling(draft_probs.data(), &draft, target.data(), 1, 1, vocab_size, uniforms, out, &accepted,
+                               &kept);
+    draft_probs[size_t(draft)] = 0.0f;
+    emitted.push_back(out[0]);
+    ++output_counts_[out[0]];
+    if (logprobs) logprobs->push_back(raw.empty() ? TokenLogprobs{}
+                                                  : log_probabilities(raw.data(), vocab_size, out[0], options_.logprobs));
+    if (kept == 0) break;
+  }
+  return emitted;
 }
 
 }  // namespace mlaserve

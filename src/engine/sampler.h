@@ -33,8 +33,19 @@ class RequestSampler {
   RequestSampler(const SamplingOptions& options, std::span<const int32_t> prompt);
   // Picks the next token from logits [vocab] (modified in place by the penalties).
   int32_t sample(float* logits, int64_t vocab_size, TokenLogprobs* logprobs);
+  // Speculative decoding: the target's logits [drafts.size() + 1, vocab] at the last token and
+  // at each draft (modified in place). Returns the tokens to emit: the drafts accepted, then
+  // the target's token at the first rejection, or the bonus token after the last draft. A
+  // draft is accepted with the target's probability of it under this request's penalties,
+  // temperature and filters, and a rejected one is replaced by a draw from the target's
+  // distribution without it: chain_speculative_sampling with the draft's probability one (a
+  // drafter proposes deterministically). So every emitted token is distributed as sampling
+  // the target alone would draw it; greedy, drafts are accepted while they equal the argmax.
+  std::vector<int32_t> verify(float* logits, std::span<const int32_t> drafts, int64_t vocab_size,
+                              std::vector<TokenLogprobs>* logprobs);
 
  private:
+  void adjust(float* logits, int64_t vocab_size) const;  // penalties and logit biases
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> output_counts_;

@@ -43,6 +43,7 @@ void Scheduler::stop_running(Sequence* seq) {
 
 void Scheduler::preempt(Sequence* seq) {
   blocks_.release(seq->block_table);
+  seq->draft.clear();
   seq->n_computed = 0;
   ++seq->preemptions;
   ++preemptions_;
@@ -54,7 +55,7 @@ void Scheduler::preempt(Sequence* seq) {
 }
 
 bool Scheduler::ensure_decode_slot(Sequence* seq) {
-  const int64_t needed = int64_t(seq->tokens.size());  // positions after this step
+  const int64_t needed = int64_t(seq->tokens.size() + seq->draft.size());  // positions after this step
   while (!blocks_.grow(seq->block_table, needed)) {
     Sequence* youngest = *std::max_element(running_.begin(), running_.end(),
                                            [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
@@ -81,7 +82,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (!seq->running) continue;  // preempted earlier in this loop
     const int64_t known = int64_t(seq->tokens.size());
     if (seq->n_computed >= seq->prefill_target) {  // decoding: one new token
-      if (ensure_decode_slot(seq)) plan.push_back({seq, seq->n_computed, 1, false, true});
+      if (ensure_decode_slot(seq)) plan.push_back({seq, seq->n_computed, 1 + int64_t(seq->draft.size()), false, true});
       continue;
     }
     if (budget <= 0) continue;
@@ -104,9 +105,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::complete(const ScheduledChunk& chunk) {
+void Scheduler::complete(const ScheduledChunk& chunk, int64_t computed) {
   Sequence* seq = chunk.seq;
-  seq->n_computed = chunk.start + chunk.n_tokens;
+  seq->n_computed = chunk.start + computed;
   blocks_.publish(seq->block_table, seq->tokens, seq->n_computed);
 }
 

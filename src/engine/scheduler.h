@@ -1,6 +1,6 @@
 // Continuous batching, as pure logic over sequences and the block manager (no model, no
-// threads). Each step runs every running sequence: one decode token for those past their
-// prompt, a chunk of at most the remaining prefill budget for those still prefilling; then
+// threads). Each step runs every running sequence: one decode token (and its draft, under
+// speculative decoding) for those past their prompt, a chunk of at most the remaining prefill budget for those still prefilling; then
 // admits waiting sequences FIFO while the budget, max_num_seqs and free blocks allow. When a
 // decoding sequence needs a block and none is free, the youngest running sequence is
 // preempted: its blocks are freed and it waits at the front of the queue to be recomputed
@@ -40,13 +40,16 @@ struct Sequence {
   int64_t preemptions = 0;
   int32_t state_slot = -1;         // recurrent_state: the slot this running sequence holds
   int64_t restore_tokens = 0;      // recurrent_state: load the snapshot after this many tokens first
+  // Speculative decoding: tokens proposed to follow `tokens`, verified in the sequence's next
+  // decode step (which then computes 1 + draft.size() positions); cleared by preemption.
+  std::vector<int32_t> draft;
 };
 
 struct ScheduledChunk {
   Sequence* seq;
   int64_t start;      // first position computed this step (== seq->n_computed)
   int64_t n_tokens;
-  bool prefill;       // false: one decode token
+  bool prefill;       // false: a decode step (the last token, then the sequence's draft)
   bool needs_logits;  // the chunk ends at the last known token
 };
 
@@ -57,8 +60,9 @@ class Scheduler {
   void add(Sequence* seq) { waiting_.push_back(seq); }
   // Plans one step. Sequences preempted while planning are in waiting again.
   std::vector<ScheduledChunk> schedule();
-  // After a step: the chunk's positions are computed; full blocks become cached prefixes.
-  void complete(const ScheduledChunk& chunk);
+  // After a step: the chunk's first `computed` positions are in the cache (all of them, or the
+  // last token and the accepted drafts of a decode step); full blocks become cached prefixes.
+  void complete(const ScheduledChunk& chunk, int64_t computed);
   // Removes a sequence (finished or cancelled) from either queue and frees its blocks.
   void remove(Sequence* seq);
 

@@ -112,6 +112,19 @@ int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingPara
   return candidates.ids.back();  // u within rounding of the total
 }
 
+void sampling_probs(const float* logits, int64_t vocab_size, const SamplingParams& params, float* probs) {
+  std::fill(probs, probs + vocab_size, 0.0f);
+  if (params.temperature <= 0.0f || params.top_k == 1) {
+    probs[argmax(logits, vocab_size)] = 1.0f;
+    return;
+  }
+  thread_local SamplingCandidates candidates;
+  sampling_candidates(logits, vocab_size, params, candidates);
+  double total = 0.0;
+  for (float weight : candidates.weights) total += weight;
+  for (size_t i = 0; i < candidates.ids.size(); ++i) probs[candidates.ids[i]] = float(candidates.weights[i] / total);
+}
+
 namespace {
 
 // The ids of one row of probabilities that top-k, then top-p, then min-p keep (each off at its

@@ -32,6 +32,10 @@ void sampling_candidates(const float* logits, int64_t vocab_size, const Sampling
 int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params,
                      std::mt19937_64& rng);
 
+// The distribution sample_token draws from, as a dense row probs [vocab_size]: the candidates'
+// weights normalised, zeros elsewhere; one-hot at the argmax when greedy.
+void sampling_probs(const float* logits, int64_t vocab_size, const SamplingParams& params, float* probs);
+
 // FlashInfer's sampling ops (flashinfer.sampling), on `batch` rows of `vocab` values, each row
 // with its own parameter, on the same filters as sampling_candidates: every filter ranks
 // tokens by a total order, probability (or logit) descending and then id ascending, so top-k

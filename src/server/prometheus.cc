@@ -39,6 +39,12 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
   metric(out, "mlaserve_prefix_cache_hit_rate", "gauge", "Prefix cache hits / queries (tokens).", labels,
          queried > 0 ? double(m.prefix_hit_tokens) / queried : 0.0);
   metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
+  metric(out, "mlaserve_spec_decode_num_drafts_total", "counter", "Decode steps that verified a draft.", labels,
+         double(m.spec_drafts));
+  metric(out, "mlaserve_spec_decode_num_draft_tokens_total", "counter", "Tokens drafted.", labels,
+         double(m.spec_draft_tokens));
+  metric(out, "mlaserve_spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.", labels,
+         double(m.spec_accepted_tokens));
   out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"
          "# TYPE mlaserve_request_success_total counter\n";
   out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"finished\"}} {}\n", labels, int64_t(m.requests_finished));

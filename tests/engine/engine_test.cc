@@ -1,5 +1,6 @@
 // Greedy output of a request is the same alone and in a batch of 16 (with chunked prefill,
-// prefix sharing and preemption in play). An executor's cache pool is resident from the start.
+// prefix sharing and preemption in play), and with speculative decoding; sampled, speculative
+// decoding keeps the target's distribution. An executor's cache pool is resident from the start.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -7,8 +8,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <functional>
+#include <random>
 #include <thread>
 
+#include "base/error.h"
 #include "engine/executor.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
@@ -33,15 +38,30 @@ EngineRequest greedy(int i) {
   return request;
 }
 
-TEST(Engine, BatchedGreedyEqualsAlone) {
-  testing::TempDir dir;
-  testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
-  auto model = load_causal_lm(dir.path());
-  auto tokenizer = Tokenizer::load(dir.path());
-  EngineConfig config;
-  config.block_size = 4;
-  config.kv_cache_tokens = 4 * 40;  // small: forces preemption with 16 requests
-  config.scheduler.chunked_prefill_size = 32;
+// The micro model, and an engine configuration with a pool of `blocks` blocks of 4 tokens.
+class MicroEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::write_model(dir_.path(), testing::micro_config(), StorageDType::BF16, 3);
+    model_ = load_causal_lm(dir_.path());
+    tokenizer_ = Tokenizer::load(dir_.path());
+  }
+  static EngineConfig small_pool(int64_t blocks) {
+    EngineConfig config;
+    config.block_size = 4;
+    config.kv_cache_tokens = 4 * blocks;
+    config.scheduler.chunked_prefill_size = 32;
+    return config;
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_F(MicroEngine, BatchedGreedyEqualsAlone) {
+  const EngineConfig config = small_pool(40);  // small: forces preemption with 16 requests
+  auto& model = model_;
+  auto& tokenizer = tokenizer_;
   std::vector<std::vector<int32_t>> alone;
   {
     Engine engine(*model, *tokenizer, config);
@@ -62,6 +82,7 @@ TEST(Engine, BatchedGreedyEqualsAlone) {
 // Kimi Linear: each running sequence holds a KDA state slot; a preempted sequence is
 // recomputed from its first token into a zeroed state, or from a cached prefix whose state
 // snapshot was kept, so batching, preemption and prefix reuse do not change its tokens.
+// Speculative decoding is refused on it.
 TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
@@ -83,6 +104,10 @@ TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
   EXPECT_GT(engine.metrics().preemptions.load(), 0);
   EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
+  // Speculative decoding would need the KDA state rolled back to the last accepted token.
+  config.drafter = make_drafter("ngram");
+  config.num_draft_tokens = 2;
+  EXPECT_THROW({ Engine refused(*model, *tokenizer, config); }, Error);
 }
 
 TEST(Engine, RejectsWhatCanNeverRun) {
@@ -119,6 +144,86 @@ TEST(Engine, CachePoolIsResidentWhenAllocated) {
   ASSERT_EQ(mincore(reinterpret_cast<void*>(begin), resident.size() * page, resident.data()), 0);
   EXPECT_EQ(size_t(std::count_if(resident.begin(), resident.end(), [](unsigned char flag) { return flag & 1; })),
             resident.size());
+}
+
+// Prompts that repeat themselves, so that prompt lookup finds continuations.
+EngineRequest repetitive(int i, int64_t max_tokens) {
+  EngineRequest request;
+  for (int t = 0; t < 6 + 5 * i; ++t) request.prompt.push_back(int32_t((t % (3 + i % 4)) * 37 + i) % 500);
+  request.max_tokens = max_tokens + i % 5;
+  request.ignore_eos = true;
+  return request;
+}
+
+// Speculative decoding is lossless: greedy output with the n-gram drafter is token for token
+// the output without it, for a request alone and inside a batch of 16 (with preemption in
+// play), and the drafts are really accepted.
+TEST_F(MicroEngine, NgramSpeculativeGreedyEqualsPlainAloneAndInABatch) {
+  auto& model = model_;
+  auto& tokenizer = tokenizer_;
+  const EngineConfig plain = small_pool(120);  // small enough that 16 requests preempt
+  EngineConfig speculative = plain;
+  speculative.drafter = make_drafter("ngram");
+  speculative.num_draft_tokens = 4;
+  std::vector<std::vector<int32_t>> want;
+  {
+    Engine engine(*model, *tokenizer, plain);
+    for (int i = 0; i < 16; ++i) want.push_back(run_to_end(engine.submit(repetitive(i, i == 0 ? 256 : 24))));
+  }
+  Engine alone(*model, *tokenizer, speculative);
+  EXPECT_EQ(run_to_end(alone.submit(repetitive(0, 256))), want[0]);
+  EXPECT_GT(alone.metrics().spec_accepted_tokens.load(), 0);
+  Engine batched(*model, *tokenizer, speculative);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 16; ++i) handles.push_back(batched.submit(repetitive(i, i == 0 ? 256 : 24)));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(run_to_end(handles[i]), want[i]) << "request " << i;
+  EXPECT_GT(batched.metrics().spec_accepted_tokens.load(), 0);
+  EXPECT_GT(batched.metrics().preemptions.load(), 0);
+}
+
+// The first token emitted by verifying a draft, over 20,000 seeds, against the target's
+// distribution at temperature 1 with top-k 6 and top-p 0.9 (chi-square over the kept tokens,
+// 1% level); an engine that emitted the draft whenever the target gave it any probability
+// fails the same test.
+double first_token_chi_square(const std::function<int32_t(uint64_t seed)>& first_token, const std::vector<double>& p) {
+  constexpr int kTrials = 20000;
+  std::vector<int> counts(p.size());
+  for (int trial = 0; trial < kTrials; ++trial) ++counts[size_t(first_token(uint64_t(trial)))];
+  double chi_square = 0.0;
+  for (size_t v = 0; v < p.size(); ++v)
+    if (p[v] > 0) chi_square += (counts[v] - kTrials * p[v]) * (counts[v] - kTrials * p[v]) / (kTrials * p[v]);
+    else if (counts[v] > 0) return 1e9;  // a token the filters drop
+  return chi_square;
+}
+
+TEST(Engine, SpeculativeVerificationKeepsTheTargetsDistribution) {
+  const std::vector<float> logits = {2.0f, 1.5f, 1.2f, 0.3f, 0.2f, 0.0f, -0.5f, -3.0f};
+  SamplingOptions options;
+  options.params = {1.0f, 6, 0.9f, 0.0f};
+  std::vector<float> probs(logits.size());
+  sampling_probs(logits.data(), int64_t(logits.size()), options.params, probs.data());
+  const std::vector<double> p(probs.begin(), probs.end());
+  const int kept = int(std::count_if(p.begin(), p.end(), [](double x) { return x > 0; }));
+  const std::vector<int32_t> draft = {1, 0};  // a likely token, not the likeliest
+  const auto verified_first = [&](uint64_t seed) {
+    SamplingOptions seeded = options;
+    seeded.seed = seed;
+    RequestSampler sampler(seeded, {});
+    std::vector<float> rows(logits);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+    rows.insert(rows.end(), logits.begin(), logits.end());
+    return sampler.verify(rows.data(), draft, int64_t(logits.size()), nullptr)[0];
+  };
+  const auto greedy_acceptance = [&](uint64_t seed) {  // wrong: keeps any draft the target allows
+    SamplingOptions seeded = options;
+    seeded.seed = seed;
+    RequestSampler sampler(seeded, {});
+    std::vector<float> row(logits);
+    return p[size_t(draft[0])] > 0 ? draft[0] : sampler.sample(row.data(), int64_t(row.size()), nullptr);
+  };
+  const double critical[] = {0, 0, 9.21, 11.34, 13.28, 15.09, 16.81, 18.48};  // chi-square, p = 0.01, by dof
+  EXPECT_LT(first_token_chi_square(verified_first, p), critical[kept - 1]);
+  EXPECT_GT(first_token_chi_square(greedy_acceptance, p), critical[kept - 1]);
 }
 
 }  // namespace

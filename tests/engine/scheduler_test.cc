@@ -19,7 +19,7 @@ Sequence make_sequence(int64_t id, int n_prompt) {
 // Runs a plan as the engine would: completes chunks and appends one token per logits chunk.
 void run(Scheduler& scheduler, const std::vector<ScheduledChunk>& plan) {
   for (const auto& chunk : plan) {
-    scheduler.complete(chunk);
+    scheduler.complete(chunk, chunk.n_tokens);
     if (chunk.needs_logits) chunk.seq->tokens.push_back(7);
   }
 }

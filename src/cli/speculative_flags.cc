@@ -1,0 +1,24 @@
+#include <spdlog/spdlog.h>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace mlaserve {
+
+void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
+  cmd->add_option("--speculative", flags.speculative,
+                  "speculative decoding's drafter: ngram (prompt lookup: continues the latest earlier occurrence of "
+                  "the last 1-4 tokens); lossless: the output is what the model alone would give");
+  cmd->add_option("--num-draft-tokens", flags.num_draft_tokens, "tokens a drafter proposes a step at most")
+      ->capture_default_str();
+}
+
+void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config) {
+  if (flags.speculative.empty()) return;
+  MLA_CHECK(flags.num_draft_tokens >= 1, "--num-draft-tokens must be at least 1, got {}", flags.num_draft_tokens);
+  config.drafter = make_drafter(flags.speculative);
+  config.num_draft_tokens = flags.num_draft_tokens;
+  spdlog::info("speculative decoding: {}, up to {} tokens a step", config.drafter->describe(), flags.num_draft_tokens);
+}
+
+}  // namespace mlaserve
