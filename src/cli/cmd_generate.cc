@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -78,6 +79,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Acceptance (overall and by draft position), SGLang's "accept length" (tokens a verifying
+// step emits) and the drafter's share of the time.
+void log_speculation(const EngineMetrics& metrics) {
+  std::string by_position;
+  for (int i = 0; i < EngineMetrics::kMaxDraftTokens && metrics.spec_drafted_at[size_t(i)] > 0; ++i)
+    by_position += fmt::format("{}{:.0f}%", i ? " " : "",
+                               100.0 * double(metrics.spec_accepted_at[size_t(i)]) / double(metrics.spec_drafted_at[size_t(i)]));
+  spdlog::info("speculative decoding: {} steps verified {} drafted tokens, {} accepted ({:.1f}%; by position {}); mean "
+               "accepted length {:.2f}; drafting {:.1f}% of the time",
+               int64_t(metrics.spec_drafts), int64_t(metrics.spec_draft_tokens), int64_t(metrics.spec_accepted_tokens),
+               100.0 * double(metrics.spec_accepted_tokens) / double(std::max<int64_t>(1, metrics.spec_draft_tokens)),
+               by_position, double(metrics.spec_drafts + metrics.spec_accepted_tokens) / double(metrics.spec_drafts),
+               100.0 * double(metrics.spec_draft_us) / double(std::max<int64_t>(1, metrics.spec_draft_us + metrics.forward_us)));
+}
+
 // Streams the request's text to stdout as the engine produces it; logs the speeds.
 void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest request) {
   const EngineMetrics& metrics = engine.metrics();
@@ -99,12 +115,7 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
   spdlog::info("prefill: {} tokens, {:.1f} tok/s; decode: {} tokens, {:.1f} tok/s", prompt_tokens,
                double(prompt_tokens) / first_token_seconds, tokens,
                tokens > 1 ? double(tokens - 1) / (seconds - first_token_seconds) : 0.0);
-  if (metrics.spec_drafts > 0)  // SGLang's "accept length": tokens a verifying step emits
-    spdlog::info("speculative decoding: {} steps verified {} drafted tokens, {} accepted ({:.1f}%); mean accepted "
-                 "length {:.2f}",
-                 int64_t(metrics.spec_drafts), int64_t(metrics.spec_draft_tokens), int64_t(metrics.spec_accepted_tokens),
-                 100.0 * double(metrics.spec_accepted_tokens) / double(std::max<int64_t>(1, metrics.spec_draft_tokens)),
-                 double(metrics.spec_drafts + metrics.spec_accepted_tokens) / double(metrics.spec_drafts));
+  if (metrics.spec_drafts > 0) log_speculation(metrics);
   if (executor.ranks() > 1)
     spdlog::info("{} ranks; collectives took {:.1f}% of the time on rank 0 (waiting for other ranks included)",
                  executor.ranks(), 100.0 * executor.collective_seconds() / seconds);

@@ -107,6 +107,8 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
                                   }),
                  blocks_) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
+  MLA_CHECK(config_.num_draft_tokens <= EngineMetrics::kMaxDraftTokens, "at most {} draft tokens a step, not {}",
+            EngineMetrics::kMaxDraftTokens, config_.num_draft_tokens);
   MLA_CHECK(!config_.drafter || state_bytes_ == 0,
             "speculative decoding is not implemented for models with recurrent (KDA) layers: their state cannot "
             "be rolled back to the last accepted token yet");
@@ -300,7 +302,9 @@ void Engine::propose_drafts() {
                                       config_.max_model_len - known - 1}));
   }
   if (drafting_.empty()) return;
+  const auto start = Clock::now();
   config_.drafter->propose(draft_contexts_, draft_limits_, proposals_);
+  metrics_.spec_draft_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->seq.draft = std::move(proposals_[i]);
 }
 
@@ -332,7 +336,9 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   std::vector<float>& logits = step_logits_;
   logits.resize(size_t(logit_rows(batch) * vocab));
   try {
+    const auto start = Clock::now();
     executor_.forward(batch, logits.data());
+    metrics_.forward_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
     for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());
@@ -373,9 +379,14 @@ void Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float*
     std::vector<TokenLogprobs> logprobs;
     const std::vector<int32_t> emitted = request.sampler.verify(logits, seq.draft, vocab, &logprobs);
     seq.draft.clear();
+    const int64_t accepted = int64_t(emitted.size()) - 1;
     ++metrics_.spec_drafts;
     metrics_.spec_draft_tokens += drafted;
-    metrics_.spec_accepted_tokens += int64_t(emitted.size()) - 1;
+    metrics_.spec_accepted_tokens += accepted;
+    for (int64_t i = 0; i < drafted; ++i) {
+      ++metrics_.spec_drafted_at[size_t(i)];
+      if (i < accepted) ++metrics_.spec_accepted_at[size_t(i)];
+    }
     for (size_t i = 0; i < emitted.size() && !request.done; ++i) on_token(request, emitted[i], std::move(logprobs[i]));
     if (!request.done) scheduler_.complete(chunk, int64_t(emitted.size()));
   } catch (const std::exception& e) {

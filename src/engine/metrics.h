@@ -1,6 +1,7 @@
 // Engine metrics, read by the server's /metrics endpoint. Histograms use fixed bucket bounds
 // (seconds) and are safe to update and read from different threads.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -35,8 +36,13 @@ struct EngineMetrics {
   std::atomic<int64_t> prefix_queried_tokens{0}, prefix_hit_tokens{0};
   std::atomic<int64_t> requests_finished{0}, requests_aborted{0}, requests_failed{0};
   std::atomic<int64_t> preemptions{0};
-  // Speculative decoding: decode steps that verified a draft, tokens drafted, drafts accepted.
+  // Speculative decoding: decode steps that verified a draft, tokens drafted, drafts accepted;
+  // per draft position (0: the first drafted token), drafts there and those accepted; the
+  // time the drafter took and the time of every step's forward (microseconds).
+  static constexpr int kMaxDraftTokens = 32;
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
+  std::array<std::atomic<int64_t>, kMaxDraftTokens> spec_drafted_at{}, spec_accepted_at{};
+  std::atomic<int64_t> spec_draft_us{0}, forward_us{0};
   Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram request_latency{{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};

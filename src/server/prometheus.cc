@@ -19,6 +19,14 @@ void histogram(std::string& out, const char* name, const char* help, const std::
                      s.cumulative.back(), name, labels, s.sum, name, labels, s.count);
 }
 
+// A counter per draft position, for the positions drafted so far.
+void per_position(std::string& out, const char* name, const char* help, const std::string& labels,
+                  const std::array<std::atomic<int64_t>, EngineMetrics::kMaxDraftTokens>& counts) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+  for (int i = 0; i < EngineMetrics::kMaxDraftTokens && counts[size_t(i)] > 0; ++i)
+    out += fmt::format("{}{{{},position=\"{}\"}} {}\n", name, labels, i, int64_t(counts[size_t(i)]));
+}
+
 }  // namespace
 
 std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
@@ -45,6 +53,14 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
          double(m.spec_draft_tokens));
   metric(out, "mlaserve_spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.", labels,
          double(m.spec_accepted_tokens));
+  per_position(out, "mlaserve_spec_decode_num_draft_tokens_per_pos", "Tokens drafted, by position in the draft.", labels,
+               m.spec_drafted_at);
+  per_position(out, "mlaserve_spec_decode_num_accepted_tokens_per_pos", "Drafted tokens accepted, by position.", labels,
+               m.spec_accepted_at);
+  metric(out, "mlaserve_spec_decode_draft_seconds_total", "counter", "Time the drafter took.", labels,
+         double(m.spec_draft_us) * 1e-6);
+  metric(out, "mlaserve_forward_seconds_total", "counter", "Time of the model's forward passes (verification included).",
+         labels, double(m.forward_us) * 1e-6);
   out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"
          "# TYPE mlaserve_request_success_total counter\n";
   out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"finished\"}} {}\n", labels, int64_t(m.requests_finished));

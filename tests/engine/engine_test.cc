@@ -179,6 +179,14 @@ TEST_F(MicroEngine, NgramSpeculativeGreedyEqualsPlainAloneAndInABatch) {
   for (int i = 0; i < 16; ++i) EXPECT_EQ(run_to_end(handles[i]), want[i]) << "request " << i;
   EXPECT_GT(batched.metrics().spec_accepted_tokens.load(), 0);
   EXPECT_GT(batched.metrics().preemptions.load(), 0);
+  int64_t accepted_at_positions = 0, drafted_at_positions = 0;  // per-position counters add up
+  for (int i = 0; i < EngineMetrics::kMaxDraftTokens; ++i) {
+    EXPECT_LE(batched.metrics().spec_accepted_at[size_t(i)].load(), batched.metrics().spec_drafted_at[size_t(i)].load());
+    accepted_at_positions += batched.metrics().spec_accepted_at[size_t(i)];
+    drafted_at_positions += batched.metrics().spec_drafted_at[size_t(i)];
+  }
+  EXPECT_EQ(accepted_at_positions, batched.metrics().spec_accepted_tokens.load());
+  EXPECT_EQ(drafted_at_positions, batched.metrics().spec_draft_tokens.load());
 }
 
 // The first token emitted by verifying a draft, over 20,000 seeds, against the target's

@@ -52,6 +52,28 @@ def check_shared_prefix(binary, url, model, server, work):
           str(result["config"]))
 
 
+def check_accept_length(binary, work):
+    """Against a server with n-gram speculative decoding on the trained model (whose text
+    repeats, so drafts are accepted): bench-serve reports SGLang's "Accept length", the tokens a
+    verifying step emitted, from the server's counters over the run."""
+    kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "kjv")
+    server = Server(binary, kjv, "--kv-cache-gb", "0.05", "--speculative", "ngram")
+    try:
+        out = os.path.join(work, "speculative.json")
+        proc = bench(binary, f"http://127.0.0.1:{server.port}", kjv, "--input-len", "16", "--output-len", "48",
+                     "--num-prompts", "4", "--max-concurrency", "2", "--ignore-eos", "--json", out)
+        drafts = server.metric("mlaserve_spec_decode_num_drafts_total")
+        accepted = server.metric("mlaserve_spec_decode_num_accepted_tokens_total")
+        result = json.load(open(out))
+        want = (drafts + accepted) / drafts if drafts else 0
+        check(f"speculative server: Accept length {result.get('accept_length', 0):.2f} is the server's (drafts + accepted) "
+              f"/ drafts over the run, above 1", proc.returncode == 0 and drafts > 0 and result["accept_length"] > 1 and
+              abs(result["accept_length"] - want) < 1e-9 and "Accept length:" in proc.stdout,
+              f"{drafts} {accepted} {proc.stderr[-300:]}")
+    finally:
+        server.stop()
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -97,8 +119,10 @@ def main():
                   proc.returncode == 0 and result["long_prefill_tokens"] == 1500 and result["ttft_ms"]["mean"] > 0 and
                   result["cached_tokens"] == 0 and "Cold time to first token" in proc.stdout and "not cold" not in proc.stderr,
                   f"{result.get('cached_tokens')} {proc.stderr[-300:]}")
+        check("no speculative decoding: no Accept length", "Accept length" not in proc.stdout)
     finally:
         server.stop()
+    check_accept_length(binary, work)
     proc = bench(binary, url, model, "--input-len", "8", "--output-len", "2", "--num-prompts", "2")
     check("an unreachable server is an error", proc.returncode != 0 and "cannot reach" in proc.stderr, proc.stderr[-300:])
     print(f"{checks - len(failures)} passed, {len(failures)} failed")

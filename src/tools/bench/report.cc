@@ -66,6 +66,7 @@ Summary summarize(const RunResult& run) {
   s.itl_ms = distribution(itl, 1e3);
   s.e2e_ms = distribution(e2e, 1e3);
   s.user_tok_s = distribution(user, 1.0);
+  s.accept_length = run.accept_length;
   return s;
 }
 
@@ -86,6 +87,7 @@ std::string summary_block(const Summary& s, const std::string& label) {
   row("Output token throughput (tok/s):", num(s.output_throughput));
   row("Total token throughput (tok/s):", num(s.total_throughput));
   row("Concurrency:", num(s.concurrency));
+  if (s.accept_length > 0) row("Accept length:", num(s.accept_length));
   auto section = [&](const char* title, const char* name, const Distribution& d, bool p99_only) {
     out += fmt::format("{:-^50}\n", std::string(" ") + title + " ");
     row(fmt::format("Mean {} (ms):", name), num(d.mean));
@@ -119,7 +121,7 @@ nlohmann::json summary_json(const Summary& s, const RunResult& run) {
           {"total_input_tokens", s.total_input}, {"total_output_tokens", s.total_output},
           {"request_throughput", s.request_throughput}, {"input_throughput", s.input_throughput},
           {"output_throughput", s.output_throughput}, {"total_token_throughput", s.total_throughput},
-          {"concurrency", s.concurrency}, {"ttft_ms", to_json(s.ttft_ms)}, {"tpot_ms", to_json(s.tpot_ms)},
+          {"concurrency", s.concurrency}, {"accept_length", s.accept_length}, {"ttft_ms", to_json(s.ttft_ms)}, {"tpot_ms", to_json(s.tpot_ms)},
           {"itl_ms", to_json(s.itl_ms)}, {"e2e_ms", to_json(s.e2e_ms)}, {"per_user_tok_s", to_json(s.user_tok_s)},
           {"requests", requests}};
 }

@@ -24,6 +24,7 @@ struct Summary {
   double concurrency = 0;               // sum of request latencies / duration
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
   Distribution user_tok_s;              // per request: 1 / TPOT ("single-stream speed")
+  double accept_length = 0;             // RunResult::accept_length (0: no speculative decoding seen)
 };
 
 Summary summarize(const RunResult& run);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "base/error.h"
@@ -132,6 +133,30 @@ void draw_progress(int64_t done, int64_t failed, int64_t total) {
   if (done == total) std::fputc('\n', stderr);
 }
 
+// The server's speculative-decoding counters in /metrics: verifying steps and accepted drafts
+// (mlaserve's names, or vLLM's); zeros when it has none or no /metrics.
+struct SpecCounters {
+  double drafts = 0, accepted = 0;
+};
+
+SpecCounters read_spec_counters(const BenchOptions& options) {
+  auto client = make_client(options);
+  auto response = client->Get("/metrics", headers_of(options));
+  SpecCounters counters;
+  if (!response || response->status != 200) return counters;
+  std::istringstream lines(response->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    const double value = std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+    if (name == "mlaserve_spec_decode_num_drafts_total" || name == "vllm:spec_decode_num_drafts_total")
+      counters.drafts += value;
+    if (name == "mlaserve_spec_decode_num_accepted_tokens_total" || name == "vllm:spec_decode_num_accepted_tokens_total")
+      counters.accepted += value;
+  }
+  return counters;
+}
+
 }  // namespace
 
 std::string discover_model(const BenchOptions& options) {
@@ -161,6 +186,7 @@ RunResult run_benchmark(const BenchOptions& options, const Tokenizer& tokenizer,
   result.records.resize(prompts.size());
   std::atomic<int64_t> next{0}, finished{0}, failed{0};
   std::mutex progress_mutex;
+  const SpecCounters before = read_spec_counters(options);
   const auto run_start = Clock::now();
   const int64_t workers = std::min({total, max_concurrency > 0 ? max_concurrency : total, kMaxWorkers});
   std::vector<std::thread> threads;
@@ -180,6 +206,9 @@ RunResult run_benchmark(const BenchOptions& options, const Tokenizer& tokenizer,
     });
   for (auto& thread : threads) thread.join();
   result.duration_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  const SpecCounters after = read_spec_counters(options);
+  const double drafts = after.drafts - before.drafts;
+  if (drafts > 0) result.accept_length = (drafts + after.accepted - before.accepted) / drafts;
   return result;
 }
 

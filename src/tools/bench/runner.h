@@ -39,6 +39,10 @@ struct RunResult {
   double request_rate = 0;
   double duration_s = 0;
   std::vector<RequestRecord> records;
+  // Speculative decoding during the run, from the server's /metrics before and after it
+  // (mlaserve's or vLLM's counters): tokens a verifying step emitted on average (SGLang's
+  // "accept length"); 0 when the server verified no drafts or exposes no such counters.
+  double accept_length = 0;
 };
 
 // The server's first model id from /v1/models; throws Error when the server cannot be reached.
