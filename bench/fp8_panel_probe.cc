@@ -1,4 +1,4 @@
-// Timing probe of a layout mlaserve does not have (docs/benchmarks.md, session 22): FP8 E4M3
+// Timing probe of a layout mlaserve does not have (docs/benchmarks.md): FP8 E4M3
 // codes stored as 16-row panels, [panel][column][16 rows], so that a few-token step widens each
 // column of 16 rows once (E4M3 -> binary16 -> fp32, as block_scaled_dot.cc does) for all T
 // tokens, whose activations are broadcast, with a scale per 128 columns. It times the loop only;

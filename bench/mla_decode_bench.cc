@@ -7,7 +7,7 @@
 // beyond L3, as in a decode step). BM_ThenProjection: each layer's attention followed by the
 // o_proj product it feeds, with and without the attention's read_next prefetches.
 // BM_AfterStream: each call after the threads read other data, as a decode step reads the
-// weights between two layers' attention (session 35, a Zen 2 VM: 32 MB made a call 1.5-1.8x
+// weights between two layers' attention (a Zen 2 VM: 32 MB made a call 1.5-1.8x
 // slower, as slow as inside the model). Items/s = heads x positions x queries per second.
 //   build/bench/mla_decode_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>

@@ -361,7 +361,7 @@ void rows_x4_all_tokens(const Element* const w[4], const float* x, int64_t x_str
 // 16 tokens (INT4, 48 tokens: 74 GFLOP/s), and from there 4-bit layers run the integer GEMM
 // (gemm_4bit.h) on the same int8 activations: their numbers differ between the two paths only
 // by float summation order. FP8 and INT8 dequantise rows for the dot blocks, which the packed
-// GEMM beats right after their fused dots end (session 19, AVX-512, MLASERVE_AMX=0, 48 tokens
+// GEMM beats right after their fused dots end (linear_bench, AVX-512, MLASERVE_AMX=0, 48 tokens
 // of 768 x 2048: FP8 145-154 -> 221-228 GFLOP/s, INT8 141-147 -> 228-236; at 8 and 15 tokens
 // the fused dots win: FP8 119-124 and 123-124 against 42-43 and 103-104; an AVX2 build, 48
 // tokens: FP8 157-160 -> 178-179, INT8 151-156 -> 177-179).

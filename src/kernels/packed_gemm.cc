@@ -467,8 +467,7 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
 bool packed_gemm_supports(const LinearWeight& weight) {
   // FP8 and INT8 panels are dequantised through an fp32 row buffer. FP8 5632 x 2048 at 128 / 512
   // tokens, AVX-512, MLASERVE_AMX=0: 251-263 / 254-277 GFLOP/s against 153-156 / 81-89 for the
-  // 4 x 3 dot blocks over dequantised rows, its path until session 19 (an AVX2-era measurement
-  // had found the GEMM slower).
+  // 4 x 3 dot blocks over dequantised rows.
   if (weight.format == WeightFormat::Int4Group) return kDepth % weight.group_size == 0;
   return true;
 }

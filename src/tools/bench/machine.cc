@@ -29,7 +29,7 @@ void keep_sums(const __m512* acc, int n) {
 
 // Independent accumulators enough to hide the FMA latency on every core met so far: latency
 // times FMA pipes is 5 x 2 on Zen 2 (8 chains measured 80% of its peak: 160 against 214
-// GFLOP/s on 2 cores, session 35), 4 x 2 on Zen 3-5 and Intel's cores. Returns FLOPs done.
+// GFLOP/s on 2 cores), 4 x 2 on Zen 3-5 and Intel's cores. Returns FLOPs done.
 constexpr int kFmaChains = 12;
 
 double fma_chains(int64_t iterations) {
