@@ -44,7 +44,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   config.max_queue = options.max_queue;
   config.max_model_len = options.max_model_len > 0 ? std::min(options.max_model_len, model.max_position_embeddings)
                                                    : model.max_position_embeddings;
-  const int64_t per_token = kv_bytes_per_token(model, config.cache_dtype);
+  const int64_t per_token = model.kv_bytes_per_token(int64_t(cache_dtype_size(config.cache_dtype)));
   double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
                                           : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
   // Recurrent (KDA) state: one slot per running sequence plus the prefix-cache snapshots,

@@ -38,10 +38,6 @@ SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
 
 }  // namespace
 
-int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype) {
-  return config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype));
-}
-
 struct Engine::Request {
   EngineRequest spec;
   std::vector<int32_t> verify_tokens;  // a decode step's last token and draft
@@ -95,7 +91,7 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       tokenizer_(tokenizer),
       config_(config),
       latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
-                     kv_bytes_per_token(model_config_, config.cache_dtype) + 63) / 64 * 64),
+                     model_config_.kv_bytes_per_token(int64_t(cache_dtype_size(config.cache_dtype))) + 63) / 64 * 64),
       state_bytes_(model_config_.recurrent_state_bytes()),
       snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
       pool_(executor_.allocate_cache(

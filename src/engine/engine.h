@@ -49,8 +49,6 @@ struct EngineConfig {
 // the tokenizer's eos_token, each once.
 std::vector<int32_t> end_of_turn_ids(std::vector<int32_t> eos_token_ids, const Tokenizer& tokenizer);
 
-// Bytes of latent cache one token costs: layers x (kv_lora_rank + qk_rope_head_dim) x dtype.
-int64_t kv_bytes_per_token(const ModelConfig& config, CacheDType dtype);
 
 struct EngineRequest {
   std::vector<int32_t> prompt;

@@ -1,10 +1,12 @@
-// What the planner needs to know about a model, computed from its config.json (never typed
-// in): parameters by kind, parameters active per token, cache bytes per token (MLA latent)
+// What the planner needs to know about a model, computed from its config.json as the engine
+// parses it (parse_model_config; never typed in): parameters by kind, parameters active per token, cache bytes per token (MLA latent)
 // and fixed state bytes per sequence (KDA recurrent and conv state).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+
+#include "io/model_config.h"
 
 namespace mlaserve {
 
@@ -24,7 +26,6 @@ struct ModelSpec {
   std::string name, family;  // family: deepseek_v3 | kimi_linear
   int64_t hidden_size = 0, num_layers = 0, num_attention_heads = 0;
   int64_t mla_layers = 0, kda_layers = 0, moe_layers = 0;
-  int64_t kv_lora_rank = 0, qk_rope_head_dim = 0;
   int64_t qk_head_dim = 0, v_head_dim = 0;  // per MLA head: nope + rope, and value
   int64_t kda_heads = 0, kda_head_dim = 0, kda_conv_kernel = 0;
   int64_t n_routed_experts = 0, experts_per_token = 0, params_per_expert = 0;
@@ -32,8 +33,10 @@ struct ModelSpec {
   ParamCounts params;
   int64_t active_params = 0;  // per token, embedding lookup excluded
 
+  ModelConfig config;  // as the engine reads it (parse_model_config)
+
   // MLA latent cache: layers x (kv_lora_rank + qk_rope_head_dim) x bytes_per_value.
-  int64_t kv_bytes_per_token(int64_t bytes_per_value = 2) const;
+  int64_t kv_bytes_per_token(int64_t bytes_per_value = 2) const { return config.kv_bytes_per_token(bytes_per_value); }
   // KDA: fp32 recurrent state [heads, d, d] + fp32 conv windows of the last kernel-1 q/k/v inputs.
   int64_t recurrent_state_bytes_per_sequence() const;
   int64_t conv_state_bytes_per_sequence() const;
