@@ -126,6 +126,7 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
 void run_generate(const GenerateOptions& options) {
   MLA_CHECK(!options.prompt.empty() || !options.ids.empty(), "generate needs --prompt or --ids");
   MLA_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive");
+  check_speculative_flags(options.speculative);
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   auto tokenizer = Tokenizer::load(options.model_dir);
   const GenerationConfig generation = load_generation_config(options.model_dir);

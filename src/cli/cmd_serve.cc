@@ -83,6 +83,7 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
 
 void serve(const ServeOptions& options) {
   MLA_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
+  check_speculative_flags(options.speculative);
   spdlog::info("loading model from '{}'", options.model_dir);
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   if (is_mpi_follower()) {

@@ -41,7 +41,9 @@ struct SpeculativeFlags {
   int64_t num_draft_tokens = 4;
 };
 void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags);
-// Sets the engine's drafter; throws Error naming an unknown or unimplemented drafter.
+// Throws Error naming an unknown or unimplemented drafter or a bad count: before a model loads.
+void check_speculative_flags(const SpeculativeFlags& flags);
+// Sets the engine's drafter.
 void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.

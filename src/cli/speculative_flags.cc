@@ -13,9 +13,16 @@ void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
       ->capture_default_str();
 }
 
+void check_speculative_flags(const SpeculativeFlags& flags) {
+  if (flags.speculative.empty()) return;
+  MLA_CHECK(flags.num_draft_tokens >= 1 && flags.num_draft_tokens <= EngineMetrics::kMaxDraftTokens,
+            "--num-draft-tokens must be 1 to {}, got {}", EngineMetrics::kMaxDraftTokens, flags.num_draft_tokens);
+  make_drafter(flags.speculative);
+}
+
 void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config) {
   if (flags.speculative.empty()) return;
-  MLA_CHECK(flags.num_draft_tokens >= 1, "--num-draft-tokens must be at least 1, got {}", flags.num_draft_tokens);
+  check_speculative_flags(flags);
   config.drafter = make_drafter(flags.speculative);
   config.num_draft_tokens = flags.num_draft_tokens;
   spdlog::info("speculative decoding: {}, up to {} tokens a step", config.drafter->describe(), flags.num_draft_tokens);
