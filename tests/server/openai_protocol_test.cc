@@ -1,0 +1,133 @@
+// The OpenAI request parser and response builder on their own: defaults from the checkpoint's
+// generation_config.json unless the request sets a field, every malformed field an ApiError
+// naming it, and responses whose text, finish reason and usage are the events'.
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace mlaserve {
+namespace {
+
+class OpenAiProtocol : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::write_model(dir_.path(), testing::micro_config(), StorageDType::BF16, 1);
+    tokenizer_ = Tokenizer::load(dir_.path());
+    generation_.temperature = 0.6;
+    generation_.top_p = 0.95;
+  }
+  ParsedRequest parse(Endpoint endpoint, const std::string& body) const {
+    const RequestContext context{*tokenizer_, chat_format_of(*tokenizer_), "micro", 64, 512, generation_};
+    return parse_request(endpoint, body, context);
+  }
+  // The parameter an invalid body is refused for (and that it is refused with 400).
+  std::string refused_param(Endpoint endpoint, const std::string& body) const {
+    try {
+      parse(endpoint, body);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      return e.param;
+    }
+    ADD_FAILURE() << "accepted: " << body;
+    return "";
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  GenerationConfig generation_;
+};
+
+TEST_F(OpenAiProtocol, OmittedFieldsTakeTheCheckpointsDefaults) {
+  const ParsedRequest plain = parse(Endpoint::Completions, R"({"prompt": [5, 6, 7]})");
+  EXPECT_EQ(plain.engine.prompt, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(plain.engine.max_tokens, 64 - 3);  // the rest of the context
+  EXPECT_FLOAT_EQ(plain.engine.sampling.params.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(plain.engine.sampling.params.top_p, 0.95f);
+  EXPECT_FALSE(plain.engine.sampling.seed.has_value());
+  const ParsedRequest set = parse(Endpoint::Completions, R"({"prompt": [5], "temperature": 0, "top_p": 0.5,
+      "max_tokens": 9, "seed": 4, "logit_bias": {"7": -100}, "stop": "x", "logprobs": 2, "stream": true,
+      "stream_options": {"include_usage": true}})");
+  EXPECT_FLOAT_EQ(set.engine.sampling.params.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(set.engine.sampling.params.top_p, 0.5f);
+  EXPECT_EQ(set.engine.max_tokens, 9);
+  EXPECT_EQ(set.engine.sampling.seed, 4u);
+  EXPECT_EQ(set.engine.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}}));
+  EXPECT_EQ(set.engine.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(set.engine.sampling.logprobs, 2);
+  EXPECT_TRUE(set.stream && set.include_usage && set.logprobs);
+}
+
+TEST_F(OpenAiProtocol, ChatMessagesGoThroughTheChatTemplate) {
+  const ParsedRequest chat = parse(Endpoint::ChatCompletions,
+                                   R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})");
+  const std::string rendered = apply_chat_template(chat_format_of(*tokenizer_), {{"user", "hi"}}, true);
+  EXPECT_EQ(chat.engine.prompt, tokenizer_->encode(rendered));
+  EXPECT_EQ(chat.engine.sampling.logprobs, 3);
+}
+
+TEST_F(OpenAiProtocol, EveryMalformedFieldIsNamed) {
+  EXPECT_EQ(refused_param(Endpoint::Completions, "{not json"), "");
+  EXPECT_EQ(refused_param(Endpoint::Completions, "[1]"), "");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "model": "other"})"), "model");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({})"), "prompt");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "temperature": 101})"), "temperature");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "top_p": "high"})"), "top_p");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "logit_bias": {"512": 1}})"), "logit_bias");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "logit_bias": {"3": 101}})"), "logit_bias");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "n": 2})"), "n");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "stop": [1]})"), "stop");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [-1]})"), "prompt");
+  std::string long_prompt = R"({"prompt": [1)";
+  for (int i = 0; i < 64; ++i) long_prompt += ", 1";
+  EXPECT_EQ(refused_param(Endpoint::Completions, long_prompt + "]}"), "prompt");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": []})"), "messages");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"content": "hi"}]})"), "messages");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})"),
+            "tools");
+}
+
+StreamEvent event(const std::string& text, std::vector<int32_t> ids, bool finished = false) {
+  StreamEvent e;
+  e.text = text;
+  e.token_ids = std::move(ids);
+  e.finished = finished;
+  if (finished) {
+    e.finish_reason = "length";
+    e.prompt_tokens = 3;
+    e.completion_tokens = 2;
+  }
+  return e;
+}
+
+TEST_F(OpenAiProtocol, ResponsesCarryTheEventsTextReasonAndUsage) {
+  const ParsedRequest chat = parse(Endpoint::ChatCompletions,
+                                   R"({"messages": [{"role": "user", "content": "hi"}], "stream": true,
+                                       "stream_options": {"include_usage": true}})");
+  ResponseBuilder stream(chat, *tokenizer_, "micro");
+  std::vector<nlohmann::json> chunks;
+  for (const StreamEvent& e : {event("Hel", {5}), event("lo", {6}, true)})
+    for (const std::string& chunk : stream.stream_chunks(e)) chunks.push_back(nlohmann::json::parse(chunk));
+  ASSERT_EQ(chunks.size(), 3u);  // the role, then one chunk per event
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_EQ(chunks[2]["choices"][0]["finish_reason"], "length");
+  const nlohmann::json usage = nlohmann::json::parse(stream.usage_chunk())["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 3);
+  EXPECT_EQ(usage["total_tokens"], 5);
+
+  const ParsedRequest completion = parse(Endpoint::Completions, R"({"prompt": [5, 6, 7]})");
+  ResponseBuilder whole(completion, *tokenizer_, "micro");
+  whole.add(event("Hel", {5}));
+  whole.add(event("lo", {6}, true));
+  const nlohmann::json response = whole.final_response();
+  EXPECT_EQ(response["object"], "text_completion");
+  EXPECT_EQ(response["choices"][0]["text"], "Hello");
+  EXPECT_EQ(response["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(response["usage"]["completion_tokens"], 2);
+}
+
+}  // namespace
+}  // namespace mlaserve
