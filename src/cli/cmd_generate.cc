@@ -99,7 +99,12 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
   const EngineMetrics& metrics = engine.metrics();
   const int64_t prompt_tokens = int64_t(request.prompt.size());
   const auto start = std::chrono::steady_clock::now();
-  auto handle = engine.submit(std::move(request));
+  std::shared_ptr<RequestHandle> handle;
+  try {
+    handle = engine.submit(std::move(request));
+  } catch (const EngineRejection& e) {  // what serve answers with a 400: the request's own fault
+    fail("{}", e.what());
+  }
   double first_token_seconds = 0;
   int64_t tokens = 0;
   for (bool finished = false; !finished;) {

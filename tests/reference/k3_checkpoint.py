@@ -9,8 +9,12 @@ docs/kimi.md lists each name with its source."""
 import json
 import os
 import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "train"))
+import mxfp4  # noqa: E402  (the OCP MX rules, NumPy only)
 
 TEXT_CONFIG = {
     "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"],
@@ -38,7 +42,6 @@ TEXT_CONFIG = {
         "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
                    "re:.*lm_head.*", "re:.*vision_tower.*", "re:.*mm_projector.*"]},
 }
-E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
 def config():
@@ -52,20 +55,6 @@ def bf16_bytes(x):
     bits = np.asarray(x, np.float32).view(np.uint32)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # nearest, ties to even
     return rounded.astype("<u2").tobytes()
-
-
-def mxfp4(weight):
-    """(packed uint8 [rows, cols / 2], E8M0 uint8 [rows, cols / 32]) by the OCP MX rules."""
-    rows, cols = weight.shape
-    groups = weight.reshape(rows, cols // 32, 32)
-    amax = np.abs(groups).max(-1, keepdims=True)
-    exponent = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2, -127)
-    scaled = groups / 2.0 ** exponent
-    magnitude = np.abs(scaled)[..., None]
-    codes = np.abs(magnitude - E2M1).argmin(-1)  # nearest; past 6 saturates at code 7
-    codes = np.where((scaled < 0) & (codes > 0), codes | 8, codes).reshape(rows, cols).astype(np.uint8)
-    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
-    return packed.astype(np.uint8), (exponent[..., 0] + 127).astype(np.uint8)
 
 
 class Writer:
@@ -87,7 +76,7 @@ class Writer:
             weight /= np.sqrt(2 * TEXT_CONFIG["num_hidden_layers"])  # residual branches start small
         if not quantized:
             return self.add(name + ".weight", "BF16", weight)
-        packed, scales = mxfp4(weight)
+        packed, scales = mxfp4.quantize(weight)
         self.add(name + ".weight_packed", "U8", packed)
         self.add(name + ".weight_scale", "U8", scales)
 

@@ -16,7 +16,7 @@ import hf_checkpoint  # noqa: E402
 import corpus  # noqa: E402
 import drafts  # noqa: E402
 import target  # noqa: E402
-from model import DeepseekV3, Mtp, rope_tables  # noqa: E402
+from model import DeepseekV3, rope_tables  # noqa: E402
 
 
 @torch.no_grad()

@@ -1,5 +1,7 @@
-"""Token streams of the corpus and llama-perplexity's evaluation over them."""
+"""Token streams of the corpus, the training loop every model shares, and llama-perplexity's
+evaluation."""
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +28,39 @@ class Corpus:
         picks = self.starts[torch.randint(0, last, (batch_size,), generator=generator)]
         rows = [torch.cat([torch.tensor([self.bos]), self.ids[s:s + length]]) for s in picks.tolist()]
         return torch.stack(rows)
+
+
+def learning_rate(step, steps, peak, warmup):
+    """Linear warm-up, then cosine from the peak to a tenth of it."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+
+
+def optimise(params, loss_of, train_corpus, args, log, weight_decay=0.0, after_step=lambda: None, label="loss"):
+    """args.steps AdamW steps (betas 0.9/0.95, learning_rate's schedule, gradients clipped at 1)
+    of loss_of(batch) on seeded batches of the corpus, products in bf16 when args.bf16;
+    after_step() runs after each update. Returns (losses, seconds)."""
+    params = list(params)
+    optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(args.seed)
+    start, losses = time.time(), []
+    for step in range(args.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
+        batch = train_corpus.batch(generator, args.batch, args.length)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
+            loss = loss_of(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.float().backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        after_step()
+        losses.append(loss.item())
+        if step % args.log_every == 0 or step == args.steps - 1:
+            recent = losses[-args.log_every:]
+            log(f"step {step}: {label} {sum(recent) / len(recent):.4f}, {time.time() - start:.0f} s")
+    return losses, time.time() - start
 
 
 @torch.no_grad()

@@ -19,8 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_checkpoint  # noqa: E402
+import mxfp4  # noqa: E402
 
-E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 ROUTED_EXPERT = re.compile(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj$")
 
 
@@ -74,17 +74,6 @@ def int4(weight, group=32):
     return words, scales
 
 
-def mxfp4(weight):
-    rows, cols = weight.shape
-    groups = weight.reshape(rows, cols // 32, 32)
-    amax = np.abs(groups).max(-1, keepdims=True)
-    exponent = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2, -127)
-    scaled = groups / 2.0 ** exponent
-    codes = np.abs(np.abs(scaled)[..., None] - E2M1).argmin(-1)
-    codes = np.where((scaled < 0) & (codes > 0), codes | 8, codes).reshape(rows, cols).astype(np.uint8)
-    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8), (exponent[..., 0] + 127).astype(np.uint8)
-
-
 def quantization_config(fmt):
     if fmt == "fp8":
         return {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
@@ -110,7 +99,7 @@ def quantized(fmt, name, tensor):
             words, scales = int4(weight)
             return {prefix + ".weight_packed": torch.from_numpy(words), prefix + ".weight_scale": scales,
                     prefix + ".weight_shape": torch.tensor(list(weight.shape), dtype=torch.int32)}
-        packed, scales = mxfp4(weight)
+        packed, scales = mxfp4.quantize(weight)
         return {prefix + ".weight_packed": torch.from_numpy(packed), prefix + ".weight_scale": torch.from_numpy(scales)}
     return {name: tensor}
 

@@ -3,7 +3,6 @@ tokens (as text) mlaserve generates for a few prompts, each checked against the 
 greedy continuation (the same tokens) before it is pinned.
 
   /usr/bin/python3 tools/train/golden.py MLASERVE models/kjv tests/models/kjv_golden.json"""
-import json
 import os
 import subprocess
 import sys

@@ -6,11 +6,9 @@
 mtp adds the MTP layer to the target's own checkpoint (DIR is then the target's directory);
 dense and dflash write a checkpoint of their own (config.json, model.safetensors, tokenizer)."""
 import argparse
-import json
 import os
 import shutil
 import sys
-import time
 
 import torch
 
@@ -22,7 +20,6 @@ import data  # noqa: E402
 import drafts  # noqa: E402
 import target  # noqa: E402
 from model import DeepseekV3, Mtp  # noqa: E402
-from train_target import learning_rate  # noqa: E402
 
 DENSE_CONFIG = dict(target.CONFIG, hidden_size=192, intermediate_size=512, num_hidden_layers=2, num_attention_heads=3,
                     num_key_value_heads=3, q_lora_rank=96, kv_lora_rank=48, first_k_dense_replace=2,
@@ -114,29 +111,14 @@ class DFlashTrainer:
 
 
 def train(trainer, train_corpus, args, log):
-    params = [p for p in trainer.module.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(args.seed)
-    start, losses = time.time(), []
-    for step in range(args.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
-        batch = train_corpus.batch(generator, args.batch, args.length)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
-            loss = trainer.loss(batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.float().backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+    def update_biases():  # the drafts' own MoE routers, as the target's
         for moe in getattr(trainer.module, "moe_layers", lambda: [])():
             moe.update_bias(1e-3)
         if isinstance(trainer.module, Mtp):
             trainer.module.layer.mlp.update_bias(1e-3)
-        losses.append(loss.item())
-        if step % args.log_every == 0 or step == args.steps - 1:
-            log(f"step {step}: distillation loss {sum(losses[-args.log_every:]) / len(losses[-args.log_every:]):.4f}, "
-                f"{time.time() - start:.0f} s")
-    return time.time() - start
+    params = [p for p in trainer.module.parameters() if p.requires_grad]
+    return data.optimise(params, trainer.loss, train_corpus, args, log, after_step=update_biases,
+                         label="distillation loss")[1]
 
 
 def bf16_tensors(module, prefix=""):

@@ -4,10 +4,8 @@
 
 Deterministic for a seed (single-threaded data, seeded torch); logs loss and time."""
 import argparse
-import math
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -20,33 +18,13 @@ import data  # noqa: E402
 import target  # noqa: E402
 
 
-def learning_rate(step, steps, peak, warmup):
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
-
-
 def train(model, train_corpus, args, log):
-    generator = torch.Generator().manual_seed(args.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    start, losses = time.time(), []
-    for step in range(args.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
-        batch = train_corpus.batch(generator, args.batch, args.length)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
-            logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        target.update_biases(model, args.bias_rate)
-        losses.append(loss.item())
-        if step % args.log_every == 0 or step == args.steps - 1:
-            recent = sum(losses[-args.log_every:]) / len(losses[-args.log_every:])
-            log(f"step {step}: loss {recent:.3f}, {time.time() - start:.0f} s")
-    return losses, time.time() - start
+    """Next-token cross-entropy, the routers' score-correction biases updated after each step."""
+    def loss_of(batch):
+        logits = model(batch[:, :-1])
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+    return data.optimise(model.parameters(), loss_of, train_corpus, args, log, weight_decay=0.1,
+                         after_step=lambda: target.update_biases(model, args.bias_rate))
 
 
 def main():
