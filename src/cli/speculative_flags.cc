@@ -8,7 +8,8 @@ namespace mlaserve {
 void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
   cmd->add_option("--speculative", flags.speculative,
                   "speculative decoding's drafter: ngram (prompt lookup: continues the latest earlier occurrence of "
-                  "the last 1-4 tokens); lossless: the output is what the model alone would give");
+                  "the last 1-4 tokens) | draft:DIR (a smaller model with the same tokenizer, greedy); lossless: the "
+                  "output is what the model alone would give");
   cmd->add_option("--num-draft-tokens", flags.num_draft_tokens, "tokens a drafter proposes a step at most")
       ->capture_default_str();
 }
@@ -17,7 +18,7 @@ void check_speculative_flags(const SpeculativeFlags& flags) {
   if (flags.speculative.empty()) return;
   MLA_CHECK(flags.num_draft_tokens >= 1 && flags.num_draft_tokens <= EngineMetrics::kMaxDraftTokens,
             "--num-draft-tokens must be 1 to {}, got {}", EngineMetrics::kMaxDraftTokens, flags.num_draft_tokens);
-  make_drafter(flags.speculative);
+  check_drafter_spec(flags.speculative);
 }
 
 void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config) {

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "base/error.h"
+#include "engine/model_drafter.h"
 
 namespace mlaserve {
 namespace {
@@ -30,25 +32,38 @@ NgramDrafter::NgramDrafter(int64_t min_ngram, int64_t max_ngram) : min_ngram_(mi
             min_ngram, max_ngram);
 }
 
-void NgramDrafter::propose(std::span<const std::span<const int32_t>> contexts, std::span<const int64_t> max_tokens,
-                           std::vector<std::vector<int32_t>>& proposals) {
-  proposals.resize(contexts.size());
-  for (size_t i = 0; i < contexts.size(); ++i) {
+void NgramDrafter::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) {
+  proposals.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
     proposals[i].clear();
-    if (max_tokens[i] <= 0) continue;
+    if (requests[i].max_tokens <= 0) continue;
     for (int64_t n = max_ngram_; n >= min_ngram_ && proposals[i].empty(); --n)
-      proposals[i] = continue_suffix(contexts[i], n, max_tokens[i]);
+      proposals[i] = continue_suffix(requests[i].tokens, n, requests[i].max_tokens);
   }
 }
 
 std::string NgramDrafter::describe() const { return fmt::format("n-gram prompt lookup ({}..{} tokens)", min_ngram_, max_ngram_); }
 
-std::unique_ptr<Drafter> make_drafter(const std::string& spec) {
-  if (spec == "ngram") return std::make_unique<NgramDrafter>(1, 4);
+void check_drafter_spec(const std::string& spec) {
+  if (spec == "ngram") return;
   const std::string kind = spec.substr(0, spec.find(':'));
-  MLA_CHECK(kind != "mtp" && kind != "draft" && kind != "dflash" && kind != "dspark",
-            "--speculative {}: the {} drafter is not implemented yet (available: ngram)", spec, kind);
-  fail("unknown --speculative '{}' (ngram; mtp, draft:DIR, dflash:DIR and dspark:DIR are not implemented yet)", spec);
+  if (kind == "draft") {
+    const std::string dir = spec.substr(kind.size() + 1);
+    MLA_CHECK(spec.size() > kind.size() && !dir.empty(), "--speculative draft:DIR needs the draft model's directory");
+    MLA_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "config.json"),
+              "--speculative {}: no config.json in '{}'", spec, dir);
+    return;
+  }
+  MLA_CHECK(kind != "mtp" && kind != "dflash" && kind != "dspark",
+            "--speculative {}: the {} drafter is not implemented yet (available: ngram, draft:DIR)", spec, kind);
+  fail("unknown --speculative '{}' (ngram, draft:DIR; mtp, dflash:DIR and dspark:DIR are not implemented yet)", spec);
+}
+
+std::unique_ptr<Drafter> make_drafter(const std::string& spec) {
+  check_drafter_spec(spec);
+  if (spec == "ngram") return std::make_unique<NgramDrafter>(1, 4);
+  const std::string dir = spec.substr(spec.find(':') + 1);
+  return std::make_unique<DraftModelDrafter>(load_causal_lm(dir), dir);
 }
 
 }  // namespace mlaserve

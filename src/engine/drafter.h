@@ -9,14 +9,36 @@
 #include <string>
 #include <vector>
 
+#include "kernels/latent_cache_view.h"
+
 namespace mlaserve {
+
+// One running sequence the engine wants a draft for.
+struct DraftRequest {
+  int64_t sequence_id;              // stable while the request lives (released by Drafter::release)
+  std::span<const int32_t> tokens;  // prompt and output so far
+  int64_t max_tokens;               // propose at most this many (may be 0)
+};
+
+// What a drafter with a model of its own is told of the engine it drafts for.
+struct DraftBudget {
+  int64_t vocab_size = 0;      // the target's
+  int64_t cache_tokens = 0;    // the target's latent-cache capacity
+  int64_t block_size = 16;
+  CacheDType cache_dtype = CacheDType::BF16;
+  int64_t max_sequences = 0;   // running at once
+  int64_t max_draft_tokens = 0;
+};
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // proposals[i]: at most max_tokens[i] tokens to follow contexts[i] (may be empty).
-  virtual void propose(std::span<const std::span<const int32_t>> contexts, std::span<const int64_t> max_tokens,
-                       std::vector<std::vector<int32_t>>& proposals) = 0;
+  // Called once by the engine that uses the drafter, before any proposal.
+  virtual void prepare(const DraftBudget& budget) {}
+  // proposals[i]: at most requests[i].max_tokens tokens to follow requests[i].tokens.
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) = 0;
+  // The sequence has finished: whatever the drafter keeps for it can go.
+  virtual void release(int64_t sequence_id) {}
   virtual std::string describe() const = 0;
 };
 
@@ -26,17 +48,20 @@ class Drafter {
 class NgramDrafter : public Drafter {
  public:
   NgramDrafter(int64_t min_ngram, int64_t max_ngram);
-  void propose(std::span<const std::span<const int32_t>> contexts, std::span<const int64_t> max_tokens,
-               std::vector<std::vector<int32_t>>& proposals) override;
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) override;
   std::string describe() const override;
 
  private:
   int64_t min_ngram_, max_ngram_;
 };
 
-// The drafter `--speculative` names: "ngram" (prompt lookup, n-grams of 1 to 4 tokens). The
-// model drafters of the speculative-decoding issue ("mtp", "draft:DIR", "dflash:DIR",
-// "dspark:DIR") are refused by name until they exist.
+// Throws Error naming an unknown or not yet implemented drafter, or a draft model directory
+// without a config.json: what `--speculative` may name is checked before any model loads.
+void check_drafter_spec(const std::string& spec);
+
+// The drafter `--speculative` names: "ngram" (prompt lookup, n-grams of 1 to 4 tokens) or
+// "draft:DIR" (the model in DIR, greedy, with a latent cache of its own). "mtp", "dflash:DIR"
+// and "dspark:DIR" are refused by name until they exist.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec);
 
 }  // namespace mlaserve

@@ -108,6 +108,9 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   MLA_CHECK(!config_.drafter || state_bytes_ == 0,
             "speculative decoding is not implemented for models with recurrent (KDA) layers: their state cannot "
             "be rolled back to the last accepted token yet");
+  if (config_.drafter)
+    config_.drafter->prepare({model_config_.vocab_size, blocks_.total_blocks() * config_.block_size, config_.block_size,
+                              config_.cache_dtype, config_.scheduler.max_num_seqs, config_.num_draft_tokens});
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();
@@ -224,6 +227,7 @@ void Engine::finish(Request& request, const std::string& reason, const std::stri
   event.cached_tokens = std::max<int64_t>(0, request.cached_tokens);
   request.handle->push(std::move(event));
   scheduler_.remove(&request.seq);
+  if (config_.drafter) config_.drafter->release(request.seq.id);
   request.done = true;
   (reason == "abort" ? metrics_.requests_aborted : reason == "error" ? metrics_.requests_failed
                                                                      : metrics_.requests_finished)++;
@@ -286,20 +290,19 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
 void Engine::propose_drafts() {
   if (!config_.drafter || config_.num_draft_tokens <= 0) return;
   drafting_.clear();
-  draft_contexts_.clear();
-  draft_limits_.clear();
+  draft_requests_.clear();
   for (auto& request : active_) {
     Sequence& seq = request->seq;
     const int64_t known = int64_t(seq.tokens.size());
     if (request->done || !seq.running || seq.n_computed < seq.prefill_target || seq.n_computed + 1 != known) continue;
     drafting_.push_back(request.get());
-    draft_contexts_.push_back(seq.tokens);
-    draft_limits_.push_back(std::min({config_.num_draft_tokens, request->spec.max_tokens - request->completion_tokens - 1,
-                                      config_.max_model_len - known - 1}));
+    draft_requests_.push_back({seq.id, seq.tokens,
+                               std::min({config_.num_draft_tokens, request->spec.max_tokens - request->completion_tokens - 1,
+                                         config_.max_model_len - known - 1})});
   }
   if (drafting_.empty()) return;
   const auto start = Clock::now();
-  config_.drafter->propose(draft_contexts_, draft_limits_, proposals_);
+  config_.drafter->propose(draft_requests_, proposals_);
   metrics_.spec_draft_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
   for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->seq.draft = std::move(proposals_[i]);
 }

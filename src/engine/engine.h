@@ -156,8 +156,7 @@ class Engine {
   std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)
   std::vector<float> step_logits_;
   std::vector<Request*> drafting_;  // propose_drafts' (engine thread only)
-  std::vector<std::span<const int32_t>> draft_contexts_;
-  std::vector<int64_t> draft_limits_;
+  std::vector<DraftRequest> draft_requests_;
   std::vector<std::vector<int32_t>> proposals_;
   int64_t next_id_ = 0;
   std::thread thread_;

@@ -1,5 +1,5 @@
 // Prompt lookup proposes what followed the latest earlier occurrence of the longest suffix
-// it finds; the model drafters are refused by name until they exist.
+// it finds; the drafters not implemented yet are refused by name.
 #include "engine/drafter.h"
 
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@ namespace mlaserve {
 namespace {
 
 std::vector<int32_t> propose(NgramDrafter& drafter, const std::vector<int32_t>& tokens, int64_t max_tokens) {
-  const std::span<const int32_t> context(tokens);
+  const DraftRequest request{0, tokens, max_tokens};
   std::vector<std::vector<int32_t>> proposals;
-  drafter.propose(std::span(&context, 1), std::span(&max_tokens, 1), proposals);
+  drafter.propose(std::span(&request, 1), proposals);
   return proposals.at(0);
 }
 
@@ -35,8 +35,8 @@ TEST(NgramDrafter, MinimumLengthIsRespected) {
 
 TEST(MakeDrafter, NamesWhatItRefuses) {
   EXPECT_EQ(make_drafter("ngram")->describe(), "n-gram prompt lookup (1..4 tokens)");
-  for (const char* spec : {"mtp", "dflash:models/kjv-dflash", "draft:models/kjv-draft", "dspark:x"})
-    EXPECT_THROW(make_drafter(spec), Error) << spec;
+  for (const char* spec : {"mtp", "dflash:models/kjv-dflash", "dspark:x", "draft:", "draft:/nonexistent"})
+    EXPECT_THROW(check_drafter_spec(spec), Error) << spec;
   try {
     make_drafter("medusa");
     FAIL();

@@ -85,17 +85,19 @@ def main():
     ranks = mpirun(2, binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos")
     check("mpirun -np 2 generate: 64 greedy tokens identical, printed once", ranks.returncode == 0 and
           ranks.stdout == alone.stdout and len(alone.stdout) > 0, f"{ranks.stdout[:80]!r} vs {alone.stdout[:80]!r}")
-    kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "kjv")
+    models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
+    kjv = os.path.join(models, "kjv")
     kjv_prompt = "And God said, Let there be light: and there was light. And God said"
-    plain = subprocess.run([binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "96"], capture_output=True,
+    plain = subprocess.run([binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256"], capture_output=True,
                            text=True)
-    speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "96",
-                         "--speculative", "ngram")
-    accepted = re.search(r"(\d+) accepted", speculative.stderr)
-    check(f"mpirun -np 2 generate on models/kjv with n-gram speculative decoding: the text of one rank without "
-          f"({accepted.group(1) if accepted else 0} drafts accepted)",
-          speculative.returncode == 0 and speculative.stdout == plain.stdout and accepted and int(accepted.group(1)) > 0,
-          speculative.stderr[-300:])
+    for drafter in ("ngram", "draft:" + os.path.join(models, "kjv-draft")):
+        speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256",
+                             "--speculative", drafter)
+        accepted = re.search(r"(\d+) accepted", speculative.stderr)
+        check(f"mpirun -np 2 generate on models/kjv with {drafter.split(':')[0]} speculative decoding: 256 tokens, "
+              f"the text of one rank without ({accepted.group(1) if accepted else 0} drafts accepted)",
+              speculative.returncode == 0 and speculative.stdout == plain.stdout and accepted and
+              int(accepted.group(1)) > 0, speculative.stderr[-300:])
     bad = mpirun(3, binary, "logits", "--model", model, "--ids", "1,2", "--out", os.path.join(work, "x.npy"), "--tp", "2")
     check("mismatched world size is an error", bad.returncode != 0 and "does not match the MPI world size 3" in bad.stderr,
           bad.stderr[-300:])

@@ -112,17 +112,20 @@ def main():
     split = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos", "--tp", "2")
     check("greedy generation of 64 tokens: TP 2 == 1 rank", single.returncode == 0 and split.stdout == single.stdout
           and len(single.stdout) > 0, f"{split.stdout[:60]!r} vs {single.stdout[:60]!r}")
-    # The committed trained model: its greedy text repeats itself, so prompt lookup's drafts are accepted.
-    kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "kjv")
+    # The committed trained model and its trained draft; its greedy text repeats itself, so prompt
+    # lookup's drafts are accepted too.
+    models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
+    kjv = os.path.join(models, "kjv")
     kjv_prompt = "And God said, Let there be light: and there was light. And God said"
-    plain = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "96")
-    speculative = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "96", "--tp", "2",
-                      "--speculative", "ngram")
-    accepted = re.search(r"(\d+) accepted", speculative.stderr)
-    check(f"models/kjv greedy with n-gram speculative decoding at TP 2 == 1 rank without "
-          f"({accepted.group(1) if accepted else 0} drafts accepted)",
-          plain.returncode == 0 and speculative.stdout == plain.stdout and accepted and int(accepted.group(1)) > 0,
-          f"{speculative.stdout[:60]!r} vs {plain.stdout[:60]!r}; {speculative.stderr[-200:]}")
+    plain = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256")
+    for drafter in ("ngram", "draft:" + os.path.join(models, "kjv-draft")):
+        speculative = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256", "--tp", "2",
+                          "--speculative", drafter)
+        accepted = re.search(r"(\d+) accepted", speculative.stderr)
+        check(f"models/kjv, 256 greedy tokens with {drafter.split(':')[0]} speculative decoding at TP 2 == 1 rank "
+              f"without ({accepted.group(1) if accepted else 0} drafts accepted)",
+              plain.returncode == 0 and speculative.stdout == plain.stdout and accepted and int(accepted.group(1)) > 0,
+              f"{speculative.stdout[:60]!r} vs {plain.stdout[:60]!r}; {speculative.stderr[-200:]}")
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
