@@ -58,7 +58,7 @@ EngineRequest make_request(const GenerateOptions& options, const Tokenizer& toke
 
 // An engine for this one request: a cache that holds it and nothing more.
 EngineConfig engine_config(const GenerateOptions& options, const EngineRequest& request,
-                           const GenerationConfig& generation) {
+                           const GenerationConfig& generation, const CausalLM& model) {
   EngineConfig config;
   const int64_t length = int64_t(request.prompt.size()) + request.max_tokens;
   config.kv_cache_tokens = (length + config.block_size - 1) / config.block_size * config.block_size;
@@ -66,7 +66,7 @@ EngineConfig engine_config(const GenerateOptions& options, const EngineRequest& 
   config.scheduler.max_num_seqs = 1;
   config.state_snapshots = 0;
   config.eos_token_ids = generation.eos_token_ids;
-  apply_speculative_flags(options.speculative, config);
+  apply_speculative_flags(options.speculative, model, config);
   return config;
 }
 
@@ -141,7 +141,7 @@ void run_generate(const GenerateOptions& options) {
             request.max_tokens, model->config().max_position_embeddings);
   if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options.parallel));
   auto executor = create_executor(*model, executor_options(options.parallel));
-  Engine engine(*executor, *tokenizer, engine_config(options, request, generation));
+  Engine engine(*executor, *tokenizer, engine_config(options, request, generation, *model));
   stream_request(engine, *executor, std::move(request));
 }
 

@@ -96,7 +96,7 @@ void serve(const ServeOptions& options) {
   const GenerationConfig generation = load_generation_config(options.model_dir);
   EngineConfig config = engine_config(options, model->config(), executor->ranks());
   config.eos_token_ids = generation.eos_token_ids;
-  apply_speculative_flags(options.speculative, config);
+  apply_speculative_flags(options.speculative, *model, config);
   Engine engine(*executor, *tokenizer, config);
   ServerOptions server_options = options.server;
   server_options.generation = generation;

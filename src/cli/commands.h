@@ -44,7 +44,7 @@ void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags);
 // Throws Error naming an unknown or unimplemented drafter or a bad count: before a model loads.
 void check_speculative_flags(const SpeculativeFlags& flags);
 // Sets the engine's drafter.
-void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config);
+void apply_speculative_flags(const SpeculativeFlags& flags, const CausalLM& model, EngineConfig& config);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);

@@ -8,8 +8,9 @@ namespace mlaserve {
 void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
   cmd->add_option("--speculative", flags.speculative,
                   "speculative decoding's drafter: ngram (prompt lookup: continues the latest earlier occurrence of "
-                  "the last 1-4 tokens) | draft:DIR (a smaller model with the same tokenizer, greedy); lossless: the "
-                  "output is what the model alone would give");
+                  "the last 1-4 tokens) | mtp (the model's own multi-token-prediction layer, DeepSeek-V3) | draft:DIR "
+                  "(a smaller model with the same tokenizer, greedy); lossless: the output is what the model alone "
+                  "would give");
   cmd->add_option("--num-draft-tokens", flags.num_draft_tokens, "tokens a drafter proposes a step at most")
       ->capture_default_str();
 }
@@ -21,10 +22,10 @@ void check_speculative_flags(const SpeculativeFlags& flags) {
   check_drafter_spec(flags.speculative);
 }
 
-void apply_speculative_flags(const SpeculativeFlags& flags, EngineConfig& config) {
+void apply_speculative_flags(const SpeculativeFlags& flags, const CausalLM& model, EngineConfig& config) {
   if (flags.speculative.empty()) return;
   check_speculative_flags(flags);
-  config.drafter = make_drafter(flags.speculative);
+  config.drafter = make_drafter(flags.speculative, &model);
   config.num_draft_tokens = flags.num_draft_tokens;
   spdlog::info("speculative decoding: {}, up to {} tokens a step", config.drafter->describe(), flags.num_draft_tokens);
 }

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "engine/model_drafter.h"
+#include "engine/mtp_drafter.h"
 
 namespace mlaserve {
 namespace {
@@ -54,14 +55,19 @@ void check_drafter_spec(const std::string& spec) {
               "--speculative {}: no config.json in '{}'", spec, dir);
     return;
   }
-  MLA_CHECK(kind != "mtp" && kind != "dflash" && kind != "dspark",
-            "--speculative {}: the {} drafter is not implemented yet (available: ngram, draft:DIR)", spec, kind);
-  fail("unknown --speculative '{}' (ngram, draft:DIR; mtp, dflash:DIR and dspark:DIR are not implemented yet)", spec);
+  if (spec == "mtp") return;
+  MLA_CHECK(kind != "dflash" && kind != "dspark",
+            "--speculative {}: the {} drafter is not implemented yet (available: ngram, mtp, draft:DIR)", spec, kind);
+  fail("unknown --speculative '{}' (ngram, mtp, draft:DIR; dflash:DIR and dspark:DIR are not implemented yet)", spec);
 }
 
-std::unique_ptr<Drafter> make_drafter(const std::string& spec) {
+std::unique_ptr<Drafter> make_drafter(const std::string& spec, const CausalLM* target) {
   check_drafter_spec(spec);
   if (spec == "ngram") return std::make_unique<NgramDrafter>(1, 4);
+  if (spec == "mtp") {
+    MLA_CHECK(target != nullptr, "internal: the mtp drafter needs the target model");
+    return std::make_unique<MtpDrafter>(next_token_module(*target));
+  }
   const std::string dir = spec.substr(spec.find(':') + 1);
   return std::make_unique<DraftModelDrafter>(load_causal_lm(dir), dir);
 }

@@ -13,6 +13,8 @@
 
 namespace mlaserve {
 
+class CausalLM;
+
 // One running sequence the engine wants a draft for.
 struct DraftRequest {
   int64_t sequence_id;              // stable while the request lives (released by Drafter::release)
@@ -30,11 +32,25 @@ struct DraftBudget {
   int64_t max_draft_tokens = 0;
 };
 
+// One sequence's part of a target forward, for drafters that read the target's states: its
+// positions [start, start + count) were computed, and `tokens` (prompt and output after the
+// step) holds token start + count, so each computed position's next token is known.
+struct ObservedChunk {
+  int64_t sequence_id;
+  std::span<const int32_t> tokens;
+  int64_t start, count;
+  const float* hidden;  // [count, hidden]: the target's final normed hidden states
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
   // Called once by the engine that uses the drafter, before any proposal.
   virtual void prepare(const DraftBudget& budget) {}
+  // A drafter that reads the target's final hidden states (MTP) is shown every forward's,
+  // after its tokens were sampled or verified and before the next proposal.
+  virtual bool reads_hidden_states() const { return false; }
+  virtual void observe(std::span<const ObservedChunk> chunks) {}
   // proposals[i]: at most requests[i].max_tokens tokens to follow requests[i].tokens.
   virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) = 0;
   // The sequence has finished: whatever the drafter keeps for it can go.
@@ -59,9 +75,10 @@ class NgramDrafter : public Drafter {
 // without a config.json: what `--speculative` may name is checked before any model loads.
 void check_drafter_spec(const std::string& spec);
 
-// The drafter `--speculative` names: "ngram" (prompt lookup, n-grams of 1 to 4 tokens) or
-// "draft:DIR" (the model in DIR, greedy, with a latent cache of its own). "mtp", "dflash:DIR"
-// and "dspark:DIR" are refused by name until they exist.
-std::unique_ptr<Drafter> make_drafter(const std::string& spec);
+// The drafter `--speculative` names: "ngram" (prompt lookup, n-grams of 1 to 4 tokens),
+// "draft:DIR" (the model in DIR, greedy, with a latent cache of its own) or "mtp" (the
+// target's own multi-token-prediction layer: `target` must be the loaded, unsharded model).
+// "dflash:DIR" and "dspark:DIR" are refused by name until they exist.
+std::unique_ptr<Drafter> make_drafter(const std::string& spec, const CausalLM* target = nullptr);
 
 }  // namespace mlaserve

@@ -334,9 +334,15 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   const int64_t vocab = model_config_.vocab_size;
   std::vector<float>& logits = step_logits_;
   logits.resize(size_t(logit_rows(batch) * vocab));
+  const bool show_hidden = config_.drafter && config_.drafter->reads_hidden_states();
+  if (show_hidden) {
+    int64_t n_tokens = 0;
+    for (const ForwardSequence& seq : batch) n_tokens += int64_t(seq.tokens.size());
+    step_hidden_.resize(size_t(n_tokens * model_config_.hidden_size));
+  }
   try {
     const auto start = Clock::now();
-    executor_.forward(batch, logits.data());
+    executor_.forward(batch, logits.data(), show_hidden ? step_hidden_.data() : nullptr);
     metrics_.forward_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
@@ -344,15 +350,17 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     return;
   }
   int64_t row = 0;
+  std::vector<int64_t> computed(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& chunk = plan[i];
     Request& request = request_of(chunk.seq);
     float* chunk_logits = logits.data() + row * vocab;
     row += logit_rows(std::span(&batch[i], 1));
     if (batch[i].logits == ForwardSequence::Logits::All && !chunk.prefill) {
-      emit_verified(request, chunk, chunk_logits);
+      computed[i] = emit_verified(request, chunk, chunk_logits);
       continue;
     }
+    computed[i] = chunk.n_tokens;
     scheduler_.complete(chunk, chunk.n_tokens);
     if (state_bytes_ > 0) keep_state_snapshot(chunk);
     if (request.cached_tokens < 0) request.cached_tokens = chunk.start;  // prefix-cache hit of the first admission
@@ -366,12 +374,32 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
       finish(request, "error", e.what());
     }
   }
+  if (show_hidden) show_hidden_states(plan, computed);
+}
+
+// Hands the drafter the hidden states of the positions each chunk computed, for the requests
+// that go on.
+void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<const int64_t> computed) {
+  std::vector<ObservedChunk> chunks;
+  int64_t offset = 0;  // the chunk's first row in step_hidden_
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Sequence& seq = *plan[i].seq;
+    const auto request = std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == &seq; });
+    if (computed[i] > 0 && !(*request)->done)
+      chunks.push_back({seq.id, seq.tokens, plan[i].start, computed[i],
+                        step_hidden_.data() + offset * model_config_.hidden_size});
+    offset += int64_t(step_batch_[i].tokens.size());
+  }
+  if (chunks.empty()) return;
+  const auto start = Clock::now();
+  config_.drafter->observe(chunks);
+  metrics_.spec_draft_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
 }
 
 // A verified decode step: emits the accepted drafts and the target's next token, then marks
 // the last token and the accepted drafts computed (the rejected drafts' cache rows are
 // rewritten by later steps).
-void Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float* logits) {
+int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float* logits) {
   Sequence& seq = *chunk.seq;
   const int64_t vocab = model_config_.vocab_size, drafted = int64_t(seq.draft.size());
   try {
@@ -387,10 +415,13 @@ void Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float*
       if (i < accepted) ++metrics_.spec_accepted_at[size_t(i)];
     }
     for (size_t i = 0; i < emitted.size() && !request.done; ++i) on_token(request, emitted[i], std::move(logprobs[i]));
-    if (!request.done) scheduler_.complete(chunk, int64_t(emitted.size()));
+    if (request.done) return 0;
+    scheduler_.complete(chunk, int64_t(emitted.size()));
+    return int64_t(emitted.size());
   } catch (const std::exception& e) {
     spdlog::error("request failed: {}", e.what());
     finish(request, "error", e.what());
+    return 0;
   }
 }
 

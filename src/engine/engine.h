@@ -117,7 +117,9 @@ class Engine {
   void drop_cancelled();
   void propose_drafts();
   void run_step(const std::vector<ScheduledChunk>& plan);
-  void emit_verified(Request& request, const ScheduledChunk& chunk, float* logits);  // logits: [1 + draft, vocab]
+  // Returns the positions it computed: the last token and the accepted drafts (0 on failure).
+  int64_t emit_verified(Request& request, const ScheduledChunk& chunk, float* logits);  // logits: [1 + draft, vocab]
+  void show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<const int64_t> computed);
   void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
@@ -155,6 +157,7 @@ class Engine {
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only
   std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)
   std::vector<float> step_logits_;
+  std::vector<float> step_hidden_;  // the target's final hidden states, for a drafter that reads them
   std::vector<Request*> drafting_;  // propose_drafts' (engine thread only)
   std::vector<DraftRequest> draft_requests_;
   std::vector<std::vector<int32_t>> proposals_;

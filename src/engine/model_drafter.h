@@ -8,7 +8,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "engine/block_manager.h"
+#include "engine/draft_cache.h"
 #include "engine/drafter.h"
 #include "model/causal_lm.h"
 
@@ -17,30 +17,17 @@ namespace mlaserve {
 class DraftModelDrafter : public Drafter {
  public:
   DraftModelDrafter(std::unique_ptr<CausalLM> draft, std::string model_dir);
-  // Sizes the draft's cache as the target's (plus k positions a sequence) and checks that the
-  // vocabularies agree.
+  // Sizes the draft's cache as the target's and checks that the vocabularies agree.
   void prepare(const DraftBudget& budget) override;
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) override;
   void release(int64_t sequence_id) override;
   std::string describe() const override;
 
  private:
-  struct DraftSequence {
-    std::vector<int32_t> cached;  // the tokens whose latents the draft's cache holds, in order
-    std::vector<int32_t> block_table;
-  };
-  // The blocks for `positions` positions of the sequence; evicts sequences not drafting this
-  // step when the pool is short. False: no room (the sequence gets no draft this step).
-  bool reserve(DraftSequence& seq, std::span<const int32_t> tokens, int64_t positions,
-               std::span<const DraftRequest> drafting);
-  LatentCacheView view(const DraftSequence& seq) const;
-
   std::unique_ptr<CausalLM> draft_;
   std::string model_dir_;
-  DraftBudget budget_;
-  std::optional<BlockManager> blocks_;
-  std::unique_ptr<uint8_t[]> pool_;
-  std::unordered_map<int64_t, DraftSequence> sequences_;
+  std::optional<DraftCache> cache_;
+  std::unordered_map<int64_t, std::vector<int32_t>> cached_;  // the tokens whose rows a sequence's cache holds
   std::vector<ForwardSequence> batch_;  // reused from step to step
   std::vector<float> logits_;
 };

@@ -87,7 +87,9 @@ class CausalLM {
 
   // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
   // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].
-  virtual void forward(std::span<const ForwardSequence> batch, float* logits) const = 0;
+  // final_hidden (a drafter's input; not every family gives it): [n_tokens, hidden], every
+  // token's final normed hidden state, in batch order.
+  virtual void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) const = 0;
 
   // This rank's shard, sharing the mapped checkpoint; its forward runs the collectives on
   // `comm` (which must outlive it). Throws Error when the heads do not divide by the size.

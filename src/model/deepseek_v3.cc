@@ -11,15 +11,6 @@
 #include "model/shard_layers.h"
 
 namespace mlaserve {
-namespace {
-
-MlaShape mla_shape_of(const ModelConfig& config) {
-  return MlaShape{config.hidden_size,      config.num_attention_heads, config.kv_lora_rank,
-                  config.qk_nope_head_dim, config.qk_rope_head_dim,    config.v_head_dim,
-                  config.rms_norm_eps,     float(config.softmax_scale())};
-}
-
-}  // namespace
 
 DeepseekV3Model::DeepseekV3Model(std::shared_ptr<ModelStorage> storage, DeepseekV3Weights weights)
     : storage_(std::move(storage)),
@@ -80,7 +71,7 @@ double DeepseekV3Model::active_weight_bytes_per_token() const {
                              config_);
 }
 
-void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits) const {
+void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden) const {
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
   layout_batch(batch, layout);
@@ -119,9 +110,15 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
     }
   }
   const int64_t n_out = int64_t(logit_tokens.size());
-  for (int64_t r = 0; r < n_out; ++r)
-    rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden,
-             config_.rms_norm_eps, normed.data() + r * hidden, hidden);
+  if (final_hidden) {
+    rms_norm(residual.data(), hidden, weights_.norm, n_tokens, hidden, eps, final_hidden, hidden);
+    for (int64_t r = 0; r < n_out; ++r)
+      std::copy_n(final_hidden + logit_tokens[r] * hidden, hidden, normed.data() + r * hidden);
+  } else {
+    for (int64_t r = 0; r < n_out; ++r)
+      rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden, eps,
+               normed.data() + r * hidden, hidden);
+  }
   project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
 

@@ -28,11 +28,23 @@ struct DecoderLayerWeights {
   std::optional<MoeWeights> moe;  // MoE layers
 };
 
+// DeepSeek-V3's multi-token-prediction (MTP) module, stored as layer num_hidden_layers: from
+// the embedding of token i + 1 and the model's final normed hidden state at i, one decoder
+// layer predicts token i + 2 (the model's embedding and head are shared).
+struct NextTokenWeights {
+  const float* enorm = nullptr;  // [hidden], for the embedding
+  const float* hnorm = nullptr;  // [hidden], for the hidden state
+  LinearWeight eh_proj;          // [hidden, 2 x hidden]: the two normed inputs concatenated
+  DecoderLayerWeights layer;
+  const float* shared_head_norm = nullptr;  // [hidden]
+};
+
 struct DeepseekV3Weights {
   LinearWeight embed_tokens;  // [vocab, hidden]
   std::vector<DecoderLayerWeights> layers;
   const float* norm = nullptr;  // [hidden]
   LinearWeight lm_head;         // [vocab, hidden]; embed_tokens when tie_word_embeddings
+  std::optional<NextTokenWeights> next_token;  // the first MTP layer, where the checkpoint has one
 };
 
 // Loads and validates every tensor against the config; extra, missing, mis-shaped or
@@ -59,7 +71,9 @@ class DeepseekV3Model : public CausalLM {
   // average experts per MoE layer, plus one embedding row.
   double routed_expert_bytes() const override;
   double active_weight_bytes_per_token() const override;
-  void forward(std::span<const ForwardSequence> batch, float* logits) const override;
+  void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) const override;
+  const DeepseekV3Weights& weights() const { return weights_; }
+  const std::shared_ptr<ModelStorage>& storage() const { return storage_; }
   using CausalLM::forward;
 
  private:

@@ -26,14 +26,45 @@ MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::
   return moe;
 }
 
-// Tensors a checkpoint may carry that the forward pass does not use: multi-token-prediction
-// layers (indices >= num_hidden_layers) and rotary inv_freq buffers.
+DecoderLayerWeights load_decoder_layer(WeightLoader& loader, const ModelConfig& config, int64_t index) {
+  const std::string prefix = fmt::format("model.layers.{}", index);
+  const int64_t hidden = config.hidden_size;
+  DecoderLayerWeights layer;
+  layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
+  layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
+  layer.self_attn = load_mla_weights(loader, config, prefix + ".self_attn");
+  if (config.is_moe_layer(index))
+    layer.moe = load_moe(loader, config, prefix + ".mlp");
+  else
+    layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
+  return layer;
+}
+
+NextTokenWeights load_next_token_weights(WeightLoader& loader, const ModelConfig& config) {
+  const int64_t hidden = config.hidden_size;
+  const std::string prefix = fmt::format("model.layers.{}", config.num_hidden_layers);
+  NextTokenWeights module;
+  module.enorm = loader.vector(prefix + ".enorm.weight", hidden);
+  module.hnorm = loader.vector(prefix + ".hnorm.weight", hidden);
+  module.eh_proj = loader.linear(prefix + ".eh_proj", hidden, 2 * hidden);
+  module.layer = load_decoder_layer(loader, config, config.num_hidden_layers);
+  module.shared_head_norm = loader.vector(prefix + ".shared_head.norm.weight", hidden);
+  return module;
+}
+
+// Tensors a checkpoint may carry that no forward pass uses: MTP layers after the first, the
+// copies of the embedding and head DeepSeek-V3 stores in its MTP layer, and rotary inv_freq
+// buffers.
 bool ignorable(const std::string& name, const ModelConfig& config) {
   const std::string prefix = "model.layers.";
   if (config.num_nextn_predict_layers > 0 && name.starts_with(prefix)) {
     const size_t end = name.find_first_not_of("0123456789", prefix.size());
-    if (end > prefix.size() && end != std::string::npos && name[end] == '.')
-      return std::stoll(name.substr(prefix.size(), end - prefix.size())) >= config.num_hidden_layers;
+    if (end > prefix.size() && end != std::string::npos && name[end] == '.') {
+      const int64_t layer = std::stoll(name.substr(prefix.size(), end - prefix.size()));
+      const std::string rest = name.substr(end + 1);
+      return layer > config.num_hidden_layers ||
+             (layer == config.num_hidden_layers && (rest == "embed_tokens.weight" || rest.starts_with("shared_head.head.")));
+    }
   }
   return name.ends_with("rotary_emb.inv_freq");
 }
@@ -45,18 +76,8 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
   const int64_t hidden = config.hidden_size;
   DeepseekV3Weights weights;
   weights.embed_tokens = loader.dense("model.embed_tokens.weight", config.vocab_size, hidden);
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    const std::string prefix = fmt::format("model.layers.{}", i);
-    DecoderLayerWeights layer;
-    layer.input_layernorm = loader.vector(prefix + ".input_layernorm.weight", hidden);
-    layer.post_attention_layernorm = loader.vector(prefix + ".post_attention_layernorm.weight", hidden);
-    layer.self_attn = load_mla_weights(loader, config, prefix + ".self_attn");
-    if (config.is_moe_layer(i))
-      layer.moe = load_moe(loader, config, prefix + ".mlp");
-    else
-      layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
-    weights.layers.push_back(std::move(layer));
-  }
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) weights.layers.push_back(load_decoder_layer(loader, config, i));
+  if (config.num_nextn_predict_layers > 0) weights.next_token = load_next_token_weights(loader, config);
   weights.norm = loader.vector("model.norm.weight", hidden);
   if (config.tie_word_embeddings) {
     MLA_CHECK(!checkpoint.contains("lm_head.weight"),

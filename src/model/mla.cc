@@ -399,6 +399,12 @@ void add_absorbed_panels(MlaWeights& mla, int64_t qk_nope_head_dim, int64_t v_he
   mla.absorbed_uv = panels(uv, n_heads * v_dim, rank);
 }
 
+MlaShape mla_shape_of(const ModelConfig& config) {
+  return MlaShape{config.hidden_size,      config.num_attention_heads, config.kv_lora_rank,
+                  config.qk_nope_head_dim, config.qk_rope_head_dim,    config.v_head_dim,
+                  config.rms_norm_eps,     float(config.softmax_scale())};
+}
+
 MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, const std::string& prefix) {
   const int64_t hidden = config.hidden_size, heads = config.num_attention_heads;
   MlaWeights mla;

@@ -71,6 +71,9 @@ struct MlaInput {
   int64_t layer = 0;
 };
 
+// The attention's shape from config.json (all heads; a shard sets its own n_heads).
+MlaShape mla_shape_of(const ModelConfig& config);
+
 // prefix.{q_proj | q_a_proj, q_a_layernorm, q_b_proj}, kv_a_proj_with_mqa, kv_a_layernorm,
 // kv_b_proj, o_proj, shaped by the config.
 MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, const std::string& prefix);

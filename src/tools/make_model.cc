@@ -242,6 +242,8 @@ class TensorPlan {
   void attention(const std::string& prefix);
   void kda(const std::string& prefix);
   void moe(const std::string& prefix);
+  void deepseek_moe(const std::string& prefix);
+  void next_token_module(int64_t layer);
   void f32_tensor(const std::string& name, std::vector<int64_t> shape, Init init) {
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
@@ -354,6 +356,34 @@ void TensorPlan::moe(const std::string& prefix) {
   if (config_.n_shared_experts > 0) mlp(prefix + ".shared_experts", config_.n_shared_experts * width, false);
 }
 
+void TensorPlan::deepseek_moe(const std::string& prefix) {
+  const int64_t hidden = config_.hidden_size;
+  add_dense(tensors_, matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
+            base_dtype(), false);
+  if (config_.topk_method == TopkMethod::NoAuxTc)  // varied so it changes the choice
+    add_dense(tensors_, matrix(prefix + ".gate.e_score_correction_bias", 1, config_.n_routed_experts, {0.0, 0.1}),
+              DType::F32, true);
+  for (int64_t e = 0; e < config_.n_routed_experts; ++e)
+    mlp(fmt::format("{}.experts.{}", prefix, e), config_.moe_intermediate_size, true);
+  if (config_.n_shared_experts > 0)
+    mlp(prefix + ".shared_experts", config_.n_shared_experts * config_.moe_intermediate_size, false);
+}
+
+// DeepSeek-V3's multi-token-prediction layer, stored after the last layer: enorm, hnorm,
+// eh_proj, a MoE decoder layer and shared_head.norm (the embedding and head are the model's).
+void TensorPlan::next_token_module(int64_t layer) {
+  const int64_t hidden = config_.hidden_size;
+  const std::string prefix = fmt::format("model.layers.{}", layer);
+  norm(prefix + ".enorm.weight", hidden);
+  norm(prefix + ".hnorm.weight", hidden);
+  linear(prefix + ".eh_proj", hidden, 2 * hidden, 1.0 / std::sqrt(double(2 * hidden)), false);
+  norm(prefix + ".input_layernorm.weight", hidden);
+  norm(prefix + ".post_attention_layernorm.weight", hidden);
+  attention(prefix + ".self_attn");
+  deepseek_moe(prefix + ".mlp");
+  norm(prefix + ".shared_head.norm.weight", hidden);
+}
+
 std::vector<TensorToWrite> TensorPlan::build() {
   const int64_t hidden = config_.hidden_size;
   const std::string& root = config_.weight_prefix;
@@ -381,22 +411,13 @@ std::vector<TensorToWrite> TensorPlan::build() {
       mlp(prefix + ".mlp", config_.intermediate_size, false);
       continue;
     }
-    if (config_.is_kimi_linear()) {
+    if (config_.is_kimi_linear())
       moe(prefix + ".block_sparse_moe");
-      continue;
-    }
-    add_dense(tensors_, matrix(prefix + ".mlp.gate.weight", config_.n_routed_experts, hidden,
-                               {0.0, 1.0 / std::sqrt(double(hidden))}),
-              base_dtype(), false);
-    if (config_.topk_method == TopkMethod::NoAuxTc)  // varied so it changes the choice
-      add_dense(tensors_, matrix(prefix + ".mlp.gate.e_score_correction_bias", 1,
-                                 config_.n_routed_experts, {0.0, 0.1}),
-                DType::F32, true);
-    for (int64_t e = 0; e < config_.n_routed_experts; ++e)
-      mlp(fmt::format("{}.mlp.experts.{}", prefix, e), config_.moe_intermediate_size, true);
-    if (config_.n_shared_experts > 0)
-      mlp(prefix + ".mlp.shared_experts", config_.n_shared_experts * config_.moe_intermediate_size, false);
+    else
+      deepseek_moe(prefix + ".mlp");
   }
+  if (!config_.is_kimi_linear())
+    for (int64_t i = 0; i < config_.num_nextn_predict_layers; ++i) next_token_module(config_.num_hidden_layers + i);
   if (config_.attn_res_block_size) attn_res(root + "model.output_attn");
   norm(root + "model.norm.weight", hidden);
   if (!config_.tie_word_embeddings)

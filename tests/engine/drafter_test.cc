@@ -35,7 +35,8 @@ TEST(NgramDrafter, MinimumLengthIsRespected) {
 
 TEST(MakeDrafter, NamesWhatItRefuses) {
   EXPECT_EQ(make_drafter("ngram")->describe(), "n-gram prompt lookup (1..4 tokens)");
-  for (const char* spec : {"mtp", "dflash:models/kjv-dflash", "dspark:x", "draft:", "draft:/nonexistent"})
+  check_drafter_spec("mtp");
+  for (const char* spec : {"dflash:models/kjv-dflash", "dspark:x", "draft:", "draft:/nonexistent"})
     EXPECT_THROW(check_drafter_spec(spec), Error) << spec;
   try {
     make_drafter("medusa");

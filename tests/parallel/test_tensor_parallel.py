@@ -112,13 +112,13 @@ def main():
     split = run(binary, "generate", "--model", tiny, "--ids", prompt, "-n", "64", "--ignore-eos", "--tp", "2")
     check("greedy generation of 64 tokens: TP 2 == 1 rank", single.returncode == 0 and split.stdout == single.stdout
           and len(single.stdout) > 0, f"{split.stdout[:60]!r} vs {single.stdout[:60]!r}")
-    # The committed trained model and its trained draft; its greedy text repeats itself, so prompt
+    # The committed trained model (with its MTP layer) and its trained draft; its greedy text repeats itself, so prompt
     # lookup's drafts are accepted too.
     models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
     kjv = os.path.join(models, "kjv")
     kjv_prompt = "And God said, Let there be light: and there was light. And God said"
     plain = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256")
-    for drafter in ("ngram", "draft:" + os.path.join(models, "kjv-draft")):
+    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft")):
         speculative = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256", "--tp", "2",
                           "--speculative", drafter)
         accepted = re.search(r"(\d+) accepted", speculative.stderr)

@@ -133,16 +133,42 @@ def moe(w, cfg, p, x):
     return out
 
 
-def forward(model_dir, ids, activations="int8"):
+def decoder_layer(w, cfg, i, h):
+    p, eps = f"model.layers.{i}.", cfg.get("rms_norm_eps", 1e-6)
+    h = h + attention(w, cfg, p + "self_attn.", rms_norm(h, w.get(p + "input_layernorm.weight"), eps))
+    x = rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
+    return h + (mlp(w, p + "mlp.", x) if i < cfg.get("first_k_dense_replace", 0) else moe(w, cfg, p + "mlp.", x))
+
+
+def load(model_dir, activations="int8"):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     block = (cfg.get("quantization_config") or {}).get("weight_block_size", [128, 128])
-    w = Weights(model_dir, tuple(block), activations)
-    eps = cfg.get("rms_norm_eps", 1e-6)
+    return cfg, Weights(model_dir, tuple(block), activations)
+
+
+def head(w, cfg):
+    return w.get("model.embed_tokens.weight") if cfg.get("tie_word_embeddings") else w.linear("lm_head")
+
+
+def final_hidden(cfg, w, ids):
+    """The final normed hidden state of every position [tokens, hidden]."""
     h = w.get("model.embed_tokens.weight")[ids]
     for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        h = h + attention(w, cfg, p + "self_attn.", rms_norm(h, w.get(p + "input_layernorm.weight"), eps))
-        x = rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
-        h = h + (mlp(w, p + "mlp.", x) if i < cfg.get("first_k_dense_replace", 0) else moe(w, cfg, p + "mlp.", x))
-    head = w.get("model.embed_tokens.weight") if cfg.get("tie_word_embeddings") else w.linear("lm_head")
-    return rms_norm(h, w.get("model.norm.weight"), eps) @ head.T
+        h = decoder_layer(w, cfg, i, h)
+    return rms_norm(h, w.get("model.norm.weight"), cfg.get("rms_norm_eps", 1e-6))
+
+
+def mtp(cfg, w, hidden, next_ids):
+    """DeepSeek-V3's MTP layer (layer num_hidden_layers) over rows 0.. of one sequence: row j takes
+    the state hidden[j] and token next_ids[j] (token j + 1). Returns (output states, logits)."""
+    i, eps = cfg["num_hidden_layers"], cfg.get("rms_norm_eps", 1e-6)
+    p = f"model.layers.{i}."
+    embedded = rms_norm(w.get("model.embed_tokens.weight")[next_ids], w.get(p + "enorm.weight"), eps)
+    x = w.apply(p + "eh_proj", np.concatenate([embedded, rms_norm(hidden, w.get(p + "hnorm.weight"), eps)], -1))
+    states = rms_norm(decoder_layer(w, cfg, i, x), w.get(p + "shared_head.norm.weight"), eps)
+    return states, states @ head(w, cfg).T
+
+
+def forward(model_dir, ids, activations="int8"):
+    cfg, w = load(model_dir, activations)
+    return final_hidden(cfg, w, ids) @ head(w, cfg).T
