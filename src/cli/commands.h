@@ -39,6 +39,7 @@ ExecutorOptions executor_options(const ParallelFlags& flags);
 struct SpeculativeFlags {
   std::string speculative;  // empty: none
   int64_t num_draft_tokens = 4;
+  std::string draft_policy = "adaptive";
 };
 void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags);
 // Throws Error naming an unknown or unimplemented drafter or a bad count: before a model loads.

@@ -13,6 +13,11 @@ void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
                   "would give");
   cmd->add_option("--num-draft-tokens", flags.num_draft_tokens, "tokens a drafter proposes a step at most")
       ->capture_default_str();
+  cmd->add_option("--draft-policy", flags.draft_policy,
+                  "adaptive: each step drafts as many tokens (0 to --num-draft-tokens) as measured costs and "
+                  "acceptance say pay best | fixed: always --num-draft-tokens")
+      ->check(CLI::IsMember({"adaptive", "fixed"}))
+      ->capture_default_str();
 }
 
 void check_speculative_flags(const SpeculativeFlags& flags) {
@@ -27,7 +32,9 @@ void apply_speculative_flags(const SpeculativeFlags& flags, const CausalLM& mode
   check_speculative_flags(flags);
   config.drafter = make_drafter(flags.speculative, &model);
   config.num_draft_tokens = flags.num_draft_tokens;
-  spdlog::info("speculative decoding: {}, up to {} tokens a step", config.drafter->describe(), flags.num_draft_tokens);
+  config.draft_policy = flags.draft_policy == "fixed" ? DraftPolicyKind::Fixed : DraftPolicyKind::Adaptive;
+  spdlog::info("speculative decoding: {}, up to {} tokens a step ({})", config.drafter->describe(),
+               flags.num_draft_tokens, flags.draft_policy);
 }
 
 }  // namespace mlaserve

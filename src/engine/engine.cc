@@ -41,6 +41,7 @@ SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
 struct Engine::Request {
   EngineRequest spec;
   std::vector<int32_t> verify_tokens;  // a decode step's last token and draft
+  int64_t draft_cap = 0;               // the most it could draft this step
   Sequence seq;
   std::shared_ptr<RequestHandle> handle;
   RequestSampler sampler;
@@ -101,7 +102,8 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
                                   [this](std::span<const int32_t> tokens, int64_t cached) {
                                     return restorable_blocks(tokens, cached);
                                   }),
-                 blocks_) {
+                 blocks_),
+      draft_policy_(config.num_draft_tokens) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   MLA_CHECK(config_.num_draft_tokens <= EngineMetrics::kMaxDraftTokens, "at most {} draft tokens a step, not {}",
             EngineMetrics::kMaxDraftTokens, config_.num_draft_tokens);
@@ -292,19 +294,37 @@ void Engine::propose_drafts() {
   drafting_.clear();
   draft_requests_.clear();
   for (auto& request : active_) {
-    Sequence& seq = request->seq;
-    const int64_t known = int64_t(seq.tokens.size());
-    if (request->done || !seq.running || seq.n_computed < seq.prefill_target || seq.n_computed + 1 != known) continue;
-    drafting_.push_back(request.get());
-    draft_requests_.push_back({seq.id, seq.tokens,
-                               std::min({config_.num_draft_tokens, request->spec.max_tokens - request->completion_tokens - 1,
-                                         config_.max_model_len - known - 1})});
+    const Sequence& seq = request->seq;
+    if (!request->done && seq.running && seq.n_computed >= seq.prefill_target && seq.n_computed + 1 == int64_t(seq.tokens.size()))
+      drafting_.push_back(request.get());
   }
   if (drafting_.empty()) return;
+  DraftPolicy::Choice choice{config_.num_draft_tokens, false};
+  if (config_.draft_policy == DraftPolicyKind::Adaptive) choice = draft_policy_.choose(int64_t(drafting_.size()));
+  metrics_.spec_draft_length = choice.length;
+  if (choice.length == 0 && !choice.explore_one) return;
+  const size_t explorer = size_t(explore_turn_++) % drafting_.size();  // drafts when exploring
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    Request& request = *drafting_[i];
+    const int64_t known = int64_t(request.seq.tokens.size());
+    const int64_t cap = choice.explore_one && i == explorer ? config_.num_draft_tokens : choice.length;
+    request.draft_cap = std::min({cap, request.spec.max_tokens - request.completion_tokens - 1,
+                                  config_.max_model_len - known - 1});
+    draft_requests_.push_back({request.seq.id, request.seq.tokens, request.draft_cap});
+  }
   const auto start = Clock::now();
   config_.drafter->propose(draft_requests_, proposals_);
-  metrics_.spec_draft_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
-  for (size_t i = 0; i < drafting_.size(); ++i) drafting_[i]->seq.draft = std::move(proposals_[i]);
+  const double seconds = seconds_between(start, Clock::now());
+  metrics_.spec_draft_us += int64_t(seconds * 1e6);
+  int64_t drafted = 0;
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    Request& request = *drafting_[i];
+    request.seq.draft = std::move(proposals_[i]);
+    drafted += int64_t(request.seq.draft.size());
+    if (request.seq.draft.empty() && request.draft_cap > 0) draft_policy_.record_verification(request.draft_cap, 0, 0);
+  }
+  draft_policy_.record_drafting(drafted, seconds + observe_seconds_);
+  observe_seconds_ = 0;
 }
 
 void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
@@ -343,7 +363,13 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   try {
     const auto start = Clock::now();
     executor_.forward(batch, logits.data(), show_hidden ? step_hidden_.data() : nullptr);
-    metrics_.forward_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
+    const double seconds = seconds_between(start, Clock::now());
+    metrics_.forward_us += int64_t(seconds * 1e6);
+    if (std::none_of(plan.begin(), plan.end(), [](const ScheduledChunk& chunk) { return chunk.prefill; })) {
+      int64_t tokens = 0;
+      for (const ForwardSequence& seq : batch) tokens += int64_t(seq.tokens.size());
+      draft_policy_.record_forward(tokens, seconds);
+    }
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
     for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());
@@ -393,7 +419,9 @@ void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::sp
   if (chunks.empty()) return;
   const auto start = Clock::now();
   config_.drafter->observe(chunks);
-  metrics_.spec_draft_us += int64_t(seconds_between(start, Clock::now()) * 1e6);
+  const double seconds = seconds_between(start, Clock::now());
+  metrics_.spec_draft_us += int64_t(seconds * 1e6);
+  observe_seconds_ += seconds;
 }
 
 // A verified decode step: emits the accepted drafts and the target's next token, then marks
@@ -407,6 +435,7 @@ int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, flo
     const std::vector<int32_t> emitted = request.sampler.verify(logits, seq.draft, vocab, &logprobs);
     seq.draft.clear();
     const int64_t accepted = int64_t(emitted.size()) - 1;
+    draft_policy_.record_verification(request.draft_cap, drafted, accepted);
     ++metrics_.spec_drafts;
     metrics_.spec_draft_tokens += drafted;
     metrics_.spec_accepted_tokens += accepted;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/draft_policy.h"
 #include "engine/drafter.h"
 #include "engine/metrics.h"
 #include "engine/executor.h"
@@ -23,6 +24,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
+
+enum class DraftPolicyKind { Adaptive, Fixed };
 
 struct EngineConfig {
   int64_t block_size = 16;             // tokens per cache block
@@ -41,8 +44,11 @@ struct EngineConfig {
   std::vector<int32_t> eos_token_ids;
   // Speculative decoding: what proposes tokens for the decoding sequences (null: none) and at
   // most how many a sequence's step verifies. Not on models with recurrent (KDA) layers.
+  // Adaptive: each step drafts as many (down to none) as the measured costs and acceptance
+  // say emit the most tokens a second (DraftPolicy); Fixed: always num_draft_tokens.
   std::shared_ptr<Drafter> drafter;
   int64_t num_draft_tokens = 0;
+  DraftPolicyKind draft_policy = DraftPolicyKind::Adaptive;
 };
 
 // The tokens that end a turn: the checkpoint's eos ids (GenerationConfig::eos_token_ids) and
@@ -160,6 +166,9 @@ class Engine {
   std::vector<float> step_hidden_;  // the target's final hidden states, for a drafter that reads them
   std::vector<Request*> drafting_;  // propose_drafts' (engine thread only)
   std::vector<DraftRequest> draft_requests_;
+  DraftPolicy draft_policy_;
+  int64_t explore_turn_ = 0;    // which decoding sequence drafts in the policy's next exploring step
+  double observe_seconds_ = 0;  // the drafter's time reading hidden states since it last drafted
   std::vector<std::vector<int32_t>> proposals_;
   int64_t next_id_ = 0;
   std::thread thread_;

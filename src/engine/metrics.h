@@ -43,6 +43,7 @@ struct EngineMetrics {
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
   std::array<std::atomic<int64_t>, kMaxDraftTokens> spec_drafted_at{}, spec_accepted_at{};
   std::atomic<int64_t> spec_draft_us{0}, forward_us{0};
+  std::atomic<int64_t> spec_draft_length{0};  // the most tokens a sequence may draft this step
   Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram request_latency{{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};

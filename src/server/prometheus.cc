@@ -59,6 +59,9 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
                m.spec_accepted_at);
   metric(out, "mlaserve_spec_decode_draft_seconds_total", "counter", "Time the drafter took.", labels,
          double(m.spec_draft_us) * 1e-6);
+  metric(out, "mlaserve_spec_decode_draft_length", "gauge",
+         "The most tokens a sequence drafted in the last step (the adaptive policy's choice).", labels,
+         double(m.spec_draft_length));
   metric(out, "mlaserve_forward_seconds_total", "counter", "Time of the model's forward passes (verification included).",
          labels, double(m.forward_us) * 1e-6);
   out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"

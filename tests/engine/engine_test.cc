@@ -163,6 +163,7 @@ double expect_speculative_greedy_equals_plain(const CausalLM& model, const Token
                                               const std::function<std::shared_ptr<Drafter>()>& make) {
   EngineConfig speculative = plain;
   speculative.num_draft_tokens = 4;
+  speculative.draft_policy = DraftPolicyKind::Fixed;  // every step drafts, so every path is taken
   std::vector<std::vector<int32_t>> want;
   {
     Engine engine(model, tokenizer, plain);

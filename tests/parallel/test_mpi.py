@@ -92,7 +92,7 @@ def main():
                            text=True)
     for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft")):
         speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256",
-                             "--speculative", drafter)
+                             "--speculative", drafter, "--draft-policy", "fixed")
         accepted = re.search(r"(\d+) accepted", speculative.stderr)
         check(f"mpirun -np 2 generate on models/kjv with {drafter.split(':')[0]} speculative decoding: 256 tokens, "
               f"the text of one rank without ({accepted.group(1) if accepted else 0} drafts accepted)",

@@ -120,7 +120,7 @@ def main():
     plain = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256")
     for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft")):
         speculative = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256", "--tp", "2",
-                          "--speculative", drafter)
+                          "--speculative", drafter, "--draft-policy", "fixed")
         accepted = re.search(r"(\d+) accepted", speculative.stderr)
         check(f"models/kjv, 256 greedy tokens with {drafter.split(':')[0]} speculative decoding at TP 2 == 1 rank "
               f"without ({accepted.group(1) if accepted else 0} drafts accepted)",
