@@ -52,7 +52,8 @@ void MtpDrafter::observe(std::span<const ObservedChunk> chunks) {
     if (chunk.start == 0) seq = MtpSequence{};  // computed from the first token: nothing is missing
     const int64_t end = chunk.start + chunk.count, length = int64_t(chunk.tokens.size());
     const bool decoding = end + 1 == length;  // the last committed token's draft follows row end - 1
-    if (seq.blind || (!decoding && seq.rows >= end) || !reserve(chunk, seq, chunks)) continue;
+    // (Rows from the drafter's own prefix cache may run past this chunk.)
+    if (seq.blind || !reserve(chunk, seq, chunks) || (!decoding && seq.rows >= end)) continue;
     const int64_t from = decoding ? std::min(seq.rows, end - 1) : seq.rows;
     hidden_.insert(hidden_.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
     batch_.push_back({chunk.tokens.subspan(size_t(from + 1), size_t(end - from)), from, cache_->view(chunk.sequence_id),

@@ -57,7 +57,7 @@ def check_accept_length(binary, work):
     repeats, so drafts are accepted): bench-serve reports SGLang's "Accept length", the tokens a
     verifying step emitted, from the server's counters over the run."""
     kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "kjv")
-    server = Server(binary, kjv, "--kv-cache-gb", "0.05", "--speculative", "ngram")
+    server = Server(binary, kjv, "--kv-cache-gb", "0.05", "--speculative", "ngram", "--draft-policy", "fixed")
     try:
         out = os.path.join(work, "speculative.json")
         proc = bench(binary, f"http://127.0.0.1:{server.port}", kjv, "--input-len", "16", "--output-len", "48",
