@@ -333,6 +333,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   };
   std::vector<ForwardSequence>& batch = step_batch_;
   batch.clear();
+  int64_t n_tokens = 0;
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
@@ -350,26 +351,20 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     batch.push_back({tokens, chunk.start, view, chunk.prefill ? config_.prefill_path : MlaPath::Absorbed,
                      verifying ? ForwardSequence::Logits::All
                                : chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
+    n_tokens += int64_t(tokens.size());
   }
   const int64_t vocab = model_config_.vocab_size;
   std::vector<float>& logits = step_logits_;
   logits.resize(size_t(logit_rows(batch) * vocab));
   const bool show_hidden = config_.drafter && config_.drafter->reads_hidden_states();
-  if (show_hidden) {
-    int64_t n_tokens = 0;
-    for (const ForwardSequence& seq : batch) n_tokens += int64_t(seq.tokens.size());
-    step_hidden_.resize(size_t(n_tokens * model_config_.hidden_size));
-  }
+  if (show_hidden) step_hidden_.resize(size_t(n_tokens * model_config_.hidden_size));
   try {
     const auto start = Clock::now();
     executor_.forward(batch, logits.data(), show_hidden ? step_hidden_.data() : nullptr);
     const double seconds = seconds_between(start, Clock::now());
     metrics_.forward_us += int64_t(seconds * 1e6);
-    if (std::none_of(plan.begin(), plan.end(), [](const ScheduledChunk& chunk) { return chunk.prefill; })) {
-      int64_t tokens = 0;
-      for (const ForwardSequence& seq : batch) tokens += int64_t(seq.tokens.size());
-      draft_policy_.record_forward(tokens, seconds);
-    }
+    if (std::none_of(plan.begin(), plan.end(), [](const ScheduledChunk& chunk) { return chunk.prefill; }))
+      draft_policy_.record_forward(n_tokens, seconds);
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
     for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());
@@ -377,9 +372,10 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   }
   int64_t row = 0;
   std::vector<int64_t> computed(plan.size());
+  std::vector<Request*> requests(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& chunk = plan[i];
-    Request& request = request_of(chunk.seq);
+    Request& request = *(requests[i] = &request_of(chunk.seq));
     float* chunk_logits = logits.data() + row * vocab;
     row += logit_rows(std::span(&batch[i], 1));
     if (batch[i].logits == ForwardSequence::Logits::All && !chunk.prefill) {
@@ -400,18 +396,18 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
       finish(request, "error", e.what());
     }
   }
-  if (show_hidden) show_hidden_states(plan, computed);
+  if (show_hidden) show_hidden_states(plan, requests, computed);
 }
 
 // Hands the drafter the hidden states of the positions each chunk computed, for the requests
 // that go on.
-void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<const int64_t> computed) {
+void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<Request* const> requests,
+                                std::span<const int64_t> computed) {
   std::vector<ObservedChunk> chunks;
   int64_t offset = 0;  // the chunk's first row in step_hidden_
   for (size_t i = 0; i < plan.size(); ++i) {
     const Sequence& seq = *plan[i].seq;
-    const auto request = std::find_if(active_.begin(), active_.end(), [&](const auto& r) { return &r->seq == &seq; });
-    if (computed[i] > 0 && !(*request)->done)
+    if (computed[i] > 0 && !requests[i]->done)
       chunks.push_back({seq.id, seq.tokens, plan[i].start, computed[i],
                         step_hidden_.data() + offset * model_config_.hidden_size});
     offset += int64_t(step_batch_[i].tokens.size());

@@ -125,7 +125,9 @@ class Engine {
   void run_step(const std::vector<ScheduledChunk>& plan);
   // Returns the positions it computed: the last token and the accepted drafts (0 on failure).
   int64_t emit_verified(Request& request, const ScheduledChunk& chunk, float* logits);  // logits: [1 + draft, vocab]
-  void show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<const int64_t> computed);
+  // Hands the drafter the hidden states of what each chunk computed (requests[i]: plan[i]'s).
+  void show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<Request* const> requests,
+                          std::span<const int64_t> computed);
   void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
