@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "engine/block_drafter.h"
 #include "engine/model_drafter.h"
 #include "engine/mtp_drafter.h"
 
@@ -48,17 +49,15 @@ std::string NgramDrafter::describe() const { return fmt::format("n-gram prompt l
 void check_drafter_spec(const std::string& spec) {
   if (spec == "ngram") return;
   const std::string kind = spec.substr(0, spec.find(':'));
-  if (kind == "draft") {
-    const std::string dir = spec.substr(kind.size() + 1);
-    MLA_CHECK(spec.size() > kind.size() && !dir.empty(), "--speculative draft:DIR needs the draft model's directory");
+  if (kind == "draft" || kind == "dflash" || kind == "dspark") {
+    const std::string dir = spec.size() > kind.size() ? spec.substr(kind.size() + 1) : "";
+    MLA_CHECK(!dir.empty(), "--speculative {}:DIR needs the draft model's directory", kind);
     MLA_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "config.json"),
               "--speculative {}: no config.json in '{}'", spec, dir);
     return;
   }
   if (spec == "mtp") return;
-  MLA_CHECK(kind != "dflash" && kind != "dspark",
-            "--speculative {}: the {} drafter is not implemented yet (available: ngram, mtp, draft:DIR)", spec, kind);
-  fail("unknown --speculative '{}' (ngram, mtp, draft:DIR; dflash:DIR and dspark:DIR are not implemented yet)", spec);
+  fail("unknown --speculative '{}' (ngram, mtp, draft:DIR, dflash:DIR, dspark:DIR)", spec);
 }
 
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, const CausalLM* target) {
@@ -68,8 +67,10 @@ std::unique_ptr<Drafter> make_drafter(const std::string& spec, const CausalLM* t
     MLA_CHECK(target != nullptr, "internal: the mtp drafter needs the target model");
     return std::make_unique<MtpDrafter>(next_token_module(*target));
   }
-  const std::string dir = spec.substr(spec.find(':') + 1);
-  return std::make_unique<DraftModelDrafter>(load_causal_lm(dir), dir);
+  const std::string kind = spec.substr(0, spec.find(':')), dir = spec.substr(spec.find(':') + 1);
+  if (kind == "draft") return std::make_unique<DraftModelDrafter>(load_causal_lm(dir), dir);
+  MLA_CHECK(target != nullptr, "internal: the {} drafter needs the target model", kind);
+  return std::make_unique<BlockDrafter>(std::make_unique<BlockDraftModel>(dir, *target), dir, kind == "dspark");
 }
 
 }  // namespace mlaserve

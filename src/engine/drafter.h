@@ -39,7 +39,7 @@ struct ObservedChunk {
   int64_t sequence_id;
   std::span<const int32_t> tokens;
   int64_t start, count;
-  const float* hidden;  // [count, hidden]: the target's final normed hidden states
+  const float* hidden;  // [count, layers x hidden]: the target's states the drafter asked for
 };
 
 class Drafter {
@@ -47,9 +47,10 @@ class Drafter {
   virtual ~Drafter() = default;
   // Called once by the engine that uses the drafter, before any proposal.
   virtual void prepare(const DraftBudget& budget) {}
-  // A drafter that reads the target's final hidden states (MTP) is shown every forward's,
-  // after its tokens were sampled or verified and before the next proposal.
-  virtual bool reads_hidden_states() const { return false; }
+  // A drafter that reads the target's hidden states (MTP, DFlash) names them (as HiddenStates'
+  // layers: decoder layer ids, or HiddenStates::kFinalNorm) and is shown every forward's, after
+  // its tokens were sampled or verified and before the next proposal.
+  virtual std::vector<int> hidden_state_layers() const { return {}; }
   virtual void observe(std::span<const ObservedChunk> chunks) {}
   // proposals[i]: at most requests[i].max_tokens tokens to follow requests[i].tokens.
   virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) = 0;
@@ -76,9 +77,10 @@ class NgramDrafter : public Drafter {
 void check_drafter_spec(const std::string& spec);
 
 // The drafter `--speculative` names: "ngram" (prompt lookup, n-grams of 1 to 4 tokens),
-// "draft:DIR" (the model in DIR, greedy, with a latent cache of its own) or "mtp" (the
-// target's own multi-token-prediction layer: `target` must be the loaded, unsharded model).
-// "dflash:DIR" and "dspark:DIR" are refused by name until they exist.
+// "draft:DIR" (the model in DIR, greedy, with a latent cache of its own), "mtp" (the target's
+// own multi-token-prediction layer), "dflash:DIR" or "dspark:DIR" (a block draft reading the
+// target's hidden states; dspark requires its Markov head). For mtp, dflash and dspark,
+// `target` must be the loaded, unsharded model, and outlive the drafter.
 std::unique_ptr<Drafter> make_drafter(const std::string& spec, const CausalLM* target = nullptr);
 
 }  // namespace mlaserve

@@ -110,6 +110,7 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   MLA_CHECK(!config_.drafter || state_bytes_ == 0,
             "speculative decoding is not implemented for models with recurrent (KDA) layers: their state cannot "
             "be rolled back to the last accepted token yet");
+  if (config_.drafter) hidden_layers_ = config_.drafter->hidden_state_layers();
   if (config_.drafter)
     config_.drafter->prepare({model_config_.vocab_size, blocks_.total_blocks() * config_.block_size, config_.block_size,
                               config_.cache_dtype, config_.scheduler.max_num_seqs, config_.num_draft_tokens});
@@ -356,11 +357,12 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   const int64_t vocab = model_config_.vocab_size;
   std::vector<float>& logits = step_logits_;
   logits.resize(size_t(logit_rows(batch) * vocab));
-  const bool show_hidden = config_.drafter && config_.drafter->reads_hidden_states();
-  if (show_hidden) step_hidden_.resize(size_t(n_tokens * model_config_.hidden_size));
+  const bool show_hidden = !hidden_layers_.empty();
+  if (show_hidden) step_hidden_.resize(size_t(n_tokens * hidden_width()));
+  const HiddenStates hidden{hidden_layers_, step_hidden_.data()};
   try {
     const auto start = Clock::now();
-    executor_.forward(batch, logits.data(), show_hidden ? step_hidden_.data() : nullptr);
+    executor_.forward(batch, logits.data(), show_hidden ? &hidden : nullptr);
     const double seconds = seconds_between(start, Clock::now());
     metrics_.forward_us += int64_t(seconds * 1e6);
     if (std::none_of(plan.begin(), plan.end(), [](const ScheduledChunk& chunk) { return chunk.prefill; }))
@@ -409,7 +411,7 @@ void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::sp
     const Sequence& seq = *plan[i].seq;
     if (computed[i] > 0 && !requests[i]->done)
       chunks.push_back({seq.id, seq.tokens, plan[i].start, computed[i],
-                        step_hidden_.data() + offset * model_config_.hidden_size});
+                        step_hidden_.data() + offset * hidden_width()});
     offset += int64_t(step_batch_[i].tokens.size());
   }
   if (chunks.empty()) return;

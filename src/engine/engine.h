@@ -128,6 +128,7 @@ class Engine {
   // Hands the drafter the hidden states of what each chunk computed (requests[i]: plan[i]'s).
   void show_hidden_states(const std::vector<ScheduledChunk>& plan, std::span<Request* const> requests,
                           std::span<const int64_t> computed);
+  int64_t hidden_width() const { return int64_t(hidden_layers_.size()) * model_config_.hidden_size; }
   void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
@@ -165,7 +166,8 @@ class Engine {
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only
   std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)
   std::vector<float> step_logits_;
-  std::vector<float> step_hidden_;  // the target's final hidden states, for a drafter that reads them
+  std::vector<int> hidden_layers_;  // the target's states the drafter reads (none: it reads none)
+  std::vector<float> step_hidden_;  // [n_tokens, hidden_layers_ x hidden]
   std::vector<Request*> drafting_;  // propose_drafts' (engine thread only)
   std::vector<DraftRequest> draft_requests_;
   DraftPolicy draft_policy_;

@@ -36,8 +36,8 @@ class ModelExecutor {
   // Gives every rank a cache pool of `bytes` (once); returns rank 0's: the pool the views name.
   virtual void* allocate_cache(size_t bytes) = 0;
   // Runs the batch on every rank, each in its own pool; logits: [logit_rows(batch), vocab];
-  // final_hidden: rank 0's CausalLM::forward final_hidden (every rank's residual is whole).
-  virtual void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) = 0;
+  // hidden: rank 0's CausalLM::forward hidden states (every rank's residual is whole).
+  virtual void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) = 0;
   // Copies bytes [from, from + bytes) of every rank's pool to [to, to + bytes) of the same pool
   // (recurrent-state snapshots).
   virtual void copy_in_cache(int64_t from, int64_t to, int64_t bytes) = 0;
@@ -58,8 +58,8 @@ class SingleRankExecutor : public ModelExecutor {
   const ModelConfig& config() const override { return model_.config(); }
   std::string describe() const override { return "1 rank"; }
   void* allocate_cache(size_t bytes) override;
-  void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) override {
-    model_.forward(batch, logits, final_hidden);
+  void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) override {
+    model_.forward(batch, logits, hidden);
   }
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
 

@@ -130,9 +130,9 @@ class MpiLeaderExecutor : public ModelExecutor {
     place_cache_pool(pool_.get(), bytes, placement_.nodes);
     return pool_.get();
   }
-  void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) override {
+  void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) override {
     send_forward(*comm_, batch);
-    shard_->forward(batch, logits, final_hidden);
+    shard_->forward(batch, logits, hidden);
   }
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override {
     send_copy_in_cache(*comm_, from, to, bytes);

@@ -20,7 +20,7 @@ class MtpDrafter : public Drafter {
  public:
   explicit MtpDrafter(std::unique_ptr<DeepseekMtp> module);
   void prepare(const DraftBudget& budget) override;
-  bool reads_hidden_states() const override { return true; }
+  std::vector<int> hidden_state_layers() const override { return {HiddenStates::kFinalNorm}; }
   void observe(std::span<const ObservedChunk> chunks) override;
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) override;
   void release(int64_t sequence_id) override;

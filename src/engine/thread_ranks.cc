@@ -84,7 +84,7 @@ void ThreadParallelModel::run_on_all_ranks(const std::function<void(int)>& job) 
 }
 
 void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float* logits,
-                                  std::span<void* const> rank_pools, float* final_hidden) {
+                                  std::span<void* const> rank_pools, const HiddenStates* hidden) {
   MLA_CHECK(int(rank_pools.size()) == size(), "{} cache pools for {} ranks", rank_pools.size(), size());
   const size_t rows = size_t(logit_rows(batch));
   for (int rank = 0; rank < size(); ++rank) {
@@ -92,11 +92,11 @@ void ThreadParallelModel::forward(std::span<const ForwardSequence> batch, float*
     for (auto& seq : rank_batches_[size_t(rank)]) seq.cache.pool = rank_pools[size_t(rank)];
     if (rank > 0) rank_logits_[size_t(rank)].resize(rows * size_t(config_.vocab_size));
   }
-  final_hidden_ = final_hidden;
+  hidden_ = hidden;
   // Two pointers captured: std::function holds them in place, without allocating.
   run_on_all_ranks([this, logits](int rank) {
     shards_[size_t(rank)]->forward(rank_batches_[size_t(rank)], rank == 0 ? logits : rank_logits_[size_t(rank)].data(),
-                                   rank == 0 ? final_hidden_ : nullptr);
+                                   rank == 0 ? hidden_ : nullptr);
   });
 }
 
@@ -112,8 +112,8 @@ void* ThreadRanksExecutor::allocate_cache(size_t bytes) {
   return pool_addresses_[0];
 }
 
-void ThreadRanksExecutor::forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden) {
-  ranks_.forward(batch, logits, pool_addresses_, final_hidden);
+void ThreadRanksExecutor::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden) {
+  ranks_.forward(batch, logits, pool_addresses_, hidden);
 }
 
 void ThreadRanksExecutor::copy_in_cache(int64_t from, int64_t to, int64_t bytes) {

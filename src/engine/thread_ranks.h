@@ -29,9 +29,9 @@ class ThreadParallelModel {
 
   // The batch on every rank, rank r reading and writing its latent cache in rank_pools[r]
   // (same layout and block tables as the pool the batch's views name); rank 0's logits and
-  // final hidden states.
+  // hidden states.
   void forward(std::span<const ForwardSequence> batch, float* logits, std::span<void* const> rank_pools,
-               float* final_hidden = nullptr);
+               const HiddenStates* hidden = nullptr);
 
  private:
   void run_on_all_ranks(const std::function<void(int rank)>& job);
@@ -52,7 +52,7 @@ class ThreadParallelModel {
   // A step's batch as each rank sees it (its own cache pool) and ranks 1..'s logits, reused.
   std::vector<std::vector<ForwardSequence>> rank_batches_;
   std::vector<std::vector<float>> rank_logits_;
-  float* final_hidden_ = nullptr;  // the step's, for rank 0
+  const HiddenStates* hidden_ = nullptr;  // the step's, for rank 0
 };
 
 // The engine's executor over thread ranks: a ThreadParallelModel and a cache pool per rank.
@@ -63,7 +63,7 @@ class ThreadRanksExecutor : public ModelExecutor {
   int ranks() const override { return ranks_.size(); }
   std::string describe() const override;
   void* allocate_cache(size_t bytes) override;
-  void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) override;
+  void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) override;
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
   double collective_seconds() const override { return ranks_.collective_seconds(0); }
   const RankPlacement& placement(int rank) const { return ranks_.placement(rank); }

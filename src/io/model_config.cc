@@ -331,15 +331,55 @@ ModelConfig parse_model_config(const json& outer_config) {
   return config;
 }
 
-ModelConfig load_model_config(const std::string& model_dir) {
+namespace {
+
+json read_config_json(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
-  json config;
   try {
-    config = json::parse(read_text_file(path));
+    return json::parse(read_text_file(path));
   } catch (const json::exception& e) {
     fail("'{}': not valid JSON: {}", path, e.what());
   }
-  return parse_model_config(config);
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& model_dir) { return parse_model_config(read_config_json(model_dir)); }
+
+BlockDraftConfig load_block_draft_config(const std::string& model_dir) {
+  const json config = read_config_json(model_dir);
+  BlockDraftConfig draft;
+  draft.vocab_size = get_int(config, "vocab_size");
+  draft.hidden_size = get_int(config, "hidden_size");
+  draft.intermediate_size = get_int(config, "intermediate_size");
+  draft.num_hidden_layers = get_int(config, "num_hidden_layers");
+  draft.num_attention_heads = get_int(config, "num_attention_heads");
+  draft.num_key_value_heads = get_int(config, "num_key_value_heads", draft.num_attention_heads);
+  MLA_CHECK(draft.num_attention_heads > 0 && draft.num_key_value_heads > 0 &&
+                draft.num_attention_heads % draft.num_key_value_heads == 0,
+            "config.json: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+            draft.num_attention_heads, draft.num_key_value_heads);
+  draft.head_dim = get_int(config, "head_dim", draft.hidden_size / draft.num_attention_heads);
+  draft.rms_norm_eps = get_double(config, "rms_norm_eps", draft.rms_norm_eps);
+  draft.rope_theta = get_double(config, "rope_theta", draft.rope_theta);
+  MLA_CHECK(find_key(config, "rope_scaling") == nullptr, "config.json: a block draft's rope_scaling is not supported");
+  MLA_CHECK(!get_bool(config, "attention_bias", false), "config.json: a block draft's attention_bias is not supported");
+  const json* block = find_key(config, "dflash_config");
+  MLA_CHECK(block != nullptr && block->is_object(), "config.json: 'dflash_config' (an object) is missing");
+  draft.block_size = get_int(*block, "block_size", get_int(config, "block_size", std::nullopt));
+  MLA_CHECK(draft.block_size >= 2, "config.json: block_size must be at least 2, got {}", draft.block_size);
+  draft.mask_token_id = int32_t(get_int(*block, "mask_token_id"));
+  MLA_CHECK(draft.mask_token_id >= 0 && draft.mask_token_id < draft.vocab_size,
+            "config.json: mask_token_id {} is outside the vocabulary of {}", draft.mask_token_id, draft.vocab_size);
+  const json* layers = find_key(*block, "target_layer_ids");
+  MLA_CHECK(layers != nullptr && layers->is_array() && !layers->empty(),
+            "config.json: dflash_config.target_layer_ids (a non-empty list) is missing");
+  for (const json& layer : *layers) {
+    MLA_CHECK(layer.is_number_integer() && layer.get<int64_t>() >= 0,
+              "config.json: target_layer_ids must be layer indices, got {}", layer.dump());
+    draft.target_layer_ids.push_back(layer.get<int>());
+  }
+  return draft;
 }
 
 }  // namespace mlaserve

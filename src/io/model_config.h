@@ -90,4 +90,22 @@ struct ModelConfig {
 ModelConfig parse_model_config(const nlohmann::json& config);  // throws Error naming the key
 ModelConfig load_model_config(const std::string& model_dir);     // reads DIR/config.json
 
+// A block draft model's config.json (z-lab's DFlashDraftModel: Qwen3-style layers, and
+// block_size, dflash_config.mask_token_id and .target_layer_ids).
+struct BlockDraftConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // default hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  int64_t block_size = 0;   // positions a draft forward fills: the last committed token, then masks
+  int32_t mask_token_id = 0;
+  std::vector<int> target_layer_ids;  // the target's decoder layers whose states are the context
+};
+BlockDraftConfig load_block_draft_config(const std::string& model_dir);  // throws Error naming the key
+
 }  // namespace mlaserve

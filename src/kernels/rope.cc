@@ -21,8 +21,9 @@ double yarn_get_mscale(double scale, double mscale) {
   return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
 
-RotaryEmbedding::RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn_scaling)
-    : dim_(dim) {
+RotaryEmbedding::RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn_scaling,
+                                 RotaryPairing pairing)
+    : dim_(dim), pairing_(pairing) {
   MLA_CHECK(dim_ > 0 && dim_ % 2 == 0 && dim_ <= kMaxRopeDim,
             "qk_rope_head_dim {} must be even and at most {}", dim_, kMaxRopeDim);
   const int64_t half = dim_ / 2;
@@ -59,8 +60,9 @@ void RotaryEmbedding::apply(float* x, int64_t position, int64_t n_slices, int64_
     float* v = x + slice * stride;
     float permuted[kMaxRopeDim];
     for (int64_t i = 0; i < half; ++i) {
-      permuted[i] = v[2 * i];
-      permuted[i + half] = v[2 * i + 1];
+      const bool interleaved = pairing_ == RotaryPairing::Interleaved;
+      permuted[i] = interleaved ? v[2 * i] : v[i];
+      permuted[i + half] = interleaved ? v[2 * i + 1] : v[i + half];
     }
     for (int64_t i = 0; i < half; ++i) {
       v[i] = permuted[i] * cos_a[i] - permuted[i + half] * sin_a[i];

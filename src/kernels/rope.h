@@ -26,11 +26,16 @@ struct YarnScaling {
 // YaRN's attention scaling mscale(s, m) = 0.1 m ln s + 1 (1 for s <= 1).
 double yarn_get_mscale(double scale, double mscale);
 
+// Which features a rotation pairs: DeepSeek-V3's checkpoints store the rope slice interleaved
+// (pairs 2i, 2i + 1, permuted first as above); Llama / Qwen3 layers pair i with i + dim / 2.
+enum class RotaryPairing { Interleaved, Halves };
+
 class RotaryEmbedding {
  public:
   // dim: qk_rope_head_dim; theta: rope_theta.
-  RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn);
-  // Rotates x[0..dim) in place for `position`; x is in checkpoint (interleaved) order. With
+  RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn,
+                  RotaryPairing pairing = RotaryPairing::Interleaved);
+  // Rotates x[0..dim) in place for `position`; x is in checkpoint order (see pairing). With
   // n_slices > 1, the slices x + i * stride (every head of a token) alike, the angles' cosines
   // and sines computed once for all of them (double-precision sin/cos were most of the cost).
   void apply(float* x, int64_t position, int64_t n_slices = 1, int64_t stride = 0) const;
@@ -42,6 +47,7 @@ class RotaryEmbedding {
   int64_t dim_;
   std::vector<double> inv_freq_;   // [dim / 2]
   double attention_factor_ = 1.0;  // YaRN: mscale(s, mscale) / mscale(s, mscale_all_dim)
+  RotaryPairing pairing_;
 };
 
 }  // namespace mlaserve

@@ -30,6 +30,16 @@ struct ForwardSequence {
 // Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
 int64_t logit_rows(std::span<const ForwardSequence> batch);
 
+// Hidden states a forward hands a drafter: every token's states of `layers`, side by side, in
+// batch order: data is [n_tokens, layers.size() x hidden]. Layer i >= 0 is the residual stream
+// after decoder layer i (before the final norm, also for the last layer); kFinalNorm is the
+// final normed state the LM head reads.
+struct HiddenStates {
+  static constexpr int kFinalNorm = -1;
+  std::span<const int> layers;
+  float* data = nullptr;
+};
+
 // A batch laid out as one token matrix: each sequence's slice of it and the rows that need
 // logits. layout_batch refills `layout` (a forward keeps one a thread, so its vectors keep
 // their capacity from step to step); throws Error for an empty sequence or one that overruns
@@ -87,9 +97,9 @@ class CausalLM {
 
   // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
   // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].
-  // final_hidden (a drafter's input; not every family gives it): [n_tokens, hidden], every
-  // token's final normed hidden state, in batch order.
-  virtual void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) const = 0;
+  // hidden (a drafter's input; not every family gives it): the states it names, of every token.
+  virtual void forward(std::span<const ForwardSequence> batch, float* logits,
+                       const HiddenStates* hidden = nullptr) const = 0;
 
   // This rank's shard, sharing the mapped checkpoint; its forward runs the collectives on
   // `comm` (which must outlive it). Throws Error when the heads do not divide by the size.

@@ -354,8 +354,8 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
   mix_into_residual(*weights_.output_attn_res);
 }
 
-void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden) const {
-  MLA_CHECK(final_hidden == nullptr, "{} does not give its hidden states to a drafter", config_.model_type);
+void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden_states) const {
+  MLA_CHECK(hidden_states == nullptr, "{} does not give its hidden states to a drafter", config_.model_type);
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
   layout_batch(batch, layout);

@@ -52,7 +52,8 @@ class KimiLinearModel : public CausalLM {
   void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const override;
   double routed_expert_bytes() const override;
   double active_weight_bytes_per_token() const override;
-  void forward(std::span<const ForwardSequence> batch, float* logits, float* final_hidden = nullptr) const override;
+  void forward(std::span<const ForwardSequence> batch, float* logits,
+               const HiddenStates* hidden = nullptr) const override;
   using CausalLM::forward;
   // KDA and MLA heads split alike (TP 8 of 96 heads: 12 each), MLP/MoE as for DeepSeek-V3;
   // embedding, LM head, norms, routers, LatentMoE projections and attention residuals are

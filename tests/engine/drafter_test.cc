@@ -1,5 +1,5 @@
 // Prompt lookup proposes what followed the latest earlier occurrence of the longest suffix
-// it finds; the drafters not implemented yet are refused by name.
+// it finds; what --speculative may not name is refused by name.
 #include "engine/drafter.h"
 
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ TEST(NgramDrafter, MinimumLengthIsRespected) {
 TEST(MakeDrafter, NamesWhatItRefuses) {
   EXPECT_EQ(make_drafter("ngram")->describe(), "n-gram prompt lookup (1..4 tokens)");
   check_drafter_spec("mtp");
-  for (const char* spec : {"dflash:models/kjv-dflash", "dspark:x", "draft:", "draft:/nonexistent"})
+  for (const char* spec : {"dflash:", "dspark:/nonexistent", "draft:", "draft:/nonexistent", "eagle:x"})
     EXPECT_THROW(check_drafter_spec(spec), Error) << spec;
   try {
     make_drafter("medusa");

@@ -239,6 +239,32 @@ TEST(Engine, MtpSpeculativeGreedyEqualsPlainAloneAndInABatch) {
   EXPECT_GT(accepted, 0.3);
 }
 
+// The trained block draft (models/kjv-dflash, with its Markov head: dspark) reading models/kjv's
+// layers 1, 3 and 5: lossless alone and in a batch, with drafts accepted (fp32 cache, as above).
+TEST(Engine, BlockDraftSpeculativeGreedyEqualsPlainAloneAndInABatch) {
+  const std::string kjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
+  const auto model = load_causal_lm(kjv);
+  const auto tokenizer = Tokenizer::load(kjv);
+  EngineConfig plain;
+  plain.cache_dtype = CacheDType::F32;
+  plain.block_size = 4;
+  plain.kv_cache_tokens = 4 * 100;
+  plain.scheduler.chunked_prefill_size = 32;
+  const double accepted = expect_speculative_greedy_equals_plain(
+      *model, *tokenizer, plain, [&] { return make_drafter("dspark:" + kjv + "-dflash", model.get()); });
+  EXPECT_GT(accepted, 0.2);
+}
+
+TEST_F(MicroEngine, BlockDraftNeedsTheTargetsVocabulary) {
+  try {
+    make_drafter(std::string("dflash:") + MLASERVE_MODELS_DIR + "/kjv-dflash", model_.get());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the block draft's vocabulary (4096) is not the target's"), std::string::npos)
+        << e.what();
+  }
+}
+
 // The first token emitted by verifying a draft, over 20,000 seeds, against the target's
 // distribution at temperature 1 with top-k 6 and top-p 0.9 (chi-square over the kept tokens,
 // 1% level); an engine that emitted the draft whenever the target gave it any probability

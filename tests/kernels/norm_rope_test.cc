@@ -85,5 +85,22 @@ TEST(Rope, EveryHeadOfATokenMatchesTheReference) {
   }
 }
 
+// Llama / Qwen3 rotate_half on features as stored: x_i pairs with x_{i + d/2}.
+TEST(Rope, HalvesPairingRotatesFeatureIWithFeatureIPlusHalf) {
+  const RotaryEmbedding rope(64, 1e6, std::nullopt, RotaryPairing::Halves);
+  const int64_t half = rope.dim() / 2;
+  for (const int64_t position : {0, 5, 999}) {
+    const auto x = testing::random_vector(size_t(rope.dim()), uint64_t(70 + position));
+    std::vector<float> got = x, want(x.size());
+    rope.apply(got.data(), position);
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(position) * std::pow(1e6, -double(2 * i) / double(rope.dim()));
+      want[size_t(i)] = float(x[size_t(i)] * std::cos(angle) - x[size_t(i + half)] * std::sin(angle));
+      want[size_t(i + half)] = float(x[size_t(i + half)] * std::cos(angle) + x[size_t(i)] * std::sin(angle));
+    }
+    EXPECT_TRUE(testing::relative_close(got, want, 1e-6)) << "position " << position;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve

@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
   SequenceCache target_cache(config, n);
   std::vector<float> hidden(static_cast<size_t>(n * width)), logits(static_cast<size_t>(vocab));
   const ForwardSequence whole{ids, 0, target_cache.view(), MlaPath::Auto, ForwardSequence::Logits::Last};
-  model->forward(std::span(&whole, 1), logits.data(), hidden.data());
+  const int final_norm = HiddenStates::kFinalNorm;
+  const HiddenStates final_states{std::span(&final_norm, 1), hidden.data()};
+  model->forward(std::span(&whole, 1), logits.data(), &final_states);
   write_npy_f32(out + "/hidden.npy", hidden.data(), {n, width});
 
   const std::span<const int32_t> next(ids.data() + 1, size_t(n - 1));

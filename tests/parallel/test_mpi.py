@@ -90,7 +90,7 @@ def main():
     kjv_prompt = "And God said, Let there be light: and there was light. And God said"
     plain = subprocess.run([binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256"], capture_output=True,
                            text=True)
-    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft")):
+    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft"), "dflash:" + os.path.join(models, "kjv-dflash")):
         speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256",
                              "--speculative", drafter, "--draft-policy", "fixed")
         accepted = re.search(r"(\d+) accepted", speculative.stderr)

@@ -118,7 +118,7 @@ def main():
     kjv = os.path.join(models, "kjv")
     kjv_prompt = "And God said, Let there be light: and there was light. And God said"
     plain = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256")
-    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft")):
+    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft"), "dflash:" + os.path.join(models, "kjv-dflash")):
         speculative = run(binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256", "--tp", "2",
                           "--speculative", drafter, "--draft-policy", "fixed")
         accepted = re.search(r"(\d+) accepted", speculative.stderr)

@@ -150,12 +150,18 @@ def head(w, cfg):
     return w.get("model.embed_tokens.weight") if cfg.get("tie_word_embeddings") else w.linear("lm_head")
 
 
-def final_hidden(cfg, w, ids):
-    """The final normed hidden state of every position [tokens, hidden]."""
-    h = w.get("model.embed_tokens.weight")[ids]
+def layer_states(cfg, w, ids):
+    """The residual stream after every decoder layer [layers][tokens, hidden] (before the final norm)."""
+    states, h = [], w.get("model.embed_tokens.weight")[ids]
     for i in range(cfg["num_hidden_layers"]):
         h = decoder_layer(w, cfg, i, h)
-    return rms_norm(h, w.get("model.norm.weight"), cfg.get("rms_norm_eps", 1e-6))
+        states.append(h)
+    return states
+
+
+def final_hidden(cfg, w, ids):
+    """The final normed hidden state of every position [tokens, hidden]."""
+    return rms_norm(layer_states(cfg, w, ids)[-1], w.get("model.norm.weight"), cfg.get("rms_norm_eps", 1e-6))
 
 
 def mtp(cfg, w, hidden, next_ids):

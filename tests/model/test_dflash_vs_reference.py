@@ -1,0 +1,74 @@
+"""Block drafts as mlaserve runs them (model/dflash.h, through dflash_dump) against the float64
+NumPy reference (dflash_ref), on random targets written by make-model and random block drafts
+written by dflash_ref.write_random: the target's hidden states at target_layer_ids, the last
+normed states of two blocks drafted in one batch (different context lengths, one context
+written in two pieces), and their logits and greedy tokens — with a Markov head and the target's
+LM head, and without one but with a head of the draft's own — all within EXACT_BOUND.
+Usage: test_dflash_vs_reference.py MLASERVE DFLASH_DUMP WORK_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import deepseek_v3_ref as ref  # noqa: E402
+import dflash_ref  # noqa: E402
+from bounds import EXACT_BOUND, relative_error  # noqa: E402
+from checkpoint import read_checkpoint, to_float  # noqa: E402
+from checklist import check, finish  # noqa: E402
+
+
+def draft_config(target_cfg, heads, kv_heads, layers, markov_rank):
+    return {"vocab_size": target_cfg["vocab_size"], "hidden_size": target_cfg["hidden_size"], "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": 16,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "block_size": 5,
+            "dflash_config": {"block_size": 5, "mask_token_id": 7, "target_layer_ids": layers,
+                              "markov_rank": markov_rank}}
+
+
+def run_case(binary, dump, work, name, dtype, seed, heads, kv_heads, layers, markov_rank, own_head):
+    target = os.path.join(work, name.replace(" ", "_") + "_target")
+    draft = os.path.join(work, name.replace(" ", "_") + "_draft")
+    subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", dtype, "--seed", str(seed), target],
+                   check=True, capture_output=True)
+    cfg, w = ref.load(target, "exact")
+    layers = [cfg["num_hidden_layers"] - 1 if layer < 0 else layer for layer in layers]
+    dcfg = draft_config(cfg, heads, kv_heads, layers, markov_rank)
+    dflash_ref.write_random(draft, dcfg, seed, markov_rank, own_head)
+    ids = np.random.default_rng(seed).integers(0, cfg["vocab_size"], size=12)
+    subprocess.run([dump, target, draft, draft, ",".join(map(str, ids))], check=True, capture_output=True)
+    got = {k: np.load(os.path.join(draft, k + ".npy")).astype(np.float64) for k in ("features", "states", "logits", "tokens")}
+
+    states = ref.layer_states(cfg, w, ids[:-1])
+    features = np.concatenate([states[layer] for layer in layers], -1)
+    error = relative_error(got["features"], features)
+    check(f"{name}: target states at layers {layers}, max rel error {error:.1e}", error <= EXACT_BOUND)
+    t = {k: to_float(*v) for k, v in read_checkpoint(draft).items()}
+    embed = w.get("model.embed_tokens.weight")
+    head = t["lm_head.weight"] if own_head else ref.head(w, cfg)
+    n, block = len(ids), dcfg["block_size"]
+    for b, (context, first) in enumerate([(n - 1, ids[n - 1]), (n - 4, ids[n - 4])]):
+        want = dflash_ref.block_states(dcfg, t, embed, features[:context], first)
+        error = relative_error(got["states"][b * block:(b + 1) * block], want)
+        check(f"{name}: block after {context} positions, last normed states, max rel error {error:.1e}",
+              error <= EXACT_BOUND)
+        logits, tokens = dflash_ref.draft(t, head, want, first)
+        rows = slice(b * (block - 1), (b + 1) * (block - 1))
+        error = relative_error(got["logits"][rows], logits)
+        check(f"{name}: its {block - 1} drafted positions' logits, max rel error {error:.1e}; tokens {tokens} "
+              f"are the reference's", error <= EXACT_BOUND and got["tokens"][rows].astype(int).tolist() == tokens)
+
+
+def main():
+    binary, dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(work, exist_ok=True)
+    run_case(binary, dump, work, "f32 GQA Markov", "f32", 11, 4, 2, [0, -1], 8, False)
+    run_case(binary, dump, work, "bf16 own head", "bf16", 12, 2, 2, [1], 0, True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
