@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Speculative decoding measured as served: for no drafter and each drafter of the trained model
-# (n-gram, its MTP layer, the dense draft model), each with a fixed draft length and with the
+# (n-gram, its MTP layer, the dense draft model, the DFlash block draft), each with a fixed draft length and with the
 # adaptive policy, start `mlaserve serve` on models/kjv, run bench-serve at concurrency 1, 4 and
 # 16 (random prompts, fixed lengths, --ignore-eos) REPEATS times, and print the median of each
 # figure: output tok/s, median per-user tok/s, mean TTFT and the accept length (tokens a
@@ -14,7 +14,8 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 # One server a configuration, all started first; the runs then alternate between them, so a
 # slow spell of the machine falls on every configuration alike.
-runs=(none ngram/fixed ngram/adaptive mtp/fixed mtp/adaptive draft:models/kjv-draft/fixed draft:models/kjv-draft/adaptive)
+runs=(none ngram/fixed ngram/adaptive mtp/fixed mtp/adaptive draft:models/kjv-draft/fixed draft:models/kjv-draft/adaptive
+      dflash:models/kjv-dflash/fixed dflash:models/kjv-dflash/adaptive)
 names=()
 for i in "${!runs[@]}"; do
   run=${runs[$i]} flags=()
@@ -40,7 +41,8 @@ import json, statistics, sys
 work, repeats = sys.argv[1], int(sys.argv[2])
 print("| drafter | draft length | concurrency | output tok/s | per-user tok/s | mean TTFT (ms) | accept length |")
 print("|---|---|---|---|---|---|---|")
-for drafter in ("none", "ngram-fixed", "ngram-adaptive", "mtp-fixed", "mtp-adaptive", "draft-fixed", "draft-adaptive"):
+for drafter in ("none", "ngram-fixed", "ngram-adaptive", "mtp-fixed", "mtp-adaptive", "draft-fixed", "draft-adaptive",
+                "dflash-fixed", "dflash-adaptive"):
     runs = [json.load(open(f"{work}/{drafter}-{r}.json"))["runs"] for r in range(1, repeats + 1)]
     for level in range(len(runs[0])):
         pick = lambda f: statistics.median(f(rs[level]) for rs in runs)

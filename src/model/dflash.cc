@@ -11,12 +11,15 @@
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
+#include "kernels/simd.h"
 #include "model/deepseek_v3.h"
 
 namespace mlaserve {
 namespace {
 
-BlockDraftLayerWeights load_layer(WeightLoader& loader, const BlockDraftConfig& config, int64_t index) {
+// The layer's linear weights from the checkpoint, BF16 ones repacked into `copies`.
+BlockDraftLayerWeights load_layer(WeightLoader& loader, WeightCopies& copies, const BlockDraftConfig& config,
+                                  int64_t index) {
   const std::string prefix = fmt::format("layers.{}", index);
   const int64_t hidden = config.hidden_size, d = config.head_dim;
   BlockDraftLayerWeights layer;
@@ -29,6 +32,9 @@ BlockDraftLayerWeights load_layer(WeightLoader& loader, const BlockDraftConfig& 
   layer.q_norm = loader.vector(prefix + ".self_attn.q_norm.weight", d);
   layer.k_norm = loader.vector(prefix + ".self_attn.k_norm.weight", d);
   layer.mlp = load_mlp_weights(loader, prefix + ".mlp", hidden, config.intermediate_size);
+  for (LinearWeight* weight : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.mlp.gate_proj,
+                               &layer.mlp.up_proj, &layer.mlp.down_proj})
+    *weight = repack_bf16_panels(*weight, copies);
   return layer;
 }
 
@@ -56,18 +62,19 @@ BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& t
   const int64_t hidden = config_.hidden_size, features = int64_t(config_.target_layer_ids.size()) * target_config.hidden_size;
   MLA_CHECK(hidden == target_config.hidden_size, "the block draft's hidden_size {} is not the target's {}", hidden,
             target_config.hidden_size);
-  fc_ = loader_.linear("fc", hidden, features);
+  fc_ = repack_bf16_panels(loader_.linear("fc", hidden, features), copies_);
   hidden_norm_ = loader_.vector("hidden_norm.weight", hidden);
   norm_ = loader_.vector("norm.weight", hidden);
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(loader_, config_, i));
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(loader_, copies_, config_, i));
   embed_tokens_ = checkpoint_.contains("embed_tokens.weight") ? loader_.dense("embed_tokens.weight", config_.vocab_size, hidden)
                                                               : deepseek.weights().embed_tokens;
-  lm_head_ = checkpoint_.contains("lm_head.weight") ? loader_.linear("lm_head", config_.vocab_size, hidden)
-                                                    : deepseek.weights().lm_head;
+  lm_head_ = checkpoint_.contains("lm_head.weight")
+                 ? repack_bf16_panels(loader_.linear("lm_head", config_.vocab_size, hidden), copies_)
+                 : deepseek.weights().lm_head;
   if (checkpoint_.contains("markov_w1")) {
     const int64_t rank = checkpoint_.get("markov_w1").shape.at(1);
     markov_w1_ = loader_.dense("markov_w1", config_.vocab_size, rank);
-    markov_w2_ = loader_.dense("markov_w2", config_.vocab_size, rank);
+    markov_w2_ = repack_bf16_panels(loader_.dense("markov_w2", config_.vocab_size, rank), copies_);
   }
   for (const auto& name : checkpoint_.unused_names())  // a DSpark confidence head drafts nothing
     MLA_CHECK(name.starts_with("confidence"), "unexpected tensor '{}' (shape {}) in the block draft {}", name,
@@ -130,7 +137,7 @@ void BlockDraftModel::attention(const BlockDraftLayerWeights& layer, int64_t ind
   const float *queries = q.data(), *block_keys = k.data(), *block_values = v.data();
   float* results = mixed.data();
   thread_pool().parallel_for(int64_t(blocks.size()) * kv, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> keys, values, scores;
+    thread_local std::vector<float> keys, values, scores;  // the worker's own
     for (int64_t task = begin; task < end; ++task) {
       const DraftBlock& block = blocks[size_t(task / kv)];
       const int64_t g = task % kv, first = task / kv * B, n_keys = block.context + B;
@@ -148,11 +155,7 @@ void BlockDraftModel::attention(const BlockDraftLayerWeights& layer, int64_t ind
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t t = 0; t < B; ++t) {
           const float* query = queries + ((first + t) * heads + h) * d;
-          for (int64_t j = 0; j < n_keys; ++j) {
-            float dot = 0;
-            for (int64_t i = 0; i < d; ++i) dot += query[i] * keys[size_t(j * d + i)];
-            scores[size_t(j)] = dot * scale;
-          }
+          for (int64_t j = 0; j < n_keys; ++j) scores[size_t(j)] = simd::dot_f32(query, keys.data() + j * d, d) * scale;
           softmax_in_place(scores.data(), n_keys);
           float* result = results + ((first + t) * heads + h) * d;
           std::fill(result, result + d, 0.0f);
@@ -194,7 +197,9 @@ void BlockDraftModel::logits(const float* states, int64_t n, float* logits) cons
 
 void BlockDraftModel::add_markov_logits(int32_t previous, float* logits) const {
   MLA_CHECK(has_markov_head(), "internal: the block draft has no Markov head");
-  std::vector<float> low_rank(size_t(markov_w1_.cols)), markov(size_t(config_.vocab_size));
+  thread_local std::vector<float> low_rank, markov;
+  low_rank.resize(size_t(markov_w1_.cols));
+  markov.resize(size_t(config_.vocab_size));
   dequantize_row(markov_w1_, previous, low_rank.data());
   linear(markov_w2_, low_rank.data(), 1, markov.data());
   for (int64_t i = 0; i < config_.vocab_size; ++i) logits[i] += markov[size_t(i)];

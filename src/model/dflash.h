@@ -73,6 +73,7 @@ class BlockDraftModel {
   Checkpoint checkpoint_;
   ModelConfig loader_config_;  // a plain (unquantized) checkpoint for the loader
   WeightLoader loader_;
+  WeightCopies copies_;  // the layers' BF16 weights in the CPU kernels' panels
   LinearWeight fc_, embed_tokens_, lm_head_, markov_w1_, markov_w2_;
   const float* hidden_norm_ = nullptr;
   const float* norm_ = nullptr;
