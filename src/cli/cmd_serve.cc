@@ -47,16 +47,18 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   const int64_t per_token = model.kv_bytes_per_token(int64_t(cache_dtype_size(config.cache_dtype)));
   double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
                                           : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
-  // Recurrent (KDA) state: one slot per running sequence plus the prefix-cache snapshots,
-  // taken from the same budget.
+  // Recurrent (KDA) state: one slot per running sequence, the prefix-cache snapshots and, with a
+  // drafter, each verifying sequence's copy from before its step (rejected drafts roll back to
+  // it), taken from the same budget.
   config.state_snapshots = options.state_snapshots >= 0 ? options.state_snapshots : options.scheduler.max_num_seqs;
-  const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots;
+  const int64_t backups = options.speculative.speculative.empty() ? 0 : options.scheduler.max_num_seqs;
+  const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots + backups;
   const double state_bytes = double(state_slots * model.recurrent_state_bytes());
   if (state_bytes > 0) {
     spdlog::info("KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
-                 "(--state-snapshots)) = {:.2f} GiB",
+                 "(--state-snapshots) + {} verification copies (--speculative)) = {:.2f} GiB",
                  double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs,
-                 config.state_snapshots, state_bytes / double(1 << 30));
+                 config.state_snapshots, backups, state_bytes / double(1 << 30));
     MLA_CHECK(state_bytes < budget, "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
               "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb", state_slots,
               state_bytes / double(1 << 30), budget / double(1 << 30));

@@ -96,7 +96,8 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       state_bytes_(model_config_.recurrent_state_bytes()),
       snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
       pool_(executor_.allocate_cache(
-          size_t(latent_bytes_ + (config.scheduler.max_num_seqs + snapshots_.capacity()) * state_bytes_))),
+          size_t(latent_bytes_ + (config.scheduler.max_num_seqs * (config.drafter ? 2 : 1) + snapshots_.capacity()) *
+                                     state_bytes_))),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
       scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0,
                                   [this](std::span<const int32_t> tokens, int64_t cached) {
@@ -107,9 +108,6 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   MLA_CHECK(config_.num_draft_tokens <= EngineMetrics::kMaxDraftTokens, "at most {} draft tokens a step, not {}",
             EngineMetrics::kMaxDraftTokens, config_.num_draft_tokens);
-  MLA_CHECK(!config_.drafter || state_bytes_ == 0,
-            "speculative decoding is not implemented for models with recurrent (KDA) layers: their state cannot "
-            "be rolled back to the last accepted token yet");
   if (config_.drafter) hidden_layers_ = config_.drafter->hidden_state_layers();
   if (config_.drafter)
     config_.drafter->prepare({model_config_.vocab_size, blocks_.total_blocks() * config_.block_size, config_.block_size,
@@ -343,6 +341,8 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     if (seq.restore_tokens > 0) restore_state(seq);
     std::span<const int32_t> tokens = std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens));
     const bool verifying = !chunk.prefill && !seq.draft.empty();
+    if (verifying && seq.state_slot >= 0)  // the state before the drafts, should one be rejected
+      executor_.copy_in_cache(state_offset(seq.state_slot), verify_backup_offset(seq.state_slot), state_bytes_);
     if (verifying) {  // the last token, then the draft: every position's logits
       std::vector<int32_t>& verify = request_of(&seq).verify_tokens;
       verify.assign(1, seq.tokens.back());
@@ -424,7 +424,10 @@ void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::sp
 
 // A verified decode step: emits the accepted drafts and the target's next token, then marks
 // the last token and the accepted drafts computed (the rejected drafts' cache rows are
-// rewritten by later steps).
+// rewritten by later steps). A recurrent (KDA) state has taken in the rejected drafts too: it
+// goes back to its copy from before the step, and the last token and the accepted drafts are
+// computed again with the next step's token (recomputing costs those positions once more; a
+// state kept after every drafted position would cost k + 1 states' memory a sequence).
 int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, float* logits) {
   Sequence& seq = *chunk.seq;
   const int64_t vocab = model_config_.vocab_size, drafted = int64_t(seq.draft.size());
@@ -443,6 +446,11 @@ int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, flo
     }
     for (size_t i = 0; i < emitted.size() && !request.done; ++i) on_token(request, emitted[i], std::move(logprobs[i]));
     if (request.done) return 0;
+    if (seq.state_slot >= 0 && accepted < drafted) {
+      executor_.copy_in_cache(verify_backup_offset(seq.state_slot), state_offset(seq.state_slot), state_bytes_);
+      scheduler_.complete(chunk, 0);
+      return 0;
+    }
     scheduler_.complete(chunk, int64_t(emitted.size()));
     return int64_t(emitted.size());
   } catch (const std::exception& e) {

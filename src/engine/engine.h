@@ -137,6 +137,8 @@ class Engine {
   void warm_up();
   int64_t state_offset(int64_t slot) const { return latent_bytes_ + slot * state_bytes_; }
   int64_t snapshot_offset(int64_t snapshot) const { return state_offset(config_.scheduler.max_num_seqs + snapshot); }
+  // Where a verifying sequence's state is kept during its step (speculative decoding only).
+  int64_t verify_backup_offset(int64_t slot) const { return snapshot_offset(snapshots_.capacity() + slot); }
   int64_t restorable_blocks(std::span<const int32_t> tokens, int64_t cached_blocks);
   void restore_state(Sequence& seq);
   void keep_state_snapshot(const ScheduledChunk& chunk);
@@ -149,7 +151,7 @@ class Engine {
   std::vector<int32_t> eos_ids_;  // config_.eos_token_ids and the tokenizer's eos_token
   // Rank 0's pool: [n_blocks, n_layers, block_size, latent_dim] of cache_dtype (latent_bytes_,
   // padded to 64), then (KDA models) max_num_seqs state slots of state_bytes_, then the
-  // prefix-cache state snapshots.
+  // prefix-cache state snapshots, then (with a drafter) max_num_seqs verification backups.
   int64_t latent_bytes_, state_bytes_;
   StateSnapshots snapshots_;
   void* pool_;

@@ -81,8 +81,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   for (Sequence* seq : snapshot) {
     if (!seq->running) continue;  // preempted earlier in this loop
     const int64_t known = int64_t(seq->tokens.size());
-    if (seq->n_computed >= seq->prefill_target) {  // decoding: one new token
-      if (ensure_decode_slot(seq)) plan.push_back({seq, seq->n_computed, 1 + int64_t(seq->draft.size()), false, true});
+    if (seq->n_computed >= seq->prefill_target) {  // decoding: the new token (after any the engine rolled back)
+      if (ensure_decode_slot(seq))
+        plan.push_back({seq, seq->n_computed, known - seq->n_computed + int64_t(seq->draft.size()), false, true});
       continue;
     }
     if (budget <= 0) continue;

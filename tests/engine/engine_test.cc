@@ -83,7 +83,6 @@ TEST_F(MicroEngine, BatchedGreedyEqualsAlone) {
 // Kimi Linear: each running sequence holds a KDA state slot; a preempted sequence is
 // recomputed from its first token into a zeroed state, or from a cached prefix whose state
 // snapshot was kept, so batching, preemption and prefix reuse do not change its tokens.
-// Speculative decoding is refused on it.
 TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
@@ -105,10 +104,6 @@ TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
   EXPECT_GT(engine.metrics().preemptions.load(), 0);
   EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
-  // Speculative decoding would need the KDA state rolled back to the last accepted token.
-  config.drafter = make_drafter("ngram");
-  config.num_draft_tokens = 2;
-  EXPECT_THROW({ Engine refused(*model, *tokenizer, config); }, Error);
 }
 
 TEST(Engine, RejectsWhatCanNeverRun) {
@@ -209,6 +204,75 @@ TEST_F(MicroEngine, DraftModelSpeculativeGreedyEqualsPlainAloneAndInABatch) {
     return std::make_shared<DraftModelDrafter>(load_causal_lm(dir_.path()), dir_.path());
   });
   EXPECT_GT(accepted, 0.95);
+}
+
+// Proposes the target's own greedy continuation, known from a plain run (`runs`: each request's
+// prompt and output), with the token at draft position (calls mod (k + 1)) made wrong: every
+// length of accepted prefix, all k included, comes up in turn.
+class OracleDrafter : public Drafter {
+ public:
+  OracleDrafter(std::vector<std::vector<int32_t>> runs, int32_t vocab) : runs_(std::move(runs)), vocab_(vocab) {}
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) override {
+    proposals.assign(requests.size(), {});
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& tokens = requests[i].tokens;
+      for (const auto& run : runs_) {
+        if (run.size() < tokens.size() || !std::equal(tokens.begin(), tokens.end(), run.begin())) continue;
+        for (size_t j = tokens.size(); j < run.size() && int64_t(proposals[i].size()) < requests[i].max_tokens; ++j)
+          proposals[i].push_back(run[j]);
+        const size_t wrong = size_t(calls_++ % (requests[i].max_tokens + 1));
+        if (wrong < proposals[i].size()) proposals[i][wrong] = (proposals[i][wrong] + 1) % vocab_;
+        break;
+      }
+    }
+  }
+  std::string describe() const override { return "oracle"; }
+
+ private:
+  std::vector<std::vector<int32_t>> runs_;
+  int32_t vocab_;
+  int64_t calls_ = 0;
+};
+
+// Kimi Linear drafting: a rejected draft rolls the KDA state back to its copy from before the
+// step and the accepted positions are computed again, so the output is still the model's own,
+// alone and in a batch of 16 with preemption.
+TEST(Engine, KimiLinearSpeculativeRollsTheStateBackAfterRejections) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
+  const auto model = load_causal_lm(dir.path());
+  const auto tokenizer = Tokenizer::load(dir.path());
+  EngineConfig config;
+  config.cache_dtype = CacheDType::F32;
+  config.block_size = 4;
+  config.kv_cache_tokens = 4 * 100;
+  config.scheduler.chunked_prefill_size = 32;
+  config.scheduler.max_num_seqs = 8;
+  std::vector<std::vector<int32_t>> want, runs;
+  {
+    Engine engine(*model, *tokenizer, config);
+    for (int i = 0; i < 16; ++i) {
+      const EngineRequest request = repetitive(i, i == 0 ? 128 : 24);
+      want.push_back(run_to_end(engine.submit(request)));
+      runs.push_back(request.prompt);
+      runs.back().insert(runs.back().end(), want.back().begin(), want.back().end());
+    }
+  }
+  config.num_draft_tokens = 3;
+  config.draft_policy = DraftPolicyKind::Fixed;
+  for (const int n_requests : {1, 16}) {
+    config.drafter = std::make_shared<OracleDrafter>(runs, int32_t(model->config().vocab_size));
+    Engine engine(*model, *tokenizer, config);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < n_requests; ++i) handles.push_back(engine.submit(repetitive(i, i == 0 ? 128 : 24)));
+    for (int i = 0; i < n_requests; ++i) EXPECT_EQ(run_to_end(handles[i]), want[i]) << "request " << i << " of " << n_requests;
+    const EngineMetrics& metrics = engine.metrics();
+    EXPECT_GT(metrics.spec_accepted_at[2].load(), 0);  // whole drafts accepted...
+    EXPECT_LT(metrics.spec_accepted_tokens.load(), metrics.spec_draft_tokens.load());  // ...and some rejected
+    if (n_requests == 16) {
+      EXPECT_GT(metrics.preemptions.load(), 0);
+    }
+  }
 }
 
 TEST_F(MicroEngine, MtpDrafterNeedsAnMtpLayer) {
