@@ -2,15 +2,34 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/mmap_file.h"
 #include "base/numa.h"
+#include "kernels/norm.h"
 #include "model/deepseek_v3.h"
 #include "model/kimi_linear.h"
 
 namespace mlaserve {
+
+void capture_layer_states(const HiddenStates& hidden, int layer, const float* states, int64_t n_tokens, int64_t width) {
+  const int64_t stride = int64_t(hidden.layers.size()) * width;
+  for (size_t slot = 0; slot < hidden.layers.size(); ++slot) {
+    if (hidden.layers[slot] != layer) continue;
+    for (int64_t t = 0; t < n_tokens; ++t)
+      std::copy_n(states + t * width, width, hidden.data + t * stride + int64_t(slot) * width);
+  }
+}
+
+void capture_final_norm(const HiddenStates& hidden, const float* residual, const float* norm, double eps,
+                        int64_t n_tokens, int64_t width) {
+  const int64_t stride = int64_t(hidden.layers.size()) * width;
+  for (size_t slot = 0; slot < hidden.layers.size(); ++slot)
+    if (hidden.layers[slot] == HiddenStates::kFinalNorm)
+      rms_norm(residual, width, norm, n_tokens, width, eps, hidden.data + int64_t(slot) * width, stride);
+}
 
 int64_t logit_rows(std::span<const ForwardSequence> batch) {
   int64_t rows = 0;

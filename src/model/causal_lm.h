@@ -39,6 +39,11 @@ struct HiddenStates {
   std::span<const int> layers;
   float* data = nullptr;
 };
+// A forward's hand-over: copies `states` [n_tokens, width] (decoder layer `layer`'s) into every
+// slot of `hidden` that names the layer; the final norm's into those that name kFinalNorm.
+void capture_layer_states(const HiddenStates& hidden, int layer, const float* states, int64_t n_tokens, int64_t width);
+void capture_final_norm(const HiddenStates& hidden, const float* residual, const float* norm, double eps,
+                        int64_t n_tokens, int64_t width);
 
 // A batch laid out as one token matrix: each sequence's slice of it and the rows that need
 // logits. layout_batch refills `layout` (a forward keeps one a thread, so its vectors keep
@@ -97,9 +102,13 @@ class CausalLM {
 
   // Runs every sequence's new tokens in one pass: each linear layer reads its weights once
   // for the whole batch; attention is per sequence. logits: [logit_rows(batch), vocab].
-  // hidden (a drafter's input; not every family gives it): the states it names, of every token.
+  // hidden (a drafter's input): the states it names, of every token.
   virtual void forward(std::span<const ForwardSequence> batch, float* logits,
                        const HiddenStates* hidden = nullptr) const = 0;
+  // The token embedding and LM head [vocab, hidden], for drafters that share them (a shard
+  // holds its vocabulary slice of each; drafters take the unsharded model's).
+  virtual const LinearWeight& embed_tokens() const = 0;
+  virtual const LinearWeight& lm_head() const = 0;
 
   // This rank's shard, sharing the mapped checkpoint; its forward runs the collectives on
   // `comm` (which must outlive it). Throws Error when the heads do not divide by the size.

@@ -71,24 +71,6 @@ double DeepseekV3Model::active_weight_bytes_per_token() const {
                              config_);
 }
 
-// Copies layer `layer`'s states (each token's row of `states`) to where `hidden` wants them.
-void DeepseekV3Model::capture_states(const HiddenStates& hidden, int layer, const float* states, int64_t n_tokens) const {
-  const int64_t width = config_.hidden_size, stride = int64_t(hidden.layers.size()) * width;
-  for (size_t slot = 0; slot < hidden.layers.size(); ++slot) {
-    if (hidden.layers[slot] != layer) continue;
-    for (int64_t t = 0; t < n_tokens; ++t)
-      std::copy_n(states + t * width, width, hidden.data + t * stride + int64_t(slot) * width);
-  }
-}
-
-void DeepseekV3Model::capture_final_norm(const HiddenStates& hidden, const float* residual, int64_t n_tokens) const {
-  const int64_t width = config_.hidden_size, stride = int64_t(hidden.layers.size()) * width;
-  for (size_t slot = 0; slot < hidden.layers.size(); ++slot)
-    if (hidden.layers[slot] == HiddenStates::kFinalNorm)
-      rms_norm(residual, width, weights_.norm, n_tokens, width, config_.rms_norm_eps,
-               hidden.data + int64_t(slot) * width, stride);
-}
-
 void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden_states) const {
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
@@ -126,13 +108,13 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
     } else {
       for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
     }
-    if (hidden_states) capture_states(*hidden_states, i, residual.data(), n_tokens);
+    if (hidden_states) capture_layer_states(*hidden_states, int(i), residual.data(), n_tokens, hidden);
   }
   const int64_t n_out = int64_t(logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden, eps,
              normed.data() + r * hidden, hidden);
-  if (hidden_states) capture_final_norm(*hidden_states, residual.data(), n_tokens);
+  if (hidden_states) capture_final_norm(*hidden_states, residual.data(), weights_.norm, eps, n_tokens, hidden);
   project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
 

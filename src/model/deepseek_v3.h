@@ -73,14 +73,14 @@ class DeepseekV3Model : public CausalLM {
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits,
                const HiddenStates* hidden = nullptr) const override;
+  const LinearWeight& embed_tokens() const override { return weights_.embed_tokens; }
+  const LinearWeight& lm_head() const override { return weights_.lm_head; }
   const DeepseekV3Weights& weights() const { return weights_; }
   const std::shared_ptr<ModelStorage>& storage() const { return storage_; }
   using CausalLM::forward;
 
  private:
   DeepseekV3Model(std::shared_ptr<ModelStorage> storage, DeepseekV3Weights weights);
-  void capture_states(const HiddenStates& hidden, int layer, const float* states, int64_t n_tokens) const;
-  void capture_final_norm(const HiddenStates& hidden, const float* residual, int64_t n_tokens) const;
 
   std::shared_ptr<ModelStorage> storage_;
   WeightCopies shard_copies_;  // a shard's compacted column slices

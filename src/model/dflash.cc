@@ -12,7 +12,6 @@
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/simd.h"
-#include "model/deepseek_v3.h"
 
 namespace mlaserve {
 namespace {
@@ -38,13 +37,6 @@ BlockDraftLayerWeights load_layer(WeightLoader& loader, WeightCopies& copies, co
   return layer;
 }
 
-const DeepseekV3Model& deepseek_target(const CausalLM& target) {
-  const auto* deepseek = dynamic_cast<const DeepseekV3Model*>(&target);
-  MLA_CHECK(deepseek != nullptr, "a block draft reads its target's hidden states, which {} does not give",
-            target.config().model_type);
-  return *deepseek;
-}
-
 }  // namespace
 
 BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& target)
@@ -52,8 +44,7 @@ BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& t
       checkpoint_(model_dir),
       loader_(checkpoint_, loader_config_),
       rope_(config_.head_dim, config_.rope_theta, std::nullopt, RotaryPairing::Halves) {
-  const DeepseekV3Model& deepseek = deepseek_target(target);
-  const ModelConfig& target_config = deepseek.config();
+  const ModelConfig& target_config = target.config();
   MLA_CHECK(config_.vocab_size == target_config.vocab_size, "the block draft's vocabulary ({}) is not the target's ({})",
             config_.vocab_size, target_config.vocab_size);
   for (const int layer : config_.target_layer_ids)
@@ -67,10 +58,10 @@ BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& t
   norm_ = loader_.vector("norm.weight", hidden);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(loader_, copies_, config_, i));
   embed_tokens_ = checkpoint_.contains("embed_tokens.weight") ? loader_.dense("embed_tokens.weight", config_.vocab_size, hidden)
-                                                              : deepseek.weights().embed_tokens;
+                                                              : target.embed_tokens();
   lm_head_ = checkpoint_.contains("lm_head.weight")
                  ? repack_bf16_panels(loader_.linear("lm_head", config_.vocab_size, hidden), copies_)
-                 : deepseek.weights().lm_head;
+                 : target.lm_head();
   if (checkpoint_.contains("markov_w1")) {
     const int64_t rank = checkpoint_.get("markov_w1").shape.at(1);
     markov_w1_ = loader_.dense("markov_w1", config_.vocab_size, rank);

@@ -46,8 +46,8 @@ class BlockDraftModel {
  public:
   // Loads DIR's config.json and model.safetensors for drafting for `target`, whose embedding
   // (and LM head, unless the checkpoint has its own) it uses; `target` must outlive it. Throws
-  // Error when the target is not a DeepSeek-V3-family model, its vocabulary or layers do not
-  // fit the draft, or a tensor is missing, misshapen or unexpected.
+  // Error when the target's vocabulary, layers or width do not fit the draft, or a tensor is
+  // missing, misshapen or unexpected.
   BlockDraftModel(const std::string& model_dir, const CausalLM& target);
 
   const BlockDraftConfig& config() const { return config_; }

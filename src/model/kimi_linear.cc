@@ -305,13 +305,15 @@ void KimiLinearModel::run_layers(const Pass& pass, std::vector<float>& residual)
     } else {
       for (size_t j = 0; j < residual.size(); ++j) residual[j] += out[j];
     }
+    if (pass.hidden) capture_layer_states(*pass.hidden, int(i), residual.data(), n, hidden);
   }
 }
 
 // Attention residuals (attn_res_block_size): each sublayer reads a mix of the bank (the
 // embedding, then the sum of each completed block's sublayer outputs) and the current block's
 // partial sum; the final norm reads one more mix. `residual` holds the embedding on entry and
-// the final mix on return.
+// the final mix on return. The state handed over for layer i is the mix layer i + 1's mixer
+// reads (the final mix after the last layer), as K3's DSpark drafter takes it.
 void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& residual) const {
   const int64_t hidden = config_.hidden_size, n = pass.n_tokens, block = *config_.attn_res_block_size;
   // Reused from step to step: the bank's first `banked` vectors are this step's.
@@ -337,6 +339,7 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const KimiLinearLayerWeights& layer = weights_.layers[size_t(i)];
     mix_into_residual(*layer.attention_res);
+    if (pass.hidden && i > 0) capture_layer_states(*pass.hidden, int(i - 1), residual.data(), n, hidden);
     rms_norm(residual.data(), hidden, layer.input_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
     mix(i, normed.data(), n, pass.batch, pass.sequences, out.data());
     for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
@@ -352,10 +355,10 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
     }
   }
   mix_into_residual(*weights_.output_attn_res);
+  if (pass.hidden) capture_layer_states(*pass.hidden, int(config_.num_hidden_layers - 1), residual.data(), n, hidden);
 }
 
 void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden_states) const {
-  MLA_CHECK(hidden_states == nullptr, "{} does not give its hidden states to a drafter", config_.model_type);
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
   layout_batch(batch, layout);
@@ -368,7 +371,7 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
   thread_local std::vector<float> residual, normed;  // reused from step to step
   residual.resize(size_t(n_tokens * hidden));
   embed_vocab_slice(weights_.embed_tokens, vocab_, config_.vocab_size, hidden, batch, residual.data(), comm_);
-  const Pass pass{batch, layout.sequences, n_tokens};
+  const Pass pass{batch, layout.sequences, n_tokens, hidden_states};
   if (config_.attn_res_block_size)
     run_layers_attn_res(pass, residual);
   else
@@ -378,6 +381,8 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
              normed.data() + r * hidden, hidden);
+  if (hidden_states)
+    capture_final_norm(*hidden_states, residual.data(), weights_.norm, config_.rms_norm_eps, n_tokens, hidden);
   project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
 

@@ -54,6 +54,8 @@ class KimiLinearModel : public CausalLM {
   double active_weight_bytes_per_token() const override;
   void forward(std::span<const ForwardSequence> batch, float* logits,
                const HiddenStates* hidden = nullptr) const override;
+  const LinearWeight& embed_tokens() const override { return weights_.embed_tokens; }
+  const LinearWeight& lm_head() const override { return weights_.lm_head; }
   using CausalLM::forward;
   // KDA and MLA heads split alike (TP 8 of 96 heads: 12 each), MLP/MoE as for DeepSeek-V3;
   // embedding, LM head, norms, routers, LatentMoE projections and attention residuals are
@@ -67,6 +69,7 @@ class KimiLinearModel : public CausalLM {
     std::span<const ForwardSequence> batch;
     std::span<const MlaSequence> sequences;
     int64_t n_tokens;
+    const HiddenStates* hidden;  // what to hand a drafter (null: nothing)
   };
   void run_layers(const Pass& pass, std::vector<float>& residual) const;
   void run_layers_attn_res(const Pass& pass, std::vector<float>& residual) const;

@@ -1,6 +1,7 @@
 """Block drafts as mlaserve runs them (model/dflash.h, through dflash_dump) against the float64
-NumPy reference (dflash_ref), on random targets written by make-model and random block drafts
-written by dflash_ref.write_random: the target's hidden states at target_layer_ids, the last
+NumPy reference (dflash_ref), on random targets written by make-model (DeepSeek-V3, Kimi Linear,
+and Kimi K3, whose handed-over state is the attention-residual mix the next layer reads) and
+random block drafts written by dflash_ref.write_random: the target's hidden states at target_layer_ids, the last
 normed states of two blocks drafted in one batch (different context lengths, one context
 written in two pieces), and their logits and greedy tokens — with a Markov head and the target's
 LM head, and without one but with a head of the draft's own — all within EXACT_BOUND.
@@ -16,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import deepseek_v3_ref as ref  # noqa: E402
 import dflash_ref  # noqa: E402
+import kimi_linear_ref  # noqa: E402
 from bounds import EXACT_BOUND, relative_error  # noqa: E402
 from checkpoint import read_checkpoint, to_float  # noqa: E402
 from checklist import check, finish  # noqa: E402
@@ -29,26 +31,33 @@ def draft_config(target_cfg, heads, kv_heads, layers, markov_rank):
                               "markov_rank": markov_rank}}
 
 
-def run_case(binary, dump, work, name, dtype, seed, heads, kv_heads, layers, markov_rank, own_head):
+def target_reference(preset, target, ids):
+    """(config, per-layer states, embedding, head) of the target from its float64 reference."""
+    if preset == "tiny":
+        cfg, w = ref.load(target, "exact")
+        return cfg, ref.layer_states(cfg, w, ids), w.get("model.embed_tokens.weight"), ref.head(w, cfg)
+    cfg, w, root, states = kimi_linear_ref.layer_states(target, ids, "exact")
+    return cfg, states, w.get(root + "model.embed_tokens.weight"), w.linear(root + "lm_head")
+
+
+def run_case(binary, dump, work, name, preset, dtype, seed, heads, kv_heads, layers, markov_rank, own_head):
     target = os.path.join(work, name.replace(" ", "_") + "_target")
     draft = os.path.join(work, name.replace(" ", "_") + "_draft")
-    subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", dtype, "--seed", str(seed), target],
+    subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", str(seed), target],
                    check=True, capture_output=True)
-    cfg, w = ref.load(target, "exact")
+    ids = np.random.default_rng(seed).integers(0, 4000, size=12)
+    cfg, states, embed, target_head = target_reference(preset, target, ids[:-1])
     layers = [cfg["num_hidden_layers"] - 1 if layer < 0 else layer for layer in layers]
     dcfg = draft_config(cfg, heads, kv_heads, layers, markov_rank)
     dflash_ref.write_random(draft, dcfg, seed, markov_rank, own_head)
-    ids = np.random.default_rng(seed).integers(0, cfg["vocab_size"], size=12)
     subprocess.run([dump, target, draft, draft, ",".join(map(str, ids))], check=True, capture_output=True)
     got = {k: np.load(os.path.join(draft, k + ".npy")).astype(np.float64) for k in ("features", "states", "logits", "tokens")}
 
-    states = ref.layer_states(cfg, w, ids[:-1])
     features = np.concatenate([states[layer] for layer in layers], -1)
     error = relative_error(got["features"], features)
     check(f"{name}: target states at layers {layers}, max rel error {error:.1e}", error <= EXACT_BOUND)
     t = {k: to_float(*v) for k, v in read_checkpoint(draft).items()}
-    embed = w.get("model.embed_tokens.weight")
-    head = t["lm_head.weight"] if own_head else ref.head(w, cfg)
+    head = t["lm_head.weight"] if own_head else target_head
     n, block = len(ids), dcfg["block_size"]
     for b, (context, first) in enumerate([(n - 1, ids[n - 1]), (n - 4, ids[n - 4])]):
         want = dflash_ref.block_states(dcfg, t, embed, features[:context], first)
@@ -65,8 +74,10 @@ def run_case(binary, dump, work, name, dtype, seed, heads, kv_heads, layers, mar
 def main():
     binary, dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(work, exist_ok=True)
-    run_case(binary, dump, work, "f32 GQA Markov", "f32", 11, 4, 2, [0, -1], 8, False)
-    run_case(binary, dump, work, "bf16 own head", "bf16", 12, 2, 2, [1], 0, True)
+    run_case(binary, dump, work, "f32 GQA Markov", "tiny", "f32", 11, 4, 2, [0, -1], 8, False)
+    run_case(binary, dump, work, "bf16 own head", "tiny", "bf16", 12, 2, 2, [1], 0, True)
+    run_case(binary, dump, work, "kimi linear", "kimi-linear-tiny", "f32", 13, 4, 2, [0, 2, -1], 8, False)
+    run_case(binary, dump, work, "kimi k3 attention residuals", "kimi-k3-tiny", "bf16", 14, 4, 1, [0, 1, -1], 8, False)
     finish()
 
 

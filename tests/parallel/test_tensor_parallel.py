@@ -3,6 +3,9 @@ decode path) for tensor and expert parallelism, a 12-head config at TP 1, 2, 3, 
 Kimi Linear and Kimi K3 with MXFP4 experts, KDA and MLA heads split alike), BF16 MLP weights
 repacked into panels at load (the default) against the mapped checkpoint (--no-repack),
 greedy generation of 64 tokens, and a clear error for a head count that does not divide.
+Speculative decoding at TP 2 gives the output of one rank without it: every drafter on the
+trained models/kjv, and a random DSpark block draft reading a Kimi K3's attention-residual
+states (its drafts rejected: every step rolls the KDA state back).
 Usage: test_tensor_parallel.py MLASERVE WORK_DIR"""
 import json
 import os
@@ -11,6 +14,9 @@ import subprocess
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import dflash_ref  # noqa: E402
 
 TOLERANCE = 1e-5  # F32/BF16 weights: only the summation order of the all-reduces differs
 # 4-bit experts take int8-rounded activations: a value within float rounding of a .5 tie can
@@ -126,6 +132,24 @@ def main():
               f"without ({accepted.group(1) if accepted else 0} drafts accepted)",
               plain.returncode == 0 and speculative.stdout == plain.stdout and accepted and int(accepted.group(1)) > 0,
               f"{speculative.stdout[:60]!r} vs {plain.stdout[:60]!r}; {speculative.stderr[-200:]}")
+    k3_bf16 = make(binary, os.path.join(work, "kimi-k3-bf16"), "bf16", {}, preset="kimi-k3-tiny")
+    k3_config = json.load(open(os.path.join(k3_bf16, "config.json")))
+    k3_config = k3_config.get("text_config", k3_config)
+    dspark = os.path.join(work, "kimi-k3-dspark")
+    dflash_ref.write_random(dspark, {"vocab_size": k3_config["vocab_size"], "hidden_size": k3_config["hidden_size"],
+                                     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+                                     "num_key_value_heads": 1, "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 1e4,
+                                     "block_size": 4, "dflash_config": {"mask_token_id": 3, "target_layer_ids": [0, 2]}},
+                            seed=5, markov_rank=4, own_head=False)
+    k3_plain = run(binary, "generate", "--model", k3_bf16, "--ids", prompt, "-n", "48", "--ignore-eos")
+    for tp in ("1", "2"):
+        speculative = run(binary, "generate", "--model", k3_bf16, "--ids", prompt, "-n", "48", "--ignore-eos", "--tp", tp,
+                          "--speculative", "dspark:" + dspark, "--num-draft-tokens", "3", "--draft-policy", "fixed")
+        verified = re.search(r"(\d+) steps verified", speculative.stderr)
+        check(f"kimi-k3 bf16, 48 greedy tokens with a random DSpark draft at TP {tp} == 1 rank without "
+              f"({verified.group(1) if verified else 0} steps verified)",
+              k3_plain.returncode == 0 and speculative.stdout == k3_plain.stdout and verified and int(verified.group(1)) > 0,
+              f"{speculative.stdout[:60]!r} vs {k3_plain.stdout[:60]!r}; {speculative.stderr[-300:]}")
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

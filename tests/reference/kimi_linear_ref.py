@@ -137,7 +137,10 @@ def text_config(model_dir):
     return outer["text_config"] if outer.get("model_type") == "kimi_k3" else outer
 
 
-def forward(model_dir, ids, activations="int8"):
+def layer_states(model_dir, ids, activations="int8"):
+    """(cfg, weights, weight-name root, states): the state after every decoder layer [layers][tokens,
+    hidden], before the final norm. With attention residuals, layer i's is the mix layer i + 1's
+    mixer reads, the last layer's the output mix (what K3's DSpark drafter takes)."""
     outer = json.load(open(os.path.join(model_dir, "config.json")))
     k3 = outer.get("model_type") == "kimi_k3"
     cfg, root = text_config(model_dir), "language_model." if k3 else ""
@@ -147,9 +150,12 @@ def forward(model_dir, ids, activations="int8"):
     block = cfg.get("attn_res_block_size")
     h = w.get(root + "model.embed_tokens.weight")[ids]
     bank, partial = [h], None  # attention residuals: block sums, and the current block's
+    states = []
     for i in range(cfg["num_hidden_layers"]):
         p = f"{root}model.layers.{i}."
         mixer_in = attn_res(w, cfg, p + "self_attention", bank + ([partial] if partial is not None else [])) if block else h
+        if block and i > 0:
+            states.append(mixer_in)
         x = rms_norm(mixer_in, w.get(p + "input_layernorm.weight"), eps)
         out = mla_nope(w, cfg, p + "self_attn.", x) if i + 1 in full_attn else kda(w, cfg, p + "self_attn.", x)
         partial = out if partial is None else partial + out
@@ -161,6 +167,13 @@ def forward(model_dir, ids, activations="int8"):
         partial, h = partial + out, h + out
         if block and (i + 1) % block == 0:
             bank, partial = bank + [partial], None
+        if not block:
+            states.append(h)
     if block:
-        h = attn_res(w, cfg, root + "model.output_attn", bank + ([partial] if partial is not None else []))
-    return rms_norm(h, w.get(root + "model.norm.weight"), eps) @ w.linear(root + "lm_head").T
+        states.append(attn_res(w, cfg, root + "model.output_attn", bank + ([partial] if partial is not None else [])))
+    return cfg, w, root, states
+
+
+def forward(model_dir, ids, activations="int8"):
+    cfg, w, root, states = layer_states(model_dir, ids, activations)
+    return rms_norm(states[-1], w.get(root + "model.norm.weight"), cfg.get("rms_norm_eps", 1e-6)) @ w.linear(root + "lm_head").T
