@@ -119,7 +119,7 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
   store_panel_sums(sums, n * kPanelRows, panels, n, kTokens, row_begin, row_end, y, y_stride);
 }
 
-// 7-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
+// 5-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
 // against the tokens in blocks of up to 8 (12 tokens as 6 + 6), the later blocks finding the
 // pair in L2.
 void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
@@ -198,12 +198,12 @@ void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, in
             n_tokens);
 #if defined(__AVX512F__)
   using Kernel = void (*)(const LinearWeight&, int64_t, int64_t, const float*, int64_t, float*, int64_t);
-  // 1 token: the AVX2 dot (8 chains over 4 streams); 2-6: one vector a panel and token over 4
-  // streams (8-24 chains); 7-15: panel pairs.
-  static constexpr Kernel kSpread[6] = {bf16_panel_spread<YmmDots, 1, 4>, bf16_panel_spread<ZmmDots, 2, 4>,
-                                        bf16_panel_spread<ZmmDots, 3, 4>, bf16_panel_spread<ZmmDots, 4, 4>,
-                                        bf16_panel_spread<ZmmDots, 5, 4>, bf16_panel_spread<ZmmDots, 6, 4>};
-  if (n_tokens <= 6) return kSpread[n_tokens - 1](weight, row_begin, row_end, x, x_stride, y, y_stride);
+  // 1 token: the AVX2 dot (8 chains over 4 streams); 2-4: one vector a panel and token over 4
+  // streams (8-16 chains); 5-15: panel pairs, which outrun 5 or 6 tokens spread over 4 streams
+  // (linear_bench BM_BF16Panels/5632/2048/5; docs/performance.md).
+  static constexpr Kernel kSpread[4] = {bf16_panel_spread<YmmDots, 1, 4>, bf16_panel_spread<ZmmDots, 2, 4>,
+                                        bf16_panel_spread<ZmmDots, 3, 4>, bf16_panel_spread<ZmmDots, 4, 4>};
+  if (n_tokens <= 4) return kSpread[n_tokens - 1](weight, row_begin, row_end, x, x_stride, y, y_stride);
   bf16_panel_pairs(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
 #elif defined(__AVX2__) && defined(__FMA__)
   // Two tokens read two streams and three one: 16 ymm registers hold 8 and 6 chains.

@@ -101,9 +101,13 @@ def check_hybrid_prefill_flops(binary, work):
     with open(os.path.join(model, "config.json")) as f:
         config = json.load(f)
     proc = subprocess.run([binary, "bench-model", "--model", model, "-p", "8", "-n", "2", "--batch", "2", "-r", "1",
-                           "--threads", "1", "--json"], capture_output=True, text=True, timeout=300)
+                           "--threads", "1", "--num-draft-tokens", "3", "--json"], capture_output=True, text=True,
+                          timeout=300)
     check("Kimi Linear bench-model exits 0", proc.returncode == 0, proc.stderr[-2000:])
     report = json.loads(proc.stdout)
+    check("--num-draft-tokens 3: a verification step's cost in decode steps, alone and at --batch",
+          report["num_draft_tokens"] == 3 and report["verify_cost"] > 0 and report["verify_batch_cost"] > 0
+          and len(report["verify_cost_runs"]) == 1, f"{report.get('verify_cost')} {report.get('verify_batch_cost')}")
     flops = expected_prefill_flops(config, report["active_params"], 8)
     check("Kimi Linear: prefill attention FLOPs over its MLA layers only",
           close(report["flops_per_prefill_token"], flops, 1e-6), f"{report['flops_per_prefill_token']} vs {flops}")
@@ -161,6 +165,12 @@ def main():
     check_prefill_at_depth(binary, model, config)
     check_hybrid_prefill_flops(binary, work)
 
+    check("without --num-draft-tokens no verification steps are timed",
+          report["num_draft_tokens"] == 0 and report["verify_cost"] is None, f"{report.get('verify_cost')}")
+    bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "4", "-n", "4", "--num-draft-tokens", "-1"],
+                         capture_output=True, text=True, timeout=60)
+    check("a negative --num-draft-tokens is refused by name", bad.returncode != 0 and "--num-draft-tokens" in bad.stderr,
+          bad.stderr[-500:])
     bad = subprocess.run([binary, "bench-model", "--model", model, "-p", "0", "-n", "4"], capture_output=True,
                          text=True, timeout=60)
     check("-p 0 is refused by name", bad.returncode != 0 and "-p" in bad.stderr, bad.stderr[-500:])

@@ -90,15 +90,18 @@ struct DecodeRun {
   int64_t routed_bytes = 0;
 };
 
-// `options.generate` decode steps of `batch` sequences, each starting at `depth` tokens.
+// `options.generate` decode steps of `batch` sequences, each starting at `depth` tokens. With
+// positions > 1, verification steps: each step a sequence computes `positions` tokens with
+// every position's logits, from one position past the last step's first (every draft
+// rejected, so the context grows as in plain decode).
 DecodeRun time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, int64_t batch,
-                   uint64_t seed) {
+                      uint64_t seed, int64_t positions = 1) {
   const ModelConfig& config = executor.config();
   const int64_t depth = std::max<int64_t>(1, options.depth);
   std::vector<std::vector<int32_t>> tokens;
-  std::vector<float> logits(size_t(batch * config.vocab_size));
+  std::vector<float> logits(size_t(batch * positions * config.vocab_size));
   for (int64_t b = 0; b < batch; ++b) {
-    tokens.push_back(random_tokens(depth + options.generate, config.vocab_size, seed + uint64_t(b)));
+    tokens.push_back(random_tokens(depth + options.generate + positions - 1, config.vocab_size, seed + uint64_t(b)));
     const ForwardSequence prefill{std::span(tokens[b]).first(size_t(depth)), 0, caches.view(b), MlaPath::Expanded,
                                   ForwardSequence::Logits::Last};
     executor.forward(std::span(&prefill, 1), logits.data());
@@ -108,8 +111,9 @@ DecodeRun time_decode(ModelExecutor& executor, const BenchCaches& caches, const 
   for (int64_t step = 0; step < options.generate; ++step) {
     std::vector<ForwardSequence> sequences;
     for (int64_t b = 0; b < batch; ++b)
-      sequences.push_back({std::span(tokens[b]).subspan(size_t(depth + step), 1), depth + step, caches.view(b),
-                           MlaPath::Absorbed, ForwardSequence::Logits::Last});
+      sequences.push_back({std::span(tokens[b]).subspan(size_t(depth + step), size_t(positions)), depth + step,
+                           caches.view(b), MlaPath::Absorbed,
+                           positions > 1 ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last});
     executor.forward(sequences, logits.data());
   }
   return {std::chrono::duration<double>(Clock::now() - start).count(), routed_expert_bytes_read() - routed_before};
@@ -150,6 +154,7 @@ void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 // decode at the start (no context) timed beside each repetition's decode at depth.
 struct BenchRuns {
   std::vector<double> prefill, decode, decode_batch, decode_start;
+  std::vector<double> verify_cost, verify_batch_cost;  // a verification step's time over a decode step's
   double routed_bytes_alone = 0, routed_bytes_batch = 0;
 };
 
@@ -185,6 +190,13 @@ BenchRuns time_repetitions(ModelExecutor& executor, const BenchCaches& caches, c
     runs.decode_batch.push_back(double(options.generate * options.batch) / batch.seconds);
     runs.routed_bytes_alone += double(alone.routed_bytes);
     runs.routed_bytes_batch += double(batch.routed_bytes);
+    if (options.num_draft_tokens > 0) {
+      const int64_t positions = 1 + options.num_draft_tokens;
+      runs.verify_cost.push_back(time_decode(executor, caches, options, 1, 11 + uint64_t(r), positions).seconds /
+                                 alone.seconds);
+      runs.verify_batch_cost.push_back(
+          time_decode(executor, caches, options, options.batch, 13 + uint64_t(r), positions).seconds / batch.seconds);
+    }
   }
   return runs;
 }
@@ -245,12 +257,23 @@ nlohmann::json depth_comparison(const BenchRuns& runs) {
           {"decode_depth_change_pct", median(changes)}, {"decode_depth_change_runs", changes}};
 }
 
+// With --num-draft-tokens: what a verification step of 1 + k positions costs, in decode steps
+// (medians of the repetitions' ratios). Drafting gains only where a verifying step emits more
+// tokens than that, before the drafter's own time.
+nlohmann::json verification_cost(const ModelBenchOptions& options, const BenchRuns& runs) {
+  if (runs.verify_cost.empty()) return {{"num_draft_tokens", 0}, {"verify_cost", nullptr}, {"verify_batch_cost", nullptr}};
+  return {{"num_draft_tokens", options.num_draft_tokens}, {"verify_cost", median(runs.verify_cost)},
+          {"verify_cost_runs", runs.verify_cost}, {"verify_batch_cost", median(runs.verify_batch_cost)},
+          {"verify_batch_cost_runs", runs.verify_batch_cost}};
+}
+
 }  // namespace
 
 void check_model_bench_options(const ModelBenchOptions& options) {
   MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
             "-p, -n, --batch and --repetitions must be positive");
   MLA_CHECK(options.depth >= 0, "--depth must not be negative, got {}", options.depth);
+  MLA_CHECK(options.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got {}", options.num_draft_tokens);
   MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
 }
 
@@ -267,7 +290,8 @@ MeasuredRuns measure_runs(const ModelBenchOptions& options, ModelExecutor& execu
   spdlog::info("measuring this machine: memory bandwidth (triad, read) and peak FMA and bf16 dot rates");
   out.before = MachineLimits::measure();
   reset_peak_rss();
-  const int64_t capacity = std::max<int64_t>(1, options.depth) + std::max(options.prompt, options.generate);
+  const int64_t capacity =
+      std::max<int64_t>(1, options.depth) + std::max(options.prompt, options.generate + options.num_draft_tokens);
   const BenchCaches caches(executor, options.batch, capacity, dtype);
   // As llama-bench: one uncounted run first, which faults the mapped weights in (the first
   // prefill of a fresh process otherwise measures page faults, ~6x slower on mini).
@@ -330,6 +354,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
           {"peak_rss_mb", rss_mb}};
   report.update(depth_comparison(runs));
+  report.update(verification_cost(options, runs));
   return report;
 }
 
@@ -375,6 +400,12 @@ std::string model_bench_table(const nlohmann::json& r) {
       experts.is_null() ? "" : fmt::format(": {:.1f} routed experts a MoE layer", experts.get<double>()),
       r["decode_batch_roofline_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>(),
       r["decode_batch_speedup_limit"].get<double>());
+  if (!r["verify_cost"].is_null())
+    out += fmt::format("| {:<17} | {:>10} | a step costs {:.2f} decode steps alone, {:.2f} at batch {}: drafting "
+                       "gains where a verifying step emits more tokens than that\n",
+                       fmt::format("{} verify 1+{}", tg, r["num_draft_tokens"].get<int64_t>()), "-",
+                       r["verify_cost"].get<double>(),
+                       r["verify_batch_cost"].get<double>(), r["batch"].get<int64_t>());
   return out;
 }
 

@@ -19,6 +19,9 @@ struct ModelBenchOptions {
   std::string mla_prefill = "auto";  // the prefill's attention form: auto | expanded | absorbed
   int64_t repetitions = 3;
   std::string cache_dtype = "bf16";
+  // > 0: also time verification steps, each sequence computing 1 + num_draft_tokens positions
+  // with every position's logits (speculative decoding's step), against plain decode steps.
+  int64_t num_draft_tokens = 0;
 };
 
 // Runs on `executor` (one rank or several); `model` is the whole model, for its byte counts.
