@@ -11,8 +11,9 @@
 
 namespace mlaserve {
 
-BlockDrafter::BlockDrafter(std::unique_ptr<BlockDraftModel> model, std::string model_dir, bool markov_head)
-    : model_(std::move(model)), model_dir_(std::move(model_dir)) {
+BlockDrafter::BlockDrafter(std::unique_ptr<BlockDraftModel> model, std::string model_dir, bool markov_head,
+                           int64_t held_bytes)
+    : model_(std::move(model)), model_dir_(std::move(model_dir)), held_bytes_(held_bytes) {
   MLA_CHECK(!markov_head || model_->has_markov_head(),
             "dspark:{}: the checkpoint has no Markov head (markov_w1, markov_w2); load it as dflash:{}", model_dir_,
             model_dir_);
@@ -36,7 +37,10 @@ bool BlockDrafter::reserve(const ObservedChunk& chunk, Context& context, std::sp
     return std::none_of(chunks.begin(), chunks.end(), [&](const ObservedChunk& c) { return c.sequence_id == id; });
   };
   const auto reservation = cache_->reserve(chunk.sequence_id, chunk.tokens, chunk.start + chunk.count, idle);
-  if (reservation && reservation->fresh) context.rows = reservation->cached_tokens;
+  if (reservation && reservation->fresh) {
+    context.rows = context.projected = reservation->cached_tokens;
+    context.held.clear();
+  }
   if (reservation && context.rows >= chunk.start) return true;
   context.blind = true;
   cache_->release(chunk.sequence_id);
@@ -45,25 +49,41 @@ bool BlockDrafter::reserve(const ObservedChunk& chunk, Context& context, std::sp
 
 void BlockDrafter::observe(std::span<const ObservedChunk> chunks) {
   const int64_t width = model_->feature_width();
-  rows_.clear();
-  features_.clear();
-  std::vector<int64_t> writing;  // the sequence of each rows_ entry
+  std::vector<int64_t> full;  // sequences holding more than held_bytes_
+  std::vector<std::span<const int32_t>> full_tokens;
   for (const ObservedChunk& chunk : chunks) {
     Context& context = sequences_[chunk.sequence_id];
     if (chunk.start == 0) context = Context{};  // computed from the first token: nothing is missing
     const int64_t end = chunk.start + chunk.count;
     if (context.blind || !reserve(chunk, context, chunks) || context.rows >= end) continue;
     const int64_t from = context.rows;  // rows the prefix cache gave past the chunk's start are kept
-    features_.insert(features_.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
-    rows_.push_back({LatentCacheView{}, from, end - from});
-    writing.push_back(chunk.sequence_id);
+    context.held.insert(context.held.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
     context.rows = end;
+    if (int64_t(context.held.size()) * 4 > held_bytes_) {
+      full.push_back(chunk.sequence_id);
+      full_tokens.push_back(chunk.tokens);
+    }
   }
-  for (size_t i = 0; i < rows_.size(); ++i) rows_[i].cache = cache_->view(writing[i]);  // after every reservation
+  project(full, full_tokens);
+}
+
+void BlockDrafter::project(std::span<const int64_t> ids, std::span<const std::span<const int32_t>> tokens) {
+  rows_.clear();
+  features_.clear();
+  const int64_t width = model_->feature_width();
+  for (const int64_t id : ids) {
+    Context& context = sequences_.at(id);
+    rows_.push_back({cache_->view(id), context.projected, context.rows - context.projected});
+    features_.insert(features_.end(), context.held.begin(), context.held.end());
+    MLA_CHECK(int64_t(context.held.size()) == rows_.back().count * width, "internal: held rows out of step");
+  }
   model_->write_context(rows_, features_.data());
-  for (const ObservedChunk& chunk : chunks)
-    if (cache_->holds(chunk.sequence_id))
-      cache_->publish(chunk.sequence_id, chunk.tokens, sequences_[chunk.sequence_id].rows);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Context& context = sequences_.at(ids[i]);
+    context.projected = context.rows;
+    context.held.clear();
+    cache_->publish(ids[i], tokens[i], context.projected);
+  }
 }
 
 void BlockDrafter::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) {
@@ -84,6 +104,14 @@ void BlockDrafter::propose(std::span<const DraftRequest> requests, std::vector<s
     drafting.push_back(i);
   }
   if (blocks_.empty()) return;
+  std::vector<int64_t> ids;
+  std::vector<std::span<const int32_t>> tokens;
+  for (const size_t i : drafting)
+    if (const Context& context = sequences_.at(requests[i].sequence_id); context.projected < context.rows) {
+      ids.push_back(requests[i].sequence_id);
+      tokens.push_back(requests[i].tokens);
+    }
+  project(ids, tokens);
   states_.resize(size_t(int64_t(blocks_.size()) * model_->config().block_size * model_->config().hidden_size));
   model_->forward(blocks_, first_tokens_, states_.data());
   draft_tokens(drafting, requests, proposals);
