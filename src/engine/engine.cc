@@ -108,10 +108,11 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   MLA_CHECK(config_.num_draft_tokens <= EngineMetrics::kMaxDraftTokens, "at most {} draft tokens a step, not {}",
             EngineMetrics::kMaxDraftTokens, config_.num_draft_tokens);
-  if (config_.drafter) hidden_layers_ = config_.drafter->hidden_state_layers();
-  if (config_.drafter)
+  if (config_.drafter) {
+    hidden_layers_ = config_.drafter->hidden_state_layers();
     config_.drafter->prepare({model_config_.vocab_size, blocks_.total_blocks() * config_.block_size, config_.block_size,
                               config_.cache_dtype, config_.scheduler.max_num_seqs, config_.num_draft_tokens});
+  }
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   warm_up();

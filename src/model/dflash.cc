@@ -63,7 +63,9 @@ BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& t
                  ? repack_bf16_panels(loader_.linear("lm_head", config_.vocab_size, hidden), copies_)
                  : target.lm_head();
   if (checkpoint_.contains("markov_w1")) {
-    const int64_t rank = checkpoint_.get("markov_w1").shape.at(1);
+    const auto& shape = checkpoint_.get("markov_w1").shape;
+    MLA_CHECK(shape.size() == 2, "the block draft's markov_w1 must be [vocab, rank], got {} dimensions", shape.size());
+    const int64_t rank = shape[1];
     markov_w1_ = loader_.dense("markov_w1", config_.vocab_size, rank);
     markov_w2_ = repack_bf16_panels(loader_.dense("markov_w2", config_.vocab_size, rank), copies_);
   }
@@ -150,8 +152,7 @@ void BlockDraftModel::attention(const BlockDraftLayerWeights& layer, int64_t ind
           softmax_in_place(scores.data(), n_keys);
           float* result = results + ((first + t) * heads + h) * d;
           std::fill(result, result + d, 0.0f);
-          for (int64_t j = 0; j < n_keys; ++j)
-            for (int64_t i = 0; i < d; ++i) result[i] += scores[size_t(j)] * values[size_t(j * d + i)];
+          for (int64_t j = 0; j < n_keys; ++j) simd::axpy(scores[size_t(j)], values.data() + j * d, result, d);
         }
     }
   });

@@ -284,39 +284,37 @@ TEST_F(MicroEngine, MtpDrafterNeedsAnMtpLayer) {
   }
 }
 
-// The trained model's own MTP layer (models/kjv): lossless, and its drafts are accepted, so
-// every sequence in the batch drafts from the hidden states of its own positions. The cache is
-// fp32, as generate's: in bf16 the rounding of a latent depends on how many tokens its step
-// computed, and this model's greedy text meets a near tie (logits 7.1463 and 7.1423) that a
-// different batching tips either way, with speculation or without.
-TEST(Engine, MtpSpeculativeGreedyEqualsPlainAloneAndInABatch) {
-  const std::string kjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
-  const auto model = load_causal_lm(kjv);
-  const auto tokenizer = Tokenizer::load(kjv);
+// expect_speculative_greedy_equals_plain on the trained models/kjv with the drafter `spec`
+// names (its path relative to the models directory). The cache is fp32, as generate's: in bf16
+// the rounding of a latent depends on how many tokens its step computed, and this model's
+// greedy text meets a near tie (logits 7.1463 and 7.1423) that a different batching tips either
+// way, with speculation or without.
+double expect_kjv_speculative_greedy_equals_plain(const std::string& spec) {
+  const std::string models = MLASERVE_MODELS_DIR;
+  const auto model = load_causal_lm(models + "/kjv");
+  const auto tokenizer = Tokenizer::load(models + "/kjv");
   EngineConfig plain;
   plain.cache_dtype = CacheDType::F32;
   plain.block_size = 4;
   plain.kv_cache_tokens = 4 * 100;
   plain.scheduler.chunked_prefill_size = 32;
-  const double accepted = expect_speculative_greedy_equals_plain(
-      *model, *tokenizer, plain, [&] { return make_drafter("mtp", model.get()); });
-  EXPECT_GT(accepted, 0.3);
+  const std::string resolved = spec.find(':') == std::string::npos
+                                   ? spec
+                                   : spec.substr(0, spec.find(':') + 1) + models + "/" + spec.substr(spec.find(':') + 1);
+  return expect_speculative_greedy_equals_plain(*model, *tokenizer, plain,
+                                                [&] { return make_drafter(resolved, model.get()); });
+}
+
+// The trained model's own MTP layer: lossless, and its drafts are accepted, so every sequence
+// in the batch drafts from the hidden states of its own positions.
+TEST(Engine, MtpSpeculativeGreedyEqualsPlainAloneAndInABatch) {
+  EXPECT_GT(expect_kjv_speculative_greedy_equals_plain("mtp"), 0.3);
 }
 
 // The trained block draft (models/kjv-dflash, with its Markov head: dspark) reading models/kjv's
-// layers 1, 3 and 5: lossless alone and in a batch, with drafts accepted (fp32 cache, as above).
+// layers 1, 3 and 5: lossless alone and in a batch, with drafts accepted.
 TEST(Engine, BlockDraftSpeculativeGreedyEqualsPlainAloneAndInABatch) {
-  const std::string kjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
-  const auto model = load_causal_lm(kjv);
-  const auto tokenizer = Tokenizer::load(kjv);
-  EngineConfig plain;
-  plain.cache_dtype = CacheDType::F32;
-  plain.block_size = 4;
-  plain.kv_cache_tokens = 4 * 100;
-  plain.scheduler.chunked_prefill_size = 32;
-  const double accepted = expect_speculative_greedy_equals_plain(
-      *model, *tokenizer, plain, [&] { return make_drafter("dspark:" + kjv + "-dflash", model.get()); });
-  EXPECT_GT(accepted, 0.2);
+  EXPECT_GT(expect_kjv_speculative_greedy_equals_plain("dspark:kjv-dflash"), 0.2);
 }
 
 TEST_F(MicroEngine, BlockDraftNeedsTheTargetsVocabulary) {

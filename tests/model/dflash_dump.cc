@@ -7,35 +7,13 @@
 // right: logits [2 x (block_size - 1), vocab], tokens [2 x (block_size - 1)]).
 // Usage: dflash_dump TARGET_DIR DRAFT_DIR OUT_DIR ID,ID,...
 #include <cstdio>
-#include <sstream>
 
 #include "base/npy.h"
 #include "kernels/sampling.h"
 #include "model/dflash.h"
+#include "dump_util.h"
 
 using namespace mlaserve;
-
-namespace {
-
-// One sequence's context cache of `capacity` positions in fp32.
-struct ContextCache {
-  ContextCache(const BlockDraftModel& draft, int64_t capacity)
-      : rows(size_t(capacity * draft.config().num_hidden_layers * draft.context_row_width())),
-        view{rows.data(), CacheDType::F32, &block, 1, capacity, draft.config().num_hidden_layers,
-             draft.context_row_width()} {}
-  std::vector<float> rows;
-  int32_t block = 0;
-  LatentCacheView view;
-};
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) ids.push_back(int32_t(std::stol(item)));
-  return ids;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -57,7 +35,8 @@ int main(int argc, char** argv) {
   target->forward(std::span(&prefix, 1), logits.data(), &wanted);
   write_npy_f32(out + "/features.npy", features.data(), {n - 1, width});
 
-  ContextCache a(draft, n + block), b(draft, n + block);
+  const int64_t layers = draft.config().num_hidden_layers;
+  OneSequenceCache a(layers, draft.context_row_width(), n + block), b(layers, draft.context_row_width(), n + block);
   const ContextRows pieces[] = {{a.view, 0, 3}, {a.view, 3, n - 4}, {b.view, 0, n - 4}};
   std::vector<float> piece_features(features.begin(), features.end());
   piece_features.insert(piece_features.end(), features.begin(), features.begin() + (n - 4) * width);

@@ -5,35 +5,14 @@
 // its argmax token.
 // Usage: mtp_dump MODEL_DIR OUT_DIR ID,ID,...
 #include <cstdio>
-#include <sstream>
 
 #include "base/npy.h"
 #include "kernels/sampling.h"
 #include "model/causal_lm.h"
 #include "model/deepseek_mtp.h"
+#include "dump_util.h"
 
 using namespace mlaserve;
-
-namespace {
-
-// One sequence's one-layer cache of `capacity` positions in fp32.
-struct OneLayerCache {
-  OneLayerCache(const ModelConfig& config, int64_t capacity)
-      : rows(size_t(capacity * config.kv_latent_dim())),
-        view{rows.data(), CacheDType::F32, &block, 1, capacity, 1, config.kv_latent_dim()} {}
-  std::vector<float> rows;
-  int32_t block = 0;
-  LatentCacheView view;
-};
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) ids.push_back(int32_t(std::stol(item)));
-  return ids;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -57,12 +36,12 @@ int main(int argc, char** argv) {
 
   const std::span<const int32_t> next(ids.data() + 1, size_t(n - 1));
   std::vector<float> states(size_t(n * width)), mtp_logits(size_t(n * vocab));
-  OneLayerCache prefill_cache(config, n);
+  OneSequenceCache prefill_cache(1, config.kv_latent_dim(), n);
   const ForwardSequence rows{next, 0, prefill_cache.view, MlaPath::Auto, ForwardSequence::Logits::All};
   mtp->forward(std::span(&rows, 1), hidden.data(), states.data(), mtp_logits.data());
   write_npy_f32(out + "/mtp_prefill.npy", mtp_logits.data(), {n - 1, vocab});
 
-  OneLayerCache decode_cache(config, n);
+  OneSequenceCache decode_cache(1, config.kv_latent_dim(), n);
   for (int64_t j = 0; j + 1 < n; ++j) {
     const ForwardSequence row{next.subspan(size_t(j), 1), j, decode_cache.view, MlaPath::Absorbed,
                               ForwardSequence::Logits::Last};
