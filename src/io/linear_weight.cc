@@ -2,10 +2,7 @@
 
 #include <immintrin.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -16,25 +13,21 @@ namespace mlaserve {
 
 namespace {
 
-constexpr size_t kHugePage = size_t(2) << 20, kSharedBlock = size_t(32) << 20;
+constexpr size_t kSharedBlock = size_t(32) << 20;
 
 }  // namespace
 
 uint8_t* WeightCopies::new_block(size_t bytes) {
-  auto* block = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes));
-  MLA_CHECK(block != nullptr, "out of memory copying {} bytes of weights", bytes);
-  madvise(block, bytes, MADV_HUGEPAGE);  // advice only: no error if refused
+  uint8_t* block = blocks_.emplace_back(allocate_huge_page_bytes(bytes)).get();
   const std::string error = place_memory(block, bytes, numa_nodes_);
   if (placement_error_.empty()) placement_error_ = error;
-  return blocks_.emplace_back(block).get();
+  return block;
 }
 
 uint8_t* WeightCopies::allocate(size_t bytes) {
   bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   bytes_ += bytes;
-  if (bytes >= kHugePage) {
-    return new_block((bytes + kHugePage - 1) / kHugePage * kHugePage);
-  }
+  if (bytes >= kHugePageBytes) return new_block((bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
   if (bytes > left_) {
     next_ = new_block(kSharedBlock);
     left_ = kSharedBlock;
@@ -44,8 +37,6 @@ uint8_t* WeightCopies::allocate(size_t bytes) {
   left_ -= bytes;
   return copy;
 }
-
-void WeightCopies::Free::operator()(uint8_t* block) const { std::free(block); }
 
 namespace {
 

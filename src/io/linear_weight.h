@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "kernels/weight.h"
@@ -33,14 +34,11 @@ class WeightCopies {
   const std::string& placement_error() const { return placement_error_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* block) const;
-  };
   uint8_t* new_block(size_t bytes);
 
   std::vector<int> numa_nodes_;
   std::string placement_error_;
-  std::vector<std::unique_ptr<uint8_t, Free>> blocks_;
+  std::vector<HugePageArray<uint8_t>> blocks_;
   uint8_t* next_ = nullptr;  // the free end of the last shared block
   size_t left_ = 0;          // bytes free after next_
   size_t bytes_ = 0;

@@ -1,7 +1,8 @@
 """Corrupt and fuzzed checkpoints must give a clear error and exit code 1, never a crash.
 
-Usage: test_corrupt_checkpoints.py MLASERVE WORK_DIR
-MLASERVE is normally the ASan/UBSan build: any sanitizer report fails the case."""
+Usage: test_corrupt_checkpoints.py MLASERVE PROBE WORK_DIR
+MLASERVE writes the good checkpoints; PROBE (checkpoint_probe, normally the ASan/UBSan build) loads
+each variant and runs a forward as `mlaserve logits` does: any sanitizer report fails the case."""
 import json
 import os
 import random
@@ -36,31 +37,27 @@ def write_safetensors(path, tensors, align=True):
 
 
 class Runner:
-    def __init__(self, binary, work):
-        self.binary, self.work, self.failures, self.count = binary, work, [], 0
+    def __init__(self, probe):
+        self.probe, self.failures, self.count = probe, [], 0
+
+    def load(self, model_dir, ids="1,2,3"):
+        self.count += 1
+        return subprocess.run([self.probe, model_dir, ids], capture_output=True, text=True, errors="replace",
+                              timeout=120)
 
     def expect_error(self, label, model_dir, needle=None, ids="1,2,3"):
-        self.count += 1
-        proc = subprocess.run([self.binary, "logits", "--model", model_dir, "--ids", ids,
-                               "--out", os.path.join(self.work, "out.npy")], capture_output=True, text=True,
-                              errors="replace", timeout=120)
+        proc = self.load(model_dir, ids)
         crashed = proc.returncode not in (0, 1) or any(mark in proc.stderr for mark in SANITIZER_MARKS)
         if crashed or proc.returncode != 1 or (needle and needle not in proc.stderr):
             self.failures.append(f"{label}: rc={proc.returncode}, stderr: {proc.stderr.strip()[-400:]}")
 
     def expect_ok(self, label, model_dir):
-        self.count += 1
-        proc = subprocess.run([self.binary, "logits", "--model", model_dir, "--ids", "1,2,3",
-                               "--out", os.path.join(self.work, "out.npy")], capture_output=True, text=True,
-                              errors="replace", timeout=120)
+        proc = self.load(model_dir)
         if proc.returncode != 0:
             self.failures.append(f"{label}: rc={proc.returncode}, stderr: {proc.stderr.strip()[-400:]}")
 
     def expect_no_crash(self, label, model_dir):
-        self.count += 1
-        proc = subprocess.run([self.binary, "logits", "--model", model_dir, "--ids", "1,2,3",
-                               "--out", os.path.join(self.work, "out.npy")], capture_output=True, text=True,
-                              errors="replace", timeout=120)
+        proc = self.load(model_dir)
         if proc.returncode not in (0, 1) or any(mark in proc.stderr for mark in SANITIZER_MARKS):
             self.failures.append(f"{label}: rc={proc.returncode}, stderr: {proc.stderr.strip()[-400:]}")
 
@@ -84,13 +81,13 @@ def variant(work, good, name, tensors=None, config_patch=None, raw_file=None):
 
 
 def main():
-    binary, work = sys.argv[1], sys.argv[2]
+    binary, probe, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     good = os.path.join(work, "good")
     subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "fp8", "--override", json.dumps(MICRO),
                     "--shard-mb", "0", good], check=True, capture_output=True)
-    run = Runner(binary, work)
+    run = Runner(probe)
     blob = open(os.path.join(good, "model.safetensors"), "rb").read()
     tensors = read_safetensors(os.path.join(good, "model.safetensors"))
     (header_len,) = struct.unpack("<Q", blob[:8])

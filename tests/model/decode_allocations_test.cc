@@ -1,5 +1,6 @@
 // After its first steps a decode step allocates nothing on the heap: the model's and kernels'
 // buffers are thread-local and reused (issue #6: "no allocation on the per-token path"). The
+// sequences start at position kStartPosition (the cache's rows before it are zeros) and the
 // warm-up goes past 128 positions, where a lone sequence's attention starts splitting over the
 // threads (64 positions a part) and the second thread first runs an item of it.
 // Its own test binary, since it replaces the global operator new to count every allocation
@@ -46,12 +47,13 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 namespace mlaserve {
 namespace {
 
-constexpr int kWarmUp = 140, kSteps = 60, kMaxBatch = 4;
+constexpr int kStartPosition = 116, kWarmUp = 24, kSteps = 60, kMaxBatch = 4;
+constexpr int kBlockSize = kStartPosition + kWarmUp + kSteps;
 
 // An fp32 latent-cache pool of kMaxBatch blocks, each long enough for a sequence's steps,
 // then kMaxBatch recurrent states (Kimi Linear's KDA layers).
 int64_t block_floats(const ModelConfig& config) {
-  return (kWarmUp + kSteps) * config.cache_layers() * config.kv_latent_dim();
+  return kBlockSize * config.cache_layers() * config.kv_latent_dim();
 }
 std::vector<float> cache_pool(const ModelConfig& config) {
   return std::vector<float>(size_t(kMaxBatch * (block_floats(config) + config.recurrent_state_bytes() / 4)));
@@ -72,13 +74,13 @@ int64_t allocations_after_warm_up(const ModelConfig& config, Forward forward, in
     cache.pool = pool.data();
     cache.block_table = &blocks[size_t(s)];
     cache.n_blocks = 1;
-    cache.block_size = kWarmUp + kSteps;
+    cache.block_size = kBlockSize;
     cache.n_layers = config.cache_layers();
     cache.latent_dim = config.kv_latent_dim();
     if (config.recurrent_state_bytes() > 0)
       cache.state_offset = (kMaxBatch * block_floats(config)) * 4 + s * config.recurrent_state_bytes();
     tokens[size_t(s)] = 7 + 1000 * s;
-    sequences.push_back({std::span(&tokens[size_t(s)], 1), 0, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
+    sequences.push_back({std::span(&tokens[size_t(s)], 1), kStartPosition, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
   }
   int64_t before = 0;
   for (int step = 0; step < kWarmUp + kSteps; ++step) {

@@ -2,6 +2,7 @@
 float64 of every weight format mlaserve loads. Written from the format specs, sharing no
 code with mlaserve."""
 import json
+import mmap
 import os
 import struct
 
@@ -12,11 +13,11 @@ NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "
 
 
 def read_safetensors(path):
-    """{name: (dtype, shape, raw bytes)} of one file."""
+    """{name: (dtype, shape, raw bytes)} of one file, the bytes memoryviews of its mapping."""
     with open(path, "rb") as f:
-        blob = f.read()
+        blob = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     (header_len,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + header_len])
+    header = json.loads(bytes(blob[8:8 + header_len]))
     base = 8 + header_len
     out = {}
     for name, entry in header.items():

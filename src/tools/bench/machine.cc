@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/thread_pool.h"
 #include "kernels/simd.h"
 
@@ -107,7 +107,9 @@ double measure_chains_gflops(double (*chains)(int64_t), int repetitions) {
 
 double measure_triad_bandwidth_gb_s(int repetitions) {
   constexpr size_t kFloats = size_t(64) << 20;  // 256 MiB per array: far beyond any cache
-  std::unique_ptr<float[]> a(new float[kFloats]), b(new float[kFloats]), c(new float[kFloats]);
+  // On huge pages, as the weights decode streams are.
+  const auto a = allocate_huge_pages<float>(kFloats), b = allocate_huge_pages<float>(kFloats),
+             c = allocate_huge_pages<float>(kFloats);
   ThreadPool& pool = thread_pool();
   auto triad = [&](float scale) {
     pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {
@@ -128,7 +130,7 @@ double measure_triad_bandwidth_gb_s(int repetitions) {
 
 double measure_read_bandwidth_gb_s(int repetitions) {
   constexpr size_t kFloats = size_t(128) << 20;  // 512 MiB: far beyond any cache
-  std::unique_ptr<float[]> data(new float[kFloats]);
+  const auto data = allocate_huge_pages<float>(kFloats);
   ThreadPool& pool = thread_pool();
   constexpr int64_t kGrain = 4 * 4096;
   pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {  // first touch, per thread
