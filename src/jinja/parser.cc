@@ -1,0 +1,742 @@
+// Lexer and recursive-descent parser. Operator precedence, loosest first, as the reference's:
+// a if b else c; or; and; not; comparisons and in; + - ~; * / // %; **; is; |; unary - +;
+// calls, attributes and subscripts.
+#include <string_view>
+
+#include "base/error.h"
+#include "jinja/ast.h"
+
+namespace mlaserve::jinja {
+namespace {
+
+struct Token {
+  enum class Kind { Text, OpenStatement, CloseStatement, OpenExpression, CloseExpression, Name, Number, String, Operator, End };
+  Kind kind;
+  std::string text;
+  int line;
+};
+
+[[noreturn]] void fail_at(int line, const std::string& message) {
+  throw Error(fmt::format("chat template line {}: {}", line, message));
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view source) : source_(source) {
+    if (!source_.empty() && source_.back() == '\n') source_.remove_suffix(1);
+  }
+
+  std::vector<Token> run() {
+    while (pos_ < source_.size()) {
+      lex_text();
+      if (pos_ >= source_.size()) break;
+      lex_tag();
+    }
+    tokens_.push_back({Token::Kind::End, "", line_});
+    return std::move(tokens_);
+  }
+
+ private:
+  void advance(size_t count) {
+    for (size_t i = 0; i < count && pos_ < source_.size(); ++i, ++pos_)
+      if (source_[pos_] == '\n') ++line_;
+  }
+
+  // The text up to the next {{, {% or {#, with lstrip_blocks and a {%- / {{- / {#- applied.
+  void lex_text() {
+    size_t end = pos_;
+    while ((end = source_.find('{', end)) != std::string_view::npos) {
+      const char next = end + 1 < source_.size() ? source_[end + 1] : '\0';
+      if (next == '%' || next == '{' || next == '#') break;
+      ++end;
+    }
+    if (end == std::string_view::npos) end = source_.size();
+    std::string text(source_.substr(pos_, end - pos_));
+    const int line = line_;
+    advance(end - pos_);
+    if (end < source_.size()) {
+      const char tag = source_[end + 1];
+      if (tag == '%' || tag == '#') lstrip_block(text, end);
+      if (end + 2 < source_.size() && source_[end + 2] == '-')
+        while (!text.empty() && is_space(text.back())) text.pop_back();
+    }
+    if (!text.empty()) tokens_.push_back({Token::Kind::Text, std::move(text), line});
+  }
+
+  // lstrip_blocks: spaces and tabs between the start of a line and a block tag go.
+  void lstrip_block(std::string& text, size_t tag_start) const {
+    size_t start = tag_start;
+    while (start > 0 && (source_[start - 1] == ' ' || source_[start - 1] == '\t')) --start;
+    if (start > 0 && source_[start - 1] != '\n') return;
+    const size_t blanks = tag_start - start;
+    text.resize(text.size() - std::min(blanks, text.size()));
+  }
+
+  void skip_whitespace() {
+    while (pos_ < source_.size() && is_space(source_[pos_])) advance(1);
+  }
+
+  void lex_tag() {
+    const char tag = source_[pos_ + 1];
+    if (tag == '#') return lex_comment();
+    const bool statement = tag == '%';
+    tokens_.push_back({statement ? Token::Kind::OpenStatement : Token::Kind::OpenExpression, "", line_});
+    advance(source_[pos_ + 2] == '-' ? 3 : 2);
+    int curly_depth = 0;
+    while (true) {
+      skip_whitespace();
+      if (pos_ >= source_.size()) fail_at(line_, statement ? "missing %}" : "missing }}");
+      const std::string_view rest = source_.substr(pos_);
+      const std::string_view close = statement ? "%}" : "}}";
+      const bool dash = rest.size() >= 3 && rest[0] == '-' && rest.substr(1, 2) == close;
+      if (dash || (rest.substr(0, 2) == close && (statement || curly_depth == 0))) {
+        tokens_.push_back({statement ? Token::Kind::CloseStatement : Token::Kind::CloseExpression, "", line_});
+        advance(dash ? 3 : 2);
+        if (dash) skip_whitespace();
+        else if (statement && pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
+        return;
+      }
+      lex_expression_token(curly_depth);
+    }
+  }
+
+  void lex_comment() {
+    const size_t end = source_.find("#}", pos_ + 2);
+    if (end == std::string_view::npos) fail_at(line_, "missing #} after a comment");
+    const bool strip_after = end > pos_ + 2 && source_[end - 1] == '-';
+    advance(end + 2 - pos_);
+    if (strip_after) skip_whitespace();
+    else if (pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
+  }
+
+  void lex_expression_token(int& curly_depth) {
+    const char c = source_[pos_];
+    if (c == '\'' || c == '"') return lex_string(c);
+    if (is_digit(c)) {
+      size_t end = pos_;
+      while (end < source_.size() && is_digit(source_[end])) ++end;
+      const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::Operator && tokens_.back().text == ".";
+      if (!after_dot && end + 1 < source_.size() && source_[end] == '.' && is_digit(source_[end + 1])) {
+        ++end;
+        while (end < source_.size() && is_digit(source_[end])) ++end;
+      }
+      tokens_.push_back({Token::Kind::Number, std::string(source_.substr(pos_, end - pos_)), line_});
+      return advance(end - pos_);
+    }
+    if (is_word(c)) {
+      size_t end = pos_;
+      while (end < source_.size() && is_word(source_[end])) ++end;
+      tokens_.push_back({Token::Kind::Name, std::string(source_.substr(pos_, end - pos_)), line_});
+      return advance(end - pos_);
+    }
+    static constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}",
+                                                      ",",  ".",  ":",  "|",  "=",  "<",  ">", "+", "-", "~", "*", "/", "%"};
+    for (std::string_view op : kOperators) {
+      if (source_.substr(pos_, op.size()) != op) continue;
+      if (op == "{") ++curly_depth;
+      if (op == "}") --curly_depth;
+      tokens_.push_back({Token::Kind::Operator, std::string(op), line_});
+      return advance(op.size());
+    }
+    fail_at(line_, fmt::format("unexpected character '{}'", c));
+  }
+
+  void lex_string(char quote) {
+    const int line = line_;
+    std::string value;
+    advance(1);
+    while (true) {
+      if (pos_ >= source_.size()) fail_at(line, "unterminated string");
+      const char c = source_[pos_];
+      if (c == quote) break;
+      advance(1);
+      if (c != '\\') {
+        value += c;
+        continue;
+      }
+      if (pos_ >= source_.size()) fail_at(line, "unterminated string");
+      const char escaped = source_[pos_];
+      advance(1);
+      switch (escaped) {
+        case 'n': value += '\n'; break;
+        case 't': value += '\t'; break;
+        case 'r': value += '\r'; break;
+        case 'b': value += '\b'; break;
+        case 'f': value += '\f'; break;
+        case 'v': value += '\v'; break;
+        case '\'': case '"': case '\\': value += escaped; break;
+        case 'x': case 'u': append_hex_escape(value, escaped == 'x' ? 2 : 4, line); break;
+        default: fail_at(line, fmt::format("unknown escape \\{} in a string", escaped));
+      }
+    }
+    advance(1);
+    tokens_.push_back({Token::Kind::String, std::move(value), line});
+  }
+
+  void append_hex_escape(std::string& value, size_t digits, int line) {
+    const std::string hex(source_.substr(pos_, digits));
+    if (hex.size() != digits || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      fail_at(line, "bad hexadecimal escape in a string");
+    advance(digits);
+    const auto code = uint32_t(std::stoul(hex, nullptr, 16));
+    if (code < 0x80) {
+      value += char(code);
+    } else if (code < 0x800) {
+      value += char(0xC0 | (code >> 6));
+      value += char(0x80 | (code & 0x3F));
+    } else {
+      value += char(0xE0 | (code >> 12));
+      value += char(0x80 | ((code >> 6) & 0x3F));
+      value += char(0x80 | (code & 0x3F));
+    }
+  }
+
+  std::string_view source_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  std::vector<Token> tokens_;
+};
+
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  NodeList run() {
+    NodeList program;
+    while (peek().kind != Token::Kind::End) append_statement(program);
+    return program;
+  }
+
+ private:
+  using Kind = Node::Kind;
+  using TokenKind = Token::Kind;
+
+  const Token& peek(size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
+  const Token& next() {
+    const Token& token = peek();
+    if (token.kind != TokenKind::End) ++pos_;
+    return token;
+  }
+  bool at_operator(std::string_view op) const { return peek().kind == TokenKind::Operator && peek().text == op; }
+  bool at_name(std::string_view name, size_t ahead = 0) const {
+    return peek(ahead).kind == TokenKind::Name && peek(ahead).text == name;
+  }
+  [[noreturn]] void fail(const std::string& message) const { fail_at(peek().line, message); }
+  void expect_operator(std::string_view op) {
+    if (!at_operator(op)) fail(fmt::format("expected '{}', found '{}'", op, describe(peek())));
+    next();
+  }
+  void expect_close() {
+    if (peek().kind != TokenKind::CloseStatement) fail(fmt::format("expected %}}, found '{}'", describe(peek())));
+    next();
+  }
+  static std::string describe(const Token& token) {
+    switch (token.kind) {
+      case TokenKind::End: return "end of template";
+      case TokenKind::CloseStatement: return "%}";
+      case TokenKind::CloseExpression: return "}}";
+      default: return token.text;
+    }
+  }
+  NodePtr node(Kind kind) const { return std::make_unique<Node>(kind, peek().line); }
+
+  // Is the next tag {% one of names %}?
+  bool at_statement(std::initializer_list<std::string_view> names) const {
+    if (peek().kind != TokenKind::OpenStatement) return false;
+    for (std::string_view name : names)
+      if (at_name(name, 1)) return true;
+    return false;
+  }
+
+  // Statements until {% one of `ends` %}; the end tag's name is left to the caller.
+  NodeList statements_until(std::initializer_list<std::string_view> ends, std::string_view opener) {
+    NodeList body;
+    while (!at_statement(ends)) {
+      if (peek().kind == TokenKind::End) fail(fmt::format("'{}' is never closed", opener));
+      append_statement(body);
+    }
+    next();  // {%
+    return body;
+  }
+  void end_tag(std::string_view name) {
+    if (!at_name(name)) fail(fmt::format("expected '{}'", name));
+    next();
+    expect_close();
+  }
+
+  void append_statement(NodeList& out) {
+    const Token& token = peek();
+    if (token.kind == TokenKind::Text) {
+      auto text = node(Kind::Text);
+      text->name = next().text;
+      out.push_back(std::move(text));
+    } else if (token.kind == TokenKind::OpenExpression) {
+      next();
+      auto output = node(Kind::Output);
+      output->children.push_back(expression());
+      if (peek().kind != TokenKind::CloseExpression) fail(fmt::format("expected }}}}, found '{}'", describe(peek())));
+      next();
+      out.push_back(std::move(output));
+    } else if (token.kind == TokenKind::OpenStatement) {
+      next();
+      out.push_back(statement());
+    } else {
+      fail(fmt::format("unexpected '{}'", describe(token)));
+    }
+  }
+
+  NodePtr statement() {
+    if (peek().kind != TokenKind::Name) fail("expected a statement name after {%");
+    const std::string name = next().text;
+    if (name == "if") return if_statement();
+    if (name == "for") return for_statement();
+    if (name == "set") return set_statement();
+    if (name == "macro") return macro_statement();
+    if (name == "call") return call_statement();
+    if (name == "filter") return filter_statement();
+    if (name == "break" || name == "continue" || name == "generation" || name == "endgeneration") {
+      auto control = node(name == "break" ? Kind::Break : name == "continue" ? Kind::Continue : Kind::Nothing);
+      expect_close();
+      return control;
+    }
+    fail(fmt::format("unsupported statement '{}'", name));
+  }
+
+  NodePtr if_statement() {
+    auto result = node(Kind::If);
+    result->children.push_back(expression());
+    expect_close();
+    result->body = statements_until({"elif", "else", "endif"}, "if");
+    if (at_name("elif")) {
+      next();
+      result->alternate.push_back(if_statement());
+      return result;  // the nested if consumed the endif
+    }
+    if (at_name("else")) {
+      next();
+      expect_close();
+      result->alternate = statements_until({"endif"}, "else");
+    }
+    end_tag("endif");
+    return result;
+  }
+
+  NodePtr for_statement() {
+    auto result = node(Kind::For);
+    result->children.push_back(target_sequence());
+    if (!at_name("in")) fail("expected 'in' after the loop variable");
+    next();
+    NodePtr iterable = ternary_free_expression();
+    result->children.push_back(std::move(iterable));
+    if (at_name("if")) {
+      next();
+      result->children.push_back(ternary_free_expression());
+    }
+    expect_close();
+    result->body = statements_until({"endfor", "else"}, "for");
+    if (at_name("else")) {
+      next();
+      expect_close();
+      result->alternate = statements_until({"endfor"}, "else");
+    }
+    end_tag("endfor");
+    return result;
+  }
+
+  // A loop or set target: a name, names separated by commas, or (for set) ns.attribute.
+  NodePtr target_sequence() {
+    NodePtr first = postfix(primary());
+    if (!at_operator(",")) return first;
+    auto tuple = node(Kind::Tuple);
+    tuple->children.push_back(std::move(first));
+    while (at_operator(",")) {
+      next();
+      tuple->children.push_back(primary());
+    }
+    return tuple;
+  }
+
+  NodePtr set_statement() {
+    auto result = node(Kind::Set);
+    NodePtr target = target_sequence();
+    const auto is_name = [](const Node& n) { return n.kind == Kind::Name; };
+    bool valid = is_name(*target) || (target->kind == Kind::Attribute && is_name(*target->children[0]));
+    if (target->kind == Kind::Tuple) {
+      valid = true;
+      for (const auto& item : target->children) valid = valid && is_name(*item);
+    }
+    if (!valid) fail("set needs a name, names, or namespace.attribute to assign");
+    result->children.push_back(std::move(target));
+    if (at_operator("=")) {
+      next();
+      result->children.push_back(expression_sequence());
+      expect_close();
+      return result;
+    }
+    expect_close();
+    result->body = statements_until({"endset"}, "set");
+    end_tag("endset");
+    return result;
+  }
+
+  NodePtr macro_statement() {
+    auto result = node(Kind::Macro);
+    if (peek().kind != TokenKind::Name) fail("expected the macro's name");
+    result->name = next().text;
+    result->children = parameters();
+    expect_close();
+    result->body = statements_until({"endmacro"}, "macro");
+    end_tag("endmacro");
+    return result;
+  }
+
+  // (a, b=default, ...)
+  NodeList parameters() {
+    NodeList list;
+    expect_operator("(");
+    while (!at_operator(")")) {
+      if (peek().kind != TokenKind::Name) fail("expected a parameter name");
+      auto parameter = node(Kind::Name);
+      parameter->name = next().text;
+      if (at_operator("=")) {
+        next();
+        auto with_default = node(Kind::KeywordArgument);
+        with_default->name = parameter->name;
+        with_default->children.push_back(expression());
+        parameter = std::move(with_default);
+      }
+      list.push_back(std::move(parameter));
+      if (!at_operator(",")) break;
+      next();
+    }
+    expect_operator(")");
+    return list;
+  }
+
+  NodePtr call_statement() {
+    auto result = node(Kind::CallBlock);
+    NodeList caller_parameters;
+    if (at_operator("(")) caller_parameters = parameters();
+    NodePtr call = postfix(primary());
+    if (call->kind != Kind::Call) fail("{% call %} needs a macro call");
+    result->children.push_back(std::move(call));
+    for (auto& parameter : caller_parameters) result->children.push_back(std::move(parameter));
+    expect_close();
+    result->body = statements_until({"endcall"}, "call");
+    end_tag("endcall");
+    return result;
+  }
+
+  NodePtr filter_statement() {
+    auto result = node(Kind::FilterBlock);
+    auto filter = node(Kind::Filter);
+    filter->children.push_back(nullptr);
+    filter_name_and_arguments(*filter);
+    result->children.push_back(std::move(filter));
+    expect_close();
+    result->body = statements_until({"endfilter"}, "filter");
+    end_tag("endfilter");
+    return result;
+  }
+
+  // a, b, c as a tuple (set x = 1, 2); one expression alone as itself.
+  NodePtr expression_sequence() {
+    NodePtr first = expression();
+    if (!at_operator(",")) return first;
+    auto tuple = node(Kind::Tuple);
+    tuple->children.push_back(std::move(first));
+    while (at_operator(",")) {
+      next();
+      tuple->children.push_back(expression());
+    }
+    return tuple;
+  }
+
+  NodePtr expression() {
+    NodePtr value = or_expression();
+    if (!at_name("if")) return value;
+    next();
+    NodePtr condition = or_expression();
+    if (!at_name("else")) {
+      auto select = node(Kind::Select);
+      select->children.push_back(std::move(value));
+      select->children.push_back(std::move(condition));
+      return select;
+    }
+    next();
+    auto ternary = node(Kind::Ternary);
+    ternary->children.push_back(std::move(condition));
+    ternary->children.push_back(std::move(value));
+    ternary->children.push_back(expression());
+    return ternary;
+  }
+
+  // A for loop's iterable: its "if" is the loop's filter, not a conditional expression.
+  NodePtr ternary_free_expression() { return or_expression(); }
+
+  NodePtr binary(std::string op, NodePtr left, NodePtr right) {
+    auto result = std::make_unique<Node>(Kind::Binary, left->line);
+    result->name = std::move(op);
+    result->children.push_back(std::move(left));
+    result->children.push_back(std::move(right));
+    return result;
+  }
+
+  NodePtr or_expression() {
+    NodePtr left = and_expression();
+    while (at_name("or")) {
+      next();
+      left = binary("or", std::move(left), and_expression());
+    }
+    return left;
+  }
+
+  NodePtr and_expression() {
+    NodePtr left = not_expression();
+    while (at_name("and")) {
+      next();
+      left = binary("and", std::move(left), not_expression());
+    }
+    return left;
+  }
+
+  NodePtr not_expression() {
+    if (!at_name("not")) return comparison();
+    auto result = node(Kind::Unary);
+    next();
+    result->name = "not";
+    result->children.push_back(not_expression());
+    return result;
+  }
+
+  NodePtr comparison() {
+    NodePtr left = additive();
+    while (true) {
+      std::string op;
+      if (at_name("not") && at_name("in", 1)) {
+        next();
+        op = "not in";
+      } else if (at_name("in")) {
+        op = "in";
+      } else if (peek().kind == TokenKind::Operator &&
+                 (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == ">" ||
+                  peek().text == "<=" || peek().text == ">=")) {
+        op = peek().text;
+      } else {
+        return left;
+      }
+      next();
+      left = binary(op, std::move(left), additive());
+    }
+  }
+
+  NodePtr additive() {
+    NodePtr left = multiplicative();
+    while (at_operator("+") || at_operator("-") || at_operator("~")) {
+      const std::string op = next().text;
+      left = binary(op, std::move(left), multiplicative());
+    }
+    return left;
+  }
+
+  NodePtr multiplicative() {
+    NodePtr left = power();
+    while (at_operator("*") || at_operator("/") || at_operator("//") || at_operator("%")) {
+      const std::string op = next().text;
+      left = binary(op, std::move(left), power());
+    }
+    return left;
+  }
+
+  NodePtr power() {
+    NodePtr left = test();
+    while (at_operator("**")) {
+      next();
+      left = binary("**", std::move(left), test());
+    }
+    return left;
+  }
+
+  NodePtr test() {
+    NodePtr operand = filtered();
+    while (at_name("is")) {
+      auto result = node(Kind::Test);
+      next();
+      if (at_name("not")) {
+        next();
+        result->negate = true;
+      }
+      if (peek().kind != TokenKind::Name) fail("expected a test name after 'is'");
+      result->name = next().text;
+      if (!known_test(result->name)) fail(fmt::format("unsupported test '{}'", result->name));
+      result->children.push_back(std::move(operand));
+      if (at_operator("(")) append_arguments(*result);
+      operand = std::move(result);
+    }
+    return operand;
+  }
+
+  NodePtr filtered() {
+    NodePtr operand = unary();
+    while (at_operator("|")) {
+      next();
+      auto filter = node(Kind::Filter);
+      filter->children.push_back(std::move(operand));
+      filter_name_and_arguments(*filter);
+      operand = std::move(filter);
+    }
+    return operand;
+  }
+
+  void filter_name_and_arguments(Node& filter) {
+    if (peek().kind != TokenKind::Name) fail("expected a filter name after '|'");
+    filter.name = next().text;
+    if (!known_filter(filter.name)) fail_at(filter.line, fmt::format("unsupported filter '{}'", filter.name));
+    if (at_operator("(")) append_arguments(filter);
+  }
+
+  NodePtr unary() {
+    if (!at_operator("-") && !at_operator("+")) return postfix(primary());
+    auto result = node(Kind::Unary);
+    result->name = next().text;
+    result->children.push_back(unary());
+    return result;
+  }
+
+  // (args) appended to node.children: expressions, or name=expression.
+  void append_arguments(Node& call) {
+    expect_operator("(");
+    while (!at_operator(")")) {
+      if (peek().kind == TokenKind::Name && peek(1).kind == TokenKind::Operator && peek(1).text == "=") {
+        auto keyword = node(Kind::KeywordArgument);
+        keyword->name = next().text;
+        next();
+        keyword->children.push_back(expression());
+        call.children.push_back(std::move(keyword));
+      } else {
+        call.children.push_back(expression());
+      }
+      if (!at_operator(",")) break;
+      next();
+    }
+    expect_operator(")");
+  }
+
+  NodePtr postfix(NodePtr object) {
+    while (true) {
+      if (at_operator(".")) {
+        next();
+        auto attribute = node(Kind::Attribute);
+        if (peek().kind != TokenKind::Name && peek().kind != TokenKind::Number) fail("expected an attribute name after '.'");
+        attribute->name = next().text;
+        attribute->children.push_back(std::move(object));
+        object = std::move(attribute);
+      } else if (at_operator("[")) {
+        next();
+        object = subscript(std::move(object));
+      } else if (at_operator("(")) {
+        auto call = node(Kind::Call);
+        call->children.push_back(std::move(object));
+        append_arguments(*call);
+        object = std::move(call);
+      } else {
+        return object;
+      }
+    }
+  }
+
+  // After '[': an index or a slice start:stop:step.
+  NodePtr subscript(NodePtr object) {
+    NodeList parts;
+    bool slice = false;
+    parts.push_back(at_operator(":") ? nullptr : expression());
+    while (at_operator(":") && parts.size() < 3) {
+      slice = true;
+      next();
+      parts.push_back(at_operator(":") || at_operator("]") ? nullptr : expression());
+    }
+    expect_operator("]");
+    auto result = node(slice ? Kind::Slice : Kind::Index);
+    result->children.push_back(std::move(object));
+    for (auto& part : parts) result->children.push_back(std::move(part));
+    while (slice && result->children.size() < 4) result->children.push_back(nullptr);
+    return result;
+  }
+
+  NodePtr primary() {
+    const Token& token = peek();
+    switch (token.kind) {
+      case TokenKind::Number: {
+        auto literal = node(Kind::Literal);
+        const std::string text = next().text;
+        literal->value = text.find('.') != std::string::npos ? Value(std::stod(text)) : Value(int64_t(std::stoll(text)));
+        return literal;
+      }
+      case TokenKind::String: {
+        auto literal = node(Kind::Literal);
+        std::string text = next().text;
+        while (peek().kind == TokenKind::String) text += next().text;  // adjacent literals join
+        literal->value = Value(std::move(text));
+        return literal;
+      }
+      case TokenKind::Name: {
+        auto name = node(Kind::Name);
+        name->name = next().text;
+        return name;
+      }
+      case TokenKind::Operator:
+        if (token.text == "(") return parenthesized();
+        if (token.text == "[") return list_literal();
+        if (token.text == "{") return dict_literal();
+        [[fallthrough]];
+      default: fail(fmt::format("unexpected '{}' in an expression", describe(token)));
+    }
+  }
+
+  NodePtr parenthesized() {
+    next();
+    NodePtr inner = expression_sequence();
+    expect_operator(")");
+    return inner;
+  }
+
+  NodePtr list_literal() {
+    auto list = node(Kind::List);
+    next();
+    while (!at_operator("]")) {
+      list->children.push_back(expression());
+      if (!at_operator(",")) break;
+      next();
+    }
+    expect_operator("]");
+    return list;
+  }
+
+  NodePtr dict_literal() {
+    auto dict = node(Kind::Dict);
+    next();
+    while (!at_operator("}")) {
+      dict->children.push_back(expression());
+      expect_operator(":");
+      dict->children.push_back(expression());
+      if (!at_operator(",")) break;
+      next();
+    }
+    expect_operator("}");
+    return dict;
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+NodeList parse_template(std::string_view source) { return Parser(Lexer(source).run()).run(); }
+
+}  // namespace mlaserve::jinja

@@ -1,0 +1,328 @@
+#include "jinja/template.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "jinja/builtins.h"
+
+namespace mlaserve::jinja {
+namespace {
+
+using Kind = Node::Kind;
+
+struct Scope {
+  std::unordered_map<std::string, Value> variables;
+  std::shared_ptr<Scope> parent;
+
+  Value lookup(const std::string& name) const {
+    for (const Scope* scope = this; scope != nullptr; scope = scope->parent.get()) {
+      const auto found = scope->variables.find(name);
+      if (found != scope->variables.end()) return found->second;
+    }
+    return Value();
+  }
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+ScopePtr child_of(const ScopePtr& parent) {
+  auto scope = std::make_shared<Scope>();
+  scope->parent = parent;
+  return scope;
+}
+
+enum class Flow { Normal, Break, Continue };
+
+// An Error from a place that did not know its line gets the line of the node it reached.
+[[noreturn]] void rethrow_at(const Node& node, const Error& error) {
+  const std::string message = error.what();
+  if (message.rfind("chat template line ", 0) == 0) throw error;
+  throw Error(fmt::format("chat template line {}: {}", node.line, message));
+}
+
+class Renderer {
+ public:
+  Flow render(const NodeList& statements, const ScopePtr& scope, std::string& out) {
+    for (const NodePtr& statement : statements) {
+      Flow flow = Flow::Normal;
+      try {
+        flow = render_statement(*statement, scope, out);
+      } catch (const Error& error) {
+        rethrow_at(*statement, error);
+      }
+      if (flow != Flow::Normal) return flow;
+    }
+    return Flow::Normal;
+  }
+
+  Value eval(const Node& node, const ScopePtr& scope);
+
+ private:
+  Flow render_statement(const Node& node, const ScopePtr& scope, std::string& out);
+  Flow render_for(const Node& node, const ScopePtr& scope, std::string& out);
+  void assign(const Node& target, const Value& value, const ScopePtr& scope);
+  void define_macro(const Node& node, const ScopePtr& scope);
+  Value call_block(const Node& node, const ScopePtr& scope);
+  Arguments arguments(const NodeList& nodes, size_t first, const ScopePtr& scope);
+  Value binary(const Node& node, const ScopePtr& scope);
+  Value subscript(const Node& node, const ScopePtr& scope);
+  Value slice(const Node& node, const ScopePtr& scope);
+
+  std::string render_to_string(const NodeList& statements, const ScopePtr& scope) {
+    std::string out;
+    render(statements, scope, out);
+    return out;
+  }
+};
+
+Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
+  switch (node.kind) {
+    case Kind::Text: out += node.name; break;
+    case Kind::Output: {
+      const Value value = eval(*node.children[0], scope);
+      if (!value.is_undefined() && !value.is_none()) out += value.str();
+      break;
+    }
+    case Kind::If:
+      return render(eval(*node.children[0], scope).truthy() ? node.body : node.alternate, scope, out);
+    case Kind::For: return render_for(node, scope, out);
+    case Kind::Set:
+      assign(*node.children[0],
+             node.children.size() > 1 ? eval(*node.children[1], scope) : Value(render_to_string(node.body, scope)),
+             scope);
+      break;
+    case Kind::Macro: define_macro(node, scope); break;
+    case Kind::CallBlock: out += call_block(node, scope).str(); break;
+    case Kind::FilterBlock: {
+      const Node& filter = *node.children[0];
+      out += apply_filter(filter.name, Value(render_to_string(node.body, scope)),
+                          arguments(filter.children, 1, scope)).str();
+      break;
+    }
+    case Kind::Break: return Flow::Break;
+    case Kind::Continue: return Flow::Continue;
+    case Kind::Nothing: break;
+    default: out += eval(node, scope).str();
+  }
+  return Flow::Normal;
+}
+
+// As the reference: a dict iterates over its keys, a string over its characters; the else
+// block renders when no iteration ran to its end.
+Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& out) {
+  const ScopePtr loop_scope = child_of(scope);
+  const Value iterable = eval(*node.children[1], loop_scope);
+  Array candidates;
+  if (iterable.is_array()) {
+    candidates = iterable.items();
+  } else if (iterable.has_attributes()) {
+    for (const auto& entry : iterable.attributes().entries) candidates.emplace_back(entry.first);
+  } else if (iterable.is_string()) {
+    for (std::string& character : utf8_characters(iterable.as_string())) candidates.emplace_back(std::move(character));
+  } else {
+    fail("cannot loop over {}", iterable.type_name());
+  }
+  Array items;
+  for (const Value& candidate : candidates) {
+    if (node.children.size() > 2) {
+      const ScopePtr test_scope = child_of(loop_scope);
+      assign(*node.children[0], candidate, test_scope);
+      if (!eval(*node.children[2], test_scope).truthy()) continue;
+    }
+    items.push_back(candidate);
+  }
+  bool completed_none = true;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Object loop;
+    const auto n = int64_t(items.size()), index = int64_t(i);
+    loop.set("index", Value(index + 1));
+    loop.set("index0", Value(index));
+    loop.set("revindex", Value(n - index));
+    loop.set("revindex0", Value(n - index - 1));
+    loop.set("first", Value(i == 0));
+    loop.set("last", Value(i + 1 == items.size()));
+    loop.set("length", Value(n));
+    loop.set("previtem", i > 0 ? items[i - 1] : Value());
+    loop.set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
+    loop_scope->variables["loop"] = Value::object(std::move(loop));
+    assign(*node.children[0], items[i], loop_scope);
+    const Flow flow = render(node.body, loop_scope, out);
+    if (flow == Flow::Break) break;
+    if (flow == Flow::Continue) continue;
+    completed_none = false;
+  }
+  if (completed_none) return render(node.alternate, loop_scope, out);
+  return Flow::Normal;
+}
+
+void Renderer::assign(const Node& target, const Value& value, const ScopePtr& scope) {
+  if (target.kind == Kind::Name) {
+    scope->variables[target.name] = value;
+  } else if (target.kind == Kind::Tuple) {
+    MLA_CHECK(value.is_array(), "cannot unpack {} into {} names", value.type_name(), target.children.size());
+    MLA_CHECK(value.items().size() == target.children.size(), "cannot unpack {} items into {} names",
+              value.items().size(), target.children.size());
+    for (size_t i = 0; i < target.children.size(); ++i) scope->variables[target.children[i]->name] = value.items()[i];
+  } else {
+    const Value object = eval(*target.children[0], scope);
+    MLA_CHECK(object.kind() == Value::Kind::Namespace, "cannot set attribute '{}' of {}: only a namespace() takes them",
+              target.name, object.type_name());
+    object.attributes().set(target.name, value);
+  }
+}
+
+// A macro is a function of its parameters rendering its body in a scope below the one it was
+// defined in; a {% call %} block passes itself as the keyword argument `caller`.
+void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
+  scope->variables[node.name] = Value::function([this, &node, scope](const Arguments& args) {
+    const ScopePtr body_scope = child_of(scope);
+    MLA_CHECK(args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
+              node.name, node.children.size(), args.positional.size());
+    for (const auto& [key, value] : args.keywords) {
+      const bool known = key == "caller" || std::any_of(node.children.begin(), node.children.end(),
+                                                        [&](const NodePtr& p) { return p->name == key; });
+      MLA_CHECK(known, "macro '{}' has no parameter '{}'", node.name, key);
+      if (key == "caller") body_scope->variables["caller"] = value;
+    }
+    std::vector<const Node*> defaults;
+    for (size_t i = 0; i < node.children.size(); ++i) {
+      const Node& parameter = *node.children[i];
+      const Value* given = args.get(i, parameter.name);
+      body_scope->variables[parameter.name] = given ? *given : Value();
+      if (!given && parameter.kind == Kind::KeywordArgument) defaults.push_back(&parameter);
+    }
+    for (const Node* parameter : defaults)
+      body_scope->variables[parameter->name] = eval(*parameter->children[0], body_scope);
+    return Value(render_to_string(node.body, body_scope));
+  });
+}
+
+Value Renderer::call_block(const Node& node, const ScopePtr& scope) {
+  const Node& call = *node.children[0];
+  Value caller = Value::function([this, &node, scope](const Arguments& args) {
+    const ScopePtr body_scope = child_of(scope);
+    for (size_t i = 1; i < node.children.size(); ++i) {
+      const Node& parameter = *node.children[i];
+      const Value* given = args.get(i - 1, parameter.name);
+      body_scope->variables[parameter.name] =
+          given ? *given : parameter.kind == Kind::KeywordArgument ? eval(*parameter.children[0], body_scope) : Value();
+    }
+    return Value(render_to_string(node.body, body_scope));
+  });
+  const Value callee = eval(*call.children[0], scope);
+  MLA_CHECK(callee.kind() == Value::Kind::Callable, "{{% call %}} needs a macro, got {}", callee.type_name());
+  Arguments args = arguments(call.children, 1, scope);
+  args.keywords.emplace_back("caller", std::move(caller));
+  return callee.function()(args);
+}
+
+Arguments Renderer::arguments(const NodeList& nodes, size_t first, const ScopePtr& scope) {
+  Arguments args;
+  for (size_t i = first; i < nodes.size(); ++i) {
+    if (nodes[i]->kind == Kind::KeywordArgument)
+      args.keywords.emplace_back(nodes[i]->name, eval(*nodes[i]->children[0], scope));
+    else
+      args.positional.push_back(eval(*nodes[i], scope));
+  }
+  return args;
+}
+
+Value Renderer::eval(const Node& node, const ScopePtr& scope) {
+  switch (node.kind) {
+    case Kind::Literal: return node.value;
+    case Kind::Name: return scope->lookup(node.name);
+    case Kind::List:
+    case Kind::Tuple: {
+      Array items;
+      for (const NodePtr& item : node.children) items.push_back(eval(*item, scope));
+      return Value::array(std::move(items));
+    }
+    case Kind::Dict: {
+      Object object;
+      for (size_t i = 0; i + 1 < node.children.size(); i += 2) {
+        const Value key = eval(*node.children[i], scope);
+        MLA_CHECK(key.is_string(), "dict keys must be strings, got {}", key.type_name());
+        object.set(key.as_string(), eval(*node.children[i + 1], scope));
+      }
+      return Value::object(std::move(object));
+    }
+    case Kind::Attribute: return get_attribute(eval(*node.children[0], scope), node.name);
+    case Kind::Index: return subscript(node, scope);
+    case Kind::Slice: return slice(node, scope);
+    case Kind::Call: {
+      const Value callee = eval(*node.children[0], scope);
+      MLA_CHECK(callee.kind() == Value::Kind::Callable, "cannot call {}", callee.type_name());
+      return callee.function()(arguments(node.children, 1, scope));
+    }
+    case Kind::Filter:
+      return apply_filter(node.name, eval(*node.children[0], scope), arguments(node.children, 1, scope));
+    case Kind::Test: {
+      const bool result = run_test(node.name, eval(*node.children[0], scope), arguments(node.children, 1, scope));
+      return Value(result != node.negate);
+    }
+    case Kind::Unary: {
+      const Value operand = eval(*node.children[0], scope);
+      if (node.name == "not") return Value(!operand.truthy());
+      MLA_CHECK(operand.is_number() || operand.kind() == Value::Kind::Bool, "cannot apply unary {} to {}", node.name,
+                operand.type_name());
+      const double sign = node.name == "-" ? -1 : 1;
+      if (operand.kind() == Value::Kind::Float) return Value(sign * operand.as_number());
+      return Value(int64_t(sign * operand.as_number()));
+    }
+    case Kind::Binary: return binary(node, scope);
+    case Kind::Ternary:
+      return eval(*node.children[eval(*node.children[0], scope).truthy() ? 1 : 2], scope);
+    case Kind::Select: return eval(*node.children[1], scope).truthy() ? eval(*node.children[0], scope) : Value();
+    default: fail("a statement where an expression was expected");
+  }
+}
+
+Value Renderer::subscript(const Node& node, const ScopePtr& scope) {
+  const Value object = eval(*node.children[0], scope);
+  const Value key = eval(*node.children[1], scope);
+  if (key.is_string()) return get_attribute(object, key.as_string());
+  MLA_CHECK(key.kind() == Value::Kind::Int, "cannot index {} with {}", object.type_name(), key.type_name());
+  return get_item(object, key.as_int());
+}
+
+Value Renderer::slice(const Node& node, const ScopePtr& scope) {
+  const Value object = eval(*node.children[0], scope);
+  int64_t bounds[3] = {0, 0, 1};
+  bool given[3] = {false, false, false};
+  for (int i = 0; i < 3; ++i) {
+    if (!node.children[size_t(i) + 1]) continue;
+    const Value bound = eval(*node.children[size_t(i) + 1], scope);
+    if (bound.is_undefined() || bound.is_none()) continue;
+    MLA_CHECK(bound.kind() == Value::Kind::Int, "slice bounds must be integers, got {}", bound.type_name());
+    bounds[i] = bound.as_int();
+    given[i] = true;
+  }
+  return slice_value(object, given[0] ? &bounds[0] : nullptr, given[1] ? &bounds[1] : nullptr, bounds[2]);
+}
+
+Value Renderer::binary(const Node& node, const ScopePtr& scope) {
+  const std::string& op = node.name;
+  const Value left = eval(*node.children[0], scope);
+  if (op == "and") return left.truthy() ? eval(*node.children[1], scope) : left;
+  if (op == "or") return left.truthy() ? left : eval(*node.children[1], scope);
+  return binary_operation(op, left, eval(*node.children[1], scope));
+}
+
+}  // namespace
+
+Template::Template(std::string_view source) : program_(parse_template(source)) {}
+
+std::string Template::render(const Object& variables) const {
+  auto globals = std::make_shared<Scope>();
+  for (auto& [name, value] : global_functions().entries) globals->variables[name] = value;
+  for (const auto& [name, value] : variables.entries) globals->variables[name] = value;
+  Renderer renderer;
+  std::string out;
+  renderer.render(program_, globals, out);
+  return out;
+}
+
+}  // namespace mlaserve::jinja

@@ -1,0 +1,338 @@
+#include "jinja/value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace mlaserve::jinja {
+
+const Value* Arguments::keyword(std::string_view name) const {
+  for (const auto& [key, value] : keywords)
+    if (key == name) return &value;
+  return nullptr;
+}
+
+const Value* Arguments::get(size_t index, std::string_view name) const {
+  return index < positional.size() ? &positional[index] : keyword(name);
+}
+
+const Value* Object::find(std::string_view key) const {
+  for (const auto& entry : entries)
+    if (entry.first == key) return &entry.second;
+  return nullptr;
+}
+
+void Object::set(std::string key, Value value) {
+  for (auto& entry : entries)
+    if (entry.first == key) {
+      entry.second = std::move(value);
+      return;
+    }
+  entries.emplace_back(std::move(key), std::move(value));
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::None;
+  return v;
+}
+Value::Value(bool value) : kind_(Kind::Bool), bool_(value) {}
+Value::Value(int64_t value) : kind_(Kind::Int), int_(value) {}
+Value::Value(double value) : kind_(Kind::Float), float_(value) {}
+Value::Value(std::string value) : kind_(Kind::String), string_(std::move(value)) {}
+
+Value Value::array(Array items) {
+  Value v;
+  v.kind_ = Kind::List;
+  v.array_ = std::make_shared<Array>(std::move(items));
+  return v;
+}
+
+Value Value::object(Object items) {
+  Value v;
+  v.kind_ = Kind::Dict;
+  v.object_ = std::make_shared<Object>(std::move(items));
+  return v;
+}
+
+Value Value::object() { return object(Object{}); }
+
+Value Value::name_space(Object items) {
+  Value v = object(std::move(items));
+  v.kind_ = Kind::Namespace;
+  return v;
+}
+
+Value Value::function(Function function) {
+  Value v;
+  v.kind_ = Kind::Callable;
+  v.function_ = std::make_shared<Function>(std::move(function));
+  return v;
+}
+
+bool Value::same_container(const Value& other) const {
+  if (kind_ != other.kind_) return false;
+  switch (kind_) {
+    case Kind::List: return array_ == other.array_;
+    case Kind::Dict:
+    case Kind::Namespace: return object_ == other.object_;
+    case Kind::Callable: return function_ == other.function_;
+    default: return false;
+  }
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::Undefined:
+    case Kind::None: return false;
+    case Kind::Bool: return bool_;
+    case Kind::Int: return int_ != 0;
+    case Kind::Float: return float_ != 0 && !std::isnan(float_);
+    case Kind::String: return !string_.empty();
+    case Kind::List: return !array_->empty();
+    case Kind::Dict: return !object_->entries.empty();
+    case Kind::Namespace:
+    case Kind::Callable: return true;
+  }
+  return false;
+}
+
+const char* Value::type_name() const {
+  static constexpr const char* kNames[] = {"undefined", "none", "boolean", "integer", "float",
+                                           "string",    "list", "dict",    "namespace", "function"};
+  return kNames[int(kind_)];
+}
+
+std::string number_to_json(double value) {
+  if (!std::isfinite(value)) return "null";
+  if (value == 0) return "0";
+  // ECMAScript's Number::toString: the shortest digits that round-trip, then fixed notation
+  // for decimal exponents in (-7, 21], exponential beyond.
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, std::fabs(value), std::chars_format::scientific);
+  const std::string scientific(buffer, result.ptr);
+  const size_t e = scientific.find('e');
+  std::string digits = scientific.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int n = std::stoi(scientific.substr(e + 1)) + 1;  // value = 0.digits x 10^n
+  const int k = int(digits.size());
+  std::string out = value < 0 ? "-" : "";
+  if (k <= n && n <= 21) {
+    out.append(digits).append(size_t(n - k), '0');
+  } else if (0 < n && n <= 21) {
+    out.append(digits, 0, size_t(n)).append(".").append(digits, size_t(n));
+  } else if (-6 < n && n <= 0) {
+    out.append("0.").append(size_t(-n), '0').append(digits);
+  } else {
+    out += digits.substr(0, 1);
+    if (k > 1) out.append(".").append(digits, 1);
+    out.append(n - 1 >= 0 ? "e+" : "e-").append(std::to_string(std::abs(n - 1)));
+  }
+  return out;
+}
+
+std::string Value::str() const {
+  switch (kind_) {
+    case Kind::Undefined:
+    case Kind::None: return "";
+    case Kind::Bool: return bool_ ? "true" : "false";
+    case Kind::Int: return std::to_string(int_);
+    case Kind::Float:
+      if (std::isnan(float_)) return "NaN";
+      if (std::isinf(float_)) return float_ > 0 ? "Infinity" : "-Infinity";
+      if (float_ == 0) return std::signbit(float_) ? "-0.0" : "0.0";
+      if (std::trunc(float_) == float_ && std::fabs(float_) < 1e21) return number_to_json(float_) + ".0";
+      return number_to_json(float_);
+    case Kind::String: return string_;
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Namespace: {
+      JsonFormat format;
+      format.undefined_as_null = false;
+      return to_json(*this, format);
+    }
+    case Kind::Callable: return "<function>";
+  }
+  return "";
+}
+
+bool loosely_equal(const Value& a, const Value& b) {
+  using Kind = Value::Kind;
+  const auto numeric = [](const Value& v) { return v.is_number() || v.kind() == Kind::Bool; };
+  if (numeric(a) && numeric(b)) return a.as_number() == b.as_number();
+  const auto nothing = [](const Value& v) { return v.is_undefined() || v.is_none(); };
+  if (nothing(a) || nothing(b)) return nothing(a) && nothing(b);
+  if (a.is_string() && b.is_string()) return a.as_string() == b.as_string();
+  return a.same_container(b);
+}
+
+namespace {
+
+std::string ascii_lower(std::string text) {
+  for (char& c : text)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return text;
+}
+
+}  // namespace
+
+int compare(const Value& a, const Value& b, bool case_sensitive) {
+  const auto numeric = [](const Value& v) { return v.is_number() || v.kind() == Value::Kind::Bool; };
+  if (numeric(a) && numeric(b)) return a.as_number() < b.as_number() ? -1 : a.as_number() > b.as_number() ? 1 : 0;
+  if ((a.is_none() && b.is_none()) || (a.is_undefined() && b.is_undefined())) return 0;
+  MLA_CHECK(a.is_string() && b.is_string(), "cannot compare {} with {}", a.type_name(), b.type_name());
+  const std::string x = case_sensitive ? a.as_string() : ascii_lower(a.as_string());
+  const std::string y = case_sensitive ? b.as_string() : ascii_lower(b.as_string());
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+namespace {
+
+// Decodes one UTF-8 sequence at text[i]; invalid bytes decode as themselves (one byte).
+uint32_t decode_utf8(std::string_view text, size_t& i) {
+  const auto byte = [&](size_t k) { return uint8_t(text[k]); };
+  const uint8_t lead = byte(i);
+  const int length = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 1;
+  if (length == 1 || i + size_t(length) > text.size()) return byte(i++);
+  uint32_t code = lead & (0x7F >> length);
+  for (int k = 1; k < length; ++k) {
+    if ((byte(i + size_t(k)) & 0xC0) != 0x80) return byte(i++);
+    code = (code << 6) | (byte(i + size_t(k)) & 0x3F);
+  }
+  i += size_t(length);
+  return code;
+}
+
+void append_u_escape(std::string& out, uint32_t unit) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += "\\u";
+  for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(unit >> shift) & 0xF];
+}
+
+// JSON.stringify of a string: quotes, backslashes and control characters escaped; with
+// ensure_ascii every UTF-16 unit from 0x7f up as \uXXXX too.
+std::string string_to_json(std::string_view text, bool ensure_ascii) {
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size();) {
+    const size_t start = i;
+    const uint32_t code = decode_utf8(text, i);
+    switch (code) {
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\b': out += "\\b"; continue;
+      case '\f': out += "\\f"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      default: break;
+    }
+    if (code < 0x20) {
+      append_u_escape(out, code);
+    } else if (ensure_ascii && code >= 0x7F) {
+      if (code >= 0x10000) {
+        append_u_escape(out, 0xD800 + ((code - 0x10000) >> 10));
+        append_u_escape(out, 0xDC00 + ((code - 0x10000) & 0x3FF));
+      } else {
+        append_u_escape(out, code);
+      }
+    } else {
+      out.append(text.substr(start, i - start));
+    }
+  }
+  return out + "\"";
+}
+
+void write_json(const Value& value, const JsonFormat& format, int depth, std::string& out) {
+  using Kind = Value::Kind;
+  const std::string item_separator =
+      !format.item_separator.empty() ? format.item_separator : format.indent > 0 ? "," : ", ";
+  const std::string key_separator = !format.key_separator.empty() ? format.key_separator : ": ";
+  std::string base(size_t(format.indent * depth) + 1, ' ');  // a newline and this depth's indent
+  base[0] = '\n';
+  const std::string child = base + std::string(size_t(format.indent), ' ');
+  switch (value.kind()) {
+    case Kind::Undefined: out += format.undefined_as_null ? "null" : "undefined"; return;
+    case Kind::None: out += "null"; return;
+    case Kind::Bool: out += value.as_bool() ? "true" : "false"; return;
+    case Kind::Int: out += std::to_string(value.as_int()); return;
+    case Kind::Float: out += number_to_json(value.as_number()); return;
+    case Kind::String: out += string_to_json(value.as_string(), format.ensure_ascii); return;
+    case Kind::Callable: throw Error("cannot convert a function to JSON");
+    case Kind::List: {
+      out += '[';
+      const Array& items = value.items();
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) out += item_separator;
+        if (format.indent > 0) out += child;
+        write_json(items[i], format, depth + 1, out);
+      }
+      if (format.indent > 0 && !items.empty()) out += base;
+      out += ']';
+      return;
+    }
+    case Kind::Dict:
+    case Kind::Namespace: {
+      auto entries = value.attributes().entries;
+      if (format.sort_keys)
+        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      out += '{';
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (i > 0) out += item_separator;
+        if (format.indent > 0) out += child;
+        out += string_to_json(entries[i].first, format.ensure_ascii) + key_separator;
+        write_json(entries[i].second, format, depth + 1, out);
+      }
+      if (format.indent > 0 && !entries.empty()) out += base;
+      out += '}';
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_json(const Value& value, const JsonFormat& format) {
+  std::string out;
+  write_json(value, format, 0, out);
+  return out;
+}
+
+Value from_json(const nlohmann::ordered_json& json) {
+  switch (json.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return Value(int64_t(json.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float: {
+      const double x = json.get<double>();
+      const bool whole = std::isfinite(x) && std::trunc(x) == x && std::fabs(x) < 9007199254740992.0;
+      return whole ? Value(int64_t(x)) : Value(x);
+    }
+    case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      Array items;
+      for (const auto& item : json) items.push_back(from_json(item));
+      return Value::array(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Object object;
+      for (const auto& [key, item] : json.items()) object.set(key, from_json(item));
+      return Value::object(std::move(object));
+    }
+    default: throw Error("cannot convert binary JSON to a template value");
+  }
+}
+
+std::vector<std::string> utf8_characters(std::string_view text) {
+  std::vector<std::string> characters;
+  for (size_t i = 0; i < text.size();) {
+    const size_t start = i;
+    decode_utf8(text, i);
+    characters.emplace_back(text.substr(start, i - start));
+  }
+  return characters;
+}
+
+}  // namespace mlaserve::jinja

@@ -1,0 +1,114 @@
+// The values a chat template computes with: Python-like (None, bools, ints, floats, strings,
+// lists, dicts in insertion order, namespaces, callables), lists, dicts and namespaces shared
+// by reference as in Python. Printing and tojson follow @huggingface/jinja, the renderer
+// transformers.js uses, byte for byte: booleans print as true/false, a whole float keeps ".0",
+// tojson writes numbers as JavaScript does.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mlaserve::jinja {
+
+class Value;
+using Array = std::vector<Value>;
+struct Object;
+
+// A call's arguments: positional, then keyword ones in the order written.
+struct Arguments {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keywords;
+  const Value* keyword(std::string_view name) const;
+  // Positional argument `index`, else keyword `name`, else nullptr.
+  const Value* get(size_t index, std::string_view name) const;
+};
+using Function = std::function<Value(const Arguments&)>;
+
+class Value {
+ public:
+  enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Callable };
+
+  Value() = default;  // undefined
+  static Value none();
+  Value(bool value);
+  Value(int64_t value);
+  Value(int value) : Value(int64_t(value)) {}
+  Value(double value);
+  Value(std::string value);
+  Value(const char* value) : Value(std::string(value)) {}
+  static Value array(Array items = {});
+  static Value object(Object items);
+  static Value object();
+  static Value name_space(Object items);
+  static Value function(Function function);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::Undefined; }
+  bool is_none() const { return kind_ == Kind::None; }
+  bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Float; }
+  bool is_string() const { return kind_ == Kind::String; }
+  bool is_array() const { return kind_ == Kind::List; }
+  bool is_object() const { return kind_ == Kind::Dict; }
+  // A dict or a namespace: what attributes are read from.
+  bool has_attributes() const { return kind_ == Kind::Dict || kind_ == Kind::Namespace; }
+
+  bool as_bool() const { return bool_; }
+  int64_t as_int() const { return int_; }
+  double as_number() const { return kind_ == Kind::Int ? double(int_) : kind_ == Kind::Bool ? double(bool_) : float_; }
+  const std::string& as_string() const { return string_; }
+  Array& items() const { return *array_; }
+  Object& attributes() const { return *object_; }
+  const Function& function() const { return *function_; }
+  bool same_container(const Value& other) const;
+
+  bool truthy() const;
+  std::string str() const;  // as {{ value }} prints it
+  const char* type_name() const;
+
+ private:
+  Kind kind_ = Kind::Undefined;
+  bool bool_ = false;
+  int64_t int_ = 0;
+  double float_ = 0;
+  std::string string_;
+  std::shared_ptr<Array> array_;
+  std::shared_ptr<Object> object_;
+  std::shared_ptr<Function> function_;
+};
+
+struct Object {
+  std::vector<std::pair<std::string, Value>> entries;
+  const Value* find(std::string_view key) const;
+  void set(std::string key, Value value);
+};
+
+// Loose equality as the reference's ==: numbers by value (1 == 1.0, true == 1), strings by
+// content, undefined == none, lists, dicts and namespaces by identity.
+bool loosely_equal(const Value& a, const Value& b);
+// Ordering for sort and dictsort: numbers (and bools) by value, strings by bytes (lowercased
+// unless case_sensitive); other pairs throw Error.
+int compare(const Value& a, const Value& b, bool case_sensitive);
+
+struct JsonFormat {
+  int indent = 0;  // 0: one line
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  std::string item_separator, key_separator;  // empty: ", " and ": " (indented: ",")
+  bool undefined_as_null = true;  // printing a list writes "undefined" instead
+};
+std::string to_json(const Value& value, const JsonFormat& format = {});
+// JSON.stringify of one number.
+std::string number_to_json(double value);
+
+// A request's JSON as values: numbers with no fraction become ints, as in JavaScript.
+Value from_json(const nlohmann::ordered_json& json);
+
+// UTF-8 helpers: code points, so that length, indexing and slicing count characters.
+std::vector<std::string> utf8_characters(std::string_view text);
+
+}  // namespace mlaserve::jinja

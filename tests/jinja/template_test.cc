@@ -1,0 +1,109 @@
+// The Jinja interpreter on constructs the published chat templates use, each against the
+// text Jinja's rules give; the templates themselves are compared with @huggingface/jinja
+// in run_reference_templates.sh.
+#include "jinja/template.h"
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+
+namespace mlaserve::jinja {
+namespace {
+
+std::string render(std::string_view source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
+  return Template(source).render(from_json(context).attributes());
+}
+
+// The message of the Error `fn` throws ("" when it throws none).
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Jinja, WhitespaceControlAndBlockTrimming) {
+  EXPECT_EQ(render("a  {{- 'b' -}}  c"), "abc");
+  EXPECT_EQ(render("{% if true %}\nx\n{% endif %}\ny"), "x\ny");  // trim_blocks
+  EXPECT_EQ(render("  {% if true %}x{% endif %}"), "x");          // lstrip_blocks
+  EXPECT_EQ(render("a {# note #}\nb"), "a b");
+  EXPECT_EQ(render("  {{ 'k' }}"), "  k");  // expressions keep their indentation
+  EXPECT_EQ(render("end\n"), "end");        // one trailing newline dropped
+}
+
+TEST(Jinja, LoopVariablesElseAndFilteredLoops) {
+  const auto context = nlohmann::ordered_json{{"xs", {"a", "b", "c"}}};
+  EXPECT_EQ(render("{% for x in xs %}{{ loop.index }}{{ x }}{{ ',' if not loop.last }}{% endfor %}", context),
+            "1a,2b,3c");
+  EXPECT_EQ(render("{% for x in xs if x != 'b' %}{{ loop.index0 }}{{ loop.length }}{% endfor %}", context), "0212");
+  EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", context), "a");
+  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"), "a=1;b=2;");
+  EXPECT_EQ(render("{% for i in range(5, -1, -2) %}{{ i }}{% endfor %}"), "531");
+}
+
+TEST(Jinja, SetScopesAndNamespaces) {
+  // A set inside a loop stays in the loop; a namespace's attribute carries out of it.
+  EXPECT_EQ(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{% endfor %}{{ x }}"), "1");
+  EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}"),
+            "4");
+  EXPECT_EQ(render("{% set a, b = [1, 2] %}{{ b }}{{ a }}"), "21");
+  EXPECT_EQ(render("{% set block %}in {{ 'side' }}{% endset %}[{{ block }}]"), "[in side]");
+}
+
+TEST(Jinja, MacrosDefaultsAndCallBlocks) {
+  EXPECT_EQ(render("{% macro tag(name, open='<', close='>') %}{{ open }}{{ name }}{{ close }}{% endmacro %}"
+                   "{{ tag('a') }}{{ tag('b', close=']') }}"),
+            "<a><b]");
+  EXPECT_EQ(render("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}inside{% endcall %}"), "[inside]");
+}
+
+TEST(Jinja, FiltersTestsAndMethods) {
+  const auto context = nlohmann::ordered_json{{"d", {{"b", 2}, {"a", "x\u00e9"}}}, {"s", "  Hi there  "}};
+  EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");
+  EXPECT_EQ(render("{{ d | tojson(ensure_ascii=true) }}", context), "{\"b\": 2, \"a\": \"x\\u00e9\"}");
+  EXPECT_EQ(render("{{ d | tojson(indent=2) }}", context), "{\n  \"b\": 2,\n  \"a\": \"x\u00e9\"\n}");
+  EXPECT_EQ(render("{{ [1.5, 2.0, none, true] | tojson }}"), "[1.5, 2, null, true]");
+  EXPECT_EQ(render("{{ s | trim }}|{{ s.strip().upper() }}|{{ s | length }}", context), "Hi there|HI THERE|12");
+  EXPECT_EQ(render("{{ 'a,b,c'.split(',', 1) | tojson }}"), "[\"a\", \"b,c\"]");
+  EXPECT_EQ(render("{{ 'x</think>y'.split('</think>')[-1] }}{{ 'abc'[::-1] }}{{ [1, 2, 3][1:] | join('-') }}"),
+            "ycba2-3");
+  EXPECT_EQ(render("{{ d.get('c', 'none') }}{{ d.get('b') }}{{ d | dictsort | first | first }}", context), "none2a");
+  EXPECT_EQ(render("{{ x is defined }}{{ none is none }}{{ 3 is integer }}{{ d is mapping }}{{ 'a' is string }}", context),
+            "falsetruetruetruetrue");
+  EXPECT_EQ(render("{{ missing | default('fallback') }}{{ 7 // 2 }}{{ 7 / 2 }}{{ 2 ** 3 }}{{ 1.0 }}"), "fallback33.581.0");
+  EXPECT_EQ(render("{{ 'ab' ~ 1 ~ none | string }}{{ 'b' in 'abc' }}{{ 'z' not in ['z'] }}"), "ab1truefalse");
+}
+
+TEST(Jinja, UnsupportedConstructsNameTheirLineAtParse) {
+  EXPECT_NE(error_of([] { Template("line one\n{{ x | frobnicate }}"); }).find("line 2: unsupported filter 'frobnicate'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Template("\n\n{% include 'other' %}"); }).find("line 3: unsupported statement 'include'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Template("{% if x %}never closed"); }).find("'if' is never closed"), std::string::npos);
+  EXPECT_NE(error_of([] { Template("{{ x is prime }}"); }).find("unsupported test 'prime'"), std::string::npos);
+}
+
+TEST(Jinja, RuntimeErrorsNameTheirLine) {
+  EXPECT_NE(error_of([] { render("ok\n{{ raise_exception('Conversation roles must alternate') }}"); })
+                .find("line 2: the template raised an exception: Conversation roles must alternate"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { render("\n{% for x in 5 %}{% endfor %}"); }).find("line 2: cannot loop over integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { render("{{ 1 + none }}"); }).find("line 1:"), std::string::npos);
+}
+
+TEST(Jinja, NumbersPrintAsTheReferencePrintsThem) {
+  EXPECT_EQ(number_to_json(0.1), "0.1");
+  EXPECT_EQ(number_to_json(1e21), "1e+21");
+  EXPECT_EQ(number_to_json(1.5e-7), "1.5e-7");
+  EXPECT_EQ(number_to_json(123456789012.5), "123456789012.5");
+  EXPECT_EQ(number_to_json(-0.000001), "-0.000001");
+  EXPECT_EQ(render("{{ 2.5 }} {{ -0.0 }} {{ 10 / 4 }} {{ 3 * 1.0 }}"), "2.5 -0.0 2.5 3.0");
+}
+
+}  // namespace
+}  // namespace mlaserve::jinja
