@@ -1,6 +1,7 @@
 #include "jinja/builtins.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>

@@ -331,11 +331,10 @@ class Parser {
     result->children.push_back(target_sequence());
     if (!at_name("in")) fail("expected 'in' after the loop variable");
     next();
-    NodePtr iterable = ternary_free_expression();
-    result->children.push_back(std::move(iterable));
+    result->children.push_back(or_expression());  // the loop's "if" filters it: no conditional expression here
     if (at_name("if")) {
       next();
-      result->children.push_back(ternary_free_expression());
+      result->children.push_back(or_expression());
     }
     expect_close();
     result->body = statements_until({"endfor", "else"}, "for");
@@ -475,9 +474,6 @@ class Parser {
     ternary->children.push_back(expression());
     return ternary;
   }
-
-  // A for loop's iterable: its "if" is the loop's filter, not a conditional expression.
-  NodePtr ternary_free_expression() { return or_expression(); }
 
   NodePtr binary(std::string op, NodePtr left, NodePtr right) {
     auto result = std::make_unique<Node>(Kind::Binary, left->line);

@@ -1,9 +1,6 @@
 #include "jinja/template.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <ctime>
 #include <unordered_map>
 
 #include "base/error.h"
