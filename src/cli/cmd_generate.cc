@@ -15,7 +15,7 @@ namespace mlaserve {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir, prompt, ids;
+  std::string model_dir, prompt, ids, chat_template;
   int64_t max_new_tokens = 32;
   // Unset: the checkpoint's generation_config.json, else greedy with no filters.
   std::optional<double> temperature, top_p, min_p;
@@ -27,12 +27,15 @@ struct GenerateOptions {
   SpeculativeFlags speculative;
 };
 
-// The prompt the options describe: ids, or text (with the tokenizer's BOS, or wrapped in the
-// chat template).
+// The prompt the options describe: ids, or text (with the tokenizer's BOS, or as a user message
+// rendered by the checkpoint's chat template).
 std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer& tokenizer) {
   if (!options.ids.empty()) return parse_id_list(options.ids);
-  if (options.chat)
-    return tokenizer.encode(apply_chat_template(chat_format_of(tokenizer), {{"user", options.prompt}}, true));
+  if (options.chat) {
+    ChatInput input;
+    input.messages.push_back({{"role", "user"}, {"content", options.prompt}});
+    return tokenizer.encode(ChatTemplate::load(options.model_dir, tokenizer, options.chat_template).render(input));
+  }
   std::vector<int32_t> prompt;
   if (tokenizer.add_bos()) prompt.push_back(*tokenizer.bos_id());
   const auto encoded = tokenizer.encode(options.prompt);
@@ -162,7 +165,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--min-p", options->min_p,
                   "minimum probability relative to the best (default: generation_config.json's, else 0)");
   cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
-  cmd->add_flag("--chat", options->chat, "wrap the prompt in the model's chat template");
+  cmd->add_flag("--chat", options->chat, "send the prompt as a user message through the model's chat template");
+  cmd->add_option("--chat-template", options->chat_template, "Jinja chat template file for --chat (default: the checkpoint's)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
   cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths, as logits computes) | bf16 (as serve stores it)")
       ->check(CLI::IsMember({"bf16", "fp32"}))

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 
 #include "base/error.h"
 #include "base/signals.h"
@@ -24,7 +25,7 @@ int64_t available_memory_bytes() {
 }
 
 struct ServeOptions {
-  std::string model_dir, kv_dtype = "bf16", mla_prefill = "auto";
+  std::string model_dir, chat_template, kv_dtype = "bf16", mla_prefill = "auto";
   double kv_cache_gb = 0, kv_cache_fraction = 0.25;
   int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30, state_snapshots = -1;
   SchedulerConfig scheduler;
@@ -86,13 +87,21 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
 void serve(const ServeOptions& options) {
   MLA_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
   check_speculative_flags(options.speculative);
+  const bool follower = is_mpi_follower();
+  // The tokenizer and chat template first: a template that does not parse fails in a second.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  if (!follower) {
+    tokenizer = Tokenizer::load(options.model_dir);
+    chat_template = ChatTemplate::load(options.model_dir, *tokenizer, options.chat_template);
+    spdlog::info("chat template: {}", chat_template->origin());
+  }
   spdlog::info("loading model from '{}'", options.model_dir);
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
-  if (is_mpi_follower()) {
+  if (follower) {
     on_shutdown_signal([](int) {});  // rank 0 decides when to stop, and tells this rank
     return follow_rank_zero(*model, executor_options(options.parallel));
   }
-  auto tokenizer = Tokenizer::load(options.model_dir);
   auto executor = create_executor(*model, executor_options(options.parallel));
   spdlog::info("running the model on {}; warming up", executor->describe());
   const GenerationConfig generation = load_generation_config(options.model_dir);
@@ -104,7 +113,7 @@ void serve(const ServeOptions& options) {
   server_options.generation = generation;
   if (server_options.served_model_name.empty())
     server_options.served_model_name = std::filesystem::path(options.model_dir).filename().string();
-  HttpServer server(engine, server_options);
+  HttpServer server(engine, std::move(*chat_template), server_options);
   const int port = server.bind();
   std::promise<void> stopped;
   on_shutdown_signal([&](int signal) {
@@ -128,6 +137,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model", options->model_dir, "model directory")->required();
   cmd->add_option("--host", options->server.host, "listen address")->capture_default_str();
   cmd->add_option("--port", options->server.port, "port (0: any free port)")->capture_default_str();
+  cmd->add_option("--chat-template", options->chat_template,
+                  "Jinja chat template file to render chat requests with (default: the checkpoint's "
+                  "chat_template.jinja or tokenizer_config.json chat_template)");
   cmd->add_option("--api-key", options->server.api_key, "require Authorization: Bearer KEY on /v1/*");
   cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
   cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");

@@ -114,10 +114,11 @@ void add_error_handlers(httplib::Server& server) {
 
 }  // namespace
 
-HttpServer::HttpServer(Engine& engine, ServerOptions options)
+HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      requests_{engine.tokenizer(), chat_format_of(engine.tokenizer()), options_.served_model_name, engine.max_model_len(),
+      chat_template_(std::move(chat_template)),
+      requests_{engine.tokenizer(), chat_template_, options_.served_model_name, engine.max_model_len(),
                 engine.vocab_size(), options_.generation},
       server_(std::make_unique<httplib::Server>()) {
   const int threads = options_.http_threads;

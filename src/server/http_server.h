@@ -27,7 +27,8 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(Engine& engine, ServerOptions options);
+  // Chat requests are rendered with chat_template (the checkpoint's, ChatTemplate::load).
+  HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions options);
   ~HttpServer();
   // Binds; returns the port (useful with port 0). Throws Error when it cannot bind.
   int bind();
@@ -38,6 +39,7 @@ class HttpServer {
   void add_routes();
   Engine& engine_;
   ServerOptions options_;
+  ChatTemplate chat_template_;
   RequestContext requests_;  // what requests are parsed against
   std::unique_ptr<httplib::Server> server_;
   int listening_socket_ = -1;  // seen while binding, to raise its backlog

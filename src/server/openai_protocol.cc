@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <random>
+#include <set>
 
 #include "base/error.h"
 
@@ -12,6 +13,7 @@ namespace mlaserve {
 namespace {
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;  // what templates see keeps the request's key order
 
 const char* error_type(int status) {
   switch (status) {
@@ -26,7 +28,7 @@ const char* error_type(int status) {
 }
 
 // Typed optional fields; a present field of the wrong type or range is an ApiError.
-std::optional<double> number(const json& body, const char* key, double low, double high) {
+std::optional<double> number(const ojson& body, const char* key, double low, double high) {
   auto found = body.find(key);
   if (found == body.end() || found->is_null()) return std::nullopt;
   if (!found->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", key), key);
@@ -36,7 +38,7 @@ std::optional<double> number(const json& body, const char* key, double low, doub
   return value;
 }
 
-std::optional<int64_t> integer(const json& body, const char* key, int64_t low, int64_t high) {
+std::optional<int64_t> integer(const ojson& body, const char* key, int64_t low, int64_t high) {
   auto found = body.find(key);
   if (found == body.end() || found->is_null()) return std::nullopt;
   if (!found->is_number_integer()) throw ApiError(400, fmt::format("'{}' must be an integer", key), key);
@@ -48,14 +50,14 @@ std::optional<int64_t> integer(const json& body, const char* key, int64_t low, i
   return value;
 }
 
-bool boolean(const json& body, const char* key, bool fallback) {
+bool boolean(const ojson& body, const char* key, bool fallback) {
   auto found = body.find(key);
   if (found == body.end() || found->is_null()) return fallback;
   if (!found->is_boolean()) throw ApiError(400, fmt::format("'{}' must be true or false", key), key);
   return found->get<bool>();
 }
 
-std::vector<std::string> stop_strings(const json& body) {
+std::vector<std::string> stop_strings(const ojson& body) {
   auto found = body.find("stop");
   if (found == body.end() || found->is_null()) return {};
   std::vector<std::string> stops;
@@ -74,7 +76,7 @@ std::vector<std::string> stop_strings(const json& body) {
 }
 
 // OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to the logits before sampling.
-std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t vocab_size) {
+std::vector<std::pair<int32_t, float>> logit_bias(const ojson& body, int64_t vocab_size) {
   auto found = body.find("logit_bias");
   if (found == body.end() || found->is_null()) return {};
   if (!found->is_object()) throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "logit_bias");
@@ -91,7 +93,7 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& body, int64_t voca
   return biases;
 }
 
-std::vector<int32_t> token_list(const json& value, const char* param, int64_t vocab_hint) {
+std::vector<int32_t> token_list(const ojson& value, const char* param, int64_t vocab_hint) {
   std::vector<int32_t> ids;
   for (const auto& item : value) {
     if (!item.is_number_integer() || item.get<int64_t>() < 0 || item.get<int64_t>() >= vocab_hint)
@@ -101,47 +103,58 @@ std::vector<int32_t> token_list(const json& value, const char* param, int64_t vo
   return ids;
 }
 
-std::string message_text(const json& message, size_t index) {
-  const auto& content = message.contains("content") ? message["content"] : json();
-  if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) throw ApiError(400, fmt::format("messages[{}].content must be a string or a list of parts", index), "messages");
-  std::string text;
-  for (const auto& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
-    if (type == "text" && part.contains("text") && part["text"].is_string()) {
-      text += part["text"].get<std::string>();
-    } else if (type == "image_url" || type == "image" || type == "input_image") {
-      throw ApiError(400, "images are not supported: this model's text model is served without its vision tower", "messages");
-    } else {
-      throw ApiError(400, fmt::format("messages[{}].content has an unsupported part of type '{}'", index, type), "messages");
+// OpenAI's message roles, each an object; images and audio are refused by name: the text
+// model is served without its vision tower.
+void check_messages(const ojson& messages) {
+  static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool", "function"};
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ojson& message = messages[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      throw ApiError(400, fmt::format("messages[{}] needs a string 'role'", i), "messages");
+    if (!kRoles.contains(message["role"].get<std::string>()))
+      throw ApiError(400, fmt::format("messages[{}].role '{}' is not one of system, developer, user, assistant, tool",
+                                      i, message["role"].get<std::string>()), "messages");
+    if (!message.contains("content") || !message["content"].is_array()) continue;
+    for (const auto& part : message["content"]) {
+      const std::string type = part.is_object() ? part.value("type", "") : "";
+      if (type == "image_url" || type == "image" || type == "input_image")
+        throw ApiError(400, "images are not supported: this model's text model is served without its vision tower", "messages");
+      if (type == "input_audio") throw ApiError(400, "audio is not supported: this is a text model", "messages");
     }
   }
-  return text;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer, ChatFormat format) {
+// The conversation rendered by the checkpoint's chat template (with the request's tools,
+// documents and chat_template_kwargs), then tokenized without adding special tokens.
+std::vector<int32_t> chat_prompt(const ojson& body, const RequestContext& context) {
   auto found = body.find("messages");
   if (found == body.end() || !found->is_array() || found->empty())
     throw ApiError(400, "'messages' must be a non-empty list", "messages");
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < found->size(); ++i) {
-    const json& message = (*found)[i];
-    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
-      throw ApiError(400, fmt::format("messages[{}] needs a string 'role'", i), "messages");
-    messages.push_back({message["role"].get<std::string>(), message_text(message, i)});
+  check_messages(*found);
+  ChatInput input;
+  input.messages = *found;
+  input.add_generation_prompt = boolean(body, "add_generation_prompt", true);
+  input.continue_final_message = boolean(body, "continue_final_message", false);
+  if (body.contains("documents") && !body["documents"].is_null()) {
+    if (!body["documents"].is_array()) throw ApiError(400, "'documents' must be a list", "documents");
+    input.documents = body["documents"];
+  }
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object())
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    input.kwargs = body["chat_template_kwargs"];
   }
   try {
-    return tokenizer.encode(apply_chat_template(format, messages, true));
+    return context.tokenizer.encode(context.chat_template.render(input));
   } catch (const Error& e) {
-    throw ApiError(400, e.what(), "messages");
+    throw ApiError(400, fmt::format("the chat template cannot render these messages: {}", e.what()), "messages");
   }
 }
 
-std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokenizer, int64_t vocab_hint) {
+std::vector<int32_t> completion_prompt(const ojson& body, const Tokenizer& tokenizer, int64_t vocab_hint) {
   auto found = body.find("prompt");
   if (found == body.end()) throw ApiError(400, "'prompt' is required", "prompt");
-  json prompt = *found;
+  ojson prompt = *found;
   if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
   if (prompt.is_string()) {
     std::vector<int32_t> ids;
@@ -150,7 +163,7 @@ std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokeni
     ids.insert(ids.end(), encoded.begin(), encoded.end());
     return ids;
   }
-  if (prompt.is_array() && std::all_of(prompt.begin(), prompt.end(), [](const json& v) { return v.is_number(); }))
+  if (prompt.is_array() && std::all_of(prompt.begin(), prompt.end(), [](const ojson& v) { return v.is_number(); }))
     return token_list(prompt, "prompt", vocab_hint);
   throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
 }
@@ -159,7 +172,7 @@ std::vector<int32_t> completion_prompt(const json& body, const Tokenizer& tokeni
 // and that this server does not implement: refused by name rather than silently ignored. Their
 // neutral values pass (an empty tools list, response_format "text", best_of 1, an empty
 // suffix). Other unknown fields are ignored, as vLLM does.
-void refuse_unsupported(const json& body) {
+void refuse_unsupported(const ojson& body) {
   auto present = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
   auto refuse = [](const char* key, const std::string& why) {
     throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
@@ -171,6 +184,7 @@ void refuse_unsupported(const json& body) {
     refuse("response_format", "no constrained decoding (only {\"type\": \"text\"})");
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     if (present(key)) refuse(key, "no constrained decoding");
+  if (present("chat_template")) refuse("chat_template", "the server renders the checkpoint's template (or serve --chat-template)");
   if (present("best_of") && body["best_of"] != 1) refuse("best_of", "one sequence a request");
   if (present("suffix") && body["suffix"] != "") refuse("suffix", "no insertion");
 }
@@ -190,10 +204,10 @@ json error_body(int status, const std::string& message, const std::string& param
 ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const RequestContext& context) {
   const Tokenizer& tokenizer = context.tokenizer;
   const int64_t max_model_len = context.max_model_len;
-  json body;
+  ojson body;
   try {
-    body = json::parse(raw);
-  } catch (const json::exception& e) {
+    body = ojson::parse(raw);
+  } catch (const ojson::exception& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -209,7 +223,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   request.endpoint = endpoint;
   const int64_t vocab_hint = std::numeric_limits<int32_t>::max();
   EngineRequest& engine = request.engine;
-  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, tokenizer, context.chat_format)
+  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, context)
                                                         : completion_prompt(body, tokenizer, vocab_hint);
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)

@@ -32,12 +32,12 @@ struct ParsedRequest {
   bool logprobs = false;       // the response carries logprobs
 };
 
-// What a request is parsed against: the served model's tokenizer and chat format, its name
+// What a request is parsed against: the served model's tokenizer and chat template, its name
 // (the only one accepted; empty: any), context length and vocabulary, and the checkpoint's
 // recommended sampling (generation_config.json: defaults for the fields a request omits).
 struct RequestContext {
   const Tokenizer& tokenizer;
-  ChatFormat chat_format;
+  const ChatTemplate& chat_template;
   std::string served_model;
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;

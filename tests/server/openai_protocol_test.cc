@@ -15,11 +15,12 @@ class OpenAiProtocol : public ::testing::Test {
   void SetUp() override {
     testing::write_model(dir_.path(), testing::micro_config(), StorageDType::BF16, 1);
     tokenizer_ = Tokenizer::load(dir_.path());
+    chat_template_ = std::make_unique<ChatTemplate>(ChatTemplate::load(dir_.path(), *tokenizer_));
     generation_.temperature = 0.6;
     generation_.top_p = 0.95;
   }
   ParsedRequest parse(Endpoint endpoint, const std::string& body) const {
-    const RequestContext context{*tokenizer_, chat_format_of(*tokenizer_), "micro", 64, 512, generation_};
+    const RequestContext context{*tokenizer_, *chat_template_, "micro", 64, 512, generation_};
     return parse_request(endpoint, body, context);
   }
   // The parameter an invalid body is refused for (and that it is refused with 400).
@@ -35,6 +36,7 @@ class OpenAiProtocol : public ::testing::Test {
   }
   testing::TempDir dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_template_;
   GenerationConfig generation_;
 };
 
@@ -61,8 +63,9 @@ TEST_F(OpenAiProtocol, OmittedFieldsTakeTheCheckpointsDefaults) {
 TEST_F(OpenAiProtocol, ChatMessagesGoThroughTheChatTemplate) {
   const ParsedRequest chat = parse(Endpoint::ChatCompletions,
                                    R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})");
-  const std::string rendered = apply_chat_template(chat_format_of(*tokenizer_), {{"user", "hi"}}, true);
-  EXPECT_EQ(chat.engine.prompt, tokenizer_->encode(rendered));
+  ChatInput input;
+  input.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(chat.engine.prompt, tokenizer_->encode(chat_template_->render(input)));
   EXPECT_EQ(chat.engine.sampling.logprobs, 3);
 }
 
@@ -87,6 +90,13 @@ TEST_F(OpenAiProtocol, EveryMalformedFieldIsNamed) {
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
                           R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})"),
             "tools");
+  const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("chat_template_kwargs": 3})"), "chat_template_kwargs");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("chat_template": "{{ x }}"})"), "chat_template");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("continue_final_message": true})"), "messages");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})"),
+            "messages");
 }
 
 StreamEvent event(const std::string& text, std::vector<int32_t> ids, bool finished = false) {
