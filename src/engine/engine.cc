@@ -16,19 +16,6 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: text
-// that must be held back because the next token may complete a stop string.
-size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
-  size_t longest = 0;
-  for (const auto& stop : stops)
-    for (size_t length = std::min(stop.size() - 1, text.size()); length > longest; --length)
-      if (text.compare(text.size() - length, length, stop, 0, length) == 0) {
-        longest = length;
-        break;
-      }
-  return longest;
-}
-
 SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
                                  std::function<int64_t(std::span<const int32_t>, int64_t)> restorable_blocks) {
   config.recurrent_state = recurrent_state;
@@ -53,7 +40,7 @@ struct Engine::Request {
 
   Request(EngineRequest request, const Tokenizer& tokenizer)
       : spec(std::move(request)), handle(std::make_shared<RequestHandle>()),
-        sampler(spec.sampling, spec.prompt), streamer(tokenizer) {}
+        sampler(spec.sampling, spec.prompt), streamer(tokenizer, spec.skip_special_tokens) {}
 };
 
 void RequestHandle::push(StreamEvent event) {
@@ -269,7 +256,7 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
       event.text = request.held_text.substr(0, stop_at);
       reason = "stop";
     } else {
-      const size_t keep = stop_prefix_suffix(request.held_text, spec.stop);
+      const size_t keep = partial_match_length(request.held_text, spec.stop);
       event.text = request.held_text.substr(0, request.held_text.size() - keep);
       request.held_text.erase(0, request.held_text.size() - keep);
     }

@@ -63,6 +63,7 @@ struct EngineRequest {
   std::vector<std::string> stop;          // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;    // end the request after one of these
   bool ignore_eos = false;
+  bool skip_special_tokens = true;        // special tokens add no text to the output
 };
 
 struct StreamEvent {

@@ -21,11 +21,22 @@ size_t complete_utf8_prefix(const std::string& bytes) {
 }  // namespace
 
 std::string TextStreamer::push(int32_t id) {
-  pending_ += tokenizer_.decode(std::span(&id, 1));
+  pending_ += tokenizer_.decode(std::span(&id, 1), skip_special_);
   const size_t complete = complete_utf8_prefix(pending_);
   std::string ready = sanitize_utf8(std::string_view(pending_).substr(0, complete));
   pending_.erase(0, complete);
   return ready;
+}
+
+size_t partial_match_length(std::string_view text, const std::vector<std::string>& patterns) {
+  size_t longest = 0;
+  for (const auto& pattern : patterns)
+    for (size_t length = std::min(pattern.size() - std::min<size_t>(pattern.size(), 1), text.size()); length > longest; --length)
+      if (text.substr(text.size() - length) == std::string_view(pattern).substr(0, length)) {
+        longest = length;
+        break;
+      }
+  return longest;
 }
 
 std::string TextStreamer::finish() {

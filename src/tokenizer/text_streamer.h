@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
@@ -10,13 +12,20 @@ namespace mlaserve {
 
 class TextStreamer {
  public:
-  explicit TextStreamer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // skip_special: special tokens add no text.
+  explicit TextStreamer(const Tokenizer& tokenizer, bool skip_special = true)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
   std::string push(int32_t id);  // text that became complete with this token
   std::string finish();          // whatever is left (invalid tails become U+FFFD)
 
  private:
   const Tokenizer& tokenizer_;
+  bool skip_special_;
   std::string pending_;
 };
+
+// Length of the longest suffix of `text` that is a proper prefix of one of `patterns`: text a
+// stream holds back because the next piece may complete a pattern (a stop string, a marker).
+size_t partial_match_length(std::string_view text, const std::vector<std::string>& patterns);
 
 }  // namespace mlaserve
