@@ -140,6 +140,16 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", options->chat_template,
                   "Jinja chat template file to render chat requests with (default: the checkpoint's "
                   "chat_template.jinja or tokenizer_config.json chat_template)");
+  cmd->add_option("--tool-parser", options->server.tool_parser,
+                  "tool-call format parsed from chat output: auto (the chat template's), none, deepseek_v3, "
+                  "deepseek_v31, kimi_k2")
+      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "kimi_k2"}))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", options->server.reasoning_parser,
+                  "<think> blocks split into reasoning_content: auto (when the chat template writes them), none, "
+                  "deepseek_r1, deepseek_v3, kimi_k2")
+      ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "deepseek_v3", "kimi_k2"}))
+      ->capture_default_str();
   cmd->add_option("--api-key", options->server.api_key, "require Authorization: Bearer KEY on /v1/*");
   cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
   cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");

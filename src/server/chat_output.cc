@@ -86,6 +86,23 @@ std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view sour
   return source.find("```json") != std::string_view::npos ? ToolCallFormat::DeepseekV3 : ToolCallFormat::DeepseekV31;
 }
 
+ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source) {
+  ChatParsing parsing;
+  if (tool_parser == "auto")
+    parsing.tools = tool_call_format_of_template(template_source);
+  else if (tool_parser != "none")
+    parsing.tools = tool_call_format_from_name(tool_parser);
+  if (reasoning_parser == "auto") {
+    parsing.reasoning = template_source.find(kThinkClose) != std::string_view::npos;
+  } else {
+    MLA_CHECK(reasoning_parser == "none" || reasoning_parser == "deepseek_r1" || reasoning_parser == "deepseek_v3" ||
+                  reasoning_parser == "kimi_k2",
+              "unknown reasoning parser '{}' (auto, none, deepseek_r1, deepseek_v3, kimi_k2)", reasoning_parser);
+    parsing.reasoning = reasoning_parser != "none";
+  }
+  return parsing;
+}
+
 const ToolCallParser::Markup& ToolCallParser::markup_of(ToolCallFormat format) {
   static const Markup deepseek_v3 = {
       {"<｜tool▁calls▁begin｜>"}, {"<｜tool▁calls▁end｜>"}, "<｜tool▁call▁begin｜>",

@@ -38,6 +38,16 @@ const char* tool_call_format_name(ToolCallFormat format);
 // The format a chat template writes assistant tool calls in, if it writes any.
 std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view template_source);
 
+// What a server parses out of chat output: --tool-parser and --reasoning-parser as given, or
+// ("auto") the tool-call format and <think> blocks the chat template writes ("none": nothing).
+// Reasoning parsers: deepseek_r1, deepseek_v3, kimi_k2 (all <think>…</think>). Throws Error on
+// an unknown name.
+struct ChatParsing {
+  std::optional<ToolCallFormat> tools;
+  bool reasoning = false;
+};
+ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source);
+
 // Tool calls inside a tool-call section (<｜tool▁calls▁begin｜>... or
 // <|tool_calls_section_begin|>...); text outside sections is content, so markup-like prose is
 // not a call. Arguments stream as they come, not checked as JSON.

@@ -119,8 +119,12 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
       options_(std::move(options)),
       chat_template_(std::move(chat_template)),
       requests_{engine.tokenizer(), chat_template_, options_.served_model_name, engine.max_model_len(),
-                engine.vocab_size(), options_.generation},
+                engine.vocab_size(), options_.generation,
+                chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source())},
       server_(std::make_unique<httplib::Server>()) {
+  spdlog::info("chat output: tool calls {}, reasoning {}",
+               requests_.parsing.tools ? tool_call_format_name(*requests_.parsing.tools) : "not parsed",
+               requests_.parsing.reasoning ? "<think> blocks" : "not parsed");
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);

@@ -23,6 +23,8 @@ struct ServerOptions {
   int http_threads = 128;        // each streaming response holds one while it runs
   size_t max_body_bytes = 32u << 20;
   GenerationConfig generation;   // the checkpoint's sampling defaults
+  std::string tool_parser = "auto";       // --tool-parser (chat_parsing)
+  std::string reasoning_parser = "auto";  // --reasoning-parser
 };
 
 class HttpServer {

@@ -124,15 +124,52 @@ void check_messages(const ojson& messages) {
   }
 }
 
+// OpenAI's tools: [{"type": "function", "function": {"name", "description", "parameters"}}].
+ojson tool_definitions(const ojson& body) {
+  auto found = body.find("tools");
+  if (found == body.end() || found->is_null()) return ojson();
+  if (!found->is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+  for (size_t i = 0; i < found->size(); ++i) {
+    const ojson& tool = (*found)[i];
+    const bool valid = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
+                       tool["function"].is_object() && tool["function"].contains("name") && tool["function"]["name"].is_string();
+    if (!valid) throw ApiError(400, fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i), "tools");
+  }
+  return *found;
+}
+
+// tool_choice: "none", "auto" (the default when there are tools), "required", or
+// {"type": "function", "function": {"name"}} naming one of the tools.
+std::string tool_choice(const ojson& body, const ojson& tools) {
+  const bool has_tools = tools.is_array() && !tools.empty();
+  auto found = body.find("tool_choice");
+  if (found == body.end() || found->is_null()) return has_tools ? "auto" : "none";
+  if (found->is_string()) {
+    const std::string choice = found->get<std::string>();
+    if (choice != "none" && choice != "auto" && choice != "required")
+      throw ApiError(400, fmt::format("'tool_choice' must be none, auto, required or a named function, got '{}'", choice), "tool_choice");
+    if (choice != "none" && !has_tools) throw ApiError(400, fmt::format("'tool_choice' {} needs 'tools'", choice), "tool_choice");
+    return choice;
+  }
+  const bool named = found->is_object() && found->value("type", "") == "function" && found->contains("function") &&
+                     (*found)["function"].is_object() && (*found)["function"].contains("name") && (*found)["function"]["name"].is_string();
+  if (!named) throw ApiError(400, "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\"}}", "tool_choice");
+  const std::string name = (*found)["function"]["name"].get<std::string>();
+  const bool known = has_tools && std::any_of(tools.begin(), tools.end(), [&](const ojson& tool) { return tool["function"]["name"] == name; });
+  if (!known) throw ApiError(400, fmt::format("'tool_choice' names '{}', which is not one of the request's tools", name), "tool_choice");
+  return "function";
+}
+
 // The conversation rendered by the checkpoint's chat template (with the request's tools,
-// documents and chat_template_kwargs), then tokenized without adding special tokens.
-std::vector<int32_t> chat_prompt(const ojson& body, const RequestContext& context) {
+// documents and chat_template_kwargs).
+std::string rendered_chat(const ojson& body, const ojson& tools, const RequestContext& context) {
   auto found = body.find("messages");
   if (found == body.end() || !found->is_array() || found->empty())
     throw ApiError(400, "'messages' must be a non-empty list", "messages");
   check_messages(*found);
   ChatInput input;
   input.messages = *found;
+  input.tools = tools;
   input.add_generation_prompt = boolean(body, "add_generation_prompt", true);
   input.continue_final_message = boolean(body, "continue_final_message", false);
   if (body.contains("documents") && !body["documents"].is_null()) {
@@ -145,10 +182,34 @@ std::vector<int32_t> chat_prompt(const ojson& body, const RequestContext& contex
     input.kwargs = body["chat_template_kwargs"];
   }
   try {
-    return context.tokenizer.encode(context.chat_template.render(input));
+    return context.chat_template.render(input);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("the chat template cannot render these messages: {}", e.what()), "messages");
   }
+}
+
+// A chat request's prompt and what is parsed out of its output. Output parsing needs the
+// markup, so its text keeps special tokens.
+void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest& request) {
+  const ojson tools = tool_definitions(body);
+  const std::string choice = tool_choice(body, tools);
+  if (choice == "required" || choice == "function")
+    throw ApiError(400, "'tool_choice' required or a named function needs constrained decoding, which is not "
+                        "implemented yet (use auto)", "tool_choice");
+  request.parsing.reasoning = context.parsing.reasoning;
+  if (choice == "auto") {
+    if (!context.parsing.tools)
+      throw ApiError(400, "'tools' cannot be used: the chat template writes no tool calls this server can parse "
+                          "(serve with --tool-parser and a --chat-template that renders tools)", "tools");
+    request.parsing.tools = context.parsing.tools;
+  }
+  request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+  const std::string prompt = rendered_chat(body, tools, context);
+  const size_t end = prompt.find_last_not_of(" \t\r\n");
+  request.reasoning_opened_in_prompt = end != std::string::npos && std::string_view(prompt).substr(0, end + 1).ends_with("<think>");
+  request.engine.prompt = context.tokenizer.encode(prompt);
+  const bool parses = request.parsing.reasoning || request.parsing.tools;
+  request.engine.skip_special_tokens = boolean(body, "skip_special_tokens", true) && !parses;
 }
 
 std::vector<int32_t> completion_prompt(const ojson& body, const Tokenizer& tokenizer, int64_t vocab_hint) {
@@ -177,8 +238,7 @@ void refuse_unsupported(const ojson& body) {
   auto refuse = [](const char* key, const std::string& why) {
     throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
   };
-  for (const char* key : {"tools", "functions"})
-    if (present(key) && !body[key].empty()) refuse(key, "no tool calling");
+  if (present("functions") && !body["functions"].empty()) refuse("functions", "use 'tools' (functions is deprecated)");
   if (present("response_format") &&
       !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text"))
     refuse("response_format", "no constrained decoding (only {\"type\": \"text\"})");
@@ -223,8 +283,12 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   request.endpoint = endpoint;
   const int64_t vocab_hint = std::numeric_limits<int32_t>::max();
   EngineRequest& engine = request.engine;
-  engine.prompt = endpoint == Endpoint::ChatCompletions ? chat_prompt(body, context)
-                                                        : completion_prompt(body, tokenizer, vocab_hint);
+  if (endpoint == Endpoint::ChatCompletions) {
+    parse_chat(body, context, request);
+  } else {
+    engine.prompt = completion_prompt(body, tokenizer, vocab_hint);
+    engine.skip_special_tokens = boolean(body, "skip_special_tokens", true);
+  }
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)
     throw ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens.",
@@ -275,6 +339,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& 
       model_(std::move(model)),
       id_(random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
+  if (request.parsing.reasoning || request.parsing.tools)
+    parser_.emplace(request.parsing.reasoning, request.reasoning_opened_in_prompt, request.parsing.tools);
   all_logprobs_ = request.endpoint == Endpoint::ChatCompletions
                       ? json{{"content", json::array()}}
                       : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
@@ -317,6 +383,44 @@ json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::
   return out;
 }
 
+ChatDelta ResponseBuilder::parsed(const StreamEvent& event) {
+  ChatDelta delta;
+  if (!parser_) {
+    delta.content = event.text;
+    return delta;
+  }
+  delta = parser_->feed(event.text);
+  if (event.finished) delta.append(parser_->finish());
+  if (!request_.parallel_tool_calls)
+    std::erase_if(delta.tool_calls, [](const ToolCallDelta& call) { return call.index > 0; });
+  for (const auto& call : delta.tool_calls)
+    if (size_t(call.index) >= call_ids_.size()) call_ids_.push_back(call.id.empty() ? random_id("call_") : call.id);
+  return delta;
+}
+
+// OpenAI's tool_calls: streamed, a call's first step has id, type and name and the rest only
+// argument pieces; whole, each call complete.
+json ResponseBuilder::tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const {
+  json out = json::array();
+  for (const auto& call : calls) {
+    json function = {{"arguments", call.arguments}};
+    json item = {{"index", call.index}, {"function", function}};
+    if (!streaming || !call.name.empty()) {
+      item["id"] = call_ids_[size_t(call.index)];
+      item["type"] = "function";
+      item["function"]["name"] = call.name;
+    }
+    if (!streaming) item.erase("index");
+    out.push_back(item);
+  }
+  return out;
+}
+
+// A turn that ended on its stop token after calling tools finishes with "tool_calls".
+std::string ResponseBuilder::finish_reason(const StreamEvent& event) const {
+  return event.finish_reason == "stop" && !call_ids_.empty() ? "tool_calls" : event.finish_reason;
+}
+
 std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event) {
   const bool chat = request_.endpoint == Endpoint::ChatCompletions;
   std::vector<std::string> chunks;
@@ -327,19 +431,25 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
     chunks.push_back(dump(first));
     sent_role_ = true;
   }
+  const ChatDelta delta = chat ? parsed(event) : ChatDelta{};
   if (event.finished) {
     prompt_tokens_ = event.prompt_tokens;
     completion_tokens_ = event.completion_tokens;
     cached_tokens_ = event.cached_tokens;
-    finish_reason_ = event.finish_reason;
+    finish_reason_ = finish_reason(event);
   }
-  if (event.text.empty() && !event.finished && !request_.logprobs) return chunks;
-  json choice = {{"index", 0}, {"finish_reason", event.finished ? json(event.finish_reason) : json()}};
+  const bool nothing = chat ? delta.empty() : event.text.empty();
+  if (nothing && !event.finished && !request_.logprobs) return chunks;
+  json choice = {{"index", 0}, {"finish_reason", event.finished ? json(finish_reason_) : json()}};
   choice["logprobs"] = request_.logprobs && !event.token_ids.empty() ? logprobs_json(event.token_ids, event.logprobs) : json();
-  if (chat)
-    choice["delta"] = event.text.empty() && event.finished ? json::object() : json{{"content", event.text}};
-  else
+  if (chat) {
+    json& out = choice["delta"] = json::object();
+    if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+    if (!delta.content.empty() || (nothing && !event.finished)) out["content"] = delta.content;
+    if (!delta.tool_calls.empty()) out["tool_calls"] = tool_calls_json(delta.tool_calls, true);
+  } else {
     choice["text"] = event.text;
+  }
   json chunk = chunk_base();
   chunk["choices"] = json::array({choice});
   if (request_.include_usage) chunk["usage"] = nullptr;
@@ -360,22 +470,30 @@ void ResponseBuilder::add(const StreamEvent& event) {
     for (auto& [key, values] : piece.items())
       for (auto& value : values) all_logprobs_[key].push_back(value);
   }
-  text_ += event.text;
+  if (request_.endpoint == Endpoint::ChatCompletions)
+    message_.append(parsed(event));
+  else
+    text_ += event.text;
   if (event.finished) {
     prompt_tokens_ = event.prompt_tokens;
     completion_tokens_ = event.completion_tokens;
     cached_tokens_ = event.cached_tokens;
-    finish_reason_ = event.finish_reason;
+    finish_reason_ = finish_reason(event);
   }
 }
 
 json ResponseBuilder::final_response() const {
   const bool chat = request_.endpoint == Endpoint::ChatCompletions;
   json choice = {{"index", 0}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
-  if (chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
-  else
+  if (chat) {
+    const bool calls = !message_.tool_calls.empty();
+    json message = {{"role", "assistant"}, {"content", calls && message_.content.empty() ? json() : json(message_.content)}};
+    if (request_.parsing.reasoning) message["reasoning_content"] = message_.reasoning.empty() ? json() : json(message_.reasoning);
+    if (calls) message["tool_calls"] = tool_calls_json(message_.tool_calls, false);
+    choice["message"] = message;
+  } else {
     choice["text"] = text_;
+  }
   return {{"id", id_}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created_},
           {"model", model_}, {"choices", json::array({choice})}, {"usage", usage()}};
 }

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "io/generation_config.h"
+#include "server/chat_output.h"
 #include "tokenizer/chat_template.h"
 
 namespace mlaserve {
@@ -30,6 +31,12 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // the response carries logprobs
+  // Chat: what is parsed out of the output (tool calls only for a request with tools and
+  // tool_choice auto), whether the prompt left a <think> open, and whether calls after the
+  // first are kept.
+  ChatParsing parsing;
+  bool reasoning_opened_in_prompt = false;
+  bool parallel_tool_calls = true;
 };
 
 // What a request is parsed against: the served model's tokenizer and chat template, its name
@@ -42,6 +49,7 @@ struct RequestContext {
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;
   GenerationConfig generation;
+  ChatParsing parsing;  // what the server parses out of chat output (chat_parsing)
 };
 
 // `body` is the raw HTTP body.
@@ -61,6 +69,9 @@ class ResponseBuilder {
 
  private:
   nlohmann::json logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs);
+  ChatDelta parsed(const StreamEvent& event);  // the event's text through the output parser
+  nlohmann::json tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const;
+  std::string finish_reason(const StreamEvent& event) const;
   nlohmann::json chunk_base() const;
   nlohmann::json usage() const;
 
@@ -69,6 +80,9 @@ class ResponseBuilder {
   std::string model_, id_;
   int64_t created_;
   bool sent_role_ = false;
+  std::optional<ChatOutputParser> parser_;
+  ChatDelta message_;               // non-streaming: the whole output, parsed
+  std::vector<std::string> call_ids_;  // by tool call index
   std::string text_, finish_reason_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, text_offset_ = 0;
   nlohmann::json all_logprobs_;

@@ -141,6 +141,7 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const nlohmann
   ChatTemplate chat;
   chat.templates_["default"] = parse(source, origin);
   chat.content_as_parts_ = iterates_over_content(source);
+  chat.source_ = source;
   chat.special_tokens_ = special_token_variables(special_tokens);
   chat.origin_ = std::move(origin);
   return chat;
@@ -178,6 +179,7 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
     const std::string source = named["template"].get<std::string>();
     chat.templates_[named["name"].get<std::string>()] = parse(source, origin + " '" + named["name"].get<std::string>() + "'");
     chat.content_as_parts_ = chat.content_as_parts_ || iterates_over_content(source);
+    chat.source_ += source;
   }
   MLA_CHECK(chat.templates_.contains("default"), "{} has no template named 'default'", origin);
   chat.special_tokens_ = special_token_variables(config);

@@ -48,6 +48,8 @@ class ChatTemplate {
   // Where the template came from, for the log ("tokenizer_config.json", "built-in Kimi K2").
   const std::string& origin() const { return origin_; }
   bool is_built_in() const { return templates_.empty(); }
+  // The Jinja source (every named template's, joined); empty for a built-in format.
+  const std::string& source() const { return source_; }
 
  private:
   ChatTemplate() = default;
@@ -57,7 +59,7 @@ class ChatTemplate {
   bool content_as_parts_ = false;  // the template iterates over a message's content parts
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
   ChatFormat format_ = ChatFormat::DeepseekV3;
-  std::string origin_;
+  std::string origin_, source_;
 };
 
 // The format whose role tokens the tokenizer has (<｜User｜> or <|im_user|>); throws otherwise.

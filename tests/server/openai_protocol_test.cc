@@ -20,7 +20,7 @@ class OpenAiProtocol : public ::testing::Test {
     generation_.top_p = 0.95;
   }
   ParsedRequest parse(Endpoint endpoint, const std::string& body) const {
-    const RequestContext context{*tokenizer_, *chat_template_, "micro", 64, 512, generation_};
+    const RequestContext context{*tokenizer_, *chat_template_, "micro", 64, 512, generation_, parsing_};
     return parse_request(endpoint, body, context);
   }
   // The parameter an invalid body is refused for (and that it is refused with 400).
@@ -38,6 +38,7 @@ class OpenAiProtocol : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   GenerationConfig generation_;
+  ChatParsing parsing_;  // what the server parses out of chat output
 };
 
 TEST_F(OpenAiProtocol, OmittedFieldsTakeTheCheckpointsDefaults) {
@@ -87,10 +88,16 @@ TEST_F(OpenAiProtocol, EveryMalformedFieldIsNamed) {
   EXPECT_EQ(refused_param(Endpoint::Completions, long_prompt + "]}"), "prompt");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": []})"), "messages");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"content": "hi"}]})"), "messages");
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
-                          R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})"),
-            "tools");
   const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("tools": [{"type": "function"}]})"), "tools");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + tool + "}"), "tools");  // no tool-call parser
+  parsing_.tools = ToolCallFormat::KimiK2;
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + tool + R"(, "tool_choice": "any"})"), "tool_choice");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("tool_choice": "required"})"), "tool_choice");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          hi + tool + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})"),
+            "tool_choice");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("chat_template_kwargs": 3})"), "chat_template_kwargs");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("chat_template": "{{ x }}"})"), "chat_template");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("continue_final_message": true})"), "messages");
@@ -137,6 +144,55 @@ TEST_F(OpenAiProtocol, ResponsesCarryTheEventsTextReasonAndUsage) {
   EXPECT_EQ(response["choices"][0]["text"], "Hello");
   EXPECT_EQ(response["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(response["usage"]["completion_tokens"], 2);
+}
+
+// With a tool-call and reasoning parser, a turn's text becomes reasoning_content, content and
+// tool_calls: streamed as OpenAI streams them (a call's id and name first, then its arguments in
+// pieces) and whole, and a turn that called tools finishes with "tool_calls".
+TEST_F(OpenAiProtocol, ToolCallsAndReasoningAreParsedOutOfTheText) {
+  parsing_ = {ToolCallFormat::KimiK2, true};
+  const std::string body = R"({"messages": [{"role": "user", "content": "weather?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}], "stream": true})";
+  const ParsedRequest request = parse(Endpoint::ChatCompletions, body);
+  EXPECT_TRUE(request.parsing.tools.has_value() && request.parsing.reasoning);
+  EXPECT_FALSE(request.engine.skip_special_tokens);  // the markup is special tokens
+  const std::vector<std::string> pieces = {"<think>It is", " cold.</th", "ink>Checking.<|tool_calls_sec",
+      "tion_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"ci", "ty\": \"Oslo\"}",
+      "<|tool_call_end|><|tool_calls_section_end|>"};
+  ResponseBuilder stream(request, *tokenizer_, "micro");
+  ResponseBuilder whole(request, *tokenizer_, "micro");
+  nlohmann::json reasoning = "", content = "", calls = nlohmann::json::array(), finish;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    StreamEvent e = event(pieces[i], {5}, i + 1 == pieces.size());
+    if (e.finished) e.finish_reason = "stop";
+    whole.add(e);
+    for (const std::string& text : stream.stream_chunks(e)) {
+      const nlohmann::json choice = nlohmann::json::parse(text)["choices"][0];
+      reasoning = reasoning.get<std::string>() + choice["delta"].value("reasoning_content", "");
+      content = content.get<std::string>() + choice["delta"].value("content", "");
+      for (const auto& call : choice["delta"].value("tool_calls", nlohmann::json::array())) calls.push_back(call);
+      finish = choice["finish_reason"];
+    }
+  }
+  EXPECT_EQ(reasoning, "It is cold.");
+  EXPECT_EQ(content, "Checking.");
+  ASSERT_EQ(calls.size(), 2u);  // the name with the arguments so far, then the rest of them
+  EXPECT_EQ(calls[0]["id"], "functions.get_weather:0");
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"].get<std::string>() + calls[1]["function"]["arguments"].get<std::string>(),
+            "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(calls[1]["index"], 0);
+  EXPECT_FALSE(calls[1].contains("id"));
+  EXPECT_EQ(finish, "tool_calls");
+
+  const nlohmann::json message = whole.final_response()["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "It is cold.");
+  EXPECT_EQ(message["content"], "Checking.");
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(whole.final_response()["choices"][0]["finish_reason"], "tool_calls");
 }
 
 }  // namespace

@@ -49,8 +49,9 @@ def bad_requests(server):
     hello = [{"role": "user", "content": "x"}]
     expect_status(server, "JSON mode", {"messages": hello, "response_format": {"type": "json_object"}}, 400,
                   "'response_format' is not supported", chat)
-    expect_status(server, "tool calling", {"messages": hello, "tools": [{"type": "function", "function": {"name": "f"}}]},
-                  400, "'tools' is not supported", chat)
+    expect_status(server, "tools with a chat template that writes no tool calls",
+                  {"messages": hello, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                  400, "'tools' cannot be used", chat)
     expect_status(server, "logit_bias of a token past the vocabulary", {"prompt": "x", "logit_bias": {"40000": 10}}, 400,
                   "'logit_bias' key '40000' is not a token id")
     expect_status(server, "best_of", {"prompt": "x", "best_of": 3}, 400, "'best_of' is not supported")
