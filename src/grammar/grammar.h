@@ -1,0 +1,63 @@
+// Context-free grammars over bytes, as constrained decoding uses them: rules of alternatives,
+// each a sequence of byte sets and rule references. Built in code (GrammarBuilder) from a JSON
+// schema or for any JSON value; matched by grammar/matcher.h.
+#pragma once
+#include <bitset>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mlaserve::grammar {
+
+using ByteSet = std::bitset<256>;
+
+struct Element {
+  enum class Kind : uint8_t { Bytes, Rule, End };
+  Kind kind = Kind::End;
+  int32_t rule = -1;  // Kind::Rule
+  ByteSet bytes;      // Kind::Bytes
+};
+
+// Every alternative is a run of elements in `elements` ending with an End element; rules list
+// the starts of their alternatives. No rule may reach itself without consuming a byte.
+struct Grammar {
+  std::vector<Element> elements;
+  std::vector<std::vector<int32_t>> alternatives;  // per rule
+  std::vector<std::string> names;                  // per rule, for errors and dumps
+  int32_t root = -1;
+};
+
+// One item of a sequence: a byte set or a rule.
+struct Item {
+  ByteSet bytes;
+  int32_t rule = -1;
+};
+using Sequence = std::vector<Item>;
+
+class GrammarBuilder {
+ public:
+  int32_t declare(std::string name);  // a rule to define later (for recursion)
+  void define(int32_t rule, std::vector<Sequence> alternatives);
+  int32_t rule(std::string name, std::vector<Sequence> alternatives);
+
+  static Item byte(uint8_t value);
+  static Item range(uint8_t low, uint8_t high);
+  static Item ref(int32_t rule);
+  static Sequence literal(std::string_view text);
+  // Sequence concatenation.
+  static Sequence join(std::initializer_list<Sequence> parts);
+  // body repeated min..max times (max < 0: unbounded). body must consume at least one byte.
+  int32_t repeat(const std::string& name, const Sequence& body, int min, int max);
+  int32_t optional(const std::string& name, const Sequence& body) { return repeat(name, body, 0, 1); }
+
+  // Throws Error naming a rule left undefined.
+  Grammar build(int32_t root) &&;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::vector<Sequence>> rules_;
+  std::vector<bool> defined_;
+};
+
+}  // namespace mlaserve::grammar

@@ -1,0 +1,258 @@
+#include "grammar/json_schema.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "base/error.h"
+
+namespace mlaserve::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using B = GrammarBuilder;
+
+const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                                            "format", "deprecated", "readOnly", "writeOnly", "contentMediaType",
+                                            "contentEncoding", "$defs", "definitions", "strict"};
+const std::set<std::string> kHandled = {"type", "properties", "required", "additionalProperties", "items", "minItems",
+                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
+                                        "allOf", "$ref", "nullable", "minimum"};
+
+Item set_of(std::string_view bytes) {
+  Item item;
+  for (char c : bytes) item.bytes.set(uint8_t(c));
+  return item;
+}
+
+class JsonGrammar {
+ public:
+  explicit JsonGrammar(const ojson& root);
+  int32_t any_object() const { return object_; }
+  int32_t schema_rule(const ojson& schema, const std::string& where);
+  Grammar build(int32_t root) && { return std::move(builder_).build(root); }
+
+ private:
+  void add_primitives();
+  int32_t typed(const ojson& schema, const std::string& type, const std::string& where);
+  int32_t object_rule(const ojson& schema, const std::string& where);
+  int32_t array_rule(const ojson& schema, const std::string& where);
+  int32_t string_rule(const ojson& schema, const std::string& where);
+  int32_t number_rule(const ojson& schema, bool integer, const std::string& where);
+  int32_t reference(const std::string& ref, const std::string& where);
+  int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
+
+  const ojson& root_;
+  GrammarBuilder builder_;
+  int32_t ws_ = -1, character_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1,
+          array_ = -1;
+  std::map<std::string, int32_t> references_;
+  int rules_made_ = 0;
+};
+
+JsonGrammar::JsonGrammar(const ojson& root) : root_(root) { add_primitives(); }
+
+int32_t JsonGrammar::alternatives(const std::string& name, const std::vector<int32_t>& rules) {
+  std::vector<Sequence> options;
+  for (int32_t rule : rules) options.push_back({B::ref(rule)});
+  return builder_.rule(name, std::move(options));
+}
+
+// The JSON grammar (RFC 8259) with bounded whitespace and digits; strings hold valid UTF-8.
+void JsonGrammar::add_primitives() {
+  const int32_t indent = builder_.repeat("indent", {set_of(" \t")}, 0, 20);
+  ws_ = builder_.rule("ws", {{}, B::literal(" "), {B::byte('\n'), B::ref(indent)}});
+  const Item hex = set_of("0123456789abcdefABCDEF");
+  Item plain = B::range(0x20, 0x7f);
+  plain.bytes.reset('"');
+  plain.bytes.reset('\\');
+  const Item tail = B::range(0x80, 0xbf);
+  character_ = builder_.rule("char", {{plain}, {B::range(0xc2, 0xdf), tail}, {B::range(0xe0, 0xef), tail, tail},
+                                      {B::range(0xf0, 0xf4), tail, tail, tail}, {B::byte('\\'), set_of("\"\\/bfnrt")},
+                                      {B::byte('\\'), B::byte('u'), hex, hex, hex, hex}});
+  const int32_t characters = builder_.repeat("chars", {B::ref(character_)}, 0, -1);
+  string_ = builder_.rule("string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
+  const int32_t digits = builder_.repeat("digits15", {B::range('0', '9')}, 0, 15);
+  const int32_t natural = builder_.rule("natural", {B::literal("0"), {B::range('1', '9'), B::ref(digits)}});
+  integer_ = builder_.rule("integer", {{B::ref(natural)}, {B::byte('-'), B::ref(natural)}});
+  const int32_t fraction = builder_.optional("fraction", {B::byte('.'), B::ref(builder_.repeat("digits16", {B::range('0', '9')}, 1, 16))});
+  const int32_t exponent = builder_.optional(
+      "exponent", {set_of("eE"), B::ref(builder_.optional("sign", {set_of("+-")})),
+                   B::ref(builder_.repeat("digits3", {B::range('0', '9')}, 1, 3))});
+  number_ = builder_.rule("number", {{B::ref(integer_), B::ref(fraction), B::ref(exponent)}});
+  value_ = builder_.declare("value");
+  const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value_), B::ref(ws_)};
+  const int32_t more_members = builder_.repeat("members-more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
+  const int32_t members = builder_.optional("members", B::join({member, {B::ref(more_members)}}));
+  object_ = builder_.rule("object", {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
+  const Sequence element = {B::ref(value_), B::ref(ws_)};
+  const int32_t more_elements = builder_.repeat("elements-more", B::join({B::literal(","), {B::ref(ws_)}, element}), 0, -1);
+  const int32_t elements = builder_.optional("elements", B::join({element, {B::ref(more_elements)}}));
+  array_ = builder_.rule("array", {{B::byte('['), B::ref(ws_), B::ref(elements), B::byte(']')}});
+  builder_.define(value_, {{B::ref(object_)}, {B::ref(array_)}, {B::ref(string_)}, {B::ref(number_)},
+                           B::literal("true"), B::literal("false"), B::literal("null")});
+}
+
+int32_t JsonGrammar::reference(const std::string& ref, const std::string& where) {
+  auto found = references_.find(ref);
+  if (found != references_.end()) return found->second;
+  const ojson* target = nullptr;
+  if (ref == "#") target = &root_;
+  for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+    const std::string section = std::string(prefix).substr(2, std::string(prefix).size() - 3);
+    if (ref.starts_with(prefix) && root_.contains(section) && root_[section].contains(ref.substr(std::string(prefix).size())))
+      target = &root_[section][ref.substr(std::string(prefix).size())];
+  }
+  MLA_CHECK(target, "JSON schema at {}: $ref '{}' does not resolve (#, #/$defs/NAME or #/definitions/NAME)", where, ref);
+  const int32_t rule = builder_.declare("ref " + ref);
+  references_[ref] = rule;  // before the definition: a schema may refer to itself
+  builder_.define(rule, {{B::ref(schema_rule(*target, ref))}});
+  return rule;
+}
+
+int32_t JsonGrammar::schema_rule(const ojson& schema, const std::string& where) {
+  if (schema.is_boolean()) {
+    MLA_CHECK(schema.get<bool>(), "JSON schema at {}: false accepts nothing", where);
+    return value_;
+  }
+  MLA_CHECK(schema.is_object(), "JSON schema at {}: a schema must be an object or a boolean", where);
+  for (const auto& [key, value] : schema.items())
+    MLA_CHECK(kAnnotations.contains(key) || kHandled.contains(key), "JSON schema at {}: '{}' is not supported", where, key);
+  const std::string name = fmt::format("{} #{}", where, rules_made_++);
+  if (schema.contains("nullable") && schema["nullable"] == true) {
+    ojson rest = schema;
+    rest.erase("nullable");
+    return builder_.rule(name, {{B::ref(schema_rule(rest, where))}, B::literal("null")});
+  }
+  if (schema.contains("$ref")) return reference(schema["$ref"].get<std::string>(), where);
+  if (schema.contains("const")) return builder_.rule(name, {B::literal(schema["const"].dump())});
+  if (schema.contains("enum")) {
+    MLA_CHECK(schema["enum"].is_array() && !schema["enum"].empty(), "JSON schema at {}: 'enum' must be a non-empty list", where);
+    std::vector<Sequence> options;
+    for (const auto& value : schema["enum"]) options.push_back(B::literal(value.dump()));
+    return builder_.rule(name, std::move(options));
+  }
+  for (const char* key : {"anyOf", "oneOf"}) {
+    if (!schema.contains(key)) continue;
+    std::vector<int32_t> options;
+    for (size_t i = 0; i < schema[key].size(); ++i)
+      options.push_back(schema_rule(schema[key][i], fmt::format("{}/{}/{}", where, key, i)));
+    return alternatives(name, options);
+  }
+  if (schema.contains("allOf")) {
+    MLA_CHECK(schema["allOf"].is_array() && schema["allOf"].size() == 1, "JSON schema at {}: only an allOf of one schema is supported", where);
+    return schema_rule(schema["allOf"][0], where + "/allOf/0");
+  }
+  if (!schema.contains("type")) {
+    if (schema.contains("properties") || schema.contains("additionalProperties")) return object_rule(schema, where);
+    if (schema.contains("items")) return array_rule(schema, where);
+    return value_;
+  }
+  if (schema["type"].is_array()) {
+    std::vector<int32_t> options;
+    for (const auto& type : schema["type"]) options.push_back(typed(schema, type.get<std::string>(), where));
+    return alternatives(name, options);
+  }
+  return typed(schema, schema["type"].get<std::string>(), where);
+}
+
+int32_t JsonGrammar::typed(const ojson& schema, const std::string& type, const std::string& where) {
+  if (type == "object") return object_rule(schema, where);
+  if (type == "array") return array_rule(schema, where);
+  if (type == "string") return string_rule(schema, where);
+  if (type == "integer" || type == "number") return number_rule(schema, type == "integer", where);
+  if (type == "boolean") return builder_.rule(where + " boolean", {B::literal("true"), B::literal("false")});
+  if (type == "null") return builder_.rule(where + " null", {B::literal("null")});
+  fail("JSON schema at {}: unknown type '{}'", where, type);
+}
+
+// The properties in the schema's order, each required one present, commas between: rule
+// (i, comma) matches properties i.. when `comma` says one was already written.
+int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) {
+  const ojson properties = schema.value("properties", ojson::object());
+  if (properties.empty()) {
+    const ojson extra = schema.value("additionalProperties", ojson(true));
+    if (extra == true) return object_;
+    if (extra == false) return builder_.rule(where + " empty object", {{B::byte('{'), B::ref(ws_), B::byte('}')}});
+    const int32_t value = schema_rule(extra, where + "/additionalProperties");
+    const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
+    const int32_t more = builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
+    const int32_t members = builder_.optional(where + " members", B::join({member, {B::ref(more)}}));
+    return builder_.rule(where + " object", {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
+  }
+  std::set<std::string> required;
+  for (const auto& name : schema.value("required", ojson::array())) required.insert(name.get<std::string>());
+  std::vector<std::pair<std::string, int32_t>> members;
+  for (const auto& [key, value] : properties.items()) members.emplace_back(key, schema_rule(value, where + "/" + key));
+  for (const auto& name : required)
+    MLA_CHECK(properties.contains(name), "JSON schema at {}: required property '{}' is not in properties", where, name);
+  int32_t after = builder_.rule(where + " end", {{}}), after_comma = after;  // (n, false) and (n, true)
+  for (size_t i = members.size(); i-- > 0;) {
+    const auto& [key, value] = members[i];
+    const Sequence member = {B::ref(builder_.rule(where + " key " + key, {B::literal(ojson(key).dump())})), B::byte(':'),
+                             B::ref(ws_), B::ref(value), B::ref(ws_)};
+    const Sequence first = B::join({member, {B::ref(after_comma)}});
+    const Sequence next = B::join({B::literal(","), {B::ref(ws_)}, member, {B::ref(after_comma)}});
+    const bool must = required.contains(key);
+    const int32_t without_comma = builder_.rule(where + " from " + key, must ? std::vector<Sequence>{first}
+                                                                              : std::vector<Sequence>{first, {B::ref(after)}});
+    const int32_t with_comma = builder_.rule(where + " from ," + key, must ? std::vector<Sequence>{next}
+                                                                           : std::vector<Sequence>{next, {B::ref(after_comma)}});
+    after = without_comma;
+    after_comma = with_comma;
+  }
+  return builder_.rule(where + " object", {{B::byte('{'), B::ref(ws_), B::ref(after), B::byte('}')}});
+}
+
+int32_t JsonGrammar::array_rule(const ojson& schema, const std::string& where) {
+  const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
+  const int min = schema.value("minItems", 0), max = schema.value("maxItems", -1);
+  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: minItems/maxItems {}..{} is empty", where, min, max);
+  const Sequence element = {B::ref(item), B::ref(ws_)};
+  if (max == 0) return builder_.rule(where + " array", {{B::byte('['), B::ref(ws_), B::byte(']')}});
+  const int32_t more = builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, element}),
+                                       std::max(min - 1, 0), max < 0 ? -1 : max - 1);
+  const Sequence elements = B::join({element, {B::ref(more)}});
+  const int32_t body = min > 0 ? builder_.rule(where + " elements", {elements}) : builder_.optional(where + " elements", elements);
+  return builder_.rule(where + " array", {{B::byte('['), B::ref(ws_), B::ref(body), B::byte(']')}});
+}
+
+int32_t JsonGrammar::string_rule(const ojson& schema, const std::string& where) {
+  if (!schema.contains("minLength") && !schema.contains("maxLength")) return string_;
+  const int min = schema.value("minLength", 0), max = schema.value("maxLength", -1);
+  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: minLength/maxLength {}..{} is empty", where, min, max);
+  const int32_t characters = builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
+  return builder_.rule(where + " string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
+}
+
+int32_t JsonGrammar::number_rule(const ojson& schema, bool integer, const std::string& where) {
+  const int32_t any = integer ? integer_ : number_;
+  if (!schema.contains("minimum")) return any;
+  const ojson minimum = schema["minimum"];
+  MLA_CHECK(minimum == 0 || minimum == 1, "JSON schema at {}: only minimum 0 or 1 is supported, got {}", where, minimum.dump());
+  const int32_t digits = builder_.repeat(where + " digits", {B::range('0', '9')}, 0, 15);
+  const Sequence positive = {B::range('1', '9'), B::ref(digits)};
+  std::vector<Sequence> naturals = {positive};
+  if (minimum == 0) naturals.push_back(B::literal("0"));
+  const int32_t natural = builder_.rule(where + " natural", naturals);
+  if (integer) return natural;
+  const int32_t fraction = builder_.optional(where + " fraction", {B::byte('.'), B::ref(builder_.repeat(where + " fraction digits", {B::range('0', '9')}, 1, 16))});
+  return builder_.rule(where + " number", {{B::ref(natural), B::ref(fraction)}});
+}
+
+}  // namespace
+
+Grammar json_object_grammar() {
+  const ojson empty = ojson::object();
+  JsonGrammar json(empty);
+  return std::move(json).build(json.any_object());
+}
+
+Grammar json_schema_grammar(const ojson& schema) {
+  JsonGrammar json(schema);
+  const int32_t root = json.schema_rule(schema, "#");
+  return std::move(json).build(root);
+}
+
+}  // namespace mlaserve::grammar

@@ -1,0 +1,168 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace mlaserve::grammar {
+namespace {
+
+constexpr int kMaxExpansionDepth = 4096;
+constexpr size_t kCachedMasks = 256;  // per request: a state's mask is reused while it recurs
+
+void set_bit(TokenBitmask& mask, int32_t id) { mask[size_t(id) / 64] |= uint64_t(1) << (id % 64); }
+
+}  // namespace
+
+Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids)
+    : token_bytes_(token_bytes), eos_ids_(std::move(eos_ids)) {
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < token_bytes_.size(); ++id)
+    if (!token_bytes_[id].empty() && !is_eos(int32_t(id))) order.push_back(int32_t(id));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return token_bytes_[size_t(a)] < token_bytes_[size_t(b)]; });
+  nodes_.emplace_back();
+  build(0, order, 0, order.size(), 0);
+}
+
+bool Vocabulary::is_eos(int32_t id) const { return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end(); }
+
+// order[low, high) share their first `depth` bytes: those of exactly that length end at `node`
+// (they sort first), the rest go to one child per next byte.
+void Vocabulary::build(int32_t node, const std::vector<int32_t>& order, size_t low, size_t high, size_t depth) {
+  max_length_ = std::max(max_length_, depth);
+  nodes_[size_t(node)].first_token = int32_t(node_tokens_.size());
+  while (low < high && token_bytes_[size_t(order[low])].size() == depth) node_tokens_.push_back(order[low++]);
+  nodes_[size_t(node)].tokens = int32_t(node_tokens_.size()) - nodes_[size_t(node)].first_token;
+  std::vector<std::pair<size_t, size_t>> groups;
+  for (size_t begin = low; begin < high;) {
+    const char byte = token_bytes_[size_t(order[begin])][depth];
+    size_t end = begin;
+    while (end < high && token_bytes_[size_t(order[end])][depth] == byte) ++end;
+    groups.emplace_back(begin, end);
+    begin = end;
+  }
+  const int32_t first_child = int32_t(nodes_.size());
+  nodes_[size_t(node)].first_child = first_child;
+  nodes_[size_t(node)].children = int32_t(groups.size());
+  for (const auto& [begin, end] : groups) {
+    Node child;
+    child.byte = uint8_t(token_bytes_[size_t(order[begin])][depth]);
+    nodes_.push_back(child);
+  }
+  for (size_t i = 0; i < groups.size(); ++i)
+    build(first_child + int32_t(i), order, groups[i].first, groups[i].second, depth + 1);
+}
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), levels_(vocabulary_->max_length_ + 2) {
+  for (int32_t start : grammar_->alternatives[size_t(grammar_->root)]) expand(push_frame(start, -1), tops_, accepting_, 0);
+}
+
+int32_t Matcher::push_frame(int32_t position, int32_t parent) {
+  frames_.push_back({position, parent});
+  return int32_t(frames_.size() - 1);
+}
+
+// Brings a stack to byte sets: a rule reference becomes one stack per alternative (continuing
+// after the reference), an alternative's end returns to its parent, the root's end accepts.
+void Matcher::expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth) {
+  MLA_CHECK(depth < kMaxExpansionDepth, "the grammar has a rule that reaches itself without consuming a byte");
+  const auto [position, parent] = frames_[size_t(frame)];
+  const Element& element = grammar_->elements[size_t(position)];
+  if (element.kind == Element::Kind::Bytes) {
+    const bool seen = std::any_of(tops.begin(), tops.end(), [&](int32_t top) {
+      return frames_[size_t(top)].position == position && frames_[size_t(top)].parent == parent;
+    });
+    if (!seen) tops.push_back(frame);
+  } else if (element.kind == Element::Kind::End) {
+    if (parent < 0)
+      accepting = true;
+    else
+      expand(parent, tops, accepting, depth + 1);
+  } else {
+    const bool last = grammar_->elements[size_t(position) + 1].kind == Element::Kind::End;
+    const int32_t after = last ? parent : push_frame(position + 1, parent);
+    for (int32_t start : grammar_->alternatives[size_t(element.rule)]) expand(push_frame(start, after), tops, accepting, depth + 1);
+  }
+}
+
+void Matcher::advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>& next, bool& accepting) {
+  for (int32_t top : tops) {
+    const Frame frame = frames_[size_t(top)];
+    if (grammar_->elements[size_t(frame.position)].bytes.test(byte))
+      expand(push_frame(frame.position + 1, frame.parent), next, accepting, 0);
+  }
+}
+
+// Every token below `node` whose bytes the stacks at levels_[depth] accept; frames made for a
+// subtree are dropped when it is done.
+void Matcher::fill(int32_t node, size_t depth, TokenBitmask& mask) {
+  const Vocabulary::Node& parent = vocabulary_->nodes_[size_t(node)];
+  for (int32_t child = parent.first_child; child < parent.first_child + parent.children; ++child) {
+    const Vocabulary::Node& next_node = vocabulary_->nodes_[size_t(child)];
+    const size_t mark = frames_.size();
+    std::vector<int32_t>& next = levels_[depth + 1];
+    next.clear();
+    bool accepting = false;
+    advance(levels_[depth], next_node.byte, next, accepting);
+    if (!next.empty() || accepting) {
+      for (int32_t i = 0; i < next_node.tokens; ++i) set_bit(mask, vocabulary_->node_tokens_[size_t(next_node.first_token + i)]);
+      if (!next.empty() && next_node.children > 0) fill(child, depth + 1, mask);
+    }
+    frames_.resize(mark);
+  }
+}
+
+std::string Matcher::signature() const {
+  std::string key(accepting_ ? "A" : "-");
+  for (int32_t top : tops_) {
+    for (int32_t frame = top; frame >= 0; frame = frames_[size_t(frame)].parent)
+      key.append(reinterpret_cast<const char*>(&frames_[size_t(frame)].position), sizeof(int32_t));
+    key += '|';
+  }
+  return key;
+}
+
+const TokenBitmask& Matcher::allowed_tokens() {
+  if (current_mask_) return *current_mask_;
+  std::string key = signature();
+  auto found = masks_.find(key);
+  if (found == masks_.end()) {
+    if (masks_.size() >= kCachedMasks) masks_.clear();
+    TokenBitmask mask(size_t(vocabulary_->size() + 63) / 64, 0);
+    levels_[0] = tops_;
+    fill(0, 0, mask);
+    if (accepting_)
+      for (int32_t eos : vocabulary_->eos_ids_)
+        if (eos < vocabulary_->size()) set_bit(mask, eos);
+    found = masks_.emplace(std::move(key), std::move(mask)).first;
+  }
+  current_mask_ = &found->second;
+  return *current_mask_;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  std::vector<int32_t> tops = tops_, next;
+  bool accepting = accepting_;
+  for (char c : bytes) {
+    next.clear();
+    accepting = false;
+    advance(tops, uint8_t(c), next, accepting);
+    if (next.empty() && !accepting) return false;
+    tops.swap(next);
+  }
+  tops_ = std::move(tops);
+  accepting_ = accepting;
+  current_mask_ = nullptr;
+  return true;
+}
+
+bool Matcher::accept_token(int32_t id) {
+  if (id < 0 || id >= vocabulary_->size()) return false;
+  if (vocabulary_->is_eos(id)) return accepting_;
+  const std::string& bytes = vocabulary_->bytes(id);
+  return !bytes.empty() && accept_bytes(bytes);
+}
+
+}  // namespace mlaserve::grammar

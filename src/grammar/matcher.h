@@ -1,0 +1,79 @@
+// A grammar's state as a request's tokens are accepted, and which tokens may come next: every
+// token whose bytes the grammar can accept from here, found by walking the vocabulary's trie of
+// token bytes with the grammar's stacks (subtrees the grammar refuses are skipped whole). The
+// end-of-sequence tokens are allowed exactly when the grammar is complete.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace mlaserve::grammar {
+
+// The vocabulary's token bytes as a trie, shared by every request's matcher.
+class Vocabulary {
+ public:
+  // token_bytes[id]: what the token writes; empty for tokens a grammar never allows (special
+  // tokens). eos_ids: the tokens that end a sequence.
+  Vocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids);
+  int64_t size() const { return int64_t(token_bytes_.size()); }
+  const std::string& bytes(int32_t id) const { return token_bytes_[size_t(id)]; }
+  bool is_eos(int32_t id) const;
+
+ private:
+  friend class Matcher;
+  struct Node {
+    int32_t first_child = 0, children = 0, first_token = 0, tokens = 0;
+    uint8_t byte = 0;
+  };
+  void build(int32_t node, const std::vector<int32_t>& order, size_t low, size_t high, size_t depth);
+  std::vector<std::string> token_bytes_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<Node> nodes_;           // nodes_[0] is the root (the empty prefix)
+  std::vector<int32_t> node_tokens_;  // the tokens ending at each node, node by node
+  size_t max_length_ = 0;
+};
+
+using TokenBitmask = std::vector<uint64_t>;  // bit id % 64 of word id / 64: token id allowed
+
+class Matcher {
+ public:
+  Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
+  Matcher(const Matcher&) = delete;  // current_mask_ points into masks_
+  Matcher(Matcher&&) = default;
+
+  // The tokens allowed next, as a bitmask of (vocabulary size + 63) / 64 words.
+  const TokenBitmask& allowed_tokens();
+  // Advances past a token; false (and no change) if the grammar does not allow it.
+  bool accept_token(int32_t id);
+  bool accept_bytes(std::string_view bytes);
+  bool is_complete() const { return accepting_; }    // the text so far is a whole sentence
+  bool can_continue() const { return !tops_.empty(); }
+
+ private:
+  // A position in a rule's alternative, then what follows once that alternative ends.
+  struct Frame {
+    int32_t position;
+    int32_t parent;  // -1: the root's end
+  };
+  int32_t push_frame(int32_t position, int32_t parent);
+  void expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth);
+  void advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>& next, bool& accepting);
+  void fill(int32_t node, size_t depth, TokenBitmask& mask);
+  std::string signature() const;  // the state's stacks, as a cache key
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  std::vector<Frame> frames_;  // persistent stacks: frames are never changed, only added
+  std::vector<int32_t> tops_;  // the current stacks' top frames (each at a byte set)
+  bool accepting_ = false;
+  std::vector<std::vector<int32_t>> levels_;  // the trie walk's stacks at each depth
+  std::unordered_map<std::string, TokenBitmask> masks_;  // by state
+  const TokenBitmask* current_mask_ = nullptr;
+};
+
+}  // namespace mlaserve::grammar
