@@ -38,9 +38,9 @@ struct Engine::Request {
   Clock::time_point arrival = Clock::now(), last_token;
   bool done = false;
 
-  Request(EngineRequest request, const Tokenizer& tokenizer)
+  Request(EngineRequest request, const Tokenizer& tokenizer, std::shared_ptr<const grammar::Vocabulary> vocabulary)
       : spec(std::move(request)), handle(std::make_shared<RequestHandle>()),
-        sampler(spec.sampling, spec.prompt), streamer(tokenizer, spec.skip_special_tokens) {}
+        sampler(spec.sampling, spec.prompt, std::move(vocabulary)), streamer(tokenizer, spec.skip_special_tokens) {}
 };
 
 void RequestHandle::push(StreamEvent event) {
@@ -161,7 +161,8 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
   if (blocks_.blocks_for(prompt_length + request.max_tokens) > blocks_.total_blocks())
     throw EngineRejection(400, fmt::format("{} tokens do not fit in the KV cache of {} tokens",
                                            prompt_length + request.max_tokens, blocks_.total_blocks() * config_.block_size));
-  auto owned = std::make_unique<Request>(std::move(request), tokenizer_);
+  auto vocabulary = request.sampling.grammar ? grammar_vocabulary() : nullptr;
+  auto owned = std::make_unique<Request>(std::move(request), tokenizer_, std::move(vocabulary));
   auto handle = owned->handle;
   {
     std::lock_guard lock(mutex_);
@@ -172,6 +173,18 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
   }
   wake_.notify_one();
   return handle;
+}
+
+// The tokens' bytes for constrained decoding, made at the first request that needs them: special
+// tokens write nothing (a grammar never allows them), the end-of-sequence ones end it.
+std::shared_ptr<const grammar::Vocabulary> Engine::grammar_vocabulary() {
+  std::call_once(grammar_vocabulary_once_, [this] {
+    std::vector<std::string> token_bytes(size_t(model_config_.vocab_size));
+    for (int32_t id = 0; id < int32_t(token_bytes.size()); ++id)
+      if (!tokenizer_.is_special(id)) token_bytes[size_t(id)] = tokenizer_.decode(std::span(&id, 1), false);
+    grammar_vocabulary_ = std::make_shared<const grammar::Vocabulary>(token_bytes, eos_ids_);
+  });
+  return grammar_vocabulary_;
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {
@@ -307,6 +320,7 @@ void Engine::propose_drafts() {
   for (size_t i = 0; i < drafting_.size(); ++i) {
     Request& request = *drafting_[i];
     request.seq.draft = std::move(proposals_[i]);
+    request.seq.draft.resize(request.sampler.allowed_draft_length(request.seq.draft));  // what the grammar refuses is never verified
     drafted += int64_t(request.seq.draft.size());
     if (request.seq.draft.empty() && request.draft_cap > 0) draft_policy_.record_verification(request.draft_cap, 0, 0);
   }

@@ -133,6 +133,7 @@ class Engine {
   void on_token(Request& request, int32_t token, TokenLogprobs logprobs);
   void finish(Request& request, const std::string& reason, const std::string& error = "");
   void update_gauges();
+  std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary();
 
   Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer, EngineConfig config);
   void warm_up();
@@ -150,6 +151,8 @@ class Engine {
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   std::vector<int32_t> eos_ids_;  // config_.eos_token_ids and the tokenizer's eos_token
+  std::once_flag grammar_vocabulary_once_;
+  std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary_;
   // Rank 0's pool: [n_blocks, n_layers, block_size, latent_dim] of cache_dtype (latent_bytes_,
   // padded to 64), then (KDA models) max_num_seqs state slots of state_bytes_, then the
   // prefix-cache state snapshots, then (with a drafter) max_num_seqs verification backups.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/error.h"
+
 namespace mlaserve {
 namespace {
 
@@ -26,8 +28,13 @@ TokenLogprobs log_probabilities(const float* logits, int64_t vocab_size, int32_t
 
 }  // namespace
 
-RequestSampler::RequestSampler(const SamplingOptions& options, std::span<const int32_t> prompt)
+RequestSampler::RequestSampler(const SamplingOptions& options, std::span<const int32_t> prompt,
+                               std::shared_ptr<const grammar::Vocabulary> vocabulary)
     : options_(options), rng_(options.seed ? *options.seed : std::random_device{}()) {
+  if (options.grammar) {
+    MLA_CHECK(vocabulary, "constrained decoding needs the vocabulary's token bytes");
+    matcher_.emplace(options.grammar, std::move(vocabulary));
+  }
   if (options.repetition_penalty != 1.0f) {
     prompt_tokens_.assign(prompt.begin(), prompt.end());
     std::sort(prompt_tokens_.begin(), prompt_tokens_.end());
@@ -35,7 +42,13 @@ RequestSampler::RequestSampler(const SamplingOptions& options, std::span<const i
   }
 }
 
-void RequestSampler::adjust(float* logits, int64_t vocab_size) const {
+void RequestSampler::adjust(float* logits, int64_t vocab_size) {
+  if (matcher_) {  // first, so that the penalties cannot lift a refused token
+    const grammar::TokenBitmask& allowed = matcher_->allowed_tokens();
+    const int64_t known = int64_t(allowed.size()) * 64;
+    for (int64_t id = 0; id < vocab_size; ++id)
+      if (id >= known || !((allowed[size_t(id) / 64] >> (id % 64)) & 1)) logits[id] = -INFINITY;
+  }
   if (options_.repetition_penalty != 1.0f) {  // HF/vLLM: prompt and output tokens alike
     auto penalise = [&](int32_t id) {
       float& logit = logits[id];
@@ -56,9 +69,19 @@ int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs*
   if (logprobs && options_.logprobs >= 0) raw.assign(logits, logits + vocab_size);
   adjust(logits, vocab_size);
   const int32_t token = sample_token(logits, vocab_size, options_.params, rng_);
-  ++output_counts_[token];
+  chose(token);
   if (!raw.empty()) *logprobs = log_probabilities(raw.data(), vocab_size, token, options_.logprobs);
   return token;
+}
+
+void RequestSampler::chose(int32_t token) {
+  ++output_counts_[token];
+  if (matcher_)
+    MLA_CHECK(matcher_->accept_token(token), "constrained decoding: no token continues the grammar here (token {} sampled)", token);
+}
+
+size_t RequestSampler::allowed_draft_length(std::span<const int32_t> draft) {
+  return matcher_ ? matcher_->allowed_prefix(draft) : draft.size();
 }
 
 std::vector<int32_t> RequestSampler::verify(float* logits, std::span<const int32_t> drafts, int64_t vocab_size,
@@ -89,7 +112,7 @@ std::vector<int32_t> RequestSampler::verify(float* logits, std::span<const int32
                                &kept);
     draft_probs[size_t(draft)] = 0.0f;
     emitted.push_back(out[0]);
-    ++output_counts_[out[0]];
+    chose(out[0]);
     if (logprobs) logprobs->push_back(raw.empty() ? TokenLogprobs{}
                                                   : log_probabilities(raw.data(), vocab_size, out[0], options_.logprobs));
     if (kept == 0) break;

@@ -67,10 +67,17 @@ void JsonGrammar::add_primitives() {
   Item plain = B::range(0x20, 0x7f);
   plain.bytes.reset('"');
   plain.bytes.reset('\\');
+  // UTF-8 as RFC 3629 defines it: no overlong forms, no surrogates, nothing past U+10FFFF.
   const Item tail = B::range(0x80, 0xbf);
-  character_ = builder_.rule("char", {{plain}, {B::range(0xc2, 0xdf), tail}, {B::range(0xe0, 0xef), tail, tail},
-                                      {B::range(0xf0, 0xf4), tail, tail, tail}, {B::byte('\\'), set_of("\"\\/bfnrt")},
-                                      {B::byte('\\'), B::byte('u'), hex, hex, hex, hex}});
+  Item e1_ec_ee_ef = B::range(0xe1, 0xef);
+  e1_ec_ee_ef.bytes.reset(0xed);
+  Item f1_f3 = B::range(0xf1, 0xf3);
+  character_ = builder_.rule("char", {{plain}, {B::range(0xc2, 0xdf), tail},
+                                      {B::byte(0xe0), B::range(0xa0, 0xbf), tail}, {e1_ec_ee_ef, tail, tail},
+                                      {B::byte(0xed), B::range(0x80, 0x9f), tail},
+                                      {B::byte(0xf0), B::range(0x90, 0xbf), tail, tail}, {f1_f3, tail, tail, tail},
+                                      {B::byte(0xf4), B::range(0x80, 0x8f), tail, tail},
+                                      {B::byte('\\'), set_of("\"\\/bfnrt")}, {B::byte('\\'), B::byte('u'), hex, hex, hex, hex}});
   const int32_t characters = builder_.repeat("chars", {B::ref(character_)}, 0, -1);
   string_ = builder_.rule("string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
   const int32_t digits = builder_.repeat("digits15", {B::range('0', '9')}, 0, 15);

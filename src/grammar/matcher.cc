@@ -158,6 +158,33 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   return true;
 }
 
+size_t Matcher::allowed_prefix(std::span<const int32_t> tokens) {
+  const size_t mark = frames_.size();
+  std::vector<int32_t> tops = tops_, next;
+  bool accepting = accepting_;
+  size_t allowed = 0;
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= vocabulary_->size()) break;
+    if (vocabulary_->is_eos(id)) {
+      allowed += accepting ? 1 : 0;
+      break;  // nothing follows the end of sequence
+    }
+    const std::string& bytes = vocabulary_->bytes(id);
+    bool alive = !bytes.empty();
+    for (size_t i = 0; alive && i < bytes.size(); ++i) {
+      next.clear();
+      accepting = false;
+      advance(tops, uint8_t(bytes[i]), next, accepting);
+      alive = !next.empty() || accepting;
+      tops.swap(next);
+    }
+    if (!alive) break;
+    ++allowed;
+  }
+  frames_.resize(mark);
+  return allowed;
+}
+
 bool Matcher::accept_token(int32_t id) {
   if (id < 0 || id >= vocabulary_->size()) return false;
   if (vocabulary_->is_eos(id)) return accepting_;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -51,6 +52,8 @@ class Matcher {
   // Advances past a token; false (and no change) if the grammar does not allow it.
   bool accept_token(int32_t id);
   bool accept_bytes(std::string_view bytes);
+  // How many of `tokens` the grammar accepts in a row from here (no change to the state).
+  size_t allowed_prefix(std::span<const int32_t> tokens);
   bool is_complete() const { return accepting_; }    // the text so far is a whole sentence
   bool can_continue() const { return !tops_.empty(); }
 

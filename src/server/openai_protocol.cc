@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <functional>
 #include <chrono>
 #include <random>
 #include <set>
 
 #include "base/error.h"
+#include "grammar/json_schema.h"
 
 namespace mlaserve {
 namespace {
@@ -157,7 +159,7 @@ std::string tool_choice(const ojson& body, const ojson& tools) {
   const std::string name = (*found)["function"]["name"].get<std::string>();
   const bool known = has_tools && std::any_of(tools.begin(), tools.end(), [&](const ojson& tool) { return tool["function"]["name"] == name; });
   if (!known) throw ApiError(400, fmt::format("'tool_choice' names '{}', which is not one of the request's tools", name), "tool_choice");
-  return "function";
+  return "function:" + name;
 }
 
 // The conversation rendered by the checkpoint's chat template (with the request's tools,
@@ -188,22 +190,86 @@ std::string rendered_chat(const ojson& body, const ojson& tools, const RequestCo
   }
 }
 
+std::shared_ptr<const grammar::Grammar> compiled(const std::function<grammar::Grammar()>& compile, const char* param) {
+  try {
+    return std::make_shared<const grammar::Grammar>(compile());
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("'{}': {}", param, e.what()), param);
+  }
+}
+
+// response_format (json_object, or json_schema with its schema), or vLLM's guided_json (a
+// schema) and guided_choice (one of the strings, as JSON strings are written without quotes:
+// compiled as an enum of strings whose quotes the grammar does not write is not JSON, so it is
+// a schema of string constants and the client reads a JSON string).
+std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body) {
+  if (body.contains("guided_json") && !body["guided_json"].is_null())
+    return compiled([&] { return grammar::json_schema_grammar(body["guided_json"]); }, "guided_json");
+  if (body.contains("guided_choice") && !body["guided_choice"].is_null()) {
+    const ojson& choices = body["guided_choice"];
+    if (!choices.is_array() || choices.empty() || !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
+      throw ApiError(400, "'guided_choice' must be a non-empty list of strings", "guided_choice");
+    return compiled([&] { return grammar::json_schema_grammar({{"enum", choices}}); }, "guided_choice");
+  }
+  auto found = body.find("response_format");
+  if (found == body.end() || found->is_null()) return nullptr;
+  const std::string type = found->is_object() ? found->value("type", "") : "";
+  if (type == "text") return nullptr;
+  if (type == "json_object") return compiled(grammar::json_object_grammar, "response_format");
+  if (type != "json_schema")
+    throw ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
+                   "response_format");
+  const ojson& spec = found->contains("json_schema") ? (*found)["json_schema"] : ojson();
+  if (!spec.is_object() || !spec.contains("schema"))
+    throw ApiError(400, "'response_format' json_schema needs 'json_schema': {\"name\", \"schema\"}", "response_format");
+  return compiled([&] { return grammar::json_schema_grammar(spec["schema"]); }, "response_format");
+}
+
+// tool_choice required: a JSON list of calls, each one of the tools with its parameters (the
+// shape vLLM asks for), at most one without parallel_tool_calls.
+ojson required_calls_schema(const ojson& tools, bool parallel) {
+  ojson calls = ojson::array();
+  for (const auto& tool : tools)
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", tool["function"]["name"]}}},
+                                     {"parameters", tool["function"].value("parameters", ojson({{"type", "object"}}))}}},
+                     {"required", {"name", "parameters"}}});
+  ojson schema = {{"type", "array"}, {"items", {{"anyOf", calls}}}, {"minItems", 1}};
+  if (!parallel) schema["maxItems"] = 1;
+  return schema;
+}
+
+// tool_choice named: the output is that function's arguments, valid under its parameters.
+ojson named_call_schema(const ojson& tools, const std::string& name) {
+  for (const auto& tool : tools)
+    if (tool["function"]["name"] == name) return tool["function"].value("parameters", ojson({{"type", "object"}}));
+  return ojson({{"type", "object"}});
+}
+
 // A chat request's prompt and what is parsed out of its output. Output parsing needs the
 // markup, so its text keeps special tokens.
 void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest& request) {
   const ojson tools = tool_definitions(body);
   const std::string choice = tool_choice(body, tools);
-  if (choice == "required" || choice == "function")
-    throw ApiError(400, "'tool_choice' required or a named function needs constrained decoding, which is not "
-                        "implemented yet (use auto)", "tool_choice");
-  request.parsing.reasoning = context.parsing.reasoning;
+  request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+  request.engine.sampling.grammar = output_grammar(body);
+  if (choice == "required") {
+    request.required_tool_calls = true;
+    request.engine.sampling.grammar =
+        compiled([&] { return grammar::json_schema_grammar(required_calls_schema(tools, request.parallel_tool_calls)); }, "tools");
+  } else if (choice.starts_with("function:")) {
+    request.forced_tool = choice.substr(9);
+    request.engine.sampling.grammar =
+        compiled([&] { return grammar::json_schema_grammar(named_call_schema(tools, request.forced_tool)); }, "tools");
+  }
+  // Constrained output is JSON from its first token: there is no reasoning to split off.
+  request.parsing.reasoning = context.parsing.reasoning && !request.engine.sampling.grammar;
   if (choice == "auto") {
     if (!context.parsing.tools)
       throw ApiError(400, "'tools' cannot be used: the chat template writes no tool calls this server can parse "
                           "(serve with --tool-parser and a --chat-template that renders tools)", "tools");
     request.parsing.tools = context.parsing.tools;
   }
-  request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
   const std::string prompt = rendered_chat(body, tools, context);
   const size_t end = prompt.find_last_not_of(" \t\r\n");
   request.reasoning_opened_in_prompt = end != std::string::npos && std::string_view(prompt).substr(0, end + 1).ends_with("<think>");
@@ -239,11 +305,8 @@ void refuse_unsupported(const ojson& body) {
     throw ApiError(400, fmt::format("'{}' is not supported: {}", key, why), key);
   };
   if (present("functions") && !body["functions"].empty()) refuse("functions", "use 'tools' (functions is deprecated)");
-  if (present("response_format") &&
-      !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text"))
-    refuse("response_format", "no constrained decoding (only {\"type\": \"text\"})");
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"})
-    if (present(key)) refuse(key, "no constrained decoding");
+  for (const char* key : {"guided_regex", "guided_grammar"})
+    if (present(key)) refuse(key, "constrained decoding takes JSON schemas (response_format, guided_json, guided_choice)");
   if (present("chat_template")) refuse("chat_template", "the server renders the checkpoint's template (or serve --chat-template)");
   if (present("best_of") && body["best_of"] != 1) refuse("best_of", "one sequence a request");
   if (present("suffix") && body["suffix"] != "") refuse("suffix", "no insertion");
@@ -288,6 +351,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   } else {
     engine.prompt = completion_prompt(body, tokenizer, vocab_hint);
     engine.skip_special_tokens = boolean(body, "skip_special_tokens", true);
+    engine.sampling.grammar = output_grammar(body);
   }
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)
@@ -383,14 +447,36 @@ json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::
   return out;
 }
 
-ChatDelta ResponseBuilder::parsed(const StreamEvent& event) {
+// tool_choice required: the JSON list of calls, read whole at the end (text that does not
+// parse, as when max_tokens cut it, stays content).
+ChatDelta ResponseBuilder::required_calls(const StreamEvent& event) {
   ChatDelta delta;
-  if (!parser_) {
-    delta.content = event.text;
+  required_text_ += event.text;
+  if (!event.finished) return delta;
+  const ojson calls = ojson::parse(required_text_, nullptr, false);
+  if (!calls.is_array()) {
+    delta.content = required_text_;
     return delta;
   }
-  delta = parser_->feed(event.text);
-  if (event.finished) delta.append(parser_->finish());
+  for (size_t i = 0; i < calls.size(); ++i)
+    delta.tool_calls.push_back({int(i), "", calls[i]["name"].get<std::string>(), calls[i]["parameters"].dump()});
+  return delta;
+}
+
+// The event's text as reasoning, content and tool calls.
+ChatDelta ResponseBuilder::parsed(const StreamEvent& event) {
+  ChatDelta delta;
+  if (!request_.forced_tool.empty()) {  // the output is the arguments
+    if (call_ids_.empty() || !event.text.empty())
+      delta.tool_calls.push_back({0, "", call_ids_.empty() ? request_.forced_tool : "", event.text});
+  } else if (request_.required_tool_calls) {
+    delta = required_calls(event);
+  } else if (parser_) {
+    delta = parser_->feed(event.text);
+    if (event.finished) delta.append(parser_->finish());
+  } else {
+    delta.content = event.text;
+  }
   if (!request_.parallel_tool_calls)
     std::erase_if(delta.tool_calls, [](const ToolCallDelta& call) { return call.index > 0; });
   for (const auto& call : delta.tool_calls)

@@ -37,6 +37,10 @@ struct ParsedRequest {
   ChatParsing parsing;
   bool reasoning_opened_in_prompt = false;
   bool parallel_tool_calls = true;
+  // tool_choice named: the whole output is this function's arguments (grammar-constrained).
+  std::string forced_tool;
+  // tool_choice required: the output is a JSON list of {"name", "parameters"} calls.
+  bool required_tool_calls = false;
 };
 
 // What a request is parsed against: the served model's tokenizer and chat template, its name
@@ -70,6 +74,7 @@ class ResponseBuilder {
  private:
   nlohmann::json logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs);
   ChatDelta parsed(const StreamEvent& event);  // the event's text through the output parser
+  ChatDelta required_calls(const StreamEvent& event);
   nlohmann::json tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const;
   std::string finish_reason(const StreamEvent& event) const;
   nlohmann::json chunk_base() const;
@@ -82,6 +87,7 @@ class ResponseBuilder {
   bool sent_role_ = false;
   std::optional<ChatOutputParser> parser_;
   ChatDelta message_;               // non-streaming: the whole output, parsed
+  std::string required_text_;       // tool_choice required: the output so far
   std::vector<std::string> call_ids_;  // by tool call index
   std::string text_, finish_reason_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, text_offset_ = 0;

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "engine/executor.h"
 #include "engine/model_drafter.h"
+#include "grammar/json_schema.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -370,6 +371,44 @@ TEST(Engine, SpeculativeVerificationKeepsTheTargetsDistribution) {
   const double critical[] = {0, 0, 9.21, 11.34, 13.28, 15.09, 16.81, 18.48};  // chi-square, p = 0.01, by dof
   EXPECT_LT(first_token_chi_square(verified_first, p), critical[kept - 1]);
   EXPECT_GT(first_token_chi_square(greedy_acceptance, p), critical[kept - 1]);
+}
+
+// Constrained decoding: sampled at temperature 1, with and without speculative decoding (whose
+// n-gram drafts the grammar truncates), every output is JSON valid under the schema and ends on
+// the end-of-sequence token; unconstrained, the random model writes no JSON at all.
+TEST_F(MicroEngine, GrammarConstrainsEveryToken) {
+  const auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 8}, "count": {"type": "integer"},
+      "kind": {"enum": ["a", "b", null]}}, "required": ["name", "count", "kind"]})");
+  const auto grammar = std::make_shared<const grammar::Grammar>(grammar::json_schema_grammar(schema));
+  auto decode = [&](const std::vector<int32_t>& ids) { return tokenizer_->decode(ids); };
+  for (const bool speculative : {false, true}) {
+    EngineConfig config = small_pool(200);
+    if (speculative) {
+      config.drafter = make_drafter("ngram");
+      config.num_draft_tokens = 3;
+    }
+    Engine engine(*model_, *tokenizer_, config);
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      EngineRequest request = greedy(int(seed));
+      request.ignore_eos = false;
+      request.max_tokens = 120;
+      request.sampling.params.temperature = 1.0f;
+      request.sampling.seed = seed;
+      EngineRequest free = request;
+      request.sampling.grammar = grammar;
+      std::vector<int32_t> ids = run_to_end(engine.submit(request));
+      ASSERT_FALSE(ids.empty());
+      EXPECT_TRUE(tokenizer_->is_special(ids.back())) << "ended on its end-of-sequence token";
+      const std::string text = decode(ids);
+      nlohmann::json document;
+      ASSERT_NO_THROW(document = nlohmann::json::parse(text)) << text;
+      EXPECT_TRUE(document["name"].is_string() && document["name"].get<std::string>().size() <= 8 * 4) << text;
+      EXPECT_TRUE(document["count"].is_number_integer()) << text;
+      EXPECT_TRUE(document["kind"] == "a" || document["kind"] == "b" || document["kind"].is_null()) << text;
+      EXPECT_FALSE(nlohmann::json::accept(decode(run_to_end(engine.submit(free))))) << "seed " << seed;
+    }
+  }
 }
 
 }  // namespace

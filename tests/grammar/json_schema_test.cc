@@ -36,7 +36,8 @@ TEST(JsonGrammar, AnyObject) {
                            "{\n  \"k\": \"v\"\n}"})
     EXPECT_EQ(verdict(grammar, text), "whole") << text;
   for (const char* text : {"[1]", "{\"a\":}", "{\"a\": 1,}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}", "{\"a\": tru}",
-                           "{\"a\": \"\xc3\"}", "{\"a\": 1}}", " {}"})
+                           "{\"a\": \"\xc3\"}", "{\"a\": 1}}", " {}", "{\"a\": \"\xe0\x80\x80\"}", "{\"a\": \"\xed\xa0\x80\"}",
+                           "{\"a\": \"\xf4\x90\x80\x80\"}", "{\"a\": \"\xc0\xaf\"}"})
     EXPECT_EQ(verdict(grammar, text), "refused") << text;
   EXPECT_EQ(verdict(grammar, "{\"a\": [1, {\"b\""), "prefix");
 }

@@ -146,6 +146,47 @@ TEST_F(OpenAiProtocol, ResponsesCarryTheEventsTextReasonAndUsage) {
   EXPECT_EQ(response["usage"]["completion_tokens"], 2);
 }
 
+// tool_choice named or required and response_format constrain the output with a grammar; a
+// named call's whole output is its arguments, a required one's a JSON list of calls.
+TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
+  const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+      {"type": "function", "function": {"name": "g"}}], )";
+  const ParsedRequest named = parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": {"type": "function", "function": {"name": "g"}}})");
+  ASSERT_TRUE(named.engine.sampling.grammar);
+  EXPECT_EQ(named.forced_tool, "g");
+  ResponseBuilder named_response(named, *tokenizer_, "micro");
+  for (const char* piece : {"{\"x\"", ": 1}"}) named_response.add(event(piece, {5}));
+  StreamEvent last = event("", {}, true);
+  last.finish_reason = "stop";
+  named_response.add(last);
+  const nlohmann::json named_message = named_response.final_response()["choices"][0];
+  EXPECT_EQ(named_message["finish_reason"], "tool_calls");
+  EXPECT_EQ(named_message["message"]["tool_calls"][0]["function"]["name"], "g");
+  EXPECT_EQ(named_message["message"]["tool_calls"][0]["function"]["arguments"], "{\"x\": 1}");
+
+  const ParsedRequest required = parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": "required"})");
+  EXPECT_TRUE(required.required_tool_calls && required.engine.sampling.grammar);
+  ResponseBuilder required_response(required, *tokenizer_, "micro");
+  StreamEvent whole = event(R"([{"name": "g", "parameters": {"b": 1, "a": 2}}, {"name": "f", "parameters": {}}])", {5}, true);
+  whole.finish_reason = "stop";
+  required_response.add(whole);
+  const nlohmann::json calls = required_response.final_response()["choices"][0]["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["function"]["name"], "g");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"b":1,"a":2})");  // the model's key order
+  EXPECT_EQ(calls[1]["function"]["name"], "f");
+
+  EXPECT_TRUE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})").engine.sampling.grammar);
+  EXPECT_TRUE(parse(Endpoint::Completions, R"({"prompt": [1], "guided_json": {"type": "integer"}})").engine.sampling.grammar);
+  EXPECT_FALSE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "text"}})").engine.sampling.grammar);
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_schema"}})"), "response_format");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}})"),
+            "response_format");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "guided_regex": "a+"})"), "guided_regex");
+}
+
 // With a tool-call and reasoning parser, a turn's text becomes reasoning_content, content and
 // tool_calls: streamed as OpenAI streams them (a call's id and name first, then its arguments in
 // pieces) and whole, and a turn that called tools finishes with "tool_calls".
