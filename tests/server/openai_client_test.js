@@ -1,10 +1,11 @@
 // Drives `mlaserve serve` with the official OpenAI client for Node: streaming chat,
-// non-streaming completion, usage counts against token counts, errors, and the API key.
-// Usage: node openai_client_test.js WORK_DIR MLASERVE MODEL_DIR
+// non-streaming completion, usage counts against token counts, a tool-calling round trip
+// (streaming and not), errors, and the API key.
+// Usage: node openai_client_test.js WORK_DIR MLASERVE MODEL_DIR CHAT_TEMPLATE
 const { spawn } = require("child_process");
 const path = require("path");
 
-const [work, binary, modelDir] = process.argv.slice(2);
+const [work, binary, modelDir, chatTemplate] = process.argv.slice(2);
 const OpenAI = require(require.resolve("openai", { paths: [work] }));
 const apiKey = "test-key-123";
 let passed = 0, failed = 0;
@@ -20,7 +21,7 @@ function check(label, condition, detail = "") {
 function startServer() {
   return new Promise((resolve, reject) => {
     const proc = spawn(binary, ["serve", "--model", modelDir, "--port", "0", "--api-key", apiKey,
-      "--served-model-name", "tiny", "--kv-cache-gb", "0.25"], { stdio: ["ignore", "ignore", "pipe"] });
+      "--served-model-name", "tiny", "--kv-cache-gb", "0.25", "--chat-template", chatTemplate], { stdio: ["ignore", "ignore", "pipe"] });
     let log = "";
     proc.stderr.on("data", (chunk) => {
       log += chunk;
@@ -30,6 +31,58 @@ function startServer() {
     proc.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)));
     setTimeout(() => reject(new Error("server did not start: " + log)), 120000);
   });
+}
+
+// The request names a tool, so its arguments are decoded under the tool's parameters schema;
+// the random model's call is then replayed with the tool's result, as an agent would.
+async function toolRoundTrip(client) {
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather for a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer", minimum: 1 } },
+      required: ["city", "days"] } } }];
+  const ask = { model: "tiny", messages: [{ role: "user", content: "What is the weather in Paris?" }], tools,
+    tool_choice: { type: "function", function: { name: "get_weather" } }, temperature: 1, seed: 11, max_tokens: 300 };
+  const validArguments = (text) => {
+    try {
+      const args = JSON.parse(text);
+      return typeof args.city === "string" && Number.isInteger(args.days) && args.days >= 1;
+    } catch (error) {
+      return false;
+    }
+  };
+  const called = await client.chat.completions.create(ask);
+  const message = called.choices[0].message, call = (message.tool_calls || [])[0];
+  check("named tool_choice: a get_weather call with valid arguments", called.choices[0].finish_reason === "tool_calls" &&
+    call && call.id && call.type === "function" && call.function.name === "get_weather" && validArguments(call.function.arguments),
+    JSON.stringify(called.choices[0]));
+
+  const stream = await client.chat.completions.create({ ...ask, stream: true });
+  let id = null, name = null, args = "", finish = null, deltas = 0;
+  for await (const chunk of stream) {
+    if (!chunk.choices.length) continue;
+    for (const delta of chunk.choices[0].delta.tool_calls || []) {
+      deltas++;
+      id = id || delta.id;
+      name = name || (delta.function && delta.function.name);
+      args += (delta.function && delta.function.arguments) || "";
+    }
+    finish = chunk.choices[0].finish_reason || finish;
+  }
+  check("streamed tool call: id and name first, then the arguments in pieces", id && name === "get_weather" && deltas > 2 &&
+    validArguments(args) && finish === "tool_calls", JSON.stringify({ id, name, args, finish, deltas }));
+  check("streamed and whole tool calls agree (same seed)", call && args === call.function.arguments, JSON.stringify([args, call]));
+
+  const replay = { model: "tiny", tools, max_tokens: 8, temperature: 0, messages: [...ask.messages, message,
+    { role: "tool", tool_call_id: call ? call.id : "x", content: JSON.stringify({ temperature_c: 18 }) }] };
+  const answer = await client.chat.completions.create(replay);
+  check("replayed tool result: the turn is answered", answer.choices[0].message.role === "assistant" &&
+    answer.usage.prompt_tokens > called.usage.prompt_tokens, JSON.stringify(answer));
+  const replayed = await client.chat.completions.create({ ...replay, stream: true });
+  let chunks = 0, ended = null;
+  for await (const chunk of replayed) {
+    chunks++;
+    if (chunk.choices.length) ended = chunk.choices[0].finish_reason || ended;
+  }
+  check("replayed tool result, streaming", chunks > 1 && ["stop", "length", "tool_calls"].includes(ended), String(ended));
 }
 
 async function main() {
@@ -59,6 +112,8 @@ async function main() {
     check("streaming and non-streaming greedy agree", whole.choices[0].message.content === streamed,
       JSON.stringify([whole.choices[0].message.content, streamed]));
     check("chat usage prompt tokens agree", whole.usage.prompt_tokens === usage.prompt_tokens, JSON.stringify(whole.usage));
+
+    await toolRoundTrip(client);
 
     const promptIds = [5, 77, 901, 4000, 12, 31999, 250];
     const completion = await client.completions.create({ model: "tiny", prompt: promptIds, max_tokens: 9, logprobs: 2,

@@ -11,4 +11,5 @@ fi
 mkdir -p "$work"
 [ -d "$work/node_modules/openai" ] || (cd "$work" && npm install --no-audit --no-fund --silent openai@4 >/dev/null)
 [ -f "$work/tiny/config.json" ] || "$binary" make-model --preset tiny --dtype bf16 --seed 7 "$work/tiny" 2>/dev/null
-node "$here/openai_client_test.js" "$work" "$binary" "$work/tiny"
+# Kimi K2 Thinking's template: it renders tools, tool calls and tool results.
+node "$here/openai_client_test.js" "$work" "$binary" "$work/tiny" "$here/../data/chat_templates/kimi-k2-thinking.jinja"
