@@ -43,12 +43,7 @@ RequestSampler::RequestSampler(const SamplingOptions& options, std::span<const i
 }
 
 void RequestSampler::adjust(float* logits, int64_t vocab_size) {
-  if (matcher_) {  // first, so that the penalties cannot lift a refused token
-    const grammar::TokenBitmask& allowed = matcher_->allowed_tokens();
-    const int64_t known = int64_t(allowed.size()) * 64;
-    for (int64_t id = 0; id < vocab_size; ++id)
-      if (id >= known || !((allowed[size_t(id) / 64] >> (id % 64)) & 1)) logits[id] = -INFINITY;
-  }
+  if (matcher_) grammar::apply_token_mask(matcher_->allowed_tokens(), logits, vocab_size);  // before the penalties
   if (options_.repetition_penalty != 1.0f) {  // HF/vLLM: prompt and output tokens alike
     auto penalise = [&](int32_t id) {
       float& logit = logits[id];

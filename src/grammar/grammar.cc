@@ -1,6 +1,7 @@
 #include "grammar/grammar.h"
 
 #include "base/error.h"
+#include "grammar/matcher.h"
 
 namespace mlaserve::grammar {
 
@@ -75,6 +76,7 @@ int32_t GrammarBuilder::repeat(const std::string& name, const Sequence& body, in
 Grammar GrammarBuilder::build(int32_t root) && {
   Grammar grammar;
   grammar.root = root;
+  grammar.masks = std::make_shared<MaskCache>();
   grammar.names = names_;
   grammar.alternatives.resize(rules_.size());
   for (size_t rule = 0; rule < rules_.size(); ++rule) {

@@ -4,12 +4,14 @@
 #pragma once
 #include <bitset>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace mlaserve::grammar {
 
+class MaskCache;
 using ByteSet = std::bitset<256>;
 
 struct Element {
@@ -26,6 +28,8 @@ struct Grammar {
   std::vector<std::vector<int32_t>> alternatives;  // per rule
   std::vector<std::string> names;                  // per rule, for errors and dumps
   int32_t root = -1;
+  // The token masks of the states seen so far, shared by every request with this grammar.
+  std::shared_ptr<MaskCache> masks;
 };
 
 // One item of a sequence: a byte set or a rule.

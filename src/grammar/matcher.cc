@@ -1,7 +1,8 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
-#include <numeric>
+#include <atomic>
+#include <cmath>
 
 #include "base/error.h"
 
@@ -9,14 +10,14 @@ namespace mlaserve::grammar {
 namespace {
 
 constexpr int kMaxExpansionDepth = 4096;
-constexpr size_t kCachedMasks = 256;  // per request: a state's mask is reused while it recurs
+std::atomic<uint64_t> next_vocabulary_id{1};
 
 void set_bit(TokenBitmask& mask, int32_t id) { mask[size_t(id) / 64] |= uint64_t(1) << (id % 64); }
 
 }  // namespace
 
 Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids)
-    : token_bytes_(token_bytes), eos_ids_(std::move(eos_ids)) {
+    : id_(next_vocabulary_id++), token_bytes_(token_bytes), eos_ids_(std::move(eos_ids)) {
   std::vector<int32_t> order;
   for (size_t id = 0; id < token_bytes_.size(); ++id)
     if (!token_bytes_[id].empty() && !is_eos(int32_t(id))) order.push_back(int32_t(id));
@@ -95,21 +96,60 @@ void Matcher::advance(const std::vector<int32_t>& tops, uint8_t byte, std::vecto
   }
 }
 
+// Whether two states have the same stacks, position by position (then they accept the same).
+bool Matcher::same_stacks(const std::vector<int32_t>& a, bool a_accepting, const std::vector<int32_t>& b,
+                          bool b_accepting) const {
+  if (a_accepting != b_accepting || a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    int32_t x = a[i], y = b[i];
+    for (; x >= 0 && y >= 0 && x != y; x = frames_[size_t(x)].parent, y = frames_[size_t(y)].parent)
+      if (frames_[size_t(x)].position != frames_[size_t(y)].position) return false;
+    if ((x < 0) != (y < 0)) return false;
+  }
+  return true;
+}
+
 // Every token below `node` whose bytes the stacks at levels_[depth] accept; frames made for a
-// subtree are dropped when it is done.
+// subtree are dropped when it is done. A byte that leaves the walk's starting state as it was
+// (loop_bytes_: a plain character inside a JSON string) needs no grammar work at all.
 void Matcher::fill(int32_t node, size_t depth, TokenBitmask& mask) {
   const Vocabulary::Node& parent = vocabulary_->nodes_[size_t(node)];
   for (int32_t child = parent.first_child; child < parent.first_child + parent.children; ++child) {
     const Vocabulary::Node& next_node = vocabulary_->nodes_[size_t(child)];
     const size_t mark = frames_.size();
     std::vector<int32_t>& next = levels_[depth + 1];
-    next.clear();
     bool accepting = false;
-    advance(levels_[depth], next_node.byte, next, accepting);
+    if (at_start_[depth] && loop_bytes_.test(next_node.byte)) {
+      next = levels_[0];
+      accepting = start_accepting_;
+      at_start_[depth + 1] = true;
+    } else {
+      next.clear();
+      advance(levels_[depth], next_node.byte, next, accepting);
+      at_start_[depth + 1] = same_stacks(next, accepting, levels_[0], start_accepting_);
+    }
     if (!next.empty() || accepting) {
       for (int32_t i = 0; i < next_node.tokens; ++i) set_bit(mask, vocabulary_->node_tokens_[size_t(next_node.first_token + i)]);
       if (!next.empty() && next_node.children > 0) fill(child, depth + 1, mask);
     }
+    frames_.resize(mark);
+  }
+}
+
+// The walk's start: the current state, and the bytes after which it is the same state again.
+void Matcher::start_walk() {
+  levels_[0] = tops_;
+  start_accepting_ = accepting_;
+  at_start_.assign(levels_.size(), false);
+  at_start_[0] = true;
+  loop_bytes_.reset();
+  std::vector<int32_t> next;
+  for (int byte = 0; byte < 256; ++byte) {
+    const size_t mark = frames_.size();
+    next.clear();
+    bool accepting = false;
+    advance(tops_, uint8_t(byte), next, accepting);
+    if (!next.empty() && same_stacks(next, accepting, tops_, accepting_)) loop_bytes_.set(size_t(byte));
     frames_.resize(mark);
   }
 }
@@ -124,21 +164,44 @@ std::string Matcher::signature() const {
   return key;
 }
 
+void apply_token_mask(const TokenBitmask& allowed, float* logits, int64_t vocab_size) {
+  for (int64_t word = 0; word * 64 < vocab_size; ++word) {
+    const uint64_t bits = size_t(word) < allowed.size() ? allowed[size_t(word)] : 0;
+    if (bits == ~uint64_t(0)) continue;
+    const int64_t end = std::min<int64_t>(64, vocab_size - word * 64);
+    for (int64_t bit = 0; bit < end; ++bit)
+      if (!((bits >> bit) & 1)) logits[word * 64 + bit] = -INFINITY;
+  }
+}
+
+std::shared_ptr<const TokenBitmask> MaskCache::find(const Vocabulary& vocabulary, const std::string& state) {
+  std::lock_guard lock(mutex_);
+  if (vocabulary.id() != vocabulary_) return nullptr;
+  auto found = masks_.find(state);
+  return found == masks_.end() ? nullptr : found->second;
+}
+
+void MaskCache::add(const Vocabulary& vocabulary, std::string state, std::shared_ptr<const TokenBitmask> mask) {
+  std::lock_guard lock(mutex_);
+  if (vocabulary_ != 0 && vocabulary.id() != vocabulary_) return;
+  vocabulary_ = vocabulary.id();
+  if (masks_.size() >= kCapacity) masks_.clear();
+  masks_.emplace(std::move(state), std::move(mask));
+}
+
 const TokenBitmask& Matcher::allowed_tokens() {
   if (current_mask_) return *current_mask_;
-  std::string key = signature();
-  auto found = masks_.find(key);
-  if (found == masks_.end()) {
-    if (masks_.size() >= kCachedMasks) masks_.clear();
-    TokenBitmask mask(size_t(vocabulary_->size() + 63) / 64, 0);
-    levels_[0] = tops_;
-    fill(0, 0, mask);
-    if (accepting_)
-      for (int32_t eos : vocabulary_->eos_ids_)
-        if (eos < vocabulary_->size()) set_bit(mask, eos);
-    found = masks_.emplace(std::move(key), std::move(mask)).first;
-  }
-  current_mask_ = &found->second;
+  const std::string key = signature();
+  if (grammar_->masks) current_mask_ = grammar_->masks->find(*vocabulary_, key);
+  if (current_mask_) return *current_mask_;
+  auto mask = std::make_shared<TokenBitmask>(size_t(vocabulary_->size() + 63) / 64, 0);
+  start_walk();
+  fill(0, 0, *mask);
+  if (accepting_)
+    for (int32_t eos : vocabulary_->eos_ids_)
+      if (eos < vocabulary_->size()) set_bit(*mask, eos);
+  current_mask_ = mask;
+  if (grammar_->masks) grammar_->masks->add(*vocabulary_, key, std::move(mask));
   return *current_mask_;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@ class Vocabulary {
   int64_t size() const { return int64_t(token_bytes_.size()); }
   const std::string& bytes(int32_t id) const { return token_bytes_[size_t(id)]; }
   bool is_eos(int32_t id) const;
+  uint64_t id() const { return id_; }  // distinct for every vocabulary made in this process
 
  private:
   friend class Matcher;
@@ -32,6 +34,7 @@ class Vocabulary {
     uint8_t byte = 0;
   };
   void build(int32_t node, const std::vector<int32_t>& order, size_t low, size_t high, size_t depth);
+  uint64_t id_;
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> eos_ids_;
   std::vector<Node> nodes_;           // nodes_[0] is the root (the empty prefix)
@@ -41,11 +44,26 @@ class Vocabulary {
 
 using TokenBitmask = std::vector<uint64_t>;  // bit id % 64 of word id / 64: token id allowed
 
+// Sets the logits of the tokens `allowed` leaves out to -infinity (ids past the mask included).
+void apply_token_mask(const TokenBitmask& allowed, float* logits, int64_t vocab_size);
+
+// Token masks by grammar state, for one vocabulary (the first one it is used with): requests
+// with the same grammar reuse each other's. Thread-safe; forgets everything when full.
+class MaskCache {
+ public:
+  std::shared_ptr<const TokenBitmask> find(const Vocabulary& vocabulary, const std::string& state);
+  void add(const Vocabulary& vocabulary, std::string state, std::shared_ptr<const TokenBitmask> mask);
+
+ private:
+  static constexpr size_t kCapacity = 1024;  // 20 MiB of masks at 163,840 tokens
+  std::mutex mutex_;
+  uint64_t vocabulary_ = 0;  // Vocabulary::id(); 0: none yet
+  std::unordered_map<std::string, std::shared_ptr<const TokenBitmask>> masks_;
+};
+
 class Matcher {
  public:
   Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
-  Matcher(const Matcher&) = delete;  // current_mask_ points into masks_
-  Matcher(Matcher&&) = default;
 
   // The tokens allowed next, as a bitmask of (vocabulary size + 63) / 64 words.
   const TokenBitmask& allowed_tokens();
@@ -66,6 +84,8 @@ class Matcher {
   int32_t push_frame(int32_t position, int32_t parent);
   void expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth);
   void advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>& next, bool& accepting);
+  bool same_stacks(const std::vector<int32_t>& a, bool a_accepting, const std::vector<int32_t>& b, bool b_accepting) const;
+  void start_walk();
   void fill(int32_t node, size_t depth, TokenBitmask& mask);
   std::string signature() const;  // the state's stacks, as a cache key
 
@@ -75,8 +95,10 @@ class Matcher {
   std::vector<int32_t> tops_;  // the current stacks' top frames (each at a byte set)
   bool accepting_ = false;
   std::vector<std::vector<int32_t>> levels_;  // the trie walk's stacks at each depth
-  std::unordered_map<std::string, TokenBitmask> masks_;  // by state
-  const TokenBitmask* current_mask_ = nullptr;
+  std::vector<char> at_start_;                // ... and whether they are its starting state
+  bool start_accepting_ = false;
+  ByteSet loop_bytes_;
+  std::shared_ptr<const TokenBitmask> current_mask_;  // of the current state, once asked for
 };
 
 }  // namespace mlaserve::grammar

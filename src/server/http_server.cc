@@ -120,7 +120,7 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
       chat_template_(std::move(chat_template)),
       requests_{engine.tokenizer(), chat_template_, options_.served_model_name, engine.max_model_len(),
                 engine.vocab_size(), options_.generation,
-                chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source())},
+                chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source()), &grammars_},
       server_(std::make_unique<httplib::Server>()) {
   spdlog::info("chat output: tool calls {}, reasoning {}",
                requests_.parsing.tools ? tool_call_format_name(*requests_.parsing.tools) : "not parsed",

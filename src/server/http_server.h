@@ -42,6 +42,7 @@ class HttpServer {
   Engine& engine_;
   ServerOptions options_;
   ChatTemplate chat_template_;
+  GrammarCache grammars_;
   RequestContext requests_;  // what requests are parsed against
   std::unique_ptr<httplib::Server> server_;
   int listening_socket_ = -1;  // seen while binding, to raise its backlog

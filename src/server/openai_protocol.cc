@@ -190,9 +190,13 @@ std::string rendered_chat(const ojson& body, const ojson& tools, const RequestCo
   }
 }
 
-std::shared_ptr<const grammar::Grammar> compiled(const std::function<grammar::Grammar()>& compile, const char* param) {
+// The grammar of a JSON schema (null: any JSON object), from the server's cache when another
+// request used the same schema (their token masks are then shared too).
+std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param) {
+  auto compile = [&] { return schema.is_null() ? grammar::json_object_grammar() : grammar::json_schema_grammar(schema); };
   try {
-    return std::make_shared<const grammar::Grammar>(compile());
+    if (!context.grammars) return std::make_shared<const grammar::Grammar>(compile());
+    return context.grammars->get(schema.dump(), compile);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("'{}': {}", param, e.what()), param);
   }
@@ -202,27 +206,27 @@ std::shared_ptr<const grammar::Grammar> compiled(const std::function<grammar::Gr
 // schema) and guided_choice (one of the strings, as JSON strings are written without quotes:
 // compiled as an enum of strings whose quotes the grammar does not write is not JSON, so it is
 // a schema of string constants and the client reads a JSON string).
-std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body) {
+std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context) {
   if (body.contains("guided_json") && !body["guided_json"].is_null())
-    return compiled([&] { return grammar::json_schema_grammar(body["guided_json"]); }, "guided_json");
+    return compiled(context, body["guided_json"], "guided_json");
   if (body.contains("guided_choice") && !body["guided_choice"].is_null()) {
     const ojson& choices = body["guided_choice"];
     if (!choices.is_array() || choices.empty() || !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
       throw ApiError(400, "'guided_choice' must be a non-empty list of strings", "guided_choice");
-    return compiled([&] { return grammar::json_schema_grammar({{"enum", choices}}); }, "guided_choice");
+    return compiled(context, {{"enum", choices}}, "guided_choice");
   }
   auto found = body.find("response_format");
   if (found == body.end() || found->is_null()) return nullptr;
   const std::string type = found->is_object() ? found->value("type", "") : "";
   if (type == "text") return nullptr;
-  if (type == "json_object") return compiled(grammar::json_object_grammar, "response_format");
+  if (type == "json_object") return compiled(context, ojson(), "response_format");
   if (type != "json_schema")
     throw ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
                    "response_format");
   const ojson& spec = found->contains("json_schema") ? (*found)["json_schema"] : ojson();
   if (!spec.is_object() || !spec.contains("schema"))
     throw ApiError(400, "'response_format' json_schema needs 'json_schema': {\"name\", \"schema\"}", "response_format");
-  return compiled([&] { return grammar::json_schema_grammar(spec["schema"]); }, "response_format");
+  return compiled(context, spec["schema"], "response_format");
 }
 
 // tool_choice required: a JSON list of calls, each one of the tools with its parameters (the
@@ -252,15 +256,15 @@ void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest&
   const ojson tools = tool_definitions(body);
   const std::string choice = tool_choice(body, tools);
   request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
-  request.engine.sampling.grammar = output_grammar(body);
+  request.engine.sampling.grammar = output_grammar(body, context);
   if (choice == "required") {
     request.required_tool_calls = true;
     request.engine.sampling.grammar =
-        compiled([&] { return grammar::json_schema_grammar(required_calls_schema(tools, request.parallel_tool_calls)); }, "tools");
+        compiled(context, required_calls_schema(tools, request.parallel_tool_calls), "tools");
   } else if (choice.starts_with("function:")) {
     request.forced_tool = choice.substr(9);
     request.engine.sampling.grammar =
-        compiled([&] { return grammar::json_schema_grammar(named_call_schema(tools, request.forced_tool)); }, "tools");
+        compiled(context, named_call_schema(tools, request.forced_tool), "tools");
   }
   // Constrained output is JSON from its first token: there is no reasoning to split off.
   request.parsing.reasoning = context.parsing.reasoning && !request.engine.sampling.grammar;
@@ -319,6 +323,19 @@ std::string random_id(const char* prefix) {
 
 }  // namespace
 
+std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& schema,
+                                                          const std::function<grammar::Grammar()>& compile) {
+  std::lock_guard lock(mutex_);
+  auto found = std::find_if(entries_.begin(), entries_.end(), [&](const auto& entry) { return entry.first == schema; });
+  if (found != entries_.end()) {
+    entries_.splice(entries_.begin(), entries_, found);
+    return entries_.front().second;
+  }
+  entries_.emplace_front(schema, std::make_shared<const grammar::Grammar>(compile()));
+  if (entries_.size() > kCapacity) entries_.pop_back();
+  return entries_.front().second;
+}
+
 json error_body(int status, const std::string& message, const std::string& param) {
   return {{"error", {{"message", message}, {"type", error_type(status)},
                      {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
@@ -351,7 +368,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   } else {
     engine.prompt = completion_prompt(body, tokenizer, vocab_hint);
     engine.skip_special_tokens = boolean(body, "skip_special_tokens", true);
-    engine.sampling.grammar = output_grammar(body);
+    engine.sampling.grammar = output_grammar(body, context);
   }
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)

@@ -1,6 +1,9 @@
 // OpenAI-compatible request parsing and response building for /v1/completions and
 // /v1/chat/completions. Every malformed field is an ApiError naming the parameter.
 #pragma once
+#include <functional>
+#include <list>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -43,6 +46,18 @@ struct ParsedRequest {
   bool required_tool_calls = false;
 };
 
+// Compiled grammars by their schema's text, the most recently used kept: requests with the same
+// schema share a grammar and so its token masks. Thread-safe.
+class GrammarCache {
+ public:
+  std::shared_ptr<const grammar::Grammar> get(const std::string& schema, const std::function<grammar::Grammar()>& compile);
+
+ private:
+  static constexpr size_t kCapacity = 64;
+  std::mutex mutex_;
+  std::list<std::pair<std::string, std::shared_ptr<const grammar::Grammar>>> entries_;  // most recent first
+};
+
 // What a request is parsed against: the served model's tokenizer and chat template, its name
 // (the only one accepted; empty: any), context length and vocabulary, and the checkpoint's
 // recommended sampling (generation_config.json: defaults for the fields a request omits).
@@ -54,6 +69,7 @@ struct RequestContext {
   int64_t vocab_size = 0;
   GenerationConfig generation;
   ChatParsing parsing;  // what the server parses out of chat output (chat_parsing)
+  GrammarCache* grammars = nullptr;  // the server's; none: every request compiles its own
 };
 
 // `body` is the raw HTTP body.
