@@ -150,6 +150,9 @@ void add_serve_command(CLI::App& app) {
                   "deepseek_r1, deepseek_v3, kimi_k2")
       ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "deepseek_v3", "kimi_k2"}))
       ->capture_default_str();
+  cmd->add_option("--allowed-origins", options->server.allowed_origins,
+                  "CORS: browser origins allowed to call the API (\"*\": any; default: none)")
+      ->delimiter(',');
   cmd->add_option("--api-key", options->server.api_key, "require Authorization: Bearer KEY on /v1/*");
   cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
   cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");

@@ -137,7 +137,8 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::add_routes() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || !req.path.starts_with("/v1/")) return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.api_key.empty() || req.method == "OPTIONS" || !req.path.starts_with("/v1/"))
+      return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "missing or invalid API key (Authorization: Bearer ...)");
     return httplib::Server::HandlerResponse::Handled;
@@ -169,7 +170,58 @@ void HttpServer::add_routes() {
   };
   server_->Post("/v1/completions", generate(Endpoint::Completions));
   server_->Post("/v1/chat/completions", generate(Endpoint::ChatCompletions));
+  add_token_routes();
+  add_cors();
   add_error_handlers(*server_);
+}
+
+// vLLM's /tokenize (a prompt, or chat messages through the chat template) and /detokenize.
+void HttpServer::add_token_routes() {
+  server_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const std::vector<int32_t> ids = tokenize_request(req.body, requests_);
+      const json body = {{"count", ids.size()}, {"max_model_len", engine_.max_model_len()}, {"tokens", ids}};
+      res.set_content(body.dump(), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e.status, e.what(), e.param);
+    }
+  });
+  server_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json body = {{"prompt", detokenize_request(req.body, requests_)}};
+      res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e.status, e.what(), e.param);
+    }
+  });
+}
+
+// CORS for browser clients: a request from an allowed origin is answered with that origin, and
+// preflight OPTIONS requests (which carry no API key) with the methods and headers allowed.
+void HttpServer::add_cors() {
+  if (options_.allowed_origins.empty()) return;
+  auto allowed = [this](const std::string& origin) {
+    const auto& origins = options_.allowed_origins;
+    return !origin.empty() && (std::count(origins.begin(), origins.end(), "*") > 0 ||
+                               std::count(origins.begin(), origins.end(), origin) > 0);
+  };
+  server_->set_post_routing_handler([allowed](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!allowed(origin)) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  });
+  server_->Options(".*", [allowed](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!allowed(origin)) return send_error(res, 403, "origin '" + origin + "' is not allowed (--allowed-origins)");
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string headers = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", headers.empty() ? "Authorization, Content-Type" : headers);
+    res.set_header("Access-Control-Max-Age", "600");
+  });
 }
 
 int HttpServer::bind() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/openai_protocol.h"
@@ -23,6 +24,7 @@ struct ServerOptions {
   int http_threads = 128;        // each streaming response holds one while it runs
   size_t max_body_bytes = 32u << 20;
   GenerationConfig generation;   // the checkpoint's sampling defaults
+  std::vector<std::string> allowed_origins;  // CORS: browser origins answered ("*": any)
   std::string tool_parser = "auto";       // --tool-parser (chat_parsing)
   std::string reasoning_parser = "auto";  // --reasoning-parser
 };
@@ -39,6 +41,8 @@ class HttpServer {
 
  private:
   void add_routes();
+  void add_token_routes();
+  void add_cors();
   Engine& engine_;
   ServerOptions options_;
   ChatTemplate chat_template_;

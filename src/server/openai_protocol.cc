@@ -414,6 +414,34 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   return request;
 }
 
+namespace {
+
+ojson request_object(const std::string& raw) {
+  ojson body = ojson::parse(raw, nullptr, false);
+  if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
+}  // namespace
+
+std::vector<int32_t> tokenize_request(const std::string& raw, const RequestContext& context) {
+  const ojson body = request_object(raw);
+  if (body.contains("messages")) return context.tokenizer.encode(rendered_chat(body, tool_definitions(body), context));
+  if (!body.contains("prompt") || !body["prompt"].is_string()) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
+  std::vector<int32_t> ids;
+  if (boolean(body, "add_special_tokens", true) && context.tokenizer.add_bos()) ids.push_back(*context.tokenizer.bos_id());
+  const auto encoded = context.tokenizer.encode(body["prompt"].get<std::string>());
+  ids.insert(ids.end(), encoded.begin(), encoded.end());
+  return ids;
+}
+
+std::string detokenize_request(const std::string& raw, const RequestContext& context) {
+  const ojson body = request_object(raw);
+  if (!body.contains("tokens") || !body["tokens"].is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+  return context.tokenizer.decode(token_list(body["tokens"], "tokens", context.vocab_size), false);
+}
+
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model)
     : request_(request),
       tokenizer_(tokenizer),

@@ -75,6 +75,11 @@ struct RequestContext {
 // `body` is the raw HTTP body.
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const RequestContext& context);
 
+// vLLM's /tokenize body: {"prompt", "add_special_tokens"} or {"messages", "add_generation_prompt",
+// "tools", "chat_template_kwargs", ...}: the ids; /detokenize's {"tokens"}: the text.
+std::vector<int32_t> tokenize_request(const std::string& body, const RequestContext& context);
+std::string detokenize_request(const std::string& body, const RequestContext& context);
+
 // Accumulates a request's events into response JSON.
 class ResponseBuilder {
  public:

@@ -122,12 +122,49 @@ def overload(binary, model):
     check("overloaded server exits 0", server.stop() == 0)
 
 
+def raw_request(server, method, path, body=None, headers=None):
+    """(status, headers, text) of one request."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers or {})
+    response = conn.getresponse()
+    text = response.read().decode("utf-8", "replace")
+    conn.close()
+    return response.status, dict(response.getheaders()), text
+
+
+def tokens_and_cors(server):
+    status, body = server.request("POST", "/tokenize", {"prompt": "In the beginning"})
+    check("tokenize: ids and their count", status == 200 and body["count"] == len(body["tokens"]) > 0, body)
+    status, text = server.request("POST", "/detokenize", {"tokens": body["tokens"]})
+    check("detokenize gives the text back", status == 200 and "In the beginning" in text["prompt"], text)
+    status, chat = server.request("POST", "/tokenize", {"messages": [{"role": "user", "content": "In the beginning"}]})
+    check("tokenize messages through the chat template", status == 200 and chat["count"] > body["count"], chat)
+    status, bad = server.request("POST", "/detokenize", {"tokens": [-1]})
+    check("detokenize of a bad id is a 400", status == 400 and bad["error"]["param"] == "tokens", bad)
+    origin = {"Origin": "http://app.example", "Content-Type": "application/json"}
+    status, headers, _ = raw_request(server, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, origin)
+    check("CORS: an allowed origin is named in the answer",
+          status == 200 and headers.get("Access-Control-Allow-Origin") == "http://app.example", headers)
+    status, headers, _ = raw_request(server, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                                     {"Origin": "http://evil.example", "Content-Type": "application/json"})
+    check("CORS: another origin is not", status == 200 and "Access-Control-Allow-Origin" not in headers, headers)
+    preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    status, headers, _ = raw_request(server, "OPTIONS", "/v1/chat/completions", headers=preflight)
+    check("CORS preflight", status == 204 and "POST" in headers.get("Access-Control-Allow-Methods", "")
+          and headers.get("Access-Control-Allow-Headers") == "authorization, content-type", f"{status} {headers}")
+    status, _, _ = raw_request(server, "OPTIONS", "/v1/chat/completions", headers={**preflight, "Origin": "http://evil.example"})
+    check("CORS preflight from another origin is refused", status == 403, status)
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     model = make_tiny_model(binary, os.path.join(work, "tiny"))
-    server = Server(binary, model, "--kv-cache-gb", "0.25")
+    server = Server(binary, model, "--kv-cache-gb", "0.25", "--allowed-origins", "http://app.example")
     try:
         server.request("POST", "/v1/completions", {"prompt": "warm up", "max_tokens": 8})
+        tokens_and_cors(server)
         idle_rss = server.rss_kib()
         bad_requests(server)
         hang_up_mid_stream(server)
