@@ -21,53 +21,119 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
                   "application/json");
 }
 
+// A request's n choices, each an engine request of its own: the first submitted at once, the
+// others once the first has its first token, so that its prompt is in the prefix cache and they
+// share it. Seeded requests seed choice i with seed + i.
+class Choices {
+ public:
+  Choices(Engine& engine, std::shared_ptr<ParsedRequest> request, const std::string& model)
+      : engine_(engine), request_(std::move(request)) {
+    handles_.push_back(engine_.submit(request_->engine));
+    builders_.push_back(std::make_unique<ResponseBuilder>(*request_, engine_.tokenizer(), model));
+    for (int64_t i = 1; i < request_->n; ++i)
+      builders_.push_back(std::make_unique<ResponseBuilder>(*request_, engine_.tokenizer(), model, i, builders_[0]->id()));
+    finished_.assign(size_t(request_->n), false);
+  }
+
+  struct Event {
+    size_t choice;
+    StreamEvent event;
+  };
+  // The events of every choice so far, waiting up to `timeout` for some. Throws EngineRejection
+  // when the other choices cannot be submitted.
+  std::vector<Event> wait(std::chrono::milliseconds timeout) {
+    std::vector<Event> out;
+    const auto slice = std::max(std::chrono::milliseconds(1), timeout / int64_t(handles_.size()));
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      if (finished_[i]) continue;
+      for (StreamEvent& event : handles_[i]->wait(slice)) {
+        finished_[i] = finished_[i] || event.finished;
+        out.push_back({i, std::move(event)});
+      }
+    }
+    if (!out.empty() && handles_.size() < builders_.size()) submit_the_others();
+    return out;
+  }
+  bool finished() const { return std::all_of(finished_.begin(), finished_.end(), [](bool done) { return done; }); }
+  void cancel() {
+    for (auto& handle : handles_) handle->cancel();
+  }
+  ResponseBuilder& builder(size_t choice) { return *builders_[choice]; }
+  std::vector<const ResponseBuilder*> builders() const {
+    std::vector<const ResponseBuilder*> out;
+    for (const auto& builder : builders_) out.push_back(builder.get());
+    return out;
+  }
+  bool include_usage() const { return request_->include_usage; }
+
+ private:
+  void submit_the_others() {
+    for (int64_t i = int64_t(handles_.size()); i < request_->n; ++i) {
+      EngineRequest choice = request_->engine;
+      if (choice.sampling.seed) choice.sampling.seed = *choice.sampling.seed + uint64_t(i);
+      handles_.push_back(engine_.submit(std::move(choice)));
+    }
+  }
+  Engine& engine_;
+  std::shared_ptr<ParsedRequest> request_;
+  std::vector<std::shared_ptr<RequestHandle>> handles_;
+  std::vector<std::unique_ptr<ResponseBuilder>> builders_;
+  std::vector<bool> finished_;
+};
+
 // Streams a request's events as server-sent events; a client that goes away cancels it.
-void stream_response(httplib::Response& res, std::shared_ptr<RequestHandle> handle,
-                     std::shared_ptr<ParsedRequest> request, std::shared_ptr<ResponseBuilder> builder) {
+void stream_response(httplib::Response& res, std::shared_ptr<Choices> choices) {
   auto finished = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [handle, request, builder, finished](size_t, httplib::DataSink& sink) {
+      [choices, finished](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& payload) {
           const std::string line = "data: " + payload + "\n\n";
           return sink.is_writable() && sink.write(line.data(), line.size());
         };
-        for (const StreamEvent& event : handle->wait(kPollInterval)) {
-          if (event.finish_reason == "error") {
-            write(error_body(500, event.error).dump());
-          } else {
-            for (const auto& chunk : builder->stream_chunks(event))
-              if (!write(chunk)) return handle->cancel(), false;
+        try {
+          bool failed = false;
+          for (auto& [choice, event] : choices->wait(kPollInterval)) {
+            failed = failed || event.finish_reason == "error";
+            if (event.finish_reason == "error") {
+              write(error_body(500, event.error).dump());
+              continue;
+            }
+            for (const auto& chunk : choices->builder(choice).stream_chunks(event))
+              if (!write(chunk)) return choices->cancel(), false;
           }
-          if (!event.finished) continue;
-          *finished = true;
-          if (request->include_usage && event.finish_reason != "error") write(builder->usage_chunk());
-          write("[DONE]");
-          sink.done();
-          return true;
+          if (!choices->finished()) return sink.is_writable() ? true : (choices->cancel(), false);
+          if (choices->include_usage() && !failed) write(ResponseBuilder::usage_chunk(choices->builders()));
+        } catch (const EngineRejection& e) {
+          choices->cancel();
+          write(error_body(e.status, e.what()).dump());
         }
-        if (!sink.is_writable()) return handle->cancel(), false;
+        *finished = true;
+        write("[DONE]");
+        sink.done();
         return true;
       },
-      [handle, finished](bool) {
-        if (!*finished) handle->cancel();  // connection closed before the end
+      [choices, finished](bool) {
+        if (!*finished) choices->cancel();  // connection closed before the end
       });
 }
 
-void complete_response(httplib::Response& res, const std::shared_ptr<RequestHandle>& handle,
-                       ResponseBuilder& builder) {
-  for (;;) {
-    for (const StreamEvent& event : handle->wait(kPollInterval)) {
-      if (event.finish_reason == "error") return send_error(res, 500, "internal error: " + event.error);
-      if (event.finish_reason == "abort") return send_error(res, 503, "the request was cancelled (server shutting down)");
-      builder.add(event);
-      if (event.finished) {
-        res.set_content(builder.final_response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-        return;
+void complete_response(httplib::Response& res, Choices& choices) {
+  try {
+    while (!choices.finished()) {
+      for (auto& [choice, event] : choices.wait(kPollInterval)) {
+        if (event.finish_reason == "error") return choices.cancel(), send_error(res, 500, "internal error: " + event.error);
+        if (event.finish_reason == "abort") return choices.cancel(), send_error(res, 503, "the request was cancelled (server shutting down)");
+        choices.builder(choice).add(event);
       }
     }
+  } catch (const EngineRejection& e) {
+    choices.cancel();
+    return send_error(res, e.status, e.what());
   }
+  res.set_content(ResponseBuilder::final_response(choices.builders()).dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
 }
 
 // A completions or chat request's body parsed, submitted to the engine and answered (streamed or
@@ -76,12 +142,11 @@ void answer_generate(Engine& engine, const RequestContext& context, const Server
                      const std::string& body, httplib::Response& res) {
   try {
     auto request = std::make_shared<ParsedRequest>(parse_request(endpoint, body, context));
-    auto handle = engine.submit(request->engine);
-    auto builder = std::make_shared<ResponseBuilder>(*request, engine.tokenizer(), options.served_model_name);
+    auto choices = std::make_shared<Choices>(engine, request, options.served_model_name);
     if (request->stream)
-      stream_response(res, handle, request, builder);
+      stream_response(res, choices);
     else
-      complete_response(res, handle, *builder);
+      complete_response(res, *choices);
   } catch (const ApiError& e) {
     send_error(res, e.status, e.what(), e.param);
   } catch (const EngineRejection& e) {

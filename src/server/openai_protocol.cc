@@ -16,6 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;  // what templates see keeps the request's key order
+constexpr int64_t kMaxChoices = 16;
 
 const char* error_type(int status) {
   switch (status) {
@@ -377,7 +378,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   auto max_tokens = integer(body, "max_completion_tokens", 1, max_model_len);
   if (!max_tokens) max_tokens = integer(body, "max_tokens", 1, max_model_len);
   engine.max_tokens = max_tokens.value_or(max_model_len - prompt_length);
-  if (integer(body, "n", 1, 1).value_or(1) != 1) throw ApiError(400, "only n=1 is supported", "n");
+  request.n = integer(body, "n", 1, kMaxChoices).value_or(1);
   if (boolean(body, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
   SamplingOptions& sampling = engine.sampling;
   const GenerationConfig& defaults = context.generation;
@@ -442,11 +443,13 @@ std::string detokenize_request(const std::string& raw, const RequestContext& con
   return context.tokenizer.decode(token_list(body["tokens"], "tokens", context.vocab_size), false);
 }
 
-ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model)
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model,
+                                 int64_t index, std::string id)
     : request_(request),
       tokenizer_(tokenizer),
       model_(std::move(model)),
-      id_(random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-")),
+      id_(id.empty() ? random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") : std::move(id)),
+      index_(index),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
   if (request.parsing.reasoning || request.parsing.tools)
     parser_.emplace(request.parsing.reasoning, request.reasoning_opened_in_prompt, request.parsing.tools);
@@ -461,10 +464,13 @@ json ResponseBuilder::chunk_base() const {
   return {{"id", id_}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}};
 }
 
-json ResponseBuilder::usage() const {
-  return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
-          {"total_tokens", prompt_tokens_ + completion_tokens_},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+json ResponseBuilder::usage(const std::vector<const ResponseBuilder*>& choices) {
+  int64_t completion_tokens = 0;
+  for (const ResponseBuilder* choice : choices) completion_tokens += choice->completion_tokens_;
+  const int64_t prompt_tokens = choices[0]->prompt_tokens_;
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", choices[0]->cached_tokens_}}}};
 }
 
 json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs) {
@@ -558,7 +564,7 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
   auto dump = [](const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); };
   if (chat && !sent_role_) {
     json first = chunk_base();
-    first["choices"] = {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}};
+    first["choices"] = {{{"index", index_}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}};
     chunks.push_back(dump(first));
     sent_role_ = true;
   }
@@ -571,7 +577,7 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
   }
   const bool nothing = chat ? delta.empty() : event.text.empty();
   if (nothing && !event.finished && !request_.logprobs) return chunks;
-  json choice = {{"index", 0}, {"finish_reason", event.finished ? json(finish_reason_) : json()}};
+  json choice = {{"index", index_}, {"finish_reason", event.finished ? json(finish_reason_) : json()}};
   choice["logprobs"] = request_.logprobs && !event.token_ids.empty() ? logprobs_json(event.token_ids, event.logprobs) : json();
   if (chat) {
     json& out = choice["delta"] = json::object();
@@ -588,10 +594,10 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
   return chunks;
 }
 
-std::string ResponseBuilder::usage_chunk() const {
-  json chunk = chunk_base();
+std::string ResponseBuilder::usage_chunk(const std::vector<const ResponseBuilder*>& choices) {
+  json chunk = choices[0]->chunk_base();
   chunk["choices"] = json::array();
-  chunk["usage"] = usage();
+  chunk["usage"] = usage(choices);
   return chunk.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -613,20 +619,27 @@ void ResponseBuilder::add(const StreamEvent& event) {
   }
 }
 
-json ResponseBuilder::final_response() const {
-  const bool chat = request_.endpoint == Endpoint::ChatCompletions;
-  json choice = {{"index", 0}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
-  if (chat) {
-    const bool calls = !message_.tool_calls.empty();
-    json message = {{"role", "assistant"}, {"content", calls && message_.content.empty() ? json() : json(message_.content)}};
-    if (request_.parsing.reasoning) message["reasoning_content"] = message_.reasoning.empty() ? json() : json(message_.reasoning);
-    if (calls) message["tool_calls"] = tool_calls_json(message_.tool_calls, false);
-    choice["message"] = message;
-  } else {
+json ResponseBuilder::choice() const {
+  json choice = {{"index", index_}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
+  if (request_.endpoint != Endpoint::ChatCompletions) {
     choice["text"] = text_;
+    return choice;
   }
-  return {{"id", id_}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created_},
-          {"model", model_}, {"choices", json::array({choice})}, {"usage", usage()}};
+  const bool calls = !message_.tool_calls.empty();
+  json message = {{"role", "assistant"}, {"content", calls && message_.content.empty() ? json() : json(message_.content)}};
+  if (request_.parsing.reasoning) message["reasoning_content"] = message_.reasoning.empty() ? json() : json(message_.reasoning);
+  if (calls) message["tool_calls"] = tool_calls_json(message_.tool_calls, false);
+  choice["message"] = message;
+  return choice;
+}
+
+json ResponseBuilder::final_response(const std::vector<const ResponseBuilder*>& choices) {
+  const ResponseBuilder& first = *choices[0];
+  json list = json::array();
+  for (const ResponseBuilder* choice : choices) list.push_back(choice->choice());
+  const bool chat = first.request_.endpoint == Endpoint::ChatCompletions;
+  return {{"id", first.id_}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", first.created_},
+          {"model", first.model_}, {"choices", list}, {"usage", usage(choices)}};
 }
 
 }  // namespace mlaserve

@@ -34,6 +34,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // the response carries logprobs
+  int64_t n = 1;               // independent choices (each its own engine request)
   // Chat: what is parsed out of the output (tool calls only for a request with tools and
   // tool_choice auto), whether the prompt left a <think> open, and whether calls after the
   // first are kept.
@@ -83,14 +84,21 @@ std::string detokenize_request(const std::string& body, const RequestContext& co
 // Accumulates a request's events into response JSON.
 class ResponseBuilder {
  public:
-  ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model);
+  // One choice (`index`) of a response; the choices of one response share its id (empty: new).
+  ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model, int64_t index = 0,
+                  std::string id = "");
+  const std::string& id() const { return id_; }
   // SSE "data: ..." payloads for one event (empty when it carries nothing to send).
   std::vector<std::string> stream_chunks(const StreamEvent& event);
   // The trailing usage chunk (when include_usage) — call after the final event.
-  std::string usage_chunk() const;
+  std::string usage_chunk() const { return usage_chunk({this}); }
   // For non-streaming: add an event, then build the whole response.
   void add(const StreamEvent& event);
-  nlohmann::json final_response() const;
+  nlohmann::json final_response() const { return final_response({this}); }
+  // The same for a response of several choices: every choice's, and their usage summed (the
+  // prompt counted once).
+  static std::string usage_chunk(const std::vector<const ResponseBuilder*>& choices);
+  static nlohmann::json final_response(const std::vector<const ResponseBuilder*>& choices);
 
  private:
   nlohmann::json logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs);
@@ -99,11 +107,13 @@ class ResponseBuilder {
   nlohmann::json tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const;
   std::string finish_reason(const StreamEvent& event) const;
   nlohmann::json chunk_base() const;
-  nlohmann::json usage() const;
+  nlohmann::json choice() const;
+  static nlohmann::json usage(const std::vector<const ResponseBuilder*>& choices);
 
   const ParsedRequest& request_;
   const Tokenizer& tokenizer_;
   std::string model_, id_;
+  int64_t index_;
   int64_t created_;
   bool sent_role_ = false;
   std::optional<ChatOutputParser> parser_;

@@ -80,7 +80,7 @@ TEST_F(OpenAiProtocol, EveryMalformedFieldIsNamed) {
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "max_tokens": 0})"), "max_tokens");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "logit_bias": {"512": 1}})"), "logit_bias");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "logit_bias": {"3": 101}})"), "logit_bias");
-  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "n": 2})"), "n");
+  EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "n": 17})"), "n");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "stop": [1]})"), "stop");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [-1]})"), "prompt");
   std::string long_prompt = R"({"prompt": [1)";

@@ -40,7 +40,6 @@ def bad_requests(server):
     expect_status(server, "huge temperature", b'{"prompt": "x", "temperature": 1e308}', 400, "temperature")
     expect_status(server, "negative max_tokens", {"prompt": "x", "max_tokens": -5}, 400, "max_tokens")
     expect_status(server, "unknown model", {"model": "gpt-9", "prompt": "x"}, 400, "does not exist")
-    expect_status(server, "n > 1", {"prompt": "x", "n": 2}, 400, "'n' must be at most 1")
     expect_status(server, "messages missing", {"model": "tiny"}, 400, "messages", "/v1/chat/completions")
     expect_status(server, "image content", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
                   400, "images are not supported", "/v1/chat/completions")
@@ -158,6 +157,33 @@ def tokens_and_cors(server):
     check("CORS preflight from another origin is refused", status == 403, status)
 
 
+def several_choices(server):
+    """n > 1: independent choices in one response, the later ones reusing the first's prompt."""
+    prompt = list(range(5, 5 + 100))  # 100 tokens: 6 full blocks of 16
+    hits = server.metric("mlaserve_prefix_cache_hits_total")
+    status, body = server.request("POST", "/v1/completions", {"prompt": prompt, "n": 3, "max_tokens": 6, "temperature": 1.0,
+                                                              "seed": 5, "ignore_eos": True})
+    choices = body.get("choices", []) if status == 200 else []
+    check("n=3: three choices, by index", [c["index"] for c in choices] == [0, 1, 2], body)
+    check("n=3: usage counts every choice's tokens, the prompt once",
+          status == 200 and body["usage"]["completion_tokens"] == 18 and body["usage"]["prompt_tokens"] == 100, body)
+    check("n=3: seeded choices differ", len({c["text"] for c in choices}) > 1, [c["text"] for c in choices])
+    check("n=3: the later choices find the prompt in the prefix cache",
+          server.metric("mlaserve_prefix_cache_hits_total") - hits >= 2 * 96, server.metric("mlaserve_prefix_cache_hits_total") - hits)
+    status, body = server.request("POST", "/v1/completions", {"prompt": prompt, "n": 2, "max_tokens": 6, "temperature": 0,
+                                                              "ignore_eos": True})
+    check("n=2 greedy: the same text twice", status == 200 and body["choices"][0]["text"] == body["choices"][1]["text"], body)
+    status, events = server.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2,
+                                                            "max_tokens": 4, "ignore_eos": True, "stream": True,
+                                                            "stream_options": {"include_usage": True}})
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    finished = sorted(c["choices"][0]["index"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    check("n=2 streamed: both choices finish, one usage chunk, one [DONE]",
+          finished == [0, 1] and len(usage) == 1 and usage[0]["completion_tokens"] == 8 and events.count("[DONE]") == 1, events)
+    expect_status(server, "n beyond 16", {"prompt": "x", "n": 17}, 400, "'n'")
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     model = make_tiny_model(binary, os.path.join(work, "tiny"))
@@ -165,6 +191,7 @@ def main():
     try:
         server.request("POST", "/v1/completions", {"prompt": "warm up", "max_tokens": 8})
         tokens_and_cors(server)
+        several_choices(server)
         idle_rss = server.rss_kib()
         bad_requests(server)
         hang_up_mid_stream(server)
