@@ -128,14 +128,15 @@ std::shared_ptr<const jinja::Template> parse(const std::string& source, const st
   }
 }
 
-}  // namespace
-
+// The format whose role tokens the tokenizer has (<｜User｜> or <|im_user|>).
 ChatFormat chat_format_of(const Tokenizer& tokenizer) {
   if (tokenizer.token_id("<|im_user|>")) return ChatFormat::KimiK2;
   if (tokenizer.token_id("<｜User｜>")) return ChatFormat::DeepseekV3;
   fail("the tokenizer has neither DeepSeek-V3 (<｜User｜>) nor Kimi (<|im_user|>) chat tokens, "
        "and the checkpoint ships no chat template");
 }
+
+}  // namespace
 
 ChatTemplate ChatTemplate::from_source(const std::string& source, const nlohmann::json& special_tokens, std::string origin) {
   ChatTemplate chat;

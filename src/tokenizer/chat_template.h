@@ -62,7 +62,4 @@ class ChatTemplate {
   std::string origin_, source_;
 };
 
-// The format whose role tokens the tokenizer has (<｜User｜> or <|im_user|>); throws otherwise.
-ChatFormat chat_format_of(const Tokenizer& tokenizer);
-
 }  // namespace mlaserve

@@ -127,7 +127,7 @@ json added_token(int64_t id, const std::string& content, bool special) {
           {"rstrip", false}, {"normalized", !special}, {"special", special}};
 }
 
-// The Jinja equivalent of apply_chat_template(DeepseekV3, ...) for system/user/assistant.
+// The built-in DeepSeek-V3 format (ChatTemplate::built_in) as Jinja, for system/user/assistant.
 const char* const kChatTemplate =
     "{% set ns = namespace(system_prompt='', first=true) %}{% for message in messages %}"
     "{% if message['role'] == 'system' %}{% if not ns.first %}{% set ns.system_prompt = "
