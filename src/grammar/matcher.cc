@@ -10,6 +10,7 @@ namespace mlaserve::grammar {
 namespace {
 
 constexpr int kMaxExpansionDepth = 4096;
+constexpr size_t kPathClassBytes = 32;  // fewer bytes to a common state: the walk prunes fast anyway
 std::atomic<uint64_t> next_vocabulary_id{1};
 
 void set_bit(TokenBitmask& mask, int32_t id) { mask[size_t(id) / 64] |= uint64_t(1) << (id % 64); }
@@ -110,23 +111,26 @@ bool Matcher::same_stacks(const std::vector<int32_t>& a, bool a_accepting, const
 }
 
 // Every token below `node` whose bytes the stacks at levels_[depth] accept; frames made for a
-// subtree are dropped when it is done. A byte that leaves the walk's starting state as it was
-// (loop_bytes_: a plain character inside a JSON string) needs no grammar work at all.
+// subtree are dropped when it is done. A node whose state is the walk's common path at its depth
+// (path_, such as a string after d plain characters) reaches the next level's path state by any
+// byte of the path's class with no grammar work at all.
 void Matcher::fill(int32_t node, size_t depth, TokenBitmask& mask) {
   const Vocabulary::Node& parent = vocabulary_->nodes_[size_t(node)];
+  const PathLevel* here = on_path_[depth] ? path_at(depth) : nullptr;
+  const PathLevel* below = path_at(depth + 1);
   for (int32_t child = parent.first_child; child < parent.first_child + parent.children; ++child) {
     const Vocabulary::Node& next_node = vocabulary_->nodes_[size_t(child)];
     const size_t mark = frames_.size();
     std::vector<int32_t>& next = levels_[depth + 1];
     bool accepting = false;
-    if (at_start_[depth] && loop_bytes_.test(next_node.byte)) {
-      next = levels_[0];
-      accepting = start_accepting_;
-      at_start_[depth + 1] = true;
+    if (here && here->bytes.test(next_node.byte)) {
+      next = below->tops;
+      accepting = below->accepting;
+      on_path_[depth + 1] = true;
     } else {
       next.clear();
       advance(levels_[depth], next_node.byte, next, accepting);
-      at_start_[depth + 1] = same_stacks(next, accepting, levels_[0], start_accepting_);
+      on_path_[depth + 1] = below && same_stacks(next, accepting, below->tops, below->accepting);
     }
     if (!next.empty() || accepting) {
       for (int32_t i = 0; i < next_node.tokens; ++i) set_bit(mask, vocabulary_->node_tokens_[size_t(next_node.first_token + i)]);
@@ -136,21 +140,53 @@ void Matcher::fill(int32_t node, size_t depth, TokenBitmask& mask) {
   }
 }
 
-// The walk's start: the current state, and the bytes after which it is the same state again.
+// The path's state at a depth: past its last level, the last one again when it loops.
+const Matcher::PathLevel* Matcher::path_at(size_t depth) const {
+  if (depth < path_.size()) return &path_[depth];
+  return path_loops_ ? &path_.back() : nullptr;
+}
+
+// The walk's common path from the current state: at each depth the state that the first byte
+// to continue (letters first) leads to, while at least kPathClassBytes bytes lead there (a
+// permissive state such as a string's contents), until it repeats itself or the tokens end.
+// Its frames stay until the walk is over.
 void Matcher::start_walk() {
   levels_[0] = tops_;
-  start_accepting_ = accepting_;
-  at_start_.assign(levels_.size(), false);
-  at_start_[0] = true;
-  loop_bytes_.reset();
-  std::vector<int32_t> next;
-  for (int byte = 0; byte < 256; ++byte) {
-    const size_t mark = frames_.size();
-    next.clear();
-    bool accepting = false;
-    advance(tops_, uint8_t(byte), next, accepting);
-    if (!next.empty() && same_stacks(next, accepting, tops_, accepting_)) loop_bytes_.set(size_t(byte));
-    frames_.resize(mark);
+  on_path_.assign(levels_.size(), false);
+  on_path_[0] = true;
+  path_.assign(1, PathLevel{tops_, accepting_, {}});
+  path_loops_ = false;
+  std::vector<int32_t> next, candidate;
+  while (path_.size() < levels_.size() - 1) {
+    const PathLevel& level = path_.back();
+    bool candidate_accepting = false, found = false;
+    ByteSet bytes;
+    for (int step = 0; step < 256; ++step) {
+      const uint8_t byte = uint8_t(step < 26 ? 'a' + step : step);  // letters first
+      if (step >= 26 && byte >= 'a' && byte <= 'z') continue;
+      const size_t mark = frames_.size();
+      next.clear();
+      bool accepting = false;
+      advance(level.tops, byte, next, accepting);
+      if (next.empty()) {
+        frames_.resize(mark);
+      } else if (!found) {
+        found = true;
+        candidate = next;  // its frames are kept
+        candidate_accepting = accepting;
+        bytes.set(byte);
+      } else {
+        if (same_stacks(next, accepting, candidate, candidate_accepting)) bytes.set(byte);
+        frames_.resize(mark);
+      }
+    }
+    if (bytes.count() < kPathClassBytes) break;
+    path_.back().bytes = bytes;
+    if (same_stacks(candidate, candidate_accepting, path_.back().tops, path_.back().accepting)) {
+      path_loops_ = true;
+      break;
+    }
+    path_.push_back(PathLevel{candidate, candidate_accepting, {}});
   }
 }
 
@@ -195,8 +231,10 @@ const TokenBitmask& Matcher::allowed_tokens() {
   if (grammar_->masks) current_mask_ = grammar_->masks->find(*vocabulary_, key);
   if (current_mask_) return *current_mask_;
   auto mask = std::make_shared<TokenBitmask>(size_t(vocabulary_->size() + 63) / 64, 0);
+  const size_t mark = frames_.size();
   start_walk();
   fill(0, 0, *mask);
+  frames_.resize(mark);
   if (accepting_)
     for (int32_t eos : vocabulary_->eos_ids_)
       if (eos < vocabulary_->size()) set_bit(*mask, eos);

@@ -85,7 +85,13 @@ class Matcher {
   void expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth);
   void advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>& next, bool& accepting);
   bool same_stacks(const std::vector<int32_t>& a, bool a_accepting, const std::vector<int32_t>& b, bool b_accepting) const;
+  struct PathLevel {
+    std::vector<int32_t> tops;
+    bool accepting;
+    ByteSet bytes;  // the bytes that lead to the next level's state
+  };
   void start_walk();
+  const PathLevel* path_at(size_t depth) const;
   void fill(int32_t node, size_t depth, TokenBitmask& mask);
   std::string signature() const;  // the state's stacks, as a cache key
 
@@ -95,9 +101,9 @@ class Matcher {
   std::vector<int32_t> tops_;  // the current stacks' top frames (each at a byte set)
   bool accepting_ = false;
   std::vector<std::vector<int32_t>> levels_;  // the trie walk's stacks at each depth
-  std::vector<char> at_start_;                // ... and whether they are its starting state
-  bool start_accepting_ = false;
-  ByteSet loop_bytes_;
+  std::vector<char> on_path_;                 // ... and whether they are the path's state there
+  std::vector<PathLevel> path_;               // the walk's common path (start_walk)
+  bool path_loops_ = false;                   // its last level leads to itself
   std::shared_ptr<const TokenBitmask> current_mask_;  // of the current state, once asked for
 };
 

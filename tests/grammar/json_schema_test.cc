@@ -88,7 +88,8 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
 // of a few of them, and some beyond.
 std::vector<std::string> random_tokens(std::mt19937& rng, int count) {
   const std::string alphabet = "{}[]\":, \n0123456789.-eEtrufalsn\\abcxyz";
-  std::vector<std::string> tokens = {"{\"", "\":", "\": ", "\",", "\"}", "}}", "]}", "true", "false", "null", ", \"", "é", "\xe2\x82"};
+  std::vector<std::string> tokens = {"{\"", "\":", "\": ", "\",", "\"}", "}}", "]}", "true", "false", "null", ", \"", "é", "\xe2\x82",
+                                     "\xac", "d\": \"", "long words ", "letters and spaces", "\\u00e9", "\\n"};
   for (char c : alphabet) tokens.push_back(std::string(1, c));
   std::uniform_int_distribution<int> length(2, 4), pick(0, int(alphabet.size()) - 1);
   while (int(tokens.size()) < count) {
@@ -106,7 +107,7 @@ std::vector<std::string> random_tokens(std::mt19937& rng, int count) {
 TEST(JsonGrammar, TokenMasksEqualTryingEveryToken) {
   const auto grammar = std::make_shared<const Grammar>(json_schema_grammar(ojson::parse(R"({"type": "object",
       "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 3},
-      "c": {"enum": [true, null]}}, "required": ["a", "c"]})")));
+      "c": {"enum": [true, null]}, "d": {"type": "string", "maxLength": 40}}, "required": ["a", "c"]})")));
   int finished = 0;
   for (uint32_t seed = 1; seed <= 8; ++seed) {
     std::mt19937 rng(seed);
