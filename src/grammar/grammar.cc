@@ -96,4 +96,12 @@ Grammar GrammarBuilder::build(int32_t root) && {
   return grammar;
 }
 
+Grammar choice_grammar(const std::vector<std::string>& choices) {
+  MLA_CHECK(!choices.empty(), "a choice grammar needs at least one choice");
+  GrammarBuilder builder;
+  std::vector<Sequence> alternatives;
+  for (const auto& choice : choices) alternatives.push_back(GrammarBuilder::literal(choice));
+  return std::move(builder).build(builder.rule("choice", std::move(alternatives)));
+}
+
 }  // namespace mlaserve::grammar

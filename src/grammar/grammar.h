@@ -1,6 +1,6 @@
 // Context-free grammars over bytes, as constrained decoding uses them: rules of alternatives,
 // each a sequence of byte sets and rule references. Built in code (GrammarBuilder) from a JSON
-// schema or for any JSON value; matched by grammar/matcher.h.
+// schema, for any JSON object, or for a list of choices; matched by grammar/matcher.h.
 #pragma once
 #include <bitset>
 #include <cstdint>
@@ -63,5 +63,8 @@ class GrammarBuilder {
   std::vector<std::vector<Sequence>> rules_;
   std::vector<bool> defined_;
 };
+
+// Exactly one of `choices` (vLLM's guided_choice); throws Error when there is none.
+Grammar choice_grammar(const std::vector<std::string>& choices);
 
 }  // namespace mlaserve::grammar

@@ -191,22 +191,27 @@ std::string rendered_chat(const ojson& body, const ojson& tools, const RequestCo
   }
 }
 
-// The grammar of a JSON schema (null: any JSON object), from the server's cache when another
-// request used the same schema (their token masks are then shared too).
-std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param) {
-  auto compile = [&] { return schema.is_null() ? grammar::json_object_grammar() : grammar::json_schema_grammar(schema); };
+// A grammar from the server's cache when another request used the same one (`key`): their
+// token masks are then shared too.
+std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const std::string& key,
+                                                 const std::function<grammar::Grammar()>& compile, const char* param) {
   try {
     if (!context.grammars) return std::make_shared<const grammar::Grammar>(compile());
-    return context.grammars->get(schema.dump(), compile);
+    return context.grammars->get(key, compile);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("'{}': {}", param, e.what()), param);
   }
 }
 
+// The grammar of a JSON schema (null: any JSON object).
+std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param) {
+  return compiled(context, schema.dump(), [&] {
+    return schema.is_null() ? grammar::json_object_grammar() : grammar::json_schema_grammar(schema);
+  }, param);
+}
+
 // response_format (json_object, or json_schema with its schema), or vLLM's guided_json (a
-// schema) and guided_choice (one of the strings, as JSON strings are written without quotes:
-// compiled as an enum of strings whose quotes the grammar does not write is not JSON, so it is
-// a schema of string constants and the client reads a JSON string).
+// schema) and guided_choice (exactly one of the strings).
 std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context) {
   if (body.contains("guided_json") && !body["guided_json"].is_null())
     return compiled(context, body["guided_json"], "guided_json");
@@ -214,7 +219,9 @@ std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const 
     const ojson& choices = body["guided_choice"];
     if (!choices.is_array() || choices.empty() || !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
       throw ApiError(400, "'guided_choice' must be a non-empty list of strings", "guided_choice");
-    return compiled(context, {{"enum", choices}}, "guided_choice");
+    return compiled(context, "guided_choice " + choices.dump(), [&] {
+      return grammar::choice_grammar(choices.get<std::vector<std::string>>());
+    }, "guided_choice");
   }
   auto found = body.find("response_format");
   if (found == body.end() || found->is_null()) return nullptr;

@@ -71,6 +71,17 @@ TEST(JsonGrammar, RefsAlternativesConstantsAndNull) {
   EXPECT_EQ(verdict(counted, "[true, false, true]"), "whole");
 }
 
+TEST(JsonGrammar, ChoicesAreMatchedWhole) {
+  const Grammar choice = choice_grammar({"yes", "no", "not sure"});
+  EXPECT_EQ(verdict(choice, "yes"), "whole");
+  EXPECT_EQ(verdict(choice, "not sure"), "whole");
+  EXPECT_EQ(verdict(choice, "no"), "whole");
+  EXPECT_EQ(verdict(choice, "not"), "prefix");
+  EXPECT_EQ(verdict(choice, "yess"), "refused");
+  EXPECT_EQ(verdict(choice, "\"yes\""), "refused");
+  EXPECT_THROW(choice_grammar({}), Error);
+}
+
 TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
   for (const char* schema : {R"({"type": "string", "pattern": "^a"})", R"({"properties": {"x": {"type": "integer", "maximum": 3}}})",
                              R"({"$ref": "#/$defs/missing"})", R"({"type": "thing"})"}) {

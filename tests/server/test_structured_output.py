@@ -93,7 +93,7 @@ def other_formats(server):
     status, body = server.request("POST", "/v1/completions", {"prompt": "Pick:", "max_tokens": 20, "temperature": 1.0,
                                                               "seed": 3, "guided_choice": ["yes", "no", "maybe"]})
     text = body["choices"][0]["text"] if status == 200 else ""
-    check("guided_choice: one of the choices (as a JSON string)", text in ('"yes"', '"no"', '"maybe"'), f"{status} {text!r}")
+    check("guided_choice: one of the choices", text in ("yes", "no", "maybe"), f"{status} {text!r}")
     status, body = chat(server, 1, response_format={"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "string", "pattern": "^a+$"}}})
     check("an unsupported schema keyword is a 400 naming it",
