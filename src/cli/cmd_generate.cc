@@ -36,11 +36,7 @@ std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer
     input.messages.push_back({{"role", "user"}, {"content", options.prompt}});
     return tokenizer.encode(ChatTemplate::load(options.model_dir, tokenizer, options.chat_template).render(input));
   }
-  std::vector<int32_t> prompt;
-  if (tokenizer.add_bos()) prompt.push_back(*tokenizer.bos_id());
-  const auto encoded = tokenizer.encode(options.prompt);
-  prompt.insert(prompt.end(), encoded.begin(), encoded.end());
-  return prompt;
+  return tokenizer.encode_prompt(options.prompt);
 }
 
 // The request: sampled as the options or else the checkpoint's generation_config.json say,

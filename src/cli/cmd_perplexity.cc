@@ -34,10 +34,7 @@ void draw_progress(int64_t done, int64_t total, double perplexity) {
 void run_perplexity(const PerplexityOptions& options) {
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   auto tokenizer = Tokenizer::load(options.model_dir);
-  std::vector<int32_t> ids;
-  if (tokenizer->add_bos()) ids.push_back(*tokenizer->bos_id());
-  const auto text = tokenizer->encode(read_text_file(options.file), false);
-  ids.insert(ids.end(), text.begin(), text.end());
+  const std::vector<int32_t> ids = tokenizer->encode_prompt(read_text_file(options.file), false);
   MLA_CHECK(options.ctx <= model->config().max_position_embeddings, "--ctx {} exceeds the model's context length {}",
             options.ctx, model->config().max_position_embeddings);
   if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options.parallel));

@@ -12,6 +12,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 using B = GrammarBuilder;
+constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
 
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
                                             "format", "deprecated", "readOnly", "writeOnly", "contentMediaType",
@@ -42,6 +43,9 @@ class JsonGrammar {
   int32_t number_rule(const ojson& schema, bool integer, const std::string& where);
   int32_t reference(const std::string& ref, const std::string& where);
   int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
+  int32_t map_of(const std::string& name, int32_t value);
+  int32_t list_of(const std::string& name, int32_t item, int min, int max);
+  static void check_bounds(const std::string& where, const char* keywords, int min, int max);
 
   const ojson& root_;
   GrammarBuilder builder_;
@@ -89,14 +93,8 @@ void JsonGrammar::add_primitives() {
                    B::ref(builder_.repeat("digits3", {B::range('0', '9')}, 1, 3))});
   number_ = builder_.rule("number", {{B::ref(integer_), B::ref(fraction), B::ref(exponent)}});
   value_ = builder_.declare("value");
-  const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value_), B::ref(ws_)};
-  const int32_t more_members = builder_.repeat("members-more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
-  const int32_t members = builder_.optional("members", B::join({member, {B::ref(more_members)}}));
-  object_ = builder_.rule("object", {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
-  const Sequence element = {B::ref(value_), B::ref(ws_)};
-  const int32_t more_elements = builder_.repeat("elements-more", B::join({B::literal(","), {B::ref(ws_)}, element}), 0, -1);
-  const int32_t elements = builder_.optional("elements", B::join({element, {B::ref(more_elements)}}));
-  array_ = builder_.rule("array", {{B::byte('['), B::ref(ws_), B::ref(elements), B::byte(']')}});
+  object_ = map_of("object", value_);
+  array_ = list_of("array", value_, 0, -1);
   builder_.define(value_, {{B::ref(object_)}, {B::ref(array_)}, {B::ref(string_)}, {B::ref(number_)},
                            B::literal("true"), B::literal("false"), B::literal("null")});
 }
@@ -182,11 +180,7 @@ int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) 
     const ojson extra = schema.value("additionalProperties", ojson(true));
     if (extra == true) return object_;
     if (extra == false) return builder_.rule(where + " empty object", {{B::byte('{'), B::ref(ws_), B::byte('}')}});
-    const int32_t value = schema_rule(extra, where + "/additionalProperties");
-    const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
-    const int32_t more = builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
-    const int32_t members = builder_.optional(where + " members", B::join({member, {B::ref(more)}}));
-    return builder_.rule(where + " object", {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
+    return map_of(where + " object", schema_rule(extra, where + "/additionalProperties"));
   }
   std::set<std::string> required;
   for (const auto& name : schema.value("required", ojson::array())) required.insert(name.get<std::string>());
@@ -215,20 +209,39 @@ int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) 
 int32_t JsonGrammar::array_rule(const ojson& schema, const std::string& where) {
   const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
   const int min = schema.value("minItems", 0), max = schema.value("maxItems", -1);
-  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: minItems/maxItems {}..{} is empty", where, min, max);
+  check_bounds(where, "minItems/maxItems", min, max);
+  return list_of(where + " array", item, min, max);
+}
+
+// "{" members "}": any string keys, each value `value`.
+int32_t JsonGrammar::map_of(const std::string& name, int32_t value) {
+  const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
+  const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
+  const int32_t members = builder_.optional(name + " members", B::join({member, {B::ref(more)}}));
+  return builder_.rule(name, {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
+}
+
+// "[" min..max items "]" (max < 0: unbounded).
+int32_t JsonGrammar::list_of(const std::string& name, int32_t item, int min, int max) {
+  if (max == 0) return builder_.rule(name, {{B::byte('['), B::ref(ws_), B::byte(']')}});
   const Sequence element = {B::ref(item), B::ref(ws_)};
-  if (max == 0) return builder_.rule(where + " array", {{B::byte('['), B::ref(ws_), B::byte(']')}});
-  const int32_t more = builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, element}),
+  const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, element}),
                                        std::max(min - 1, 0), max < 0 ? -1 : max - 1);
   const Sequence elements = B::join({element, {B::ref(more)}});
-  const int32_t body = min > 0 ? builder_.rule(where + " elements", {elements}) : builder_.optional(where + " elements", elements);
-  return builder_.rule(where + " array", {{B::byte('['), B::ref(ws_), B::ref(body), B::byte(']')}});
+  const int32_t body = min > 0 ? builder_.rule(name + " elements", {elements}) : builder_.optional(name + " elements", elements);
+  return builder_.rule(name, {{B::byte('['), B::ref(ws_), B::ref(body), B::byte(']')}});
+}
+
+// A bounded repetition is unrolled into one rule per count, so its bounds are capped.
+void JsonGrammar::check_bounds(const std::string& where, const char* keywords, int min, int max) {
+  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: {} {}..{} is empty", where, keywords, min, max);
+  MLA_CHECK(std::max(min, max) <= kMaxBound, "JSON schema at {}: {} above {} is not supported", where, keywords, kMaxBound);
 }
 
 int32_t JsonGrammar::string_rule(const ojson& schema, const std::string& where) {
   if (!schema.contains("minLength") && !schema.contains("maxLength")) return string_;
   const int min = schema.value("minLength", 0), max = schema.value("maxLength", -1);
-  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: minLength/maxLength {}..{} is empty", where, min, max);
+  check_bounds(where, "minLength/maxLength", min, max);
   const int32_t characters = builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
   return builder_.rule(where + " string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
 }
@@ -257,9 +270,13 @@ Grammar json_object_grammar() {
 }
 
 Grammar json_schema_grammar(const ojson& schema) {
-  JsonGrammar json(schema);
-  const int32_t root = json.schema_rule(schema, "#");
-  return std::move(json).build(root);
+  try {
+    JsonGrammar json(schema);
+    const int32_t root = json.schema_rule(schema, "#");
+    return std::move(json).build(root);
+  } catch (const nlohmann::json::exception& e) {  // a keyword's value of the wrong type
+    fail("JSON schema: {}", e.what());
+  }
 }
 
 }  // namespace mlaserve::grammar

@@ -243,9 +243,9 @@ const TokenBitmask& Matcher::allowed_tokens() {
   return *current_mask_;
 }
 
-bool Matcher::accept_bytes(std::string_view bytes) {
-  std::vector<int32_t> tops = tops_, next;
-  bool accepting = accepting_;
+// Takes a state (tops, accepting) past `bytes`; false as soon as no stack accepts one.
+bool Matcher::advance_bytes(std::vector<int32_t>& tops, bool& accepting, std::string_view bytes) {
+  std::vector<int32_t> next;
   for (char c : bytes) {
     next.clear();
     accepting = false;
@@ -253,6 +253,13 @@ bool Matcher::accept_bytes(std::string_view bytes) {
     if (next.empty() && !accepting) return false;
     tops.swap(next);
   }
+  return true;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  std::vector<int32_t> tops = tops_;
+  bool accepting = accepting_;
+  if (!advance_bytes(tops, accepting, bytes)) return false;
   tops_ = std::move(tops);
   accepting_ = accepting;
   current_mask_ = nullptr;
@@ -261,7 +268,7 @@ bool Matcher::accept_bytes(std::string_view bytes) {
 
 size_t Matcher::allowed_prefix(std::span<const int32_t> tokens) {
   const size_t mark = frames_.size();
-  std::vector<int32_t> tops = tops_, next;
+  std::vector<int32_t> tops = tops_;
   bool accepting = accepting_;
   size_t allowed = 0;
   for (int32_t id : tokens) {
@@ -271,15 +278,7 @@ size_t Matcher::allowed_prefix(std::span<const int32_t> tokens) {
       break;  // nothing follows the end of sequence
     }
     const std::string& bytes = vocabulary_->bytes(id);
-    bool alive = !bytes.empty();
-    for (size_t i = 0; alive && i < bytes.size(); ++i) {
-      next.clear();
-      accepting = false;
-      advance(tops, uint8_t(bytes[i]), next, accepting);
-      alive = !next.empty() || accepting;
-      tops.swap(next);
-    }
-    if (!alive) break;
+    if (bytes.empty() || !advance_bytes(tops, accepting, bytes)) break;
     ++allowed;
   }
   frames_.resize(mark);

@@ -92,6 +92,7 @@ class Matcher {
   };
   void start_walk();
   const PathLevel* path_at(size_t depth) const;
+  bool advance_bytes(std::vector<int32_t>& tops, bool& accepting, std::string_view bytes);
   void fill(int32_t node, size_t depth, TokenBitmask& mask);
   std::string signature() const;  // the state's stacks, as a cache key
 

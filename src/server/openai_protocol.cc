@@ -295,13 +295,7 @@ std::vector<int32_t> completion_prompt(const ojson& body, const Tokenizer& token
   if (found == body.end()) throw ApiError(400, "'prompt' is required", "prompt");
   ojson prompt = *found;
   if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
-  if (prompt.is_string()) {
-    std::vector<int32_t> ids;
-    if (tokenizer.add_bos()) ids.push_back(*tokenizer.bos_id());
-    const auto encoded = tokenizer.encode(prompt.get<std::string>());
-    ids.insert(ids.end(), encoded.begin(), encoded.end());
-    return ids;
-  }
+  if (prompt.is_string()) return tokenizer.encode_prompt(prompt.get<std::string>());
   if (prompt.is_array() && std::all_of(prompt.begin(), prompt.end(), [](const ojson& v) { return v.is_number(); }))
     return token_list(prompt, "prompt", vocab_hint);
   throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
@@ -437,11 +431,8 @@ std::vector<int32_t> tokenize_request(const std::string& raw, const RequestConte
   const ojson body = request_object(raw);
   if (body.contains("messages")) return context.tokenizer.encode(rendered_chat(body, tool_definitions(body), context));
   if (!body.contains("prompt") || !body["prompt"].is_string()) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
-  std::vector<int32_t> ids;
-  if (boolean(body, "add_special_tokens", true) && context.tokenizer.add_bos()) ids.push_back(*context.tokenizer.bos_id());
-  const auto encoded = context.tokenizer.encode(body["prompt"].get<std::string>());
-  ids.insert(ids.end(), encoded.begin(), encoded.end());
-  return ids;
+  const std::string text = body["prompt"].get<std::string>();
+  return boolean(body, "add_special_tokens", true) ? context.tokenizer.encode_prompt(text) : context.tokenizer.encode(text);
 }
 
 std::string detokenize_request(const std::string& raw, const RequestContext& context) {
@@ -560,6 +551,14 @@ json ResponseBuilder::tool_calls_json(const std::vector<ToolCallDelta>& calls, b
   return out;
 }
 
+// The final event's counts and reason.
+void ResponseBuilder::record_finish(const StreamEvent& event) {
+  prompt_tokens_ = event.prompt_tokens;
+  completion_tokens_ = event.completion_tokens;
+  cached_tokens_ = event.cached_tokens;
+  finish_reason_ = finish_reason(event);
+}
+
 // A turn that ended on its stop token after calling tools finishes with "tool_calls".
 std::string ResponseBuilder::finish_reason(const StreamEvent& event) const {
   return event.finish_reason == "stop" && !call_ids_.empty() ? "tool_calls" : event.finish_reason;
@@ -576,12 +575,7 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
     sent_role_ = true;
   }
   const ChatDelta delta = chat ? parsed(event) : ChatDelta{};
-  if (event.finished) {
-    prompt_tokens_ = event.prompt_tokens;
-    completion_tokens_ = event.completion_tokens;
-    cached_tokens_ = event.cached_tokens;
-    finish_reason_ = finish_reason(event);
-  }
+  if (event.finished) record_finish(event);
   const bool nothing = chat ? delta.empty() : event.text.empty();
   if (nothing && !event.finished && !request_.logprobs) return chunks;
   json choice = {{"index", index_}, {"finish_reason", event.finished ? json(finish_reason_) : json()}};
@@ -618,12 +612,7 @@ void ResponseBuilder::add(const StreamEvent& event) {
     message_.append(parsed(event));
   else
     text_ += event.text;
-  if (event.finished) {
-    prompt_tokens_ = event.prompt_tokens;
-    completion_tokens_ = event.completion_tokens;
-    cached_tokens_ = event.cached_tokens;
-    finish_reason_ = finish_reason(event);
-  }
+  if (event.finished) record_finish(event);
 }
 
 json ResponseBuilder::choice() const {

@@ -106,6 +106,7 @@ class ResponseBuilder {
   ChatDelta required_calls(const StreamEvent& event);
   nlohmann::json tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const;
   std::string finish_reason(const StreamEvent& event) const;
+  void record_finish(const StreamEvent& event);
   nlohmann::json chunk_base() const;
   nlohmann::json choice() const;
   static nlohmann::json usage(const std::vector<const ResponseBuilder*>& choices);

@@ -246,6 +246,14 @@ void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   for (const auto& [begin, end] : pieces) model_->encode_piece(text.substr(begin, end - begin), out);
 }
 
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, bool parse_special) const {
+  std::vector<int32_t> ids;
+  if (add_bos_ && bos_id_) ids.push_back(*bos_id_);
+  const std::vector<int32_t> encoded = encode(text, parse_special);
+  ids.insert(ids.end(), encoded.begin(), encoded.end());
+  return ids;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view raw_text, bool parse_special) const {
   const std::string text = sanitize_utf8(raw_text);
   std::vector<int32_t> ids;

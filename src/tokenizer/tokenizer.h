@@ -45,6 +45,9 @@ class Tokenizer {
   // Invalid UTF-8 is replaced by U+FFFD first. parse_special: added tokens in the text become
   // their ids (as HF does); otherwise they are encoded as plain text.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // A prompt: encode(), after the BOS token when tokenizer_config.json adds it (HF's
+  // add_special_tokens=True).
+  std::vector<int32_t> encode_prompt(std::string_view text, bool parse_special = true) const;
   // Concatenated bytes of the tokens (may end inside a UTF-8 sequence). Unknown ids are
   // skipped; special tokens too when skip_special.
   std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;

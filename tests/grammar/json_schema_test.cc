@@ -93,6 +93,10 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
       EXPECT_NE(message.find("JSON schema at #"), std::string::npos) << message;
     }
   }
+  // Bounds unrolled past the cap, and keyword values of the wrong type, are errors too.
+  for (const char* schema : {R"({"type": "string", "maxLength": 1000000})", R"({"type": "string", "maxLength": "5"})",
+                             R"({"type": 5})", R"({"properties": 5})"})
+    EXPECT_THROW(json_schema_grammar(ojson::parse(schema)), Error) << schema;
 }
 
 // Each character of JSON's alphabet (as a byte-level BPE vocabulary has every byte), then tokens

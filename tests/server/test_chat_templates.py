@@ -8,18 +8,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_fixture import Server, make_tiny_model  # noqa: E402
+from server_fixture import Checks, Server, make_tiny_model  # noqa: E402
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
-failures = []
-checks = 0
-
-
-def check(label, condition, detail=""):
-    global checks
-    checks += 1
-    if not condition:
-        failures.append(f"{label}: {str(detail)[:400]}")
+check = Checks()
 
 
 def thinking(server):
@@ -75,10 +67,7 @@ def main():
     finally:
         check("server exits 0", server.stop() == 0)
     bad_template(binary, model, work)
-    for failure in failures:
-        print("FAIL", failure)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

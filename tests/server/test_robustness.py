@@ -10,17 +10,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_fixture import Server, make_tiny_model, wait_until  # noqa: E402
+from server_fixture import Checks, Server, make_tiny_model, wait_until  # noqa: E402
 
-failures = []
-checks = 0
-
-
-def check(label, condition, detail=""):
-    global checks
-    checks += 1
-    if not condition:
-        failures.append(f"{label}: {detail}")
+check = Checks()
 
 
 def expect_status(server, label, body, status, needle="", path="/v1/completions", headers=None):
@@ -215,10 +207,7 @@ def main():
                           capture_output=True, text=True, timeout=60)
     check("a KV cache budget past the machine's memory is refused at start-up, by name",
           huge.returncode != 0 and "does not fit" in huge.stderr and "--kv-cache-gb" in huge.stderr, huge.stderr[-300:])
-    for failure in failures:
-        print("FAIL " + failure)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

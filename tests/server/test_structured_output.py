@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_fixture import Server, make_tiny_model  # noqa: E402
+from server_fixture import Checks, Server, make_tiny_model  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -29,15 +29,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
-failures = []
-checks = 0
-
-
-def check(label, condition, detail=""):
-    global checks
-    checks += 1
-    if not condition:
-        failures.append(f"{label}: {str(detail)[:400]}")
+check = Checks()
 
 
 def chat(server, seed, **fields):
@@ -110,10 +102,7 @@ def main():
         other_formats(server)
     finally:
         check("server exits 0", server.stop() == 0)
-    for failure in failures:
-        print("FAIL", failure)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    check.finish()
 
 
 if __name__ == "__main__":
