@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "kernels/four_bit_panels.h"
+#include "kernels/dispatch.h"
 #include "kernels/linear.h"
 #include "kernels/simd.h"
 #include "random_weight.h"
@@ -97,9 +97,8 @@ void BM_BF16Panels(benchmark::State& state) { run_linear(state, WeightFormat::Bf
 // term, decode: each panel streamed; small's routed expert projections at one token;
 // BM_BF16Panels has the exact kernels at those shapes).
 void BM_BF16PanelsTerms(benchmark::State& state) {
-  set_bf16_activation_terms(int(state.range(3)));
+  const ScopedKernelConfig use(host_kernel_config(int(state.range(3))));
   run_linear(state, WeightFormat::Bf16Panels);
-  set_bf16_activation_terms(3);
 }
 void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
 void BM_INT8(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block); }
@@ -107,7 +106,7 @@ void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Grou
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 // INT4 and MXFP4 repacked into 16-row panels, as models load them where the panel kernels run.
 void run_4bit_panels(benchmark::State& state, WeightFormat format) {
-  if (!four_bit_panels_run_here()) return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
+  if (!repacks_4bit_panels(kernel_config())) return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   run_linear(state, format);
 }
 void BM_INT4Panels(benchmark::State& state) { run_4bit_panels(state, WeightFormat::Int4Panels); }
@@ -170,7 +169,7 @@ void BM_FewTokensOneCore(benchmark::State& state) {
   constexpr WeightFormat kFormats[] = {WeightFormat::Bf16Panels, WeightFormat::Int4Group, WeightFormat::Mxfp4,
                                        WeightFormat::Int4Panels, WeightFormat::Mxfp4Panels};
   const WeightFormat format = kFormats[state.range(2)];
-  if (is_4bit_panels(format) && !four_bit_panels_run_here())
+  if (is_4bit_panels(format) && !repacks_4bit_panels(kernel_config()))
     return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   const int64_t rows = state.range(0), cols = 1024, tokens = state.range(1);
   const RandomWeight weight(format, rows, cols);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/mla_decode.h"
 #include "random_weight.h"
 
@@ -66,14 +67,16 @@ struct DecodeInputs {
 void run(benchmark::State& state, MlaDecodeKernel kernel, int64_t queries = 1, int64_t layers = 1) {
   const int64_t heads = state.range(0), context = state.range(1);
   DecodeInputs inputs(heads, context, state.range(2), queries, layers);
-  set_mla_decode_kernel(kernel);
+  KernelConfig config = kernel_config();
+  config.mla_decode = kernel;
+  const ScopedKernelConfig use(config);
   for (int64_t call = 0; auto _ : state) {
     inputs.params.layer = call++ % layers;
     mla_absorbed_attention(inputs.params);
     benchmark::DoNotOptimize(inputs.out.data());
   }
   state.SetItemsProcessed(state.iterations() * heads * context * queries);
-  state.SetLabel(mla_decode_kernel_name(mla_decode_plan(heads, kernel)));
+  state.SetLabel(mla_decode_kernel_name(choose_mla_decode_kernel(heads, config)));
 }
 
 void BM_Padded(benchmark::State& state) { run(state, MlaDecodeKernel::Padded); }
@@ -94,7 +97,6 @@ void BM_ThenProjection(benchmark::State& state) {
   std::vector<std::unique_ptr<bench::RandomWeight>> weights;
   for (int64_t l = 0; l < layers; ++l) weights.push_back(std::make_unique<bench::RandomWeight>(first));
   std::vector<float> x(2048, 0.1f), y(2048);
-  set_mla_decode_kernel(MlaDecodeKernel::Auto);
   using Clock = std::chrono::steady_clock;
   double attention_s = 0, projection_s = 0;
   for (auto _ : state) {
@@ -120,7 +122,6 @@ void BM_ThenProjection(benchmark::State& state) {
 // weights of the layer before; only the calls timed.
 void BM_AfterStream(benchmark::State& state) {
   DecodeInputs inputs(16, 1024, 512, 1, 64);
-  set_mla_decode_kernel(MlaDecodeKernel::Auto);
   const std::vector<float> other(size_t(state.range(0)) << 18, 1.0f);
   std::vector<float> sums(size_t(thread_pool().size()));
   double attention_s = 0;

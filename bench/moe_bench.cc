@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "io/model_config.h"
-#include "kernels/four_bit_panels.h"
+#include "kernels/dispatch.h"
 #include "model/moe.h"
 #include "random_weight.h"
 #include "tools/model_presets.h"
@@ -79,7 +79,7 @@ constexpr WeightFormat kExpertFormats[] = {WeightFormat::Bf16Panels, WeightForma
 void BM_MoeLayer(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   const WeightFormat format = kExpertFormats[state.range(1)];
-  if (is_4bit_panels(format) && !four_bit_panels_run_here())
+  if (is_4bit_panels(format) && !repacks_4bit_panels(kernel_config()))
     return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   static std::map<WeightFormat, std::unique_ptr<MoeLayers>> built;  // each format's layers drawn once
   if (!built[format]) built[format] = std::make_unique<MoeLayers>(format);

@@ -9,9 +9,7 @@
 #include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
-#include "kernels/linear.h"
-#include "kernels/kda.h"
-#include "kernels/mla_decode.h"
+#include "kernels/dispatch.h"
 #include "parallel/mpi_world.h"
 
 int main(int argc, char** argv) {
@@ -40,9 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--kda-chunk", kda_chunk, "KDA prefill chunk size (0: token-by-token recurrence)")->capture_default_str();
   app.parse_complete_callback([&] {
     mlaserve::set_num_threads(threads);
-    mlaserve::set_kda_chunk_size(kda_chunk);
-    mlaserve::set_bf16_activation_terms(bf16_terms);
-    mlaserve::set_mla_decode_kernel(mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()));
+    mlaserve::use_kernel_config(mlaserve::host_kernel_config(
+        bf16_terms, mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()), kda_chunk));
   });
   mlaserve::add_make_model_command(app);
   mlaserve::add_logits_command(app);

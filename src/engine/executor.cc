@@ -10,7 +10,7 @@
 #include "base/thread_pool.h"
 #include "engine/mpi_ranks.h"
 #include "engine/thread_ranks.h"
-#include "kernels/linear.h"
+#include "kernels/dispatch.h"
 #include "parallel/mpi_world.h"
 
 namespace mlaserve {
@@ -70,7 +70,7 @@ RankPlacement place_this_process(NumaMode numa) {
 
 std::unique_ptr<ModelExecutor> create_executor(const CausalLM& model, const ExecutorOptions& options) {
   MLA_CHECK(options.ranks >= 1, "--tp must be at least 1");
-  spdlog::info("kernels: {}", kernel_features());
+  spdlog::info("kernels: {}", kernel_features(kernel_config()));
   if (launched_by_mpi()) return make_mpi_leader_executor(model, options);
   if (options.ranks == 1) return single_rank_executor(model, options);
   return std::make_unique<ThreadRanksExecutor>(model, options);

@@ -6,23 +6,43 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "base/dtype.h"
 #include "base/error.h"
 #include "kernels/amx_tiles.h"
-#include "kernels/linear.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
+namespace {
+
+constexpr int64_t kStepCols = 32;  // columns one tile product consumes
+
+// Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
+bool one_scale_block(const LinearWeight& weight) {
+  return weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
+}
+
+}  // namespace
+
+bool amx_supports(const LinearWeight& weight) {
+  switch (weight.format) {
+    case WeightFormat::Bf16Panels:
+    case WeightFormat::BF16: return true;
+    case WeightFormat::Int8Block:  // a scale a row (channel), or groups of whole steps from a group's start
+      if (weight.block_rows != 1) return false;
+      if (one_scale_block(weight)) return true;
+      return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
+    case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
+    default: return false;
+  }
+}
 
 #ifdef MLA_AMX
 namespace {
 using amx::kTileRows, amx::load_tile_config, amx::NextTilesPrefetch, amx::spread_prefetch, amx::TileConfig;
 
-constexpr int64_t kStepCols = 32;     // columns one tile product consumes
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
 constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once, over a chunk of columns
 constexpr int64_t kChunkTermsBytes = 1536 * 1024;  // a chunk's split activations (L2): 128 tokens x 2048 columns x 3 terms
@@ -87,10 +107,6 @@ int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t 
   return rest_bits == 0 && _mm512_test_epi64_mask(rests, rests) == 0 ? 1 : terms;
 }
 
-// Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
-bool one_scale_block(const LinearWeight& weight) {
-  return weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
-}
 
 // Steps of 32 columns a scale segment spans: FP8 and grouped INT8 a scale block's columns, else
 // (no block scales, or one block) the whole row.
@@ -381,34 +397,17 @@ void amx_configure_tiles() {
 }
 
 bool amx_available() {
-  static const bool granted = [] {
-    const char* setting = std::getenv("MLASERVE_AMX");
-    if (setting && std::strcmp(setting, "0") == 0) return false;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return granted;
 }
 
-bool amx_supports(const LinearWeight& weight) {
-  switch (weight.format) {
-    case WeightFormat::Bf16Panels:
-    case WeightFormat::BF16: return true;
-    case WeightFormat::Int8Block:  // a scale a row (channel), or groups of whole steps from a group's start
-      if (weight.block_rows != 1) return false;
-      if (one_scale_block(weight)) return true;
-      return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
-    case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
-    default: return false;
-  }
-}
-
 void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride) {
+                     int64_t n_tokens, float* y, int64_t y_stride, int activation_terms) {
   MLA_CHECK(amx_available() && amx_supports(weight), "AMX GEMM: needs AMX and a weight amx_supports ({})",
             weight_format_name(weight.format));
   thread_local Buffers buffers;
   const int64_t steps = (weight.cols + kStepCols - 1) / kStepCols;
-  const int activation_terms = bf16_activation_terms();
+  MLA_CHECK(activation_terms >= 1 && activation_terms <= 3, "AMX GEMM: {} bf16 terms (1-3)", activation_terms);
   const int64_t most_steps = chunk_steps(weight, steps, activation_terms);
   amx_configure_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupTokens) {
@@ -430,9 +429,7 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
 
 bool amx_available() { return false; }
 
-bool amx_supports(const LinearWeight&) { return false; }
-
-void linear_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) {
+void linear_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int) {
   fail("AMX GEMM: this build has no AMX (build with -march=native on a Sapphire Rapids or later host)");
 }
 

@@ -4,7 +4,7 @@
 // three bf16 terms by default, x = hi + mid + lo (each the bf16 rounding of what the previous
 // left), which represents every fp32 x exactly (8 + 8 + 8 significand bits), so the products are
 // those of an fp32 GEMM summed in another order (the "bf16x3" of oneDNN and cuBLAS's 3xTF32);
-// set_bf16_activation_terms (linear.h) trades bits of x for tile products.
+// fewer terms (KernelConfig::bf16_activation_terms) trade bits of x for tile products.
 #pragma once
 #include <cstdint>
 
@@ -19,14 +19,9 @@
 namespace mlaserve {
 
 // Whether the AMX kernels can run: built with AMX-BF16 and AMX-INT8 (-march=native on such a
-// host), the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
-// once), and MLASERVE_AMX is not 0.
+// host) and the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM,
+// asked once).
 bool amx_available();
-
-// From this many tokens BF16 panels and FP8 take the AMX kernel where it is available (the
-// 4-bit formats switch to their integer GEMM, AMX or not, at the same count; row-major BF16 and
-// INT8 take it where they would take the packed GEMM).
-constexpr int64_t kAmxMinTokens = 16;
 
 // Whether linear_rows_amx takes this weight: BF16 panels, row-major BF16 (kv_b_proj, a tied LM
 // head, --no-repack), INT8 with a scale a row (strategy channel) or a scale per group of whole
@@ -36,9 +31,10 @@ bool amx_supports(const LinearWeight& weight);
 
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
 // [row_begin, row_end) and t < n_tokens, on the calling thread, W a weight amx_supports. Each
-// token's outputs depend on its own activations only (the same bits in any batch).
+// token's outputs depend on its own activations only (the same bits in any batch). Activations
+// split into activation_terms bf16 terms (3: exact products).
 void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride);
+                     int64_t n_tokens, float* y, int64_t y_stride, int activation_terms = 3);
 
 // The 4-bit formats' integer GEMM (gemm_4bit.h) on AMX-INT8: per 32-column block, 16 tokens'
 // int8 activations times 16 rows' codes as signed int8 (INT4: value; MXFP4: twice the E2M1

@@ -58,8 +58,6 @@ void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t fir
 
 }  // namespace
 
-bool attention_on_bf16_dot() { return bf16_dot_gemm_runs(); }
-
 // Items are (head, tile of 64 queries), head-major: a thread runs a head's tiles in a row, so
 // its keys and values (512 keys of small: 640 KB) stay in its L2 — item order with the head
 // varying fastest had every item read all 16 heads' (10 MB, from L3). Causal work grows with

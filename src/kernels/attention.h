@@ -25,12 +25,11 @@ inline int64_t value_panel_index(int64_t key, int64_t d, int64_t n_keys) {
   return (d / kAttentionPanel * n_keys + key) * kAttentionPanel + d % kAttentionPanel;
 }
 
-// The same panels as bf16 in the Bf16Panels layout (io/linear_weight.h), for the vdpbf16ps
-// GEMM (bf16_dot_gemm.h) where it runs (attention_on_bf16_dot): keys as the rows of a
-// [n_keys, head_dim_qk] weight, values as the rows of [head_dim_v, n_keys] (transposed), each
-// rounded to nearest even; the column past the last (head_dim_qk or n_keys), read when that is
-// odd, zero.
-bool attention_on_bf16_dot();
+// The same panels as bf16 in the Bf16Panels layout (weight.h), for the vdpbf16ps GEMM
+// (bf16_dot_gemm.h) where it runs (prefill_attention_on_bf16_dot, dispatch.h): keys as the rows
+// of a [n_keys, head_dim_qk] weight, values as the rows of [head_dim_v, n_keys] (transposed),
+// each rounded to nearest even; the column past the last (head_dim_qk or n_keys), read when
+// that is odd, zero.
 inline int64_t key_pair_panels_words(int64_t n_keys, int64_t head_dim_qk) {
   return round_up_to_panel(n_keys) / kAttentionPanel * bf16_panel_words(head_dim_qk);
 }

@@ -9,9 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "kernels/amx_gemm.h"
 #include "kernels/bf16_panel_decode.h"
-#include "kernels/linear.h"
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
 
@@ -24,8 +22,7 @@ namespace {
 // tile's activations rounded and packed once per piece (192 tokens x 128 column pairs x 4
 // bytes = 96 KB, L2); then four stored panels at a time (64 rows; 32 KB of the piece, L1)
 // against blocks of up to 6 tokens, whose 4 x 6 sums stay in registers: a column pair's step
-// loads four panel vectors and broadcasts each token's pair word, 24 vdpbf16ps for 10 loads
-// (2 panels x 12 tokens took 14: linear_bench at 48-512 tokens, 3 alternated runs, ~8% slower).
+// loads four panel vectors and broadcasts each token's pair word, 24 vdpbf16ps for 10 loads.
 constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kTileTokens = 192;
 constexpr int kBlockTokens = 6;
@@ -123,6 +120,8 @@ using BlockKernel = void (*)(const uint32_t*, const uint16_t*, int64_t, int64_t,
 
 // The most tokens a block takes in stream_few_tokens: two panels' 2 x 12 sums in registers.
 constexpr int kStreamBlockTokens = 12;
+// The most tokens stream_few_tokens takes (two blocks); more run as the GEMM's tiles.
+constexpr int64_t kStreamMostTokens = 15;
 using BlockKernels = std::array<BlockKernel, kStreamBlockTokens>;  // [tokens - 1]
 
 template <int kPanels, bool kStream, size_t... kCounts>
@@ -145,8 +144,7 @@ constexpr BlockKernels kStreamKernels[kMostPanels] = {
 // panels at a time, 7-12 two (24 chains either way; 13-15 two blocks), the panels one from each
 // of as many equal parts of the range (memory streams that run on from panel to panel, as
 // bf16_panel_decode.h's kernels read them), prefetched ahead from two tokens on (one token's
-// loop runs with the hardware prefetchers alone: linear_bench 5632 x 2048, 75-80 GB/s without
-// the software prefetches, 55-66 with; 3 tokens of 512 x 1024 took 25-28 without, 55-59 with).
+// loop runs faster with the hardware prefetchers alone; docs/kernels.md).
 // dot_block's chains and piece order are the GEMM's, so a token gets the same bits here as in
 // a GEMM block. x is rounded and packed once, piece after piece.
 void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin, int64_t row_end,
@@ -161,7 +159,7 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
                words.data() + piece * piece_words);
   const BlockKernels* kernels = n_tokens == 1 ? kKernels : kStreamKernels;
   constexpr int64_t kSumsStride = kMostPanels * kPanelRows;
-  alignas(64) float sums[kAmxMinTokens * kSumsStride];  // [token][panel of the group][row]
+  alignas(64) float sums[kStreamMostTokens * kSumsStride];  // [token][panel of the group][row]
   // Panels first_panel + i * step for i < count, against every token.
   const auto run_group = [&](int64_t first_panel, int64_t step, int count) {
     for (int64_t piece = 0; piece < pieces; ++piece) {
@@ -194,7 +192,7 @@ void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t c
   struct alignas(64) Pairs {
     uint32_t words[kTileTokens * kPairsPerToken];
   };
-  if (n_tokens < kAmxMinTokens)
+  if (n_tokens <= kStreamMostTokens)
     return stream_few_tokens(stored, panel_words, cols, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   thread_local std::unique_ptr<Pairs> buffer = std::make_unique<Pairs>();
   for (int64_t tile = 0; tile < n_tokens; tile += kTileTokens) {
@@ -238,7 +236,5 @@ void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
   bf16_dot_stored_rows(static_cast<const uint16_t*>(weight.data), bf16_panel_words(weight.cols), weight.cols, row_begin,
                        row_end, x, x_stride, n_tokens, y, y_stride);
 }
-
-bool bf16_dot_gemm_runs() { return bf16_dot_gemm_built() && !amx_available() && bf16_activation_terms() == 1; }
 
 }  // namespace mlaserve

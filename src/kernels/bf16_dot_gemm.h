@@ -3,8 +3,8 @@
 // twice the fp32 FMA's 16 on those cores (a GEMM's loop nest from 16 tokens, each panel
 // streamed over its depth below: decode). The activations are rounded to bf16
 // (--bf16-terms 1, as llama.cpp's BF16 path does). A second bf16 term (16 of x's 24 significand
-// bits) doubles the dots and ran no faster than the exact fp32 GEMM (packed_gemm.h; Zen 5, 5632
-// x 2048 at 128 tokens: 358 GFLOP/s both), so --bf16-terms 2 and 3 keep that one.
+// bits) doubles the dots and runs no faster than the exact fp32 GEMM (packed_gemm.h), so
+// --bf16-terms 2 and 3 keep that one.
 #pragma once
 #include <cstdint>
 
@@ -14,9 +14,6 @@ namespace mlaserve {
 
 // Whether bf16_dot_panel_rows is built (AVX512_BF16 in the build's -march).
 bool bf16_dot_gemm_built();
-
-// Whether BF16 panels of 2+ tokens run here: built, no AMX to take them, --bf16-terms 1.
-bool bf16_dot_gemm_runs();
 
 // y[t * y_stride + (r - row_begin)] = sum_c bf16(x[t * x_stride + c]) * W[r, c] for r in
 // [row_begin, row_end) and t < n_tokens, on the calling thread, W a Bf16Panels weight and bf16()

@@ -9,8 +9,8 @@
 
 namespace mlaserve {
 
-// The most tokens bf16_panel_few_token_rows takes: with AVX-512 up to 15 (below AMX's 16,
-// kAmxMinTokens), with AVX2 up to 3; none without.
+// The most tokens bf16_panel_few_token_rows takes: with AVX-512 up to 15, with AVX2 up to 3;
+// none without.
 #if defined(__AVX512F__)
 constexpr int64_t kBf16PanelFewTokens = 15;
 #elif defined(__AVX2__) && defined(__FMA__)

@@ -6,9 +6,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "kernels/amx_gemm.h"
 #include "kernels/four_bit_steps.h"
-#include "kernels/gemm_4bit.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -21,7 +19,7 @@ using namespace four_bit_steps;
 // A unit is the kFourBitStepRows rows one register of int32 lanes covers: a whole stored panel
 // with AVX-512, half of one (32 bytes of each 64-byte line) with AVX2.
 constexpr int kUnitRows = kFourBitStepRows;
-constexpr int kMaxTokens = 8;         // tokens in one few-token call (decode: one sequence or a batch)
+constexpr int kMaxTokens = kFourBitPanelMaxTokens;
 constexpr int kMaxUnits = 4;          // units streamed at once
 constexpr int64_t kChunkBlocks = 32;  // gemm_4bit.cc's chunks: the same sums added in the same order
 constexpr int64_t kBlockCodeBytes = 16 * kFourBitPanelRows;
@@ -229,7 +227,7 @@ void few_token_rows(const PanelWeight& weight, int64_t row_begin, int64_t row_en
 
 }  // namespace
 
-bool four_bit_panels_run_here() { return !amx_available(); }
+bool four_bit_panels_built() { return true; }
 
 void four_bit_panel_steps(const LinearWeight& weight, int64_t first_row, int64_t first_block, int64_t n_blocks,
                           uint8_t (*steps)[8][4 * kFourBitStepRows], float (*scales)[kFourBitStepRows]) {
@@ -244,19 +242,17 @@ void four_bit_panel_steps(const LinearWeight& weight, int64_t first_row, int64_t
   }
 }
 
-// More tokens: the integer GEMM (gemm_4bit.h), its steps split from the stored words
-// (four_bit_panel_steps) rather than regrouped from rows.
 void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                          int64_t n_tokens, float* y, int64_t y_stride) {
   MLA_CHECK(is_4bit_panels(weight.format), "four_bit_panel_rows: a {} weight", weight_format_name(weight.format));
   const PanelWeight panels(weight);
-  if (n_tokens <= kMaxTokens) return few_token_rows(panels, row_begin, row_end, x, n_tokens, y, y_stride);
-  gemm_4bit_q8_rows(weight, row_begin, row_end, x, n_tokens, y, y_stride);
+  MLA_CHECK(n_tokens <= kMaxTokens, "four_bit_panel_rows: {} tokens, at most {}", n_tokens, kMaxTokens);
+  few_token_rows(panels, row_begin, row_end, x, n_tokens, y, y_stride);
 }
 
 #else
 
-bool four_bit_panels_run_here() { return false; }
+bool four_bit_panels_built() { return false; }
 
 void four_bit_panel_rows(const LinearWeight& weight, int64_t, int64_t, const Q8Buffer&, int64_t, float*, int64_t) {
   MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (-march=native on a host that has them)",

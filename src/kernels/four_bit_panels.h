@@ -11,9 +11,12 @@
 
 namespace mlaserve {
 
-// Whether models repack their 4-bit weights into panels on this host: built with AVX-512
-// VNNI or with AVX2 and FMA, and no AMX tiles in use (their 4-bit GEMM reads row-major rows).
-bool four_bit_panels_run_here();
+// Whether the panel kernels are built: AVX-512 VNNI, or AVX2 and FMA.
+bool four_bit_panels_built();
+
+// The most tokens four_bit_panel_rows takes (decode: one sequence or a small batch); more run
+// as the integer GEMM (gemm_4bit.h), which reads these panels too.
+inline constexpr int64_t kFourBitPanelMaxTokens = 8;
 
 // Rows in one step of the integer GEMM on this build: a register of int32 lanes, 16 with
 // AVX-512 VNNI (a whole panel), 8 with AVX2 (half of one).
@@ -24,7 +27,7 @@ inline constexpr int kFourBitStepRows = 8;
 #endif
 
 // y[t * y_stride + r - row_begin] = W[r] . x_t for rows [row_begin, row_end) and the n_tokens
-// tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the integer
+// (at most kFourBitPanelMaxTokens) tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the integer
 // GEMM's steps in its order — per block an exact int32 sum, then fma(fma(sum, x_scale,
 // -offset * x_scale * sum(q)), w_scale, acc) over chunks of 32 blocks, the chunks added in
 // turn — so a token gets the same bits alone, in any batch, and as gemm_4bit_q8_rows gives it

@@ -1,7 +1,6 @@
 #include "kernels/kda.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -119,16 +118,6 @@ void kda_chunked(float* state, const float* q, const float* k, const float* v, c
               beta_stride, dim, out + t * stride);
   }
 }
-
-namespace {
-std::atomic<int64_t> chunk_tokens{64};
-}  // namespace
-
-void set_kda_chunk_size(int64_t tokens) {
-  MLA_CHECK(tokens >= 0, "--kda-chunk must be 0 (recurrent prefill) or a chunk size, got {}", tokens);
-  chunk_tokens = tokens;
-}
-int64_t kda_chunk_size() { return chunk_tokens; }
 
 void l2_normalize(float* x, int64_t n, float scale) {
   double sum = 0;

@@ -21,11 +21,6 @@ void kda_recurrent_step(float* state, const float* q, const float* k, const floa
 void kda_chunked(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta,
                  int64_t n_tokens, int64_t stride, int64_t beta_stride, int64_t dim, int64_t chunk, float* out);
 
-// Process-wide prefill choice (--kda-chunk): runs of at least 16 tokens use the chunked form in
-// chunks of this many tokens; 0 runs the recurrence everywhere. Default 64.
-void set_kda_chunk_size(int64_t tokens);
-int64_t kda_chunk_size();
-
 // x / sqrt(sum x^2 + 1e-6) * scale, in place (fla's l2norm, eps 1e-6).
 void l2_normalize(float* x, int64_t n, float scale);
 

@@ -1,7 +1,6 @@
 #include "kernels/mla_decode.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -27,8 +26,6 @@ using mla_tiles::Bf16Tiles;
 #ifdef MLA_AMX
 using mla_tiles::AmxTiles;
 #endif
-
-std::atomic<MlaDecodeKernel> chosen_kernel{MlaDecodeKernel::Auto};
 
 // One block of B heads of one query over positions [begin, end): running max, sum of
 // exp(score - max) and the unnormalised sum of exp(score - max) * c, per head.
@@ -177,7 +174,7 @@ void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partia
 // sequence with 16 heads is one item) and cost a dispatch each, 1.3 ms of a 23 ms step of mini
 // at batch 8.
 template <int B>
-void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
+void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx) {
   const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();
   // Reused: the decode path allocates nothing. Named through references, which the pool's
   // lambda captures: a thread_local named inside it would be the worker's own (empty) one.
@@ -198,7 +195,7 @@ void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange
   // The tile kernel, alike for every sequence of the step (one shape, one cache dtype).
   [[maybe_unused]] const bool bf16_products = mla_blocked_bf16_products(batch[0]);  // false without AVX512_BF16
 #ifdef MLA_AMX
-  const bool amx_tiles = B == 16 && AmxTiles::supports(batch[0]);
+  const bool amx_tiles = B == 16 && amx && AmxTiles::supports(batch[0]);
 #endif
   const auto run_parts = [&](const BlockedItem* first, Partial<B>* parts, int count, ReadNextPrefetch& prefetch) {
 #ifdef MLA_AMX
@@ -232,9 +229,62 @@ void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange
   merge_parts<B>(items, partials, rank);
 }
 
-// Padded: the queries of n_heads heads with zero heads appended up to a supported count; a
-// zero query scores 0 everywhere and its output is dropped.
-void padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
+}  // namespace
+
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
+  switch (kernel) {
+    case MlaDecodeKernel::Auto: return "auto";
+    case MlaDecodeKernel::Blocked: return "blocked";
+    case MlaDecodeKernel::Padded: return "padded";
+    case MlaDecodeKernel::Generic: return "generic";
+  }
+  return "?";
+}
+
+MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
+  for (auto kernel : {MlaDecodeKernel::Auto, MlaDecodeKernel::Padded, MlaDecodeKernel::Generic})
+    if (std::strcmp(name, mla_decode_kernel_name(kernel)) == 0) return kernel;
+  fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
+}
+
+bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
+
+int64_t mla_padded_heads(int64_t n_heads) {
+  for (int64_t heads : {4, 8, 16})
+    if (n_heads <= heads) return heads;
+  return (n_heads + 15) / 16 * 16;
+}
+
+bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
+#if defined(__AVX512BF16__)
+  return params.cache.dtype == CacheDType::BF16 && params.kv_lora_rank % 16 == 0 && params.qk_rope_head_dim % 2 == 0;
+#else
+  return false;
+#endif
+}
+
+bool mla_amx_tiles_take(const MlaAbsorbedParams& params) {
+#ifdef MLA_AMX
+  return AmxTiles::supports(params);
+#else
+  (void)params;
+  return false;
+#endif
+}
+
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx) {
+  if (batch.empty()) return;
+  const int64_t n_heads = batch[0].n_heads;
+  MLA_CHECK(mla_blocked_supports(n_heads), "the blocked MLA kernel does not support {} heads", n_heads);
+  MLA_CHECK(read_next.size() <= ReadNextPrefetch::kMostRanges, "{} ranges to prefetch after MLA decode, at most {}",
+            read_next.size(), ReadNextPrefetch::kMostRanges);
+  if (n_heads == 4) return blocked<4>(batch, read_next, amx);
+  if (n_heads == 8) return blocked<8>(batch, read_next, amx);
+  blocked<16>(batch, read_next, amx);
+}
+
+void mla_absorbed_padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx) {
+  if (batch.empty()) return;
   const int64_t n_heads = batch[0].n_heads, heads = mla_padded_heads(n_heads), rank = batch[0].kv_lora_rank;
   const int64_t rope = batch[0].qk_rope_head_dim;
   int64_t n_queries = 0;
@@ -258,7 +308,7 @@ void padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange>
     p.n_heads = heads;
     first += p.n_queries;
   }
-  mla_absorbed_blocked(wide, read_next);
+  mla_absorbed_blocked(wide, read_next, amx);
   for (int64_t first = 0; const auto& p : batch) {
     for (int64_t query = 0; query < p.n_queries; ++query)
       std::memcpy(p.out_latent + query * n_heads * rank, out.data() + (first + query) * heads * rank,
@@ -266,99 +316,6 @@ void padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange>
     first += p.n_queries;
   }
 }
-
-}  // namespace
-
-const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
-  switch (kernel) {
-    case MlaDecodeKernel::Auto: return "auto";
-    case MlaDecodeKernel::Blocked: return "blocked";
-    case MlaDecodeKernel::Padded: return "padded";
-    case MlaDecodeKernel::Generic: return "generic";
-  }
-  return "?";
-}
-
-MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
-  for (auto kernel : {MlaDecodeKernel::Auto, MlaDecodeKernel::Padded, MlaDecodeKernel::Generic})
-    if (std::strcmp(name, mla_decode_kernel_name(kernel)) == 0) return kernel;
-  fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
-}
-
-void set_mla_decode_kernel(MlaDecodeKernel kernel) { chosen_kernel = kernel; }
-MlaDecodeKernel mla_decode_kernel() { return chosen_kernel; }
-
-bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
-
-int64_t mla_padded_heads(int64_t n_heads) {
-  for (int64_t heads : {4, 8, 16})
-    if (n_heads <= heads) return heads;
-  return (n_heads + 15) / 16 * 16;
-}
-
-// Cost model, per cached row, in units of one head's dot products over it (~1 row of compute):
-// generic reads the row twice per head (score, then accumulate) and computes each head once;
-// padded reads it once per block of 16 and computes every padded head. Streaming a row from
-// beyond L1 costs about as much as one head's compute on it (576 bf16 values; measured in
-// docs/benchmarks.md), so generic costs 3 per head and padded 1 per padded head plus 1 per
-// block: 12 heads -> 36 vs 17 (padded); only 1 head (4 padded: 5 vs 3) runs generic.
-MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice) {
-  if (mla_blocked_supports(n_heads)) return MlaDecodeKernel::Blocked;
-  if (choice == MlaDecodeKernel::Padded || choice == MlaDecodeKernel::Generic) return choice;
-  const int64_t padded_heads = mla_padded_heads(n_heads);
-  const int64_t padded_cost = padded_heads + (padded_heads + 15) / 16, generic_cost = 3 * n_heads;
-  return padded_cost <= generic_cost ? MlaDecodeKernel::Padded : MlaDecodeKernel::Generic;
-}
-
-void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
-  if (batch.empty()) return;
-  switch (mla_decode_plan(batch[0].n_heads, mla_decode_kernel())) {
-    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch, read_next);
-    case MlaDecodeKernel::Padded: return padded(batch, read_next);
-    default:
-      for (const auto& params : batch) mla_absorbed_generic(params);
-  }
-}
-
-void mla_absorbed_attention(const MlaAbsorbedParams& params) { mla_absorbed_attention(std::span(&params, 1)); }
-
-bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
-#if defined(__AVX512BF16__)
-  return params.cache.dtype == CacheDType::BF16 && params.kv_lora_rank % 16 == 0 && params.qk_rope_head_dim % 2 == 0;
-#else
-  return false;
-#endif
-}
-
-bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rope_head_dim, CacheDType cache_dtype) {
-#ifdef MLA_AMX
-  const MlaDecodeKernel plan = mla_decode_plan(n_heads, mla_decode_kernel());
-  const int64_t heads = plan == MlaDecodeKernel::Blocked  ? n_heads
-                        : plan == MlaDecodeKernel::Padded ? mla_padded_heads(n_heads)
-                                                          : 0;
-  MlaAbsorbedParams params;
-  params.cache.dtype = cache_dtype;
-  params.kv_lora_rank = kv_lora_rank;
-  params.qk_rope_head_dim = qk_rope_head_dim;
-  return heads > 0 && heads % 16 == 0 && AmxTiles::supports(params);
-#else
-  (void)n_heads, (void)kv_lora_rank, (void)qk_rope_head_dim, (void)cache_dtype;
-  return false;
-#endif
-}
-
-void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
-  if (batch.empty()) return;
-  const int64_t n_heads = batch[0].n_heads;
-  MLA_CHECK(mla_blocked_supports(n_heads), "the blocked MLA kernel does not support {} heads", n_heads);
-  MLA_CHECK(read_next.size() <= ReadNextPrefetch::kMostRanges, "{} ranges to prefetch after MLA decode, at most {}",
-            read_next.size(), ReadNextPrefetch::kMostRanges);
-  if (n_heads == 4) return blocked<4>(batch, read_next);
-  if (n_heads == 8) return blocked<8>(batch, read_next);
-  blocked<16>(batch, read_next);
-}
-
-void mla_absorbed_blocked(const MlaAbsorbedParams& params) { mla_absorbed_blocked(std::span(&params, 1)); }
 
 void mla_absorbed_generic(const MlaAbsorbedParams& params) {
   const int64_t rank = params.kv_lora_rank, rope = params.qk_rope_head_dim;

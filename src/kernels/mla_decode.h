@@ -6,7 +6,7 @@
 // (blocks of 4, 8 or 16 heads) that reads each cached row once per block and keeps the
 // block's softmax online (flash-decoding, positions split over the threads). Other head
 // counts (12 per rank is Kimi K3 at TP 8) are either padded with zero queries to the next
-// supported count and sliced back, or run generic; the dispatcher's cost model chooses.
+// supported count and sliced back, or run generic; choose_mla_decode_kernel (dispatch.h) picks.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -34,29 +34,20 @@ enum class MlaDecodeKernel { Auto, Blocked, Padded, Generic };
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel);
 MlaDecodeKernel mla_decode_kernel_from_name(const char* name);  // auto | padded | generic; throws
 
-// Process-wide choice for head counts the blocked kernel does not support natively (set from
-// --mla-kernel; Auto by default). Native counts always run blocked.
-void set_mla_decode_kernel(MlaDecodeKernel kernel);
-MlaDecodeKernel mla_decode_kernel();
-
 // True for 4, 8, 16 and multiples of 16. mla_padded_heads: the next such count.
 bool mla_blocked_supports(int64_t n_heads);
 int64_t mla_padded_heads(int64_t n_heads);
-// What the dispatcher runs for n_heads under `choice` (Blocked, Padded or Generic).
-MlaDecodeKernel mla_decode_plan(int64_t n_heads, MlaDecodeKernel choice);
-
-// Whether the absorbed attention of n_heads heads over such a cache runs on the AMX tile unit
-// (blocks of 16 heads, native or padded, over a bf16 cache, on an AMX host), where its products
-// cost far less than on the vector units (the prefill's form choice weighs that).
-bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rope_head_dim, CacheDType cache_dtype);
+// Whether a block of 16 heads with these params can run on the AMX tile unit: built with AMX,
+// the blocked kernel's bf16 products, a key width of whole 32-value steps.
+bool mla_amx_tiles_take(const MlaAbsorbedParams& params);
 
 // True when the blocked kernel multiplies in bf16 for these params: a bf16 cache on a host
 // with AVX512_BF16 (rank a multiple of 16, even rope width). Queries and softmax weights are
 // then rounded to bf16 (relative error up to 2^-9 a product); otherwise every product is fp32.
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
 
-// The sequences of a decode step together (one kv_lora_rank and head count), dispatched as
-// above: the blocked kernel splits every sequence's work over the threads in one pass; the
+// The sequences of a decode step together (one kv_lora_rank and head count), on the kernel
+// choose_mla_decode_kernel picks (implemented in dispatch.cc): the blocked kernel splits every sequence's work over the threads in one pass; the
 // generic one runs them in turn. `read_next`: at most two byte ranges the caller reads next
 // (the weights after the attention), each read by its threads in equal parts in order; where
 // the blocked kernel computes in fp32 each thread prefetches its parts, a line every few
@@ -65,8 +56,9 @@ bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
 void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next = {});
 void mla_absorbed_attention(const MlaAbsorbedParams& params);
 void mla_absorbed_generic(const MlaAbsorbedParams& params);
-void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch,  // n_heads must be supported
-                          std::span<const ByteRange> read_next = {});
-void mla_absorbed_blocked(const MlaAbsorbedParams& params);
+// The blocked kernel (n_heads supported), blocks of 16 heads on the AMX tiles where `amx` and
+// mla_amx_tiles_take; the padded one runs it on zero queries appended up to mla_padded_heads.
+void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx);
+void mla_absorbed_padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx);
 
 }  // namespace mlaserve

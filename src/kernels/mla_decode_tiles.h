@@ -332,7 +332,7 @@ class AmxTiles : public Bf16Tiles<16> {
   AmxTiles& operator=(const AmxTiles&) = delete;
 
   static bool supports(const MlaAbsorbedParams& p) {
-    return amx_available() && mla_blocked_bf16_products(p) && (p.kv_lora_rank + p.qk_rope_head_dim) % 32 == 0;
+    return mla_blocked_bf16_products(p) && (p.kv_lora_rank + p.qk_rope_head_dim) % 32 == 0;
   }
 
   void score(int64_t first, int64_t n, float scores[16][kTile]) {

@@ -7,10 +7,7 @@
 #include <memory>
 
 #include "base/dtype.h"
-#include "kernels/amx_gemm.h"
-#include "kernels/bf16_dot_gemm.h"
-#include "kernels/bf16_panel_decode.h"
-#include "kernels/linear.h"
+#include "kernels/dequantize.h"
 #include "kernels/simd.h"
 
 namespace mlaserve {
@@ -465,9 +462,7 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
 }  // namespace
 
 bool packed_gemm_supports(const LinearWeight& weight) {
-  // FP8 and INT8 panels are dequantised through an fp32 row buffer. FP8 5632 x 2048 at 128 / 512
-  // tokens, AVX-512, MLASERVE_AMX=0: 251-263 / 254-277 GFLOP/s against 153-156 / 81-89 for the
-  // 4 x 3 dot blocks over dequantised rows.
+  // FP8 and INT8 panels are dequantised through an fp32 row buffer.
   if (weight.format == WeightFormat::Int4Group) return kDepth % weight.group_size == 0;
   return true;
 }
@@ -516,14 +511,6 @@ void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, in
 
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
-  if (n_tokens > 1 && bf16_dot_gemm_runs())
-    return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens <= kBf16PanelFewTokens)
-    return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens >= kAmxMinTokens && amx_available())
-    return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-  if (n_tokens >= kAmxMinTokens && bf16_dot_gemm_runs())
-    return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
   const auto piece = [&](int64_t panel, int64_t k0) { return stored + panel * panel_words + k0 * kPanelRows; };
@@ -541,8 +528,7 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
       const int64_t first = panel * kPanelRows;
       // Prefetched while this piece runs: the next panel's piece, or after the rows' last panel
       // the first one's next piece (this piece again after the last). The stored panels are
-      // 64 KB apart at 2048 columns: without it the first block of tokens waited on memory (8
-      // tokens, 5632 x 2048, AVX2 on Zen 2: 2.1-2.6 ms, 1.6-1.7 with it).
+      // 64 KB apart at 2048 columns: without it the first block of tokens waits on memory.
       const uint16_t* next = (panel + 1) * kPanelRows < row_end ? piece(panel + 1, k0)
                              : k0 + depth < cols                ? piece(first_panel, k0 + depth)
                                                                 : piece(panel, k0);

@@ -21,10 +21,7 @@ void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row
                       int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
 // The same for a Bf16Panels weight (any number of tokens): the stored panels feed the kernel
-// directly, widened in registers; up to kBf16PanelFewTokens tokens stream each panel once
-// (bf16_panel_decode.h). Where bf16_dot_gemm_runs() (--bf16-terms 1, no AMX), two or more tokens
-// take bf16_dot_panel_rows instead (one token, memory-bound, gains nothing from the bf16 dots:
-// docs/kernels.md, "Few tokens on vdpbf16ps").
+// directly, widened in registers.
 void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 

@@ -92,6 +92,8 @@ struct LinearWeight {
   int64_t stored_cols = 0;
   int64_t row_offset = 0, col_offset = 0;
 
+  // Absolute position of (row, 0) of this view in its stored matrix, in elements.
+  int64_t element_offset(int64_t row) const { return (row_offset + row) * stored_cols + col_offset; }
   size_t bytes() const;  // bytes of this view, scales included
   // The stored bytes the kernels read for this view: its rows of the data and of the scales
   // (whole stored rows for a column view, whose rows' pages the kernels touch anyway).

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/dequantize.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/simd.h"

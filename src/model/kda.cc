@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/kda.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
@@ -86,9 +87,8 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
     short_conv_silu(v.data() + first * width, width, seq.n_tokens, width, weights.v_conv1d, shape.conv_kernel,
                     conv_windows + 2 * history * width);
     float* recurrent = seq.state + 3 * history * width;  // [H, K, V]
-    // Prefill runs (16 tokens or more) in the chunked form, decode in the recurrent form.
-    const int64_t chunk = kda_chunk_size();
-    const bool chunked = chunk > 0 && seq.n_tokens >= 16;
+    const int64_t chunk = kda_chunk_tokens(seq.n_tokens, kernel_config());
+    const bool chunked = chunk > 0;
     // Heads are independent: each worker runs whole heads through every token in order.
     thread_pool().parallel_for(heads, [&](int64_t begin, int64_t end, int) {
       for (int64_t h = begin; h < end; ++h) {

@@ -10,8 +10,9 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
-#include "kernels/mla_decode.h"
+#include "kernels/dispatch.h"
 #include "kernels/linear.h"
+#include "kernels/mla_decode.h"
 #include "kernels/norm.h"
 
 namespace mlaserve {
@@ -202,7 +203,7 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
   CausalAttentionParams params;
   thread_local std::vector<float> k_buffer, v_buffer;  // [H] key / value panels (attention.h)
   thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
-  if (attention_on_bf16_dot())
+  if (prefill_attention_on_bf16_dot(kernel_config()))
     lay_out_heads<Bf16Pairs>(shape, kv.data(), k_pe.data(), n_keys, k_pairs_buffer, v_pairs_buffer, params);
   else
     lay_out_heads<Fp32Panels>(shape, kv.data(), k_pe.data(), n_keys, k_buffer, v_buffer, params);
@@ -319,8 +320,9 @@ const char* mla_path_name(MlaPath path) {
 MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position, CacheDType cache_dtype) {
   if (n_tokens <= 1) return MlaPath::Absorbed;
   const PrefillCosts& cost =
-      mla_absorbed_on_tiles(shape.n_heads, shape.kv_lora_rank, shape.qk_rope_head_dim, cache_dtype) ? kOnTiles
-                                                                                                    : kOnVectors;
+      mla_absorbed_on_tiles(shape.n_heads, shape.kv_lora_rank, shape.qk_rope_head_dim, cache_dtype, kernel_config())
+          ? kOnTiles
+          : kOnVectors;
   const double tokens = double(n_tokens), keys = double(start_position + n_tokens);
   const double pairs = tokens * (double(start_position) + (tokens + 1) / 2);  // causal (query, key) pairs
   const double heads = double(shape.n_heads);

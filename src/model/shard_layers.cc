@@ -4,7 +4,7 @@
 
 #include "base/error.h"
 #include "base/numa.h"
-#include "kernels/four_bit_panels.h"
+#include "kernels/dispatch.h"
 
 namespace mlaserve {
 namespace {
@@ -31,7 +31,7 @@ MlpWeights mlp_copied_if_asked(MlpWeights mlp, const ShardContext& context) {
 LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context) {
   if (!context.spec.copy_weights) return weight;
   if (weight.format == WeightFormat::BF16) return repack_bf16_panels(weight, context.storage, context.source);
-  if (four_bit_panels_run_here()) {
+  if (repacks_4bit_panels(kernel_config())) {
     const LinearWeight panels = repack_4bit_panels(weight, context.storage, context.source);
     if (is_4bit_panels(panels.format)) return panels;
   }
@@ -47,7 +47,7 @@ void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double 
   const size_t bytes = copies.bytes();
   if (bytes == 0) return;
   const char* how = !spec.copy_weights          ? "column slices"
-                    : four_bit_panels_run_here() ? "BF16, INT4 and MXFP4 in panels, other formats as stored"
+                    : repacks_4bit_panels(kernel_config()) ? "BF16, INT4 and MXFP4 in panels, other formats as stored"
                                                  : "BF16 panels, other formats as stored";
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
                double(bytes) / 1e9, how, seconds);

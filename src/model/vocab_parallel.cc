@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/dequantize.h"
 #include "kernels/linear.h"
 
 namespace mlaserve {

@@ -369,16 +369,11 @@ TEST_F(AmxGemm, FewerTermsSumTheActivationsFirstTerms) {
       const LinearWeight* weights[] = {&w.packed, &w.row_major};
       for (const LinearWeight* weight : weights) {
         std::vector<float> y(size_t(tokens * rows));
-        set_bf16_activation_terms(terms);
-        linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, y.data(), rows);
-        set_bf16_activation_terms(3);
+        linear_rows_amx(*weight, 0, rows, x.data(), cols, tokens, y.data(), rows, terms);
         EXPECT_TRUE(testing::relative_close(y, want, 1e-6))
             << terms << " terms, " << weight_format_name(weight->format) << ", " << cols << " columns";
       }
     }
-  EXPECT_THROW(set_bf16_activation_terms(4), Error);
-  EXPECT_THROW(set_bf16_activation_terms(0), Error);
-  EXPECT_EQ(bf16_activation_terms(), 3);
 }
 
 // The 4-bit GEMM on AMX-INT8 against the AVX integer GEMM, which forms the same exact integer

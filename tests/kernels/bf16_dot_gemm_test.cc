@@ -12,7 +12,7 @@
 
 #include "base/dtype.h"
 #include "io/linear_weight.h"
-#include "kernels/amx_gemm.h"
+#include "kernels/dispatch.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"
 #include "test_util.h"
@@ -100,7 +100,6 @@ TEST_F(Bf16DotGemm, AnyBatchGivesTheSameBits) {
 // keep the exact fp32 kernels (the bits of the default), few tokens and many; one token keeps
 // them at every term count.
 TEST_F(Bf16DotGemm, LinearRowsTakesItForOneTermOnly) {
-  if (amx_available()) GTEST_SKIP() << "AMX takes these GEMMs here";
   const int64_t rows = 40, cols = 160;
   const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, 71);
   WeightCopies storage;
@@ -109,9 +108,11 @@ TEST_F(Bf16DotGemm, LinearRowsTakesItForOneTermOnly) {
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(72 + tokens));
     auto run = [&](int terms) {
       std::vector<float> y(size_t(tokens * rows));
-      set_bf16_activation_terms(terms);
+      KernelConfig config = kernel_config();
+      config.amx = false;
+      config.bf16_activation_terms = terms;
+      const ScopedKernelConfig use(config);
       linear(packed, x.data(), tokens, y.data());
-      set_bf16_activation_terms(3);
       return y;
     };
     std::vector<float> dot(size_t(tokens * rows));

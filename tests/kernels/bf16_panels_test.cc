@@ -9,7 +9,8 @@
 
 #include "base/error.h"
 #include "io/linear_weight.h"
-#include "kernels/amx_gemm.h"
+#include "kernels/dispatch.h"
+#include "kernels/dequantize.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"
 #include "test_util.h"
@@ -96,7 +97,7 @@ TEST(LinearBf16Panels, OddColumnsReadNoActivationPastTheRow) {
 // blocks of 4-8 for 4-15 tokens with AVX-512; GEMM blocks of 4-6 tokens, a second tile) sums a
 // (row, token) in the same order: a token's outputs are the same
 // bits alone and in any batch, as the engine's continuous batching relies on. On an AMX host
-// batches from kAmxMinTokens run the AMX kernel, which sums in its own order: the same bits
+// batches of 16+ tokens run the AMX kernel, which sums in its own order: the same bits
 // in any such batch (AmxGemm.AnyBatchGivesTheSameBits), within fp32 rounding of the rest.
 TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
   const int64_t rows = 83, cols = 613;  // 6 panels (a quad, a pair, leftovers); 3 column pieces
@@ -111,7 +112,7 @@ TEST(LinearBf16Panels, AnyTokenCountGivesTheSingleTokenBits) {
     for (int64_t n : {int64_t(0), tokens / 2, tokens - 1}) {
       linear(packed, x.data() + n * cols, 1, alone.data());
       const std::vector<float> in_batch(y.begin() + n * rows, y.begin() + (n + 1) * rows);
-      if (tokens >= kAmxMinTokens && amx_available()) {
+      if (choose_linear_kernel(packed, tokens, kernel_config()) == LinearKernel::AmxTiles) {
         EXPECT_TRUE(testing::relative_close(in_batch, alone, 1e-6)) << tokens << " tokens, token " << n;
       } else {
         EXPECT_EQ(in_batch, alone) << tokens << " tokens, token " << n;

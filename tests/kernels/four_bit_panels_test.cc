@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "io/linear_weight.h"
 #include "kernels/gemm_4bit.h"
+#include "kernels/dequantize.h"
 #include "kernels/linear.h"
 #include "linear_test_weights.h"
 #include "test_util.h"
@@ -80,7 +81,7 @@ TEST(FourBitPanels, RepacksViewsAndLeavesOtherGroupsAlone) {
 // ending inside panels gives those rows' bits (on AVX2 it starts at a panel's second half, so
 // the kernels' pairs of halves straddle panels).
 TEST(FourBitPanels, EveryTokenCountGivesTheIntegerGemmsBits) {
-  if (!four_bit_panels_run_here()) GTEST_SKIP() << "4-bit panels need AVX2 or AVX-512 VNNI, and no AMX";
+  if (!four_bit_panels_built()) GTEST_SKIP() << "4-bit panels need AVX2 or AVX-512 VNNI";
   const int64_t rows = 37, cols = 2080, most = 150, range_begin = 13, range_end = 35, range_rows = range_end - range_begin;
   for (const auto& [format, group] : kFormats) {
     const std::string name = name_of(format, group);
@@ -112,7 +113,7 @@ TEST(FourBitPanels, EveryTokenCountGivesTheIntegerGemmsBits) {
 // 0.5 * 2^128 is the largest finite weight) everywhere, x all equal (q = 127), sized so the
 // sums stay finite; against the float64 reference.
 TEST(FourBitPanels, ExtremeScalesAndLargestCodes) {
-  if (!four_bit_panels_run_here()) GTEST_SKIP() << "4-bit panels need AVX2 or AVX-512 VNNI, and no AMX";
+  if (!four_bit_panels_built()) GTEST_SKIP() << "4-bit panels need AVX2 or AVX-512 VNNI";
   const int64_t rows = 16, cols = 320, tokens = 3;
   for (const auto& [format, group] : kFormats) {
     for (const auto& [first_exponent, x_size] : {std::pair{0, 1.0f}, {240, std::ldexp(1.0f, -40)}}) {

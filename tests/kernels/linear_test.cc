@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "io/linear_weight.h"
 #include "kernels/block_scaled_dot.h"
+#include "kernels/dequantize.h"
 #include "linear_test_weights.h"
 #include "test_util.h"
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/linear_weight.h"
+#include "kernels/dequantize.h"
 
 namespace mlaserve::testing {
 

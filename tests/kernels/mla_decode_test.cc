@@ -15,11 +15,19 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/mla_decode_tiles.h"
 #include "test_util.h"
 
 namespace mlaserve {
 namespace {
+
+// The process's kernel config with another choice for head counts not native to the blocked kernel.
+KernelConfig with_mla_decode(MlaDecodeKernel choice) {
+  KernelConfig config = kernel_config();
+  config.mla_decode = choice;
+  return config;
+}
 
 // A cached row of 96 values: a multiple of 32, so 16 heads over a bf16 cache take the AMX tiles
 // on AMX hosts (tiles crossing cache blocks of 16 positions, and partial ones, included).
@@ -106,15 +114,14 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
     EXPECT_TRUE(testing::relative_close(got, want, 1e-5)) << "generic, " << label;
     for (MlaDecodeKernel choice : {MlaDecodeKernel::Padded, MlaDecodeKernel::Generic, MlaDecodeKernel::Auto}) {
       std::fill(got.begin(), got.end(), NAN);
-      set_mla_decode_kernel(choice);
+      const ScopedKernelConfig use(with_mla_decode(choice));
       mla_absorbed_attention(f.params);
       // bf16 products round each query and softmax weight once (unit roundoff 2^-9 ~ 2e-3):
       // measured 1.8e-3 - 2.4e-3 of the largest output here, so 5 roundoffs.
-      const bool bf16 = mla_decode_plan(c.n_heads, choice) != MlaDecodeKernel::Generic &&
+      const bool bf16 = choose_mla_decode_kernel(c.n_heads, with_mla_decode(choice)) != MlaDecodeKernel::Generic &&
                         mla_blocked_bf16_products(f.params);
       EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5)) << mla_decode_kernel_name(choice) << ", " << label;
     }
-    set_mla_decode_kernel(MlaDecodeKernel::Auto);
   }
 }
 
@@ -129,7 +136,7 @@ TEST(MlaDecode, PartsOfSeveralHeadBlocksMergeIntoEachBlock) {
     std::vector<float> got(want.size(), NAN);
     f.params.out_latent = got.data();
     mla_absorbed_attention(f.params);
-    const bool bf16 = mla_decode_plan(c.n_heads, MlaDecodeKernel::Auto) != MlaDecodeKernel::Generic &&
+    const bool bf16 = choose_mla_decode_kernel(c.n_heads, with_mla_decode(MlaDecodeKernel::Auto)) != MlaDecodeKernel::Generic &&
                       mla_blocked_bf16_products(f.params);
     EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5)) << "heads " << c.n_heads;
   }
@@ -156,16 +163,15 @@ TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
           batch.push_back(fixtures[s].params);
           batch.back().out_latent = got[s].data();
         }
-        set_mla_decode_kernel(choice);
+        const ScopedKernelConfig use(with_mla_decode(choice));
         mla_absorbed_attention(batch);
-        const bool bf16 = mla_decode_plan(n_heads, choice) != MlaDecodeKernel::Generic &&
+        const bool bf16 = choose_mla_decode_kernel(n_heads, with_mla_decode(choice)) != MlaDecodeKernel::Generic &&
                           mla_blocked_bf16_products(batch[0]);
         for (size_t s = 0; s < fixtures.size(); ++s)
           EXPECT_TRUE(testing::relative_close(got[s], want[s], bf16 ? 1e-2 : 1e-5))
               << mla_decode_kernel_name(choice) << ", heads " << n_heads << ", sequence " << s << ", "
               << (dtype == CacheDType::BF16 ? "bf16" : "fp32");
       }
-      set_mla_decode_kernel(MlaDecodeKernel::Auto);
     }
 }
 
@@ -264,10 +270,10 @@ TEST(MlaDecode, DispatcherPadsToTheNextSupportedBlock) {
   EXPECT_EQ(mla_padded_heads(12), 16);
   EXPECT_EQ(mla_padded_heads(3), 4);
   EXPECT_EQ(mla_padded_heads(17), 32);
-  EXPECT_EQ(mla_decode_plan(16, MlaDecodeKernel::Generic), MlaDecodeKernel::Blocked);  // native
-  EXPECT_EQ(mla_decode_plan(12, MlaDecodeKernel::Generic), MlaDecodeKernel::Generic);
-  EXPECT_EQ(mla_decode_plan(12, MlaDecodeKernel::Auto), MlaDecodeKernel::Padded);
-  EXPECT_EQ(mla_decode_plan(1, MlaDecodeKernel::Auto), MlaDecodeKernel::Generic);
+  EXPECT_EQ(choose_mla_decode_kernel(16, with_mla_decode(MlaDecodeKernel::Generic)), MlaDecodeKernel::Blocked);  // native
+  EXPECT_EQ(choose_mla_decode_kernel(12, with_mla_decode(MlaDecodeKernel::Generic)), MlaDecodeKernel::Generic);
+  EXPECT_EQ(choose_mla_decode_kernel(12, with_mla_decode(MlaDecodeKernel::Auto)), MlaDecodeKernel::Padded);
+  EXPECT_EQ(choose_mla_decode_kernel(1, with_mla_decode(MlaDecodeKernel::Auto)), MlaDecodeKernel::Generic);
   EXPECT_THROW(mla_decode_kernel_from_name("fast"), Error);
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 
+#include "kernels/dispatch.h"
 #include "kernels/mla_decode.h"
 #include "model/causal_lm.h"
 #include "engine/thread_ranks.h"
@@ -123,10 +124,11 @@ TEST(DecodeAllocations, NoneWithPaddedOrGenericHeads) {
   config["num_attention_heads"] = config["num_key_value_heads"] = 6;
   testing::write_model(dir.path(), config, StorageDType::BF16, 8);
   auto model = load_causal_lm(dir.path());
-  const MlaDecodeKernel chosen = mla_decode_kernel();
   for (MlaDecodeKernel kernel : {MlaDecodeKernel::Padded, MlaDecodeKernel::Generic}) {
-    set_mla_decode_kernel(kernel);
-    ASSERT_EQ(mla_decode_plan(6, kernel), kernel);
+    KernelConfig kernels = kernel_config();
+    kernels.mla_decode = kernel;
+    const ScopedKernelConfig use(kernels);
+    ASSERT_EQ(choose_mla_decode_kernel(6, kernels), kernel);
     const auto forward = [&](std::span<const ForwardSequence> sequences, float* logits) {
       model->forward(sequences, logits);
     };
@@ -134,7 +136,6 @@ TEST(DecodeAllocations, NoneWithPaddedOrGenericHeads) {
       EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
           << mla_decode_kernel_name(kernel) << ", batch " << batch;
   }
-  set_mla_decode_kernel(chosen);
 }
 
 // The same through two thread ranks, each with its own caches (the engine's pools).

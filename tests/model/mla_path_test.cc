@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/attention.h"
+#include "kernels/dispatch.h"
 #include "kernels/linear.h"
 #include "kernels/mla_decode.h"
 #include "model/deepseek_v3.h"
@@ -42,13 +43,13 @@ TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
     }
 }
 
-// Without the tile unit a (query, position) pair of the latent kernel costs far more: mini's
-// 256 tokens after 2048 ran 452.6 ms expanded, 680.9 absorbed with MLASERVE_AMX=0, and 437.4
-// against 358.5 on AMX tiles.
+// Without the tile unit a (query, position) pair of the latent kernel costs far more, so a long
+// chunk over a long cache stays expanded; on the tiles it runs absorbed (docs/kernels.md).
 TEST(MlaPrefillPath, LongChunksStayExpandedOffTheTiles) {
   EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::F32), MlaPath::Expanded);
   EXPECT_EQ(mla_prefill_path(kMini, 128, 512, CacheDType::F32), MlaPath::Expanded);
-  if (mla_absorbed_on_tiles(kMini.n_heads, kMini.kv_lora_rank, kMini.qk_rope_head_dim, CacheDType::BF16))
+  if (mla_absorbed_on_tiles(kMini.n_heads, kMini.kv_lora_rank, kMini.qk_rope_head_dim, CacheDType::BF16,
+                            kernel_config()))
     EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::BF16), MlaPath::Absorbed);
   else
     EXPECT_EQ(mla_prefill_path(kMini, 256, 2048, CacheDType::BF16), MlaPath::Expanded);
@@ -116,18 +117,17 @@ TEST(MlaPrefillPath, AutoRunsTheChosenForm) {
   }
 }
 
-// With --bf16-terms 1 on a host without AMX the expanded prefill's attention runs on bf16
+// With --bf16-terms 1 and no AMX the expanded prefill's attention runs on bf16
 // panels (queries, keys, values and probabilities rounded to bf16; an f32 model, so nothing
 // else is rounded): its logits stay within bf16 rounding of the absorbed form's fp32 attention
 // over an f32 cache (1e-3 to 2e-3 here; a rope key or a value feature packed from the wrong
 // slot exceeds 1e-2).
 TEST(MlaPrefillPath, ExpandedOnBf16PanelsAgreesWithAbsorbed) {
-  set_bf16_activation_terms(1);
-  const bool on_bf16 = attention_on_bf16_dot();
-  if (!on_bf16) {
-    set_bf16_activation_terms(3);
-    GTEST_SKIP() << "the attention runs on bf16 panels only with AVX512_BF16 and no AMX";
-  }
+  KernelConfig kernels = kernel_config();
+  kernels.amx = false;
+  kernels.bf16_activation_terms = 1;
+  if (!prefill_attention_on_bf16_dot(kernels)) GTEST_SKIP() << "the attention runs on bf16 panels only with AVX512_BF16";
+  const ScopedKernelConfig use(kernels);
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("tiny"), StorageDType::F32, 9);
   auto model = load_causal_lm(dir.path());
@@ -140,7 +140,6 @@ TEST(MlaPrefillPath, ExpandedOnBf16PanelsAgreesWithAbsorbed) {
     logits.emplace_back(tokens.size() * size_t(config.vocab_size));
     model->forward(tokens, 0, cache.view(), true, logits.back().data(), path);
   }
-  set_bf16_activation_terms(3);
   EXPECT_TRUE(testing::relative_close(logits[0], logits[1], 1e-2));
   EXPECT_FALSE(testing::relative_close(logits[0], logits[1], 1e-6)) << "the expanded form did not round to bf16";
 }

@@ -12,10 +12,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "kernels/amx_gemm.h"
-#include "kernels/bf16_dot_gemm.h"
-#include "kernels/linear.h"
-#include "kernels/mla_decode.h"
+#include "kernels/dispatch.h"
 #include "model/moe.h"
 #include "tools/bench/machine.h"
 #include "tools/plan/model_spec.h"
@@ -330,12 +327,12 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
           {"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
           {"active_params", spec.active_params}, {"threads", thread_pool().size()},
           {"ranks", executor.ranks()}, {"prompt", options.prompt},
-          {"mla_decode_kernel", mla_decode_kernel_name(mla_decode_plan(config.num_attention_heads / executor.ranks(),
-                                                                       mla_decode_kernel()))},
+          {"mla_decode_kernel", mla_decode_kernel_name(choose_mla_decode_kernel(
+                                    config.num_attention_heads / executor.ranks(), kernel_config()))},
           {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
           {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
-          {"amx", amx_available()}, {"bf16_terms", bf16_activation_terms()},
-          {"bf16_dot_gemm", bf16_dot_gemm_runs()}, {"mla_prefill", mla_path_name(prefill_form)},
+          {"amx", kernel_config().amx}, {"bf16_terms", kernel_config().bf16_activation_terms},
+          {"bf16_dot_gemm", prefill_attention_on_bf16_dot(kernel_config())}, {"mla_prefill", mla_path_name(prefill_form)},
           {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
           {"prefill_runs", runs.prefill}, {"decode_runs", runs.decode}, {"decode_batch_runs", runs.decode_batch},
           {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes.per_token},
