@@ -10,8 +10,8 @@
 namespace mlaserve {
 namespace {
 
-// About half a millisecond of spinning before a worker sleeps (a pause takes ~28 ns on this
-// project's Zen 4 VMs): longer than the gap between the kernels of a decode step, far shorter
+// About half a millisecond of spinning before a worker sleeps (a pause takes tens of ns on
+// Zen cores): longer than the gap between the kernels of a decode step, far shorter
 // than the gap between requests.
 constexpr int kSpinIterations = 20000;
 

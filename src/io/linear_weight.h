@@ -18,9 +18,8 @@ namespace mlaserve {
 // The bytes a model copies out of the checkpoint at load (compacted column slices, repacked
 // panels), in blocks aligned to 2 MB and asked for transparent huge pages: fewer faults at load,
 // and decode streams them without a TLB miss every 4 KB. Copies under 2 MB (an expert's
-// matrix) are packed one after another into shared 32 MB blocks: malloc'd one by one they sat
-// on 4 KB pages, and mini's routed experts read at ~17 GB/s where its huge-page LM head read
-// at ~30. Not zeroed: whoever fills a copy touches its pages first, so for the repacking the
+// matrix) are packed one after another into shared 32 MB blocks: malloc'd one by one they
+// would sit on 4 KB pages and read markedly slower. Not zeroed: whoever fills a copy touches its pages first, so for the repacking the
 // pool's threads fault them in (and the kernel clears them) in parallel. With NUMA nodes
 // (`--numa`: the rank's), each block's pages are placed on them before anything touches them.
 class WeightCopies {
@@ -54,9 +53,8 @@ LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
 
 // The view's own bytes (and scales) copied into `storage` whether or not they are contiguous,
 // the stored rows' pages of `source` released: what a rank does with its non-BF16 weights at
-// load, so that decode streams them from huge pages rather than the mapping's 4 KB pages
-// (small INT4 decode 24 -> 32 tok/s). Panels, and FP8 views not aligned to the scale blocks,
-// are returned unchanged.
+// load, so that decode streams them from huge pages rather than the mapping's 4 KB pages.
+// Panels, and FP8 views not aligned to the scale blocks, are returned unchanged.
 LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source = nullptr);
 
 // A BF16 weight (or view) copied into the Bf16Panels layout, in a buffer appended to `storage`,

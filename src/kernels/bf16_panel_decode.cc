@@ -147,8 +147,8 @@ void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row
 
 // y[t * y_stride + r - row_begin] = W[r] . x_t for kTokens tokens of a Bf16Panels weight, each
 // panel read once: the range's panels kSpread at a time, one from each of kSpread equal parts
-// (kSpread memory streams: on this VM one stream read ~22 GB/s, four ~29, BF16 5632 x 2048 at
-// one token), the leftovers one at a time. Fewer tokens than a GEMM block: the block kernel
+// (kSpread memory streams in flight where one stream leaves memory idle), the leftovers one at
+// a time. Fewer tokens than a GEMM block: the block kernel
 // would read one stream, with too few accumulator chains (2 tokens ran at half rate). Dots is
 // YmmDots or ZmmDots.
 template <class Dots, int kTokens, int kSpread>

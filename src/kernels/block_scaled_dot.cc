@@ -263,9 +263,8 @@ void dot_rows_of(const uint8_t* const codes[], const float* const scales[], int6
 
 // n_tokens in groups of up to kGroupTokens (balanced: 7 as 3 + 4), each group's codes widened
 // again (from L1: the rows' codes were read by the first). Widening FP8 rows once into a
-// buffer for all the groups instead ran slower with 128-column scale blocks (8 tokens of
-// 5632 x 2048: 6.7-6.9 GB/s against 7.6): each block's few chunks did not repay its widening
-// pass, stores and per-group starts.
+// buffer for all the groups instead runs slower with 128-column scale blocks: each block's few
+// chunks do not repay its widening pass, stores and per-group starts.
 template <ByteCode kCode>
 void dot_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
               int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n, float* out) {

@@ -20,9 +20,11 @@
 namespace mlaserve {
 namespace {
 
-// Token counts where linear layers change kernel (docs/kernels.md gives the measurements):
+// Token counts where linear layers change kernel (docs/kernels.md describes the kernels;
+// linear_bench measures both sides of each):
 // - the tile unit takes BF16 panels, FP8 and INT8 from 16 tokens, row-major BF16 where the
-//   packed GEMM would;
+//   packed GEMM would: below 16 every kernel gives a token the same bits alone and in a batch,
+//   and the tiles sum in their own order;
 constexpr int64_t kAmxMinTokens = 16;
 // - the packed GEMM takes BF16 and F32 rows from 64 (the 4 x 3 dot blocks are as fast below),
 //   FP8 and INT8 from 16 (just past their fused dots);
@@ -156,7 +158,7 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
 // Cost model, per cached row, in units of one head's dot products over it (~1 row of compute):
 // generic reads the row twice per head (score, then accumulate) and computes each head once;
 // padded reads it once per block of 16 and computes every padded head. Streaming a row from
-// beyond L1 costs about as much as one head's compute on it (576 bf16 values; docs/kernels.md),
+// beyond L1 costs about as much as one head's compute on it (576 bf16 values; mla_decode_bench),
 // so generic costs 3 per head and padded 1 per padded head plus 1 per block: 12 heads -> 36 vs
 // 17 (padded); only 1 head (4 padded: 5 vs 3) runs generic.
 MlaDecodeKernel choose_mla_decode_kernel(int64_t n_heads, const KernelConfig& config) {

@@ -127,7 +127,7 @@ constexpr const PanelChunk* kChunkKernels[3][2] = {
 // cache). AVX-512: 4 streams for 1-2 tokens, 2 for 3-4, all tokens in one call. AVX2: a panel's
 // two halves together (they share its lines), 2 streams for 1-2 tokens, 4 tokens a call; with
 // 16 ymm, 8 units and tokens of sums and accumulators spill, yet measured faster than fewer
-// streams (docs/kernels.md, "4-bit panels on AVX2").
+// streams (docs/kernels.md, "4-bit panels").
 struct FewTokenPlan {
   int streams, group, tokens_per_call;
 };

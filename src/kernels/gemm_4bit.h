@@ -2,8 +2,7 @@
 // integer GEMM: the tokens' activations quantized to int8 per block of 32 (Q8Buffer, the same
 // values the decode dots meet) and multiplied by the weights' codes (as unsigned integers,
 // quant_dot.h) with vpdpbusd, 16 rows a register (AVX2: vpmaddubsw, 8 rows), instead of
-// decoding the weights to fp32 for FMAs. Measured in docs/kernels.md ("4-bit prefill as an
-// integer GEMM", "The integer GEMM on VNNI").
+// decoding the weights to fp32 for FMAs (docs/kernels.md, "The integer GEMM").
 #pragma once
 #include <cstdint>
 

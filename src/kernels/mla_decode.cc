@@ -170,9 +170,8 @@ void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partia
 }
 
 // Every sequence's items of a decode step (plan_items) in one parallel pass, the threads taking
-// contiguous shares of their cost: one pass a sequence left the other thread idle (a decoding
-// sequence with 16 heads is one item) and cost a dispatch each, 1.3 ms of a 23 ms step of mini
-// at batch 8.
+// contiguous shares of their cost: one pass a sequence would leave threads idle (a decoding
+// sequence with 16 heads is one item) and cost a dispatch each.
 template <int B>
 void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx) {
   const int64_t rank = batch[0].kv_lora_rank, threads = thread_pool().size();

@@ -28,8 +28,7 @@ inline const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float*
 
 // Scores of a tile first, so a new maximum rescales once per tile. Without AVX-512 the fp32
 // kernels widen a bf16 cache's tile into a buffer, 192 rows of 512 + 64 values 442 KB, most of
-// a Zen 2 core's 512 KB L2; 96 rows ran 16 heads over 1024 positions 6% faster there
-// (mla_decode_bench BM_Padded/16/1024/512: 331-338 -> 311-316 us; 2% at rank 256).
+// a Zen 2 core's 512 KB L2, so they take tiles of 96 rows.
 #if defined(__AVX512F__)
 inline constexpr int64_t kTile = 192;
 #else
@@ -76,8 +75,8 @@ class ReadNextPrefetch {
 
 // The cached rows of the next tile, prefetched while the current tile computes: without it a
 // tile's rows arrive from memory at the start of its scores while the core waits, and memory
-// idles through the tile's products (16 heads over 1024 positions from memory: 362 against
-// 305 us from cache, mla_decode_bench BM_FromMemory). The prefetches are spread through the
+// idles through the tile's products (mla_decode_bench BM_FromMemory against BM_Auto). The
+// prefetches are spread through the
 // products, a few lines between columns: issued a row group at a time they filled the core's
 // miss buffers and stalled it as long as the reads had. Each step also prefetches a line of
 // the caller's next reads (ReadNextPrefetch). Default-constructed: nothing.

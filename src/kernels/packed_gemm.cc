@@ -18,8 +18,8 @@ namespace {
 // panels of kPanelRows weight rows decoded to fp32 and transposed to [depth][16] (16 KB, L1);
 // then blocks of up to 6 tokens, whose 6 x 16 outputs stay in 12 registers for the whole piece.
 // Each step of the inner loop loads 2 weight vectors and broadcasts 6 activations for 12
-// FMAs; nothing in it widens or decodes. Measured on one Zen 4 core with L1-resident panels:
-// 6 x 16 reaches the FMA peak (98.9 of 98.9 GFLOP/s), 4 x 24 90, 3 x 32 and 2 x 48 spill.
+// FMAs; nothing in it widens or decodes. With L1-resident panels 6 x 16 reaches the FMA peak;
+// 4 x 24 falls short, 3 x 32 and 2 x 48 spill.
 constexpr int64_t kDepth = kPackedGemmDepth;
 constexpr int64_t kTileTokens = 192;
 constexpr int kBlockTokens = 6;
@@ -218,8 +218,7 @@ void pack_panel(const LinearWeight& weight, int64_t row, int64_t n_rows, int64_t
 // The panel source of block_kernel: an fp32 panel [depth][16] (decoded per call), a column at
 // a time, or a stored Bf16Panels panel widened in registers a column pair at a time (a shift
 // gives column k, a mask column k + 1, for 8 rows: one more vector operation a column beside
-// the 12 FMAs; two measured free on one Zen 4 core, 94 vs 95 GFLOP/s for the 6 x 16 block
-// with L1-resident panels).
+// the 12 FMAs, which the block absorbs).
 struct Fp32Panel {
   const float* panel;
   static constexpr int kColumns = 1;
@@ -255,8 +254,7 @@ struct Bf16Panel {
 // Two stored Bf16Panels panels side by side (32 rows; the second at panel + panel_stride):
 // with AVX-512 the packed GEMM runs them together, a panel's column pair one load widened into
 // a vector of 16 rows for each column, so kTokens tokens keep 2 x kTokens FMA chains (a panel
-// alone gave 6, too few to cover the FMA latency: 238 vs 196 GFLOP/s for the AVX2 kernel's 12
-// at 128 tokens).
+// alone gives 6, too few to cover the FMA latency).
 struct Bf16PanelPair {
   const uint16_t* panel;
   int64_t panel_stride;
@@ -326,8 +324,8 @@ void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t dep
 }
 
 // Two decoded fp32 panels ([depth][16] each) run together, as Bf16PanelPair: a column is one
-// vector of 16 rows from each, 2 x kTokens FMA chains (one 16-row panel, 8-wide, ran at half
-// the vector width: F32 attention scores 123 GFLOP/s).
+// vector of 16 rows from each, 2 x kTokens FMA chains (one 16-row panel, 8-wide, would run at
+// half the vector width).
 struct Fp32PanelPair {
   const float* first;
   const float* second;

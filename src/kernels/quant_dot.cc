@@ -59,9 +59,7 @@ struct Int4BlockScales {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   // Blocks block..block + 3 at once (the VNNI step's scale_quad; block + 3 is in the row): the
   // four BF16 loaded as one 8-byte word, one word permute moving each into the high halves of
-  // its 4 lanes, the low halves zeroed (its fp32 bits). Two operations where two pairs and an
-  // insert took 9, 6 of them shuffles (one token, 768 x 2048 from L2 on one core: 34.4 -> 37.0
-  // GB/s).
+  // its 4 lanes, the low halves zeroed (its fp32 bits): two operations.
   __m512 quad(int row, int64_t block) const {
     const __m128i four = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w_scales[row] + block));
     const __m512i word_of_lane = _mm512_set_epi16(3, 0, 3, 0, 3, 0, 3, 0, 2, 0, 2, 0, 2, 0, 2, 0,
@@ -109,9 +107,8 @@ struct Mxfp4Scales {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   // Blocks block..block + 3 computed, not looked up: each exponent byte spread over its 4
   // lanes, 2^(e - 128) built as fp32 bits (exponent field e - 1 for e >= 2; e = 1 and 0 are the
-  // subnormals 2^-127 and 2^-128, bits 22 and 21). Eight operations where two pairs of table
-  // lookups and broadcasts took about twenty (one token, 768 x 2048 from L2 on one core: 24.1 ->
-  // 33.9 GB/s).
+  // subnormals 2^-127 and 2^-128, bits 22 and 21): eight operations, where table lookups and
+  // broadcasts take about twenty.
   __m512 quad(int row, int64_t block) const {
     int32_t four;
     std::memcpy(&four, e8m0[row] + block, 4);
@@ -159,8 +156,7 @@ int64_t dot_4bit_q8_vnni(const uint8_t* const bytes[kRows], const uint8_t* table
       kLookup ? _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
   const __m512 minus_offset = _mm512_set1_ps(-float(offset));
   int64_t block = 0;
-  // Two steps a loop: one token's INT4 dots, 768 x 2048 from L2 on one core, 37 -> 49 GB/s
-  // (4 steps: 48); each sum still takes its steps in order.
+  // Two steps a loop (faster than one or four); each sum still takes its steps in order.
 #pragma GCC unroll 2
   for (; block + 4 <= blocks; block += 4) {
     __m512i q_even[kTokens], q_odd[kTokens];

@@ -5,7 +5,7 @@
 // of 32 columns (llama.cpp's Q8_0 idea): one scale amax/127 per block, values round-half-even
 // of x * 127/amax. Integer products (vpmaddubsw) then replace the nibble -> float expansion,
 // which ran at a third of the rate memory could feed it. The error this adds is that of
-// rounding x to 8 bits: about 0.5% of a dot product's size (docs/kernels.md). Single tokens
+// rounding x to 8 bits: about 0.5% of a dot product's size (docs/correctness.md). Single tokens
 // and batches of up to 15 use the same quantized dot and get the same bits from it; larger
 // batches meet the same int8 values in an integer GEMM (gemm_4bit.h).
 #pragma once

@@ -8,12 +8,10 @@
 
 namespace mlaserve::simd {
 
-// Weight streams are also prefetched this far ahead by the one-token kernels. Four streams a
-// thread keep too few lines in flight for the hardware prefetchers of a Xeon VM: one token of
-// 5632 x 2048 from memory, two threads, read 23.7 -> 28.4 GB/s (INT4), 30.1 -> 33.0 (BF16
-// panels) and 24.5 -> 28.8 (row-major BF16) with prefetches 2 KB ahead (1 KB: 28.5 and 32.5
-// for the first two; 512 B: 27 and 32). A stream's rows or panels follow each other in
-// memory, so a prefetch past one's end fetches the next read.
+// Weight streams are also prefetched this far ahead by the one-token kernels: with four streams
+// a thread the hardware prefetchers keep too few lines in flight, and 2 KB ahead read faster
+// than 1 KB or 512 B. A stream's rows or panels follow each other in memory, so a prefetch past
+// one's end fetches the next read.
 constexpr int64_t kStreamPrefetchBytes = 2048;
 
 inline void prefetch_stream(const void* position) {
@@ -422,8 +420,7 @@ inline void rows_times_panel(const float* const rows[kRows], const float* panel,
 }
 
 // out[i] = bf16(x[i]) as fp32. A plain loop: GCC vectorises it 16 values a step with
-// unpacks, which measured faster than 8 at a time through vpmovzxwd (1.5 vs 2.4 ms for the
-// generic MLA decode kernel at 1024 positions, which widens every cached row per head).
+// unpacks, which measured faster than 8 at a time through vpmovzxwd.
 inline void widen_bf16(const uint16_t* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = uint32_t(x[i]) << 16;

@@ -127,8 +127,7 @@ void lock_weights(const CausalLM& model);
 // Puts a fresh latent-cache pool's pages on a rank's NUMA nodes (place_memory; `--numa`; where
 // the system refuses, a warning naming the nodes, and the pages go where first touched), then
 // faults them all in (fault_in_pages), as llama.cpp clears its KV buffer at start: the whole
-// budget is committed at start-up, and no decode step pays a page fault for a new position
-// (~3 us a 1152-byte latent row of mini on this project's VMs).
+// budget is committed at start-up, and no decode step pays a page fault for a new position.
 void place_cache_pool(void* pool, size_t bytes, const std::vector<int>& numa_nodes);
 
 // Reads DIR/config.json and the memory-mapped safetensors checkpoint of any supported family;

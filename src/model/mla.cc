@@ -29,7 +29,7 @@ constexpr int64_t kTokensPerTask = 16;
 
 // mla_prefill_path's cost model, in the time of one multiply-add of the expansion (kv_b_proj
 // over a cached latent, its loading and the per-head key/value panels included), fitted to
-// bench-model's prefill of T tokens after P cached ones in either form (docs/kernels.md).
+// bench-model's prefill of T tokens after P cached ones in either form (docs/performance.md).
 // absorption: a new token's cost in the absorbed form (W_UK / W_UV and its per-query work) per
 // multiply-add of one position's expansion; expanded_pair / latent_pair: a (query, key) pair's
 // per multiply-add over H (qk + v) expanded, H (2 kv_lora_rank + rope) in the latent cache.

@@ -36,11 +36,10 @@ struct ExpertJob {
 
 // Pass 1 splits the jobs' gate/up rows by cost, not by count. A row costs reading it plus its
 // tokens' products. Reading is counted in bytes, since a decode step is memory-bound and
-// formats differ 4x in bytes a row: costed alike, small INT4's BF16 shared expert and six INT4
-// routed experts left one thread 63% of the bytes (the MoE layers took 12.6 ms of a 28.5 ms
-// token; 11.5 ms split by bytes). Products are counted as a third of a byte per column and
-// token: BF16 5632 x 2048 took 875 us for 1 token and 1700 us for 8, so a 4096-byte row reads
-// in about the time of 6 tokens' products over its 2048 columns.
+// formats differ 4x in bytes a row (costed alike, a BF16 shared expert beside INT4 routed
+// experts leaves one thread most of the bytes). Products are counted as a third of a byte per
+// column and token: a 4096-byte BF16 row reads in about the time of 6 tokens' products over its
+// 2048 columns (linear_bench at 1 and 8 tokens).
 int64_t row_cost(const ExpertJob& job) {
   const LinearWeight& gate = job.mlp->gate_proj;
   const int64_t row_bytes = 2 * int64_t(gate.bytes()) / gate.rows;  // gate and up

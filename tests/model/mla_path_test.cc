@@ -30,7 +30,7 @@ TEST(MlaPrefillPath, OneTokenIsAbsorbedAndAFreshPromptExpanded) {
     }
 }
 
-// bench-model on this project's machines (docs/kernels.md): 4 or 16 tokens after 2048 cached
+// bench-model on this project's machines (docs/performance.md): 4 or 16 tokens after 2048 cached
 // ran 2.4-5.7x faster absorbed, 512 tokens after 512 cached 16-21% faster expanded.
 TEST(MlaPrefillPath, ShortChunksAfterLongPrefixesAreAbsorbed) {
   for (const MlaShape& shape : {kDeepseekV3Rank, kMini})
