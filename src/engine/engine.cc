@@ -33,14 +33,16 @@ struct Engine::Request {
   std::shared_ptr<RequestHandle> handle;
   RequestSampler sampler;
   TextStreamer streamer;
-  std::string held_text;  // decoded text not yet sent: a possible stop-string prefix
+  StopStringFilter stops;  // holds back decoded text that may begin a stop string
   int64_t completion_tokens = 0, cached_tokens = -1;
   Clock::time_point arrival = Clock::now(), last_token;
   bool done = false;
 
   Request(EngineRequest request, const Tokenizer& tokenizer, std::shared_ptr<const grammar::Vocabulary> vocabulary)
       : spec(std::move(request)), handle(std::make_shared<RequestHandle>()),
-        sampler(spec.sampling, spec.prompt, std::move(vocabulary)), streamer(tokenizer, spec.skip_special_tokens) {}
+        sampler(spec.sampling, spec.prompt, std::move(vocabulary)),
+        streamer(tokenizer, spec.skip_special_tokens),
+        stops(spec.stop) {}
 };
 
 void RequestHandle::push(StreamEvent event) {
@@ -259,30 +261,20 @@ void Engine::on_token(Request& request, int32_t token, TokenLogprobs logprobs) {
   const bool stop_token = std::count(spec.stop_token_ids.begin(), spec.stop_token_ids.end(), token) > 0 ||
                           (!spec.ignore_eos && std::count(eos_ids_.begin(), eos_ids_.end(), token) > 0);
   if (stop_token) {
-    event.text = request.held_text + request.streamer.finish();
+    event.text = request.stops.flush() + request.streamer.finish();
     reason = "stop";
   } else {
-    request.held_text += request.streamer.push(token);
-    size_t stop_at = std::string::npos;
-    for (const auto& stop : spec.stop) stop_at = std::min(stop_at, request.held_text.find(stop));
-    if (stop_at != std::string::npos) {
-      event.text = request.held_text.substr(0, stop_at);
-      reason = "stop";
-    } else {
-      const size_t keep = partial_match_length(request.held_text, spec.stop);
-      event.text = request.held_text.substr(0, request.held_text.size() - keep);
-      request.held_text.erase(0, request.held_text.size() - keep);
-    }
+    event.text = request.stops.push(request.streamer.push(token));
+    if (request.stops.stopped()) reason = "stop";
   }
   if (reason.empty() && request.completion_tokens >= spec.max_tokens) {
-    event.text += request.held_text + request.streamer.finish();
+    event.text += request.stops.flush() + request.streamer.finish();
     reason = "length";
   }
   if (reason.empty()) {
     request.handle->push(std::move(event));
     return;
   }
-  request.held_text.clear();
   request.handle->push(std::move(event));
   finish(request, reason);
 }

@@ -1,6 +1,9 @@
 #include "tokenizer/text_streamer.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "base/error.h"
 
 namespace mlaserve {
 namespace {
@@ -38,6 +41,25 @@ size_t partial_match_length(std::string_view text, const std::vector<std::string
       }
   return longest;
 }
+
+std::string StopStringFilter::push(std::string_view text) {
+  MLA_CHECK(!stopped_, "text pushed after a stop string");
+  held_ += text;
+  size_t stop_at = std::string::npos;
+  for (const auto& stop : stops_) stop_at = std::min(stop_at, held_.find(stop));
+  if (stop_at != std::string::npos) {
+    stopped_ = true;
+    std::string before = held_.substr(0, stop_at);
+    held_.clear();
+    return before;
+  }
+  const size_t send = held_.size() - partial_match_length(held_, stops_);
+  std::string sent = held_.substr(0, send);
+  held_.erase(0, send);
+  return sent;
+}
+
+std::string StopStringFilter::flush() { return std::exchange(held_, std::string()); }
 
 std::string TextStreamer::finish() {
   std::string rest = sanitize_utf8(pending_);

@@ -28,4 +28,21 @@ class TextStreamer {
 // stream holds back because the next piece may complete a pattern (a stop string, a marker).
 size_t partial_match_length(std::string_view text, const std::vector<std::string>& patterns);
 
+// A stream's text up to its first stop string (the API's `stop`): push() returns what can be
+// sent now, holding back a suffix that may begin a stop string; once one appears, the text
+// before it is the last returned and stopped() is true. The returned pieces add up to the text
+// before the first stop string, however the stream is cut.
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  std::string push(std::string_view text);
+  std::string flush();  // the held text, when the stream ends for another reason
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
 }  // namespace mlaserve

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "test_util.h"
 #include "tools/model_presets.h"
 
@@ -52,6 +53,66 @@ TEST_F(TextStreamerTest, AnUnfinishedCharacterEndsAsReplacement) {
   EXPECT_EQ(streamer.push(lead), "");
   EXPECT_EQ(streamer.finish(), "\xef\xbf\xbd");  // U+FFFD
   EXPECT_EQ(streamer.finish(), "");
+}
+
+// The text before the first stop string, whatever the pieces: cut in two at every byte, and
+// one byte at a time. What each push returns never holds part of a stop string: the returned
+// text, plus what is held, is always the text so far.
+struct StopCase {
+  std::string text;
+  std::vector<std::string> stops;
+  std::string want;  // the text sent
+  bool stopped;
+};
+
+std::vector<std::string> pieces_of(const std::string& text, size_t cut) {
+  return {text.substr(0, cut), text.substr(cut)};
+}
+
+TEST(StopStringFilter, SendsTheTextBeforeTheFirstStopHoweverItIsCut) {
+  const StopCase cases[] = {
+      {"Hello STOP world", {"STOP"}, "Hello ", true},
+      {"Hello STO", {"STOP"}, "Hello STO", false},              // a prefix at the end is sent by flush
+      {"one two three", {"three", "two"}, "one ", true},         // the earliest match wins
+      {"aaab", {"aab"}, "a", true},                              // overlapping starts
+      {"\n\nUser:", {"\nUser:"}, "\n", true},
+      {"no stop here", {}, "no stop here", false},
+  };
+  for (const StopCase& c : cases) {
+    std::vector<std::vector<std::string>> cuttings;
+    for (size_t cut = 0; cut <= c.text.size(); ++cut) cuttings.push_back(pieces_of(c.text, cut));
+    std::vector<std::string> bytes;
+    for (char byte : c.text) bytes.emplace_back(1, byte);
+    cuttings.push_back(bytes);
+    for (const auto& pieces : cuttings) {
+      StopStringFilter filter(c.stops);
+      std::string sent, seen;
+      for (const std::string& piece : pieces) {
+        if (filter.stopped()) break;
+        seen += piece;
+        sent += filter.push(piece);
+        for (const std::string& stop : c.stops) {
+          if (!filter.stopped()) {
+            EXPECT_EQ(sent.find(stop), std::string::npos) << c.text;
+          }
+        }
+      }
+      if (!filter.stopped()) sent += filter.flush();
+      EXPECT_EQ(sent, c.want) << c.text << ", " << pieces.size() << " pieces";
+      EXPECT_EQ(filter.stopped(), c.stopped) << c.text;
+    }
+  }
+}
+
+// Text that could begin a stop string is held until the next piece decides it.
+TEST(StopStringFilter, HoldsOnlyWhatCouldBeginAStop) {
+  StopStringFilter filter({"</end>"});
+  EXPECT_EQ(filter.push("abc</e"), "abc");
+  EXPECT_EQ(filter.push("x"), "</ex");
+  EXPECT_EQ(filter.push("</en"), "");
+  EXPECT_EQ(filter.push("d>tail"), "");
+  EXPECT_TRUE(filter.stopped());
+  EXPECT_THROW(filter.push("more"), Error);
 }
 
 }  // namespace
