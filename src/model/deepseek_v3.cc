@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
+#include "model/dump.h"
 #include "model/shard_layers.h"
 
 namespace mlaserve {
@@ -83,6 +84,8 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   normed.resize(residual.size());
   mixed.resize(residual.size());
   embed_vocab_slice(weights_.embed_tokens, vocab_, config_.vocab_size, hidden, batch, residual.data(), comm_);
+  const ActivationDump dump = ActivationDump::begin_forward(!comm_ || comm_->rank() == 0);
+  dump.write("embed", -1, residual.data(), n_tokens, hidden);
   // Sharded: each rank adds its heads' / columns' / experts' partial sums; one all-reduce after
   // attention and one after the FFN make every rank's residual stream whole again.
   auto reduce = [&](std::vector<float>& partial) {
@@ -96,24 +99,28 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
     mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i},
                 mixed.data());
     reduce(mixed);
+    dump.write("attn_out", i, mixed.data(), n_tokens, hidden);
     add_rms_norm(residual.data(), mixed.data(), layer.post_attention_layernorm, n_tokens, hidden, eps, normed.data());
     if (layer.moe)
       moe_forward(router_, *layer.moe, normed.data(), n_tokens, mixed.data());
     else
       mlp_forward(*layer.mlp, normed.data(), n_tokens, mixed.data());
     reduce(mixed);
+    dump.write("ffn_out", i, mixed.data(), n_tokens, hidden);
     if (i + 1 < config_.num_hidden_layers) {
       add_rms_norm(residual.data(), mixed.data(), weights_.layers[i + 1].input_layernorm, n_tokens, hidden, eps,
                    normed.data());
     } else {
       for (size_t j = 0; j < residual.size(); ++j) residual[j] += mixed[j];
     }
+    dump.write("layer_out", i, residual.data(), n_tokens, hidden);
     if (hidden_states) capture_layer_states(*hidden_states, int(i), residual.data(), n_tokens, hidden);
   }
   const int64_t n_out = int64_t(logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
     rms_norm(residual.data() + logit_tokens[r] * hidden, hidden, weights_.norm, 1, hidden, eps,
              normed.data() + r * hidden, hidden);
+  dump.write("final_norm", -1, normed.data(), n_out, hidden);
   if (hidden_states) capture_final_norm(*hidden_states, residual.data(), weights_.norm, eps, n_tokens, hidden);
   project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);
 }
