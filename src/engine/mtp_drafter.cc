@@ -9,7 +9,8 @@
 
 namespace mlaserve {
 
-MtpDrafter::MtpDrafter(std::unique_ptr<DeepseekMtp> module) : module_(std::move(module)) {}
+MtpDrafter::MtpDrafter(std::unique_ptr<DeepseekMtp> module, int64_t held_bytes)
+    : module_(std::move(module)), held_bytes_(held_bytes) {}
 
 void MtpDrafter::prepare(const DraftBudget& budget) {
   MLA_CHECK(!cache_, "the mtp drafter already drafts for another engine");
@@ -26,7 +27,10 @@ bool MtpDrafter::reserve(const ObservedChunk& chunk, MtpSequence& seq, std::span
   };
   const int64_t end = chunk.start + chunk.count;
   const auto reservation = cache_->reserve(chunk.sequence_id, chunk.tokens, end + max_draft_tokens_, idle);
-  if (reservation && reservation->fresh) seq.rows = reservation->cached_tokens;
+  if (reservation && reservation->fresh) {
+    seq.rows = seq.held_from = reservation->cached_tokens;
+    seq.held.clear();
+  }
   if (reservation && seq.rows >= chunk.start) return true;
   seq.blind = true;
   cache_->release(chunk.sequence_id);
@@ -40,57 +44,95 @@ void MtpDrafter::run(std::span<const ForwardSequence> batch, const std::vector<f
 }
 
 void MtpDrafter::observe(std::span<const ObservedChunk> chunks) {
-  const int64_t width = module_->config().hidden_size, vocab = module_->config().vocab_size;
-  batch_.clear();
-  hidden_.clear();
-  std::vector<std::pair<MtpSequence*, int64_t>> ready;  // sequences with a first draft, and their length
-  std::vector<int64_t> last_rows;                       // batch index of each one's last row
-  int64_t n_rows = 0;
+  const int64_t width = module_->config().hidden_size;
+  std::vector<int64_t> full;  // sequences holding more than held_bytes_
+  std::vector<std::span<const int32_t>> full_tokens;
   for (const ObservedChunk& chunk : chunks) {
     MtpSequence& seq = sequences_[chunk.sequence_id];
     seq.ready_for = -1;
     if (chunk.start == 0) seq = MtpSequence{};  // computed from the first token: nothing is missing
-    const int64_t end = chunk.start + chunk.count, length = int64_t(chunk.tokens.size());
-    const bool decoding = end + 1 == length;  // the last committed token's draft follows row end - 1
-    // (Rows from the drafter's own prefix cache may run past this chunk.)
-    if (seq.blind || !reserve(chunk, seq, chunks) || (!decoding && seq.rows >= end)) continue;
-    const int64_t from = decoding ? std::min(seq.rows, end - 1) : seq.rows;
-    hidden_.insert(hidden_.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
-    batch_.push_back({chunk.tokens.subspan(size_t(from + 1), size_t(end - from)), from, cache_->view(chunk.sequence_id),
-                      MlaPath::Auto, decoding ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
-    n_rows += end - from;
-    seq.rows = std::max(seq.rows, end);
-    if (decoding) {
-      ready.emplace_back(&seq, length);
-      last_rows.push_back(n_rows - 1);
+    const int64_t end = chunk.start + chunk.count;
+    if (seq.blind || !reserve(chunk, seq, chunks)) continue;
+    // The chunk's rows from the first not yet known, and its last row always, whose output is
+    // the first draft (rows the drafter's own prefix cache gave may run past it).
+    const int64_t from = std::min(seq.rows, end - 1);
+    if (from < seq.held_from) {
+      seq.held.clear();
+      seq.held_from = from;
+    } else {
+      seq.held.resize(size_t((from - seq.held_from) * width));
     }
+    seq.held.insert(seq.held.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
+    seq.rows = end;
+    if (int64_t(seq.held.size()) * 4 > held_bytes_) {
+      full.push_back(chunk.sequence_id);
+      full_tokens.push_back(chunk.tokens);
+    }
+  }
+  run_held(full, full_tokens, false);
+}
+
+void MtpDrafter::run_held(std::span<const int64_t> ids, std::span<const std::span<const int32_t>> tokens,
+                          bool first_draft) {
+  const int64_t width = module_->config().hidden_size, vocab = module_->config().vocab_size;
+  batch_.clear();
+  hidden_.clear();
+  std::vector<size_t> ran;        // ids[ran[j]] is batch row j
+  std::vector<int64_t> last_rows;  // the batch index of each one's last row
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const MtpSequence& seq = sequences_.at(ids[i]);
+    const int64_t count = seq.rows - seq.held_from - (first_draft ? 0 : 1);
+    if (count <= 0) continue;
+    hidden_.insert(hidden_.end(), seq.held.begin(), seq.held.begin() + count * width);
+    batch_.push_back({tokens[i].subspan(size_t(seq.held_from + 1), size_t(count)), seq.held_from, cache_->view(ids[i]),
+                      MlaPath::Auto, first_draft ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
+    last_rows.push_back(int64_t(hidden_.size()) / width - 1);
+    ran.push_back(i);
   }
   if (batch_.empty()) return;
   run(batch_, hidden_);
-  for (const ObservedChunk& chunk : chunks)
-    if (cache_->holds(chunk.sequence_id)) cache_->publish(chunk.sequence_id, chunk.tokens, sequences_[chunk.sequence_id].rows);
-  for (size_t r = 0; r < ready.size(); ++r) {
-    MtpSequence& seq = *ready[r].first;
-    seq.next = argmax(logits_.data() + r * size_t(vocab), vocab);
-    seq.state.assign(states_.begin() + last_rows[r] * width, states_.begin() + (last_rows[r] + 1) * width);
-    seq.ready_for = ready[r].second;
+  for (size_t j = 0; j < ran.size(); ++j) {
+    MtpSequence& seq = sequences_.at(ids[ran[j]]);
+    const int64_t count = int64_t(batch_[j].tokens.size());
+    seq.held.erase(seq.held.begin(), seq.held.begin() + count * width);
+    seq.held_from += count;
+    cache_->publish(ids[ran[j]], tokens[ran[j]], seq.held_from);
+    if (!first_draft) continue;
+    seq.next = argmax(logits_.data() + j * size_t(vocab), vocab);
+    seq.state.assign(states_.begin() + last_rows[j] * width, states_.begin() + (last_rows[j] + 1) * width);
+    seq.ready_for = seq.held_from + 1;
   }
 }
 
 void MtpDrafter::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) {
   const int64_t width = module_->config().hidden_size, vocab = module_->config().vocab_size;
   proposals.assign(requests.size(), {});
-  std::vector<size_t> chaining;  // requests[chaining[j]] is batch row j
-  batch_.clear();
-  hidden_.clear();
+  std::vector<size_t> drafting;
+  std::vector<int64_t> catch_up;  // sequences whose held rows run now, the last giving the first draft
+  std::vector<std::span<const int32_t>> catch_up_tokens;
   for (size_t i = 0; i < requests.size(); ++i) {
     const DraftRequest& request = requests[i];
     const auto found = sequences_.find(request.sequence_id);
     const int64_t length = int64_t(request.tokens.size());
-    if (found == sequences_.end() || found->second.ready_for != length || request.max_tokens <= 0 ||
-        !cache_->holds(request.sequence_id))
+    if (request.max_tokens <= 0 || found == sequences_.end() || found->second.blind || !cache_->holds(request.sequence_id))
       continue;
     const MtpSequence& seq = found->second;
+    if (seq.ready_for != length) {
+      // The target's states must reach row L - 2, just before the last committed token.
+      if (seq.rows != length - 1 || seq.held_from >= seq.rows) continue;
+      catch_up.push_back(request.sequence_id);
+      catch_up_tokens.push_back(request.tokens);
+    }
+    drafting.push_back(i);
+  }
+  run_held(catch_up, catch_up_tokens, true);
+  std::vector<size_t> chaining;  // requests[chaining[j]] is batch row j
+  batch_.clear();
+  hidden_.clear();
+  for (const size_t i : drafting) {
+    const DraftRequest& request = requests[i];
+    const MtpSequence& seq = sequences_.at(request.sequence_id);
+    const int64_t length = int64_t(request.tokens.size());
     proposals[i].reserve(size_t(request.max_tokens));
     proposals[i].push_back(seq.next);
     if (request.max_tokens == 1) continue;
