@@ -8,7 +8,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libcpp-httplib-dev
           libopenmpi-dev openmpi-bin libnuma-dev python3)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy python3-torch libopenblas0 bible-kjv python3-jsonschema)
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy python3-torch libopenblas0 bible-kjv python3-jsonschema python3-pytest)
 fi
 missing=()
 for package in "${packages[@]}"; do
