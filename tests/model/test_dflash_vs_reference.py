@@ -5,22 +5,21 @@ random block drafts written by dflash_ref.write_random: the target's hidden stat
 normed states of two blocks drafted in one batch (different context lengths, one context
 written in two pieces), and their logits and greedy tokens — with a Markov head and the target's
 LM head, and without one but with a head of the draft's own — all within EXACT_BOUND.
-Usage: test_dflash_vs_reference.py MLASERVE DFLASH_DUMP WORK_DIR"""
+Run by CTest through pytest (--binary mlaserve, --tool dflash_dump)."""
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import deepseek_v3_ref as ref  # noqa: E402
 import dflash_ref  # noqa: E402
 import kimi_linear_ref  # noqa: E402
 from bounds import EXACT_BOUND, relative_error  # noqa: E402
 from checkpoint import read_checkpoint, to_float  # noqa: E402
-from checklist import check, finish  # noqa: E402
 
 
 def draft_config(target_cfg, heads, kv_heads, layers, markov_rank):
@@ -40,9 +39,19 @@ def target_reference(preset, target, ids):
     return cfg, states, w.get(root + "model.embed_tokens.weight"), w.linear(root + "lm_head")
 
 
-def run_case(binary, dump, work, name, preset, dtype, seed, heads, kv_heads, layers, markov_rank, own_head):
-    target = os.path.join(work, name.replace(" ", "_") + "_target")
-    draft = os.path.join(work, name.replace(" ", "_") + "_draft")
+CASES = {  # name: (preset, dtype, seed, heads, kv_heads, target layers (-1: the last), markov_rank, own head)
+    "f32 GQA Markov": ("tiny", "f32", 11, 4, 2, [0, -1], 8, False),
+    "bf16 own head": ("tiny", "bf16", 12, 2, 2, [1], 0, True),
+    "kimi linear": ("kimi-linear-tiny", "f32", 13, 4, 2, [0, 2, -1], 8, False),
+    "kimi k3 attention residuals": ("kimi-k3-tiny", "bf16", 14, 4, 1, [0, 1, -1], 8, False),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_block_draft_matches_the_reference(binary, tool, work_dir, name):
+    preset, dtype, seed, heads, kv_heads, layers, markov_rank, own_head = CASES[name]
+    target = os.path.join(work_dir, name.replace(" ", "_") + "_target")
+    draft = os.path.join(work_dir, name.replace(" ", "_") + "_draft")
     subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", str(seed), target],
                    check=True, capture_output=True)
     ids = np.random.default_rng(seed).integers(0, 4000, size=12)
@@ -50,36 +59,18 @@ def run_case(binary, dump, work, name, preset, dtype, seed, heads, kv_heads, lay
     layers = [cfg["num_hidden_layers"] - 1 if layer < 0 else layer for layer in layers]
     dcfg = draft_config(cfg, heads, kv_heads, layers, markov_rank)
     dflash_ref.write_random(draft, dcfg, seed, markov_rank, own_head)
-    subprocess.run([dump, target, draft, draft, ",".join(map(str, ids))], check=True, capture_output=True)
+    subprocess.run([tool, target, draft, draft, ",".join(map(str, ids))], check=True, capture_output=True)
     got = {k: np.load(os.path.join(draft, k + ".npy")).astype(np.float64) for k in ("features", "states", "logits", "tokens")}
-
     features = np.concatenate([states[layer] for layer in layers], -1)
-    error = relative_error(got["features"], features)
-    check(f"{name}: target states at layers {layers}, max rel error {error:.1e}", error <= EXACT_BOUND)
+    assert relative_error(got["features"], features) <= EXACT_BOUND, f"target states at layers {layers}"
     t = {k: to_float(*v) for k, v in read_checkpoint(draft).items()}
     head = t["lm_head.weight"] if own_head else target_head
     n, block = len(ids), dcfg["block_size"]
     for b, (context, first) in enumerate([(n - 1, ids[n - 1]), (n - 4, ids[n - 4])]):
         want = dflash_ref.block_states(dcfg, t, embed, features[:context], first)
         error = relative_error(got["states"][b * block:(b + 1) * block], want)
-        check(f"{name}: block after {context} positions, last normed states, max rel error {error:.1e}",
-              error <= EXACT_BOUND)
+        assert error <= EXACT_BOUND, f"block after {context} positions: last normed states, rel error {error:.1e}"
         logits, tokens = dflash_ref.draft(t, head, want, first)
         rows = slice(b * (block - 1), (b + 1) * (block - 1))
-        error = relative_error(got["logits"][rows], logits)
-        check(f"{name}: its {block - 1} drafted positions' logits, max rel error {error:.1e}; tokens {tokens} "
-              f"are the reference's", error <= EXACT_BOUND and got["tokens"][rows].astype(int).tolist() == tokens)
-
-
-def main():
-    binary, dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    os.makedirs(work, exist_ok=True)
-    run_case(binary, dump, work, "f32 GQA Markov", "tiny", "f32", 11, 4, 2, [0, -1], 8, False)
-    run_case(binary, dump, work, "bf16 own head", "tiny", "bf16", 12, 2, 2, [1], 0, True)
-    run_case(binary, dump, work, "kimi linear", "kimi-linear-tiny", "f32", 13, 4, 2, [0, 2, -1], 8, False)
-    run_case(binary, dump, work, "kimi k3 attention residuals", "kimi-k3-tiny", "bf16", 14, 4, 1, [0, 1, -1], 8, False)
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+        assert relative_error(got["logits"][rows], logits) <= EXACT_BOUND, f"block after {context}: drafted logits"
+        assert got["tokens"][rows].astype(int).tolist() == tokens, f"block after {context}: drafted tokens"

@@ -3,7 +3,7 @@
 Besides make-model's presets, a Kimi K3 checkpoint laid out exactly as the published one
 (k3_checkpoint.py: an independent writer; published names, text_config quantization, MXFP4
 experts, shards, vision tensors) must load and match.
-Usage: test_kimi_linear_vs_reference.py MLASERVE WORK_DIR"""
+Run by CTest through pytest (tests/conftest.py)."""
 import json
 import os
 import shutil
@@ -12,11 +12,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import k3_checkpoint  # noqa: E402
-from checklist import check, finish  # noqa: E402
 import kimi_linear_ref  # noqa: E402
 from bounds import expected_logits, relative_error  # noqa: E402
 
@@ -74,50 +73,52 @@ def with_extra_tensor(model, out, name):
     return out
 
 
-def prepare(binary, work, index, preset, dtype, override):
-    if preset != PUBLISHED:
-        return make(binary, work, index, preset, dtype, override)
-    model = os.path.join(work, PUBLISHED)
-    if not os.path.exists(model):
-        k3_checkpoint.write(model, seed=index)
-    return model
+_made = {}  # case name (or PUBLISHED, shared by its cases) -> its model directory, written once a run
 
 
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    for index, (name, (preset, dtype, override, flags)) in enumerate(CASES.items()):
-        model = prepare(binary, work, index, preset, dtype, override)
-        vocab = kimi_linear_ref.text_config(model)["vocab_size"]
-        ids = np.random.default_rng(index).integers(0, vocab, size=24)
-        got = logits(binary, model, ids, *flags)
-        int8_activations = dtype in ("int4", "mxfp4") and "off" not in flags
-        want, bound = expected_logits(kimi_linear_ref.forward, model, ids, int8_activations)
-        error = relative_error(got, want)
-        check(f"{name}: max rel error {error:.2e} (bound {bound:.0e}), argmax agreement "
-              f"{(got.argmax(-1) == want.argmax(-1)).mean():.0%}", np.isfinite(got).all() and error <= bound)
-        if int8_activations:
-            print(f"     int8 activations against the exact maths: max rel error "
-                  f"{relative_error(got, kimi_linear_ref.forward(model, ids, 'exact')):.2e}")
-    # Kimi K3: the vision tower's tensors are skipped; an unknown text-model tensor is an error.
-    k3 = os.path.join(work, "kl7")
-    vision = with_extra_tensor(k3, os.path.join(work, "k3-vision"), "vision_tower.patch_embed.weight")
-    ok = subprocess.run([binary, "logits", "--model", vision, "--ids", "1,2", "--out", os.path.join(work, "v.npy")],
+def model_of(binary, work, name):
+    preset, dtype, override, _ = CASES[name]
+    key = PUBLISHED if preset == PUBLISHED else name
+    if key not in _made:
+        index = list(CASES).index(name)
+        if preset == PUBLISHED:
+            _made[key] = os.path.join(work, PUBLISHED)
+            k3_checkpoint.write(_made[key], seed=index)
+        else:
+            _made[key] = make(binary, work, index, preset, dtype, override)
+    return _made[key]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_logits_match_the_reference(binary, work_dir, name):
+    _, dtype, _, flags = CASES[name]
+    model = model_of(binary, work_dir, name)
+    vocab = kimi_linear_ref.text_config(model)["vocab_size"]
+    ids = np.random.default_rng(list(CASES).index(name)).integers(0, vocab, size=24)
+    got = logits(binary, model, ids, *flags)
+    int8_activations = dtype in ("int4", "mxfp4") and "off" not in flags
+    want, bound = expected_logits(kimi_linear_ref.forward, model, ids, int8_activations)
+    assert np.isfinite(got).all()
+    error = relative_error(got, want)
+    assert error <= bound, f"max rel error {error:.2e} (bound {bound:.0e})"
+
+
+def test_kimi_k3_vision_tensors_are_skipped_and_unknown_ones_named(binary, work_dir):
+    """The vision tower's tensors are skipped; an unknown text-model tensor is an error."""
+    k3 = model_of(binary, work_dir, "kimi-k3 f32 (every K3 feature)")
+    vision = with_extra_tensor(k3, os.path.join(work_dir, "k3-vision"), "vision_tower.patch_embed.weight")
+    ok = subprocess.run([binary, "logits", "--model", vision, "--ids", "1,2", "--out", os.path.join(work_dir, "v.npy")],
                         capture_output=True, text=True)
-    check("kimi-k3: a checkpoint with vision-tower tensors loads (they are not run)", ok.returncode == 0)
-    extra = with_extra_tensor(k3, os.path.join(work, "k3-extra"), "language_model.model.extra.weight")
-    bad = subprocess.run([binary, "logits", "--model", extra, "--ids", "1,2", "--out", os.path.join(work, "e.npy")],
+    assert ok.returncode == 0, ok.stderr[-300:]
+    extra = with_extra_tensor(k3, os.path.join(work_dir, "k3-extra"), "language_model.model.extra.weight")
+    bad = subprocess.run([binary, "logits", "--model", extra, "--ids", "1,2", "--out", os.path.join(work_dir, "e.npy")],
                          capture_output=True, text=True)
-    check("kimi-k3: an unknown text-model tensor is an error naming it",
-          bad.returncode == 1 and "unexpected tensor 'language_model.model.extra.weight'" in bad.stderr)
-    # 320 tokens: one prefill pass vs token-by-token decode (recurrent state carried 320 steps).
-    model = os.path.join(work, "kl0")
+    assert bad.returncode == 1 and "unexpected tensor 'language_model.model.extra.weight'" in bad.stderr, bad.stderr
+
+
+def test_prefill_equals_token_by_token_decode(binary, work_dir):
+    """320 tokens: one prefill pass against the recurrent state carried over 320 decode steps."""
+    model = model_of(binary, work_dir, "kimi-linear f32")
     ids = np.random.default_rng(99).integers(0, 32000, size=320)
     whole, steps = logits(binary, model, ids), logits(binary, model, ids, "--chunk", "1")
-    error = relative_error(steps, whole)
-    check(f"320 tokens: prefill == token-by-token decode (max rel error {error:.2e})", error <= 1e-4)
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+    assert relative_error(steps, whole) <= 1e-4

@@ -1,6 +1,6 @@
 """mlaserve logits vs the float64 NumPy reference, for every supported feature combination.
 
-Usage: test_logits_vs_reference.py MLASERVE WORK_DIR
+Run by CTest through pytest (tests/conftest.py).
 Every case writes a random tiny model with `mlaserve make-model`, runs `mlaserve logits` on
 random token ids, and compares within the bounds of bounds.py: EXACT_BOUND wherever the maths
 is exact, a per-case bound for INT4 weights' default int8 activations.
@@ -11,12 +11,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import deepseek_v3_ref  # noqa: E402
 from bounds import EXACT_BOUND, expected_logits, relative_error  # noqa: E402
-from checklist import check, finish  # noqa: E402
 
 # On AMX hosts the prompt's GEMMs take activations in 2 bf16 terms, each within 2^-16 of itself.
 BOUND = {"bf16, activations in 2 bf16 terms": 1e-4}
@@ -67,10 +66,10 @@ def argmax_agrees(got, want, bound):
     return bool(np.all((got.argmax(-1) == want.argmax(-1)) | near_tie))
 
 
-def check_activation_dump(binary, work):
+def test_activation_dump_matches_the_reference(binary, work_dir):
     """MLASERVE_DUMP's files are the model's intermediates: the embedding, every layer's residual
     stream and the final norm of an f32 model match the reference's within EXACT_BOUND."""
-    model, dump = os.path.join(work, "dump_model"), os.path.join(work, "dump")
+    model, dump = os.path.join(work_dir, "dump_model"), os.path.join(work_dir, "dump")
     subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "f32", "--seed", "7", model],
                    check=True, capture_output=True)
     ids = np.random.default_rng(7).integers(0, 32000, size=16)
@@ -85,12 +84,14 @@ def check_activation_dump(binary, work):
     errors = {name: relative_error(np.load(os.path.join(dump, name + ".npy")).astype(np.float64), value)
               for name, value in want.items()}
     worst = max(errors, key=errors.get)
-    check(f"MLASERVE_DUMP: {len(errors)} intermediates match the reference (worst {worst}: {errors[worst]:.2e})",
-          errors[worst] <= EXACT_BOUND)
+    assert errors[worst] <= EXACT_BOUND, f"worst {worst}: {errors[worst]:.2e}"
 
 
-def run_case(binary, work, index, name, dtype, override, flags):
-    model = os.path.join(work, f"case{index}")
+@pytest.mark.parametrize("name", CASES)
+def test_logits_match_the_reference(binary, work_dir, name):
+    dtype, override, flags = CASES[name]
+    index = list(CASES).index(name)
+    model = os.path.join(work_dir, f"case{index}")
     make = [binary, "make-model", "--preset", "tiny", "--dtype", dtype, "--seed", str(100 + index),
             "--override", json.dumps(override), model]
     if "sharded" in name:
@@ -106,22 +107,6 @@ def run_case(binary, work, index, name, dtype, override, flags):
     int8_activations = dtype == "int4" and "off" not in flags
     want, bound = expected_logits(deepseek_v3_ref.forward, model, ids, int8_activations)
     error, bound = relative_error(got, want), BOUND.get(name, bound)
-    check(f"{name}: max rel error {error:.2e} (bound {bound:.0e}), argmax agreement "
-          f"{(got.argmax(-1) == want.argmax(-1)).mean():.0%}",
-          np.isfinite(got).all() and error <= bound and argmax_agrees(got, want, bound))
-    if int8_activations:
-        exact = relative_error(got, deepseek_v3_ref.forward(model, ids, "exact"))
-        print(f"     int8 activations against the exact maths: max rel error {exact:.2e}")
-
-
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    for index, (name, (dtype, override, flags)) in enumerate(CASES.items()):
-        run_case(binary, work, index, name, dtype, override, flags)
-    check_activation_dump(binary, work)
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+    assert np.isfinite(got).all()
+    assert error <= bound, f"max rel error {error:.2e} (bound {bound:.0e})"
+    assert argmax_agrees(got, want, bound), f"argmax agreement {(got.argmax(-1) == want.argmax(-1)).mean():.0%}"
