@@ -1,14 +1,14 @@
 """README.md's command lines against the binary's --help: the same subcommands, every flag a
 README command line gives exists in that subcommand's --help (or the global options), and
 every value a README line lists as `--flag a|b|c` is one that --help lists for the flag.
-Usage: test_help_matches_readme.py MLASERVE README.md"""
+Run by CTest through pytest (tests/conftest.py)."""
 import os
 import re
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklist import check, finish  # noqa: E402
+import pytest
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
 
 
 def readme_commands(readme):
@@ -50,29 +50,29 @@ def help_options(text):
     return options
 
 
-def main():
-    binary, readme = sys.argv[1], sys.argv[2]
-    top = help_text(binary)
-    listed = set(re.findall(r"^  ([a-z][\w-]+)\s{2,}", top.split("Subcommands:")[1], re.M))
-    commands = readme_commands(readme)
-    check("README's command lines are --help's subcommands", set(commands) == listed,
-          f"README {sorted(commands)} vs --help {sorted(listed)}")
-    global_options = help_options(top)
-    for command, text in sorted(commands.items()):
-        if command not in listed:
-            continue
-        options = {**global_options, **help_options(help_text(binary, command))}
-        flags = re.findall(r"(?<![\w-])(--[a-z][\w-]*|-[a-z])\b", text)
-        missing = [flag for flag in flags if flag not in options]
-        check(f"{command}: README's flags are in its --help", not missing, f"not in --help: {missing}")
-        for flag, values in re.findall(r"(--[a-z][\w-]*) ((?:[\w.:-]+\|)+[\w.:-]+)", text):
-            # "int4:32" is one value of --help's "int4[:group]"; "..." stands for the rest
-            unknown = [v for v in values.split("|") if flag in options and v != "..."
-                       and not re.search(rf"(?<![\w-]){re.escape(v.split(':')[0])}(?![\w-])", options[flag])]
-            check(f"{command} {flag}: README's values {values} are --help's", not unknown,
-                  f"--help says: {options.get(flag, '(no such flag)').strip()}")
-    finish()
+@pytest.fixture(scope="module")
+def top_help(binary):
+    return help_text(binary)
 
 
-if __name__ == "__main__":
-    main()
+def listed_subcommands(top):
+    return set(re.findall(r"^  ([a-z][\w-]+)\s{2,}", top.split("Subcommands:")[1], re.M))
+
+
+def test_readme_command_lines_are_the_subcommands(top_help):
+    commands = readme_commands(README)
+    assert set(commands) == listed_subcommands(top_help)
+
+
+@pytest.mark.parametrize("command", sorted(readme_commands(README)))
+def test_readme_flags_and_values_are_in_help(binary, top_help, command):
+    text = readme_commands(README)[command]
+    assert command in listed_subcommands(top_help)
+    options = {**help_options(top_help), **help_options(help_text(binary, command))}
+    flags = re.findall(r"(?<![\w-])(--[a-z][\w-]*|-[a-z])\b", text)
+    assert not [flag for flag in flags if flag not in options], "README flags not in --help"
+    for flag, values in re.findall(r"(--[a-z][\w-]*) ((?:[\w.:-]+\|)+[\w.:-]+)", text):
+        # "int4:32" is one value of --help's "int4[:group]"; "..." stands for the rest
+        unknown = [v for v in values.split("|") if flag in options and v != "..."
+                   and not re.search(rf"(?<![\w-]){re.escape(v.split(':')[0])}(?![\w-])", options[flag])]
+        assert not unknown, f"{flag}: README's values {values}; --help says: {options.get(flag, '').strip()}"
