@@ -10,7 +10,8 @@
 - drafts: each committed draft (MTP layer, dense draft, DFlash block draft) drafting greedily
   against the target's greedy continuation of held-out prompts (tools/train/acceptance.py)
   commits more than 1.4 tokens a target forward on average (1: no draft).
-Usage: test_kjv_target.py MLASERVE WORK_DIR [--chunks N]"""
+Run by CTest through pytest (tests/conftest.py); the perplexity runs over MLASERVE_KJV_CHUNKS
+chunks of 256 tokens (CTest: 16; the whole held-out text: 1000)."""
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,10 +33,11 @@ import corpus  # noqa: E402
 import data  # noqa: E402
 import export  # noqa: E402
 import target  # noqa: E402
-from checklist import check, finish  # noqa: E402
 
 MODEL = os.path.join(ROOT, "models", "kjv")
 CTX = 256
+CHUNKS = int(os.environ.get("MLASERVE_KJV_CHUNKS", "16"))
+torch.set_num_threads(1)  # CTest runs other tests beside this one
 
 
 def torch_model(model_dir):
@@ -65,69 +68,62 @@ def mlaserve_perplexity(binary, model_dir, text_file, chunks, *flags):
     return float(re.search(r"PPL = ([0-9.]+)", out).group(1))
 
 
-def logits_check(binary, work):
+def test_logits_match_the_trainers_forward(binary, work_dir):
+    """mlaserve's logits on the BF16 checkpoint against the trainer's forward (bound 1e-4)."""
     model = torch_model(MODEL)
     ids = torch.tensor(json.load(open(os.path.join(HERE, "kjv_golden.json")))["logits_ids"])
     with torch.no_grad():
         want = model(ids.unsqueeze(0))[0].double().numpy()
-    got = mlaserve_logits(binary, MODEL, ids.tolist(), work)
+    got = mlaserve_logits(binary, MODEL, ids.tolist(), work_dir)
     error = np.abs(got - want).max() / np.abs(want).max()
-    check(f"logits of the committed target: mlaserve vs the trainer's forward, max rel error {error:.2e} (bound 1e-4)",
-          error <= 1e-4 and (got.argmax(-1) == want.argmax(-1)).all())
+    assert error <= 1e-4, f"max rel error {error:.2e}"
+    assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
-def perplexity_checks(binary, work, chunks):
-    encoder = bpe.Encoder([tuple(m.split(" ")) for m in json.load(open(os.path.join(MODEL, "tokenizer.json")))["model"]["merges"]])
+@pytest.fixture(scope="module")
+def held_out(work_dir):
+    """(text file, ids) of the held-out books' first CHUNKS chunks."""
+    merges = json.load(open(os.path.join(MODEL, "tokenizer.json")))["model"]["merges"]
+    encoder = bpe.Encoder([tuple(m.split(" ")) for m in merges])
     held_text = corpus.splits()[1]
-    text_file = os.path.join(work, "heldout.txt")
+    text_file = os.path.join(work_dir, "heldout.txt")
     open(text_file, "w").write(held_text)
-    ids = data.Corpus(encoder, held_text).ids[: chunks * CTX]
-    for fmt in ("bf16", "fp8", "int4", "mxfp4"):
-        model_dir = MODEL if fmt == "bf16" else os.path.join(work, f"kjv-{fmt}")
-        if fmt != "bf16" and not os.path.exists(os.path.join(model_dir, "config.json")):
-            export.export(fmt, MODEL, model_dir)
-        trained = torch_model(model_dir)
-        want = data.perplexity(trained, ids, encoder.special_ids[bpe.BOS], CTX)[0]
-        exact = mlaserve_perplexity(binary, model_dir, text_file, chunks, "--act-quant", "off")
-        check(f"{fmt}: perplexity {exact:.4f} (exact activations) vs the trainer's {want:.4f}",
-              abs(exact / want - 1) <= 1e-4)
-        if fmt in ("int4", "mxfp4"):
-            int8 = mlaserve_perplexity(binary, model_dir, text_file, chunks)
-            check(f"{fmt}: perplexity {int8:.4f} with int8 activations, within 1% of {want:.4f}",
-                  abs(int8 / want - 1) <= 0.01)
+    return text_file, data.Corpus(encoder, held_text).ids[: CHUNKS * CTX], encoder.special_ids[bpe.BOS]
 
 
-def golden_check(binary):
-    golden = json.load(open(os.path.join(HERE, "kjv_golden.json")))
-    for prompt, want in golden["greedy"].items():
-        out = subprocess.run([binary, "generate", "--model", MODEL, "--prompt", prompt, "-n", "64", "--temperature",
-                              "0", "--ignore-eos"], check=True, capture_output=True, text=True).stdout
-        check(f"golden greedy continuation of {prompt!r}", out == want, f"got {out!r}, want {want!r}")
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4", "mxfp4"])
+def test_perplexity_matches_the_trainers(binary, work_dir, held_out, fmt):
+    """Exact activations within 1e-4 of the trainer's evaluation of the same export; int8
+    activations (4-bit formats) within 1%."""
+    text_file, ids, bos = held_out
+    model_dir = MODEL if fmt == "bf16" else os.path.join(work_dir, f"kjv-{fmt}")
+    if fmt != "bf16" and not os.path.exists(os.path.join(model_dir, "config.json")):
+        export.export(fmt, MODEL, model_dir)
+    want = data.perplexity(torch_model(model_dir), ids, bos, CTX)[0]
+    exact = mlaserve_perplexity(binary, model_dir, text_file, CHUNKS, "--act-quant", "off")
+    assert abs(exact / want - 1) <= 1e-4, f"{exact:.4f} (exact activations) vs the trainer's {want:.4f}"
+    if fmt in ("int4", "mxfp4"):
+        int8 = mlaserve_perplexity(binary, model_dir, text_file, CHUNKS)
+        assert abs(int8 / want - 1) <= 0.01, f"{int8:.4f} with int8 activations vs {want:.4f}"
 
 
-def acceptance_checks():
+@pytest.mark.parametrize("prompt", list(json.load(open(os.path.join(HERE, "kjv_golden.json")))["greedy"]))
+def test_golden_greedy_continuation(binary, prompt):
+    want = json.load(open(os.path.join(HERE, "kjv_golden.json")))["greedy"][prompt]
+    out = subprocess.run([binary, "generate", "--model", MODEL, "--prompt", prompt, "-n", "64", "--temperature", "0",
+                          "--ignore-eos"], check=True, capture_output=True, text=True).stdout
+    assert out == want
+
+
+@pytest.mark.parametrize("name", ["MTP layer, 3 chained", "dense draft, 3 tokens", "DFlash block draft"])
+def test_committed_drafts_are_accepted(name):
+    """Each committed draft, drafting greedily against the target's greedy continuation of 4
+    held-out prompts, commits more than 1.4 tokens a target forward on average."""
     merges = [tuple(m.split(" ")) for m in json.load(open(os.path.join(MODEL, "tokenizer.json")))["model"]["merges"]]
     prompts = acceptance.held_out_prompts(bpe.Encoder(merges), 4, 16)
     model = acceptance.load_model(MODEL, with_mtp=True)
-    proposers = {"MTP layer, 3 chained": acceptance.MtpProposer(3),
-                 "dense draft, 3 tokens": acceptance.DenseProposer(os.path.join(ROOT, "models", "kjv-draft"), 3),
-                 "DFlash block draft": acceptance.DFlashProposer(os.path.join(ROOT, "models", "kjv-dflash"))}
-    for name, proposer in proposers.items():
-        length = acceptance.mean_accepted_length(model, proposer, prompts, 32)
-        check(f"{name}: mean accepted length {length:.2f} over 4 held-out prompts", length > 1.4)
-
-
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    chunks = int(sys.argv[sys.argv.index("--chunks") + 1]) if "--chunks" in sys.argv else 1000
-    os.makedirs(work, exist_ok=True)
-    torch.set_num_threads(1)  # CTest runs other tests beside this one
-    logits_check(binary, work)
-    golden_check(binary)
-    acceptance_checks()
-    perplexity_checks(binary, work, chunks)
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+    proposer = {"MTP layer, 3 chained": lambda: acceptance.MtpProposer(3),
+                "dense draft, 3 tokens": lambda: acceptance.DenseProposer(os.path.join(ROOT, "models", "kjv-draft"), 3),
+                "DFlash block draft": lambda: acceptance.DFlashProposer(os.path.join(ROOT, "models", "kjv-dflash"))}[name]()
+    length = acceptance.mean_accepted_length(model, proposer, prompts, 32)
+    assert length > 1.4, f"mean accepted length {length:.2f}"
