@@ -1,108 +1,124 @@
 """mpirun -np 2: each process is one rank. Logits (TP and EP) match one rank, greedy
 generation is identical, a mismatched world size and a rank that dies end the job with an
-error instead of a hang. Usage: test_mpi.py MLASERVE WORK_DIR"""
+error instead of a hang. Run by CTest through pytest (tests/conftest.py)."""
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklist import check, finish  # noqa: E402
+import pytest
 
 os.environ.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                    "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+IDS = ",".join(map(str, np.random.default_rng(1).integers(0, 32000, size=16)))
+PROMPT = "5,100,2000,7"
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
 
 
 def mpirun(n, *args, timeout=300):
     return subprocess.run(["mpirun", "--oversubscribe", "-np", str(n), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def check_numa_bind(binary, model, ids, want, work):
+@pytest.fixture(scope="module", autouse=True)
+def mpirun_installed():
+    assert shutil.which("mpirun"), "scripts/install-deps.sh installs openmpi-bin"
+
+
+def made(binary, work_dir, name, preset):
+    model = os.path.join(work_dir, name)
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", preset, "--dtype", "f32", "--seed", "4", model], check=True,
+                       capture_output=True)
+    return model
+
+
+def one_rank_logits(binary, model, out):
+    subprocess.run([binary, "logits", "--model", model, "--ids", IDS, "--out", out], check=True, capture_output=True)
+    return np.load(out).astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def tiny(binary, work_dir):
+    return made(binary, work_dir, "tiny-f32", "tiny")
+
+
+@pytest.fixture(scope="module")
+def want(binary, work_dir, tiny):
+    return one_rank_logits(binary, tiny, os.path.join(work_dir, "single.npy"))
+
+
+def mpi_logits_error(binary, model, out, want, *flags):
+    if os.path.exists(out):
+        os.remove(out)
+    proc = mpirun(2, binary, "logits", "--model", model, "--ids", IDS, "--out", out, *flags)
+    assert proc.returncode == 0 and os.path.exists(out), proc.stderr[-300:]
+    return np.abs(np.load(out) - want).max() / np.abs(want).max()
+
+
+@pytest.mark.parametrize("flags", [[], ["--ep"], ["--chunk", "1"]], ids=["TP 2", "EP 2", "TP 2, decode path"])
+def test_logits_match_one_rank(binary, work_dir, tiny, want, flags):
+    assert mpi_logits_error(binary, tiny, os.path.join(work_dir, "mpi.npy"), want, *flags) <= 1e-5
+
+
+def test_kimi_k3_logits_match_one_rank(binary, work_dir):
+    """KDA and MLA heads split over the two processes."""
+    k3 = made(binary, work_dir, "kimi-k3-f32", "kimi-k3-tiny")
+    want_k3 = one_rank_logits(binary, k3, os.path.join(work_dir, "single-k3.npy"))
+    assert mpi_logits_error(binary, k3, os.path.join(work_dir, "mpi_k3.npy"), want_k3) <= 1e-5
+
+
+def test_numa_bind(binary, work_dir, tiny, want):
     """--numa bind (what auto does on a machine with several nodes): one rank binds itself and
     gives the unbound logits bit for bit; two MPI processes that mpirun left unbound split the
     node's CPUs by local rank."""
-    out = os.path.join(work, "numa.npy")
-    proc = subprocess.run([binary, "logits", "--model", model, "--ids", ids, "--out", out, "--numa", "bind"],
+    out = os.path.join(work_dir, "numa.npy")
+    proc = subprocess.run([binary, "logits", "--model", tiny, "--ids", IDS, "--out", out, "--numa", "bind"],
                           capture_output=True, text=True)
-    check("logits --numa bind: bound, the unbound logits bit for bit", proc.returncode == 0 and
-          "this process: node" in proc.stderr and np.array_equal(np.load(out), want), proc.stderr[-300:])
+    assert proc.returncode == 0 and "this process: node" in proc.stderr, proc.stderr[-300:]
+    assert np.array_equal(np.load(out), want)
     os.remove(out)
-    proc = mpirun(2, "--bind-to", "none", binary, "logits", "--model", model, "--ids", ids, "--out", out, "--numa", "bind")
+    proc = mpirun(2, "--bind-to", "none", binary, "logits", "--model", tiny, "--ids", IDS, "--out", out, "--numa", "bind")
     placed = sorted(line.split("this process: ")[1] for line in proc.stderr.splitlines() if "this process: " in line)
     with open("/sys/devices/system/node/node0/cpulist") as f:  # e.g. "0-1" or "0,2"
         ranges = [part.split("-") for part in f.read().strip().split(",")]
     node0_cpus = sum(int(r[-1]) - int(r[0]) + 1 for r in ranges)
     # Two CPUs or more: one each; a one-CPU node binds both processes to it.
-    ok = proc.returncode == 0 and len(placed) == 2 and (len(set(placed)) == 2 or node0_cpus < 2)
-    error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
-    check(f"mpirun -np 2 --numa bind: each process on its share of node 0 ({placed}), rel error {error:.1e}",
-          ok and error <= 1e-5, proc.stderr[-300:])
+    assert proc.returncode == 0 and len(placed) == 2 and (len(set(placed)) == 2 or node0_cpus < 2), proc.stderr[-300:]
+    assert np.abs(np.load(out) - want).max() / np.abs(want).max() <= 1e-5
 
 
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    if shutil.which("mpirun") is None:
-        check("mpirun is installed", False, "scripts/install-deps.sh installs openmpi-bin")
-        finish()
-    os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "tiny-f32")
-    if not os.path.exists(os.path.join(model, "config.json")):
-        subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "f32", "--seed", "4", model], check=True,
-                       capture_output=True)
-    ids = ",".join(map(str, np.random.default_rng(1).integers(0, 32000, size=16)))
-    single = os.path.join(work, "single.npy")
-    subprocess.run([binary, "logits", "--model", model, "--ids", ids, "--out", single], check=True, capture_output=True)
-    want = np.load(single).astype(np.float64)
-    for label, flags in (("TP 2", []), ("EP 2", ["--ep"]), ("TP 2, decode path", ["--chunk", "1"])):
-        out = os.path.join(work, "mpi.npy")
-        if os.path.exists(out):
-            os.remove(out)
-        proc = mpirun(2, binary, "logits", "--model", model, "--ids", ids, "--out", out, *flags)
-        ok = proc.returncode == 0 and os.path.exists(out)
-        error = np.abs(np.load(out) - want).max() / np.abs(want).max() if ok else 1.0
-        check(f"mpirun -np 2 logits, {label} (rel error {error:.1e})", ok and error <= 1e-5, proc.stderr[-300:])
-    check_numa_bind(binary, model, ids, want, work)
-    k3 = os.path.join(work, "kimi-k3-f32")
-    if not os.path.exists(os.path.join(k3, "config.json")):
-        subprocess.run([binary, "make-model", "--preset", "kimi-k3-tiny", "--dtype", "f32", "--seed", "4", k3], check=True,
-                       capture_output=True)
-    subprocess.run([binary, "logits", "--model", k3, "--ids", ids, "--out", single], check=True, capture_output=True)
-    want_k3 = np.load(single).astype(np.float64)
-    out = os.path.join(work, "mpi_k3.npy")
-    proc = mpirun(2, binary, "logits", "--model", k3, "--ids", ids, "--out", out)
-    ok = proc.returncode == 0 and os.path.exists(out)
-    error = np.abs(np.load(out) - want_k3).max() / np.abs(want_k3).max() if ok else 1.0
-    check(f"mpirun -np 2 logits, Kimi K3 (KDA + MLA heads split; rel error {error:.1e})", ok and error <= 1e-5,
-          proc.stderr[-300:])
-    prompt = "5,100,2000,7"
-    alone = subprocess.run([binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos"],
+def test_generation_is_identical_and_printed_once(binary, tiny):
+    alone = subprocess.run([binary, "generate", "--model", tiny, "--ids", PROMPT, "-n", "64", "--ignore-eos"],
                            capture_output=True, text=True)
-    ranks = mpirun(2, binary, "generate", "--model", model, "--ids", prompt, "-n", "64", "--ignore-eos")
-    check("mpirun -np 2 generate: 64 greedy tokens identical, printed once", ranks.returncode == 0 and
-          ranks.stdout == alone.stdout and len(alone.stdout) > 0, f"{ranks.stdout[:80]!r} vs {alone.stdout[:80]!r}")
-    models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models")
-    kjv = os.path.join(models, "kjv")
-    kjv_prompt = "And God said, Let there be light: and there was light. And God said"
-    plain = subprocess.run([binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256"], capture_output=True,
+    ranks = mpirun(2, binary, "generate", "--model", tiny, "--ids", PROMPT, "-n", "64", "--ignore-eos")
+    assert ranks.returncode == 0 and len(alone.stdout) > 0, ranks.stderr[-300:]
+    assert ranks.stdout == alone.stdout
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "mtp", "draft:kjv-draft", "dflash:kjv-dflash"])
+def test_speculative_decoding_gives_one_ranks_text(binary, drafter):
+    kjv = os.path.join(MODELS, "kjv")
+    prompt = "And God said, Let there be light: and there was light. And God said"
+    plain = subprocess.run([binary, "generate", "--model", kjv, "--prompt", prompt, "-n", "256"], capture_output=True,
                            text=True)
-    for drafter in ("ngram", "mtp", "draft:" + os.path.join(models, "kjv-draft"), "dflash:" + os.path.join(models, "kjv-dflash")):
-        speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", kjv_prompt, "-n", "256",
-                             "--speculative", drafter, "--draft-policy", "fixed")
-        accepted = re.search(r"(\d+) accepted", speculative.stderr)
-        check(f"mpirun -np 2 generate on models/kjv with {drafter.split(':')[0]} speculative decoding: 256 tokens, "
-              f"the text of one rank without ({accepted.group(1) if accepted else 0} drafts accepted)",
-              speculative.returncode == 0 and speculative.stdout == plain.stdout and accepted and
-              int(accepted.group(1)) > 0, speculative.stderr[-300:])
-    bad = mpirun(3, binary, "logits", "--model", model, "--ids", "1,2", "--out", os.path.join(work, "x.npy"), "--tp", "2")
-    check("mismatched world size is an error", bad.returncode != 0 and "does not match the MPI world size 3" in bad.stderr,
-          bad.stderr[-300:])
-    # A rank killed mid-run: the job must end with an error, not hang.
-    job = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", binary, "generate", "--model", model, "--ids", prompt,
+    spec = drafter if ":" not in drafter else drafter.replace(":", ":" + MODELS + "/", 1)
+    speculative = mpirun(2, binary, "generate", "--model", kjv, "--prompt", prompt, "-n", "256", "--speculative", spec,
+                         "--draft-policy", "fixed")
+    accepted = re.search(r"(\d+) accepted", speculative.stderr)
+    assert speculative.returncode == 0 and speculative.stdout == plain.stdout, speculative.stderr[-300:]
+    assert accepted and int(accepted.group(1)) > 0
+
+
+def test_a_mismatched_world_size_is_an_error(binary, work_dir, tiny):
+    bad = mpirun(3, binary, "logits", "--model", tiny, "--ids", "1,2", "--out", os.path.join(work_dir, "x.npy"), "--tp", "2")
+    assert bad.returncode != 0 and "does not match the MPI world size 3" in bad.stderr, bad.stderr[-300:]
+
+
+def test_a_rank_that_dies_ends_the_job_with_an_error(binary, tiny):
+    job = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", binary, "generate", "--model", tiny, "--ids", PROMPT,
                             "-n", "4000", "--ignore-eos"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(3)
     victims = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
@@ -113,9 +129,5 @@ def main():
     except subprocess.TimeoutExpired:
         job.kill()
         code = None
-    check("a rank that dies ends the job with an error", victims != [] and code not in (None, 0), f"exit {code}")
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+    assert victims, "no rank to kill"
+    assert code not in (None, 0), f"exit {code}"

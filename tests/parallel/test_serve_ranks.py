@@ -1,7 +1,7 @@
 """`serve` on several ranks: --tp 2 as threads and `mpirun -np 2` (rank 0 serves HTTP, rank 1
 follows its batches) answer concurrent greedy requests exactly as one rank does, and each MPI
 rank's resident memory holds about its shard of the weights, not all of them. SIGTERM ends
-every rank with exit 0. Usage: test_serve_ranks.py MLASERVE WORK_DIR"""
+every rank with exit 0. Run by CTest through pytest (tests/conftest.py)."""
 import os
 import shutil
 import subprocess
@@ -9,9 +9,9 @@ import sys
 import signal
 import threading
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from checklist import check, finish  # noqa: E402
 from server_fixture import Server  # noqa: E402
 
 os.environ.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -64,50 +64,60 @@ def stop_rank_zero(server):
         return -1
 
 
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    tiny = os.path.join(work, "tiny")
-    mini = os.path.join(work, "mini-bf16")
-    for preset, directory in (("tiny", tiny), ("mini", mini)):
-        if not os.path.exists(os.path.join(directory, "config.json")):
-            subprocess.run([binary, "make-model", "--preset", preset, "--dtype", "bf16", "--seed", "5", directory],
-                           check=True, capture_output=True)
-    common = ("--kv-cache-gb", "0.05", "--max-num-seqs", "4", "--chunked-prefill-size", "32")
-    server = Server(binary, tiny, *common)
+COMMON = ("--kv-cache-gb", "0.05", "--max-num-seqs", "4", "--chunked-prefill-size", "32")
+MPIRUN = ("mpirun", "--oversubscribe", "-np", "2")
+
+
+def model(binary, work_dir, preset):
+    directory = os.path.join(work_dir, f"{preset}-bf16")
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", preset, "--dtype", "bf16", "--seed", "5", directory],
+                       check=True, capture_output=True)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(binary, work_dir):
+    return model(binary, work_dir, "tiny")
+
+
+@pytest.fixture(scope="module")
+def one_rank(binary, tiny):
+    """One rank's greedy completions of every prompt."""
+    server = Server(binary, tiny, *COMMON)
     want = completions(server)
-    check("one rank answers every prompt", all(not w.startswith("HTTP") for w in want), str(want))
     server.stop()
+    assert all(not w.startswith("HTTP") for w in want), want
+    return want
 
-    server = Server(binary, tiny, *common, "--tp", "2")
+
+def test_thread_ranks_answer_as_one_rank(binary, tiny, one_rank):
+    server = Server(binary, tiny, *COMMON, "--tp", "2")
     got = completions(server)
-    check("serve --tp 2 (threads): completions identical to one rank", got == want, f"{got} vs {want}")
-    check("serve --tp 2 exits 0 on SIGTERM", server.stop() == 0)
-
-    if shutil.which("mpirun") is None:
-        check("mpirun is installed (scripts/install-deps.sh installs openmpi-bin)", False)
-    else:
-        server = Server(binary, tiny, *common, launcher=("mpirun", "--oversubscribe", "-np", "2"))
-        got = completions(server)
-        check("mpirun -np 2 serve: completions identical to one rank", got == want, f"{got} vs {want}")
-        code = stop_rank_zero(server)
-        check("mpirun -np 2 serve: SIGTERM to rank 0 ends both ranks with exit 0", code == 0, f"exit {code}")
-
-        # Resident memory per rank on the mini preset (0.9 GB of BF16 weights): after serving,
-        # a rank has touched its shard only.
-        alone = Server(binary, mini, *common)
-        completions(alone)
-        alone_rss = alone.rss_kib() / 1024
-        alone.stop()
-        ranks = Server(binary, mini, *common, launcher=("mpirun", "--oversubscribe", "-np", "2"))
-        completions(ranks)
-        rss = [rss_mib(pid) for pid in ranks_of(ranks.proc.pid).values()]
-        stop_rank_zero(ranks)
-        print(f"mini: one rank {alone_rss:.0f} MiB resident; 2 MPI ranks {', '.join(f'{r:.0f}' for r in rss)} MiB")
-        check("mpirun -np 2 serve: each rank's RSS is at most 75% of one rank's",
-              len(rss) == 2 and max(rss) <= 0.75 * alone_rss, f"{rss} vs {alone_rss:.0f}")
-    finish()
+    assert server.stop() == 0, "serve --tp 2 exits 0 on SIGTERM"
+    assert got == one_rank
 
 
-if __name__ == "__main__":
-    main()
+def test_mpi_ranks_answer_as_one_rank(binary, tiny, one_rank):
+    assert shutil.which("mpirun"), "scripts/install-deps.sh installs openmpi-bin"
+    server = Server(binary, tiny, *COMMON, launcher=MPIRUN)
+    got = completions(server)
+    code = stop_rank_zero(server)
+    assert got == one_rank
+    assert code == 0, "SIGTERM to rank 0 ends both ranks with exit 0"
+
+
+def test_each_mpi_rank_holds_about_its_shard(binary, work_dir):
+    """Resident memory per rank on the mini preset (0.9 GB of BF16 weights): after serving, a
+    rank has touched its shard only."""
+    assert shutil.which("mpirun"), "scripts/install-deps.sh installs openmpi-bin"
+    mini = model(binary, work_dir, "mini")
+    alone = Server(binary, mini, *COMMON)
+    completions(alone)
+    alone_rss = alone.rss_kib() / 1024
+    alone.stop()
+    ranks = Server(binary, mini, *COMMON, launcher=MPIRUN)
+    completions(ranks)
+    rss = [rss_mib(pid) for pid in ranks_of(ranks.proc.pid).values()]
+    stop_rank_zero(ranks)
+    assert len(rss) == 2 and max(rss) <= 0.75 * alone_rss, f"ranks {rss} MiB against one rank's {alone_rss:.0f}"
