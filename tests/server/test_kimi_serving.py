@@ -6,7 +6,7 @@ server; streaming chat works; an image is refused by name. With the tokenizer la
 (tiktoken.model, added_tokens_decoder) and a generation_config.json, a chat turn ends on
 <|im_end|> although the tokenizer's eos_token is [EOS], and requests sample with the checkpoint's
 defaults.
-Usage: test_kimi_serving.py MLASERVE WORK_DIR"""
+Run by CTest through pytest (tests/conftest.py)."""
 import base64
 import json
 import os
@@ -15,10 +15,10 @@ import subprocess
 import sys
 import threading
 
-from server_fixture import Server
+import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklist import check, finish  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_fixture import Server  # noqa: E402
 
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "Once upon a time", "def fibonacci(n):",
            "Delta rules and gates", "Zebra", "A long prompt " * 8, "x"]
@@ -30,7 +30,22 @@ def complete(server, prompt):
     return body["choices"][0]["text"] if status == 200 else f"HTTP {status}: {body}"
 
 
-def split_prompt_checks(binary, model, label, cache_gb):
+# preset: (dtype, latent-cache GiB for 3 running + 3 snapshot state slots and about 140 tokens)
+PRESETS = {"kimi-linear-tiny": ("bf16", 0.000277), "kimi-k3-tiny": ("mxfp4", 0.000394)}
+
+
+def made(binary, work_dir, preset):
+    model = os.path.join(work_dir, preset)
+    if not os.path.exists(os.path.join(model, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", preset, "--dtype", PRESETS[preset][0], "--seed", "11", model],
+                       check=True, capture_output=True)
+    return model
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_prompt_split_over_two_requests_matches_one(binary, work_dir, preset):
+    """The second request reuses the first's cached blocks and KDA state snapshot."""
+    model, cache_gb = made(binary, work_dir, preset), 0.01
     first = "Prefix caching with recurrent state " * 4
     whole = first + "and then some more words"
     body = {"prompt": whole, "max_tokens": 6, "temperature": 0, "logprobs": 3, "ignore_eos": True}
@@ -46,16 +61,17 @@ def split_prompt_checks(binary, model, label, cache_gb):
         status_alone, alone = server.request("POST", "/v1/completions", body)
     finally:
         server.stop()
-    ok = status == 200 and status_alone == 200
-    got = split["choices"][0]["logprobs"] if ok else {}
-    want = alone["choices"][0]["logprobs"] if ok else {}
-    same_tokens = ok and got["tokens"] == want["tokens"]
-    error = max(abs(a - b) for a, b in zip(got["token_logprobs"], want["token_logprobs"])) if same_tokens else 1.0
-    check(f"{label}: prompt split over two requests reuses {hits:.0f} cached tokens and matches one request "
-          f"(max logprob difference {error:.1e})", hits > 0 and same_tokens and error <= 1e-4, f"{got} vs {want}")
+    assert status == 200 and status_alone == 200, f"{split} {alone}"
+    got, want = split["choices"][0]["logprobs"], alone["choices"][0]["logprobs"]
+    assert hits > 0, "no cached tokens reused"
+    assert got["tokens"] == want["tokens"]
+    assert max(abs(a - b) for a, b in zip(got["token_logprobs"], want["token_logprobs"])) <= 1e-4
 
 
-def serve_checks(binary, model, label, cache_gb):
+@pytest.mark.parametrize("preset", PRESETS)
+def test_concurrent_requests_equal_one_at_a_time(binary, work_dir, preset):
+    """Also streaming chat, an image refused by name, and SIGTERM's exit code."""
+    model, cache_gb = made(binary, work_dir, preset), PRESETS[preset][1]
     # 3 running sequences and a small latent cache: 8 concurrent requests queue, and running
     # ones are preempted. At most 8 prefill + 3 decode tokens a step: below 16, where 4-bit
     # layers (Kimi K3's MXFP4 experts) switch from the int8 dot to the packed GEMM, so a token
@@ -68,30 +84,27 @@ def serve_checks(binary, model, label, cache_gb):
                     "--chunked-prefill-size", "8", "--block-size", "4")
     try:
         alone = [complete(server, p) for p in PROMPTS]
-        check(f"{label}: every prompt answered", all(not a.startswith("HTTP") for a in alone), str(alone))
+        assert all(not a.startswith("HTTP") for a in alone), alone
         together = {}
         threads = [threading.Thread(target=lambda p=p: together.__setitem__(p, complete(server, p))) for p in PROMPTS]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        check(f"{label}: 8 concurrent greedy completions == one at a time", [together[p] for p in PROMPTS] == alone,
-              f"{[together[p] for p in PROMPTS]} vs {alone}")
-        preempted = server.metric("mlaserve_num_preemptions_total")
-        check(f"{label}: preemption happened ({preempted:.0f})", preempted > 0)
+        assert [together[p] for p in PROMPTS] == alone
+        assert server.metric("mlaserve_num_preemptions_total") > 0, "no preemption happened"
         status, events = server.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
                                                                 "max_tokens": 8, "stream": True})
         text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events
                        if e != "[DONE]" and json.loads(e)["choices"])
-        check(f"{label}: streaming chat completion", status == 200 and events[-1] == "[DONE]" and len(text) > 0,
-              f"{status} {events[-3:]}")
+        assert status == 200 and events[-1] == "[DONE]" and len(text) > 0, f"{status} {events[-3:]}"
         status, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "text", "text": "what is this?"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
-        check(f"{label}: an image is refused naming the vision tower",
-              status == 400 and "vision tower" in body["error"]["message"], f"{status} {body}")
+        assert status == 400 and "vision tower" in body["error"]["message"], f"{status} {body}"
     finally:
-        check(f"{label}: SIGTERM exits 0", server.stop() == 0)
+        code = server.stop()
+    assert code == 0, "SIGTERM exits 0"
 
 
 # Kimi's special tokens at their offsets after the ranks (tokenization_kimi.py), here after 31744
@@ -125,47 +138,27 @@ def with_kimi_tokenizer(model, out):
     return out
 
 
-def end_of_turn_checks(binary, model):
+def test_kimi_tokenizer_layout(binary, work_dir):
+    """A chat turn ends on <|im_end|> (generation_config.json's eos_token_id) although the
+    tokenizer's eos_token is [EOS]; requests without a temperature sample with the checkpoint's;
+    logit_bias errors name the problem."""
+    model = with_kimi_tokenizer(made(binary, work_dir, "kimi-k3-tiny"), os.path.join(work_dir, "kimi-k3-kimi-tokenizer"))
     server = Server(binary, model, "--kv-cache-gb", "0.01")
     try:
         chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "logit_bias": {str(IM_END): 100}}
         status, body = server.request("POST", "/v1/chat/completions", chat)
-        ok = status == 200
-        check("kimi tokenizer: a chat turn ends on <|im_end|> (generation_config.json's eos_token_id)",
-              ok and body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] == 1
-              and body["choices"][0]["message"]["content"] == "", f"{status} {body}")
+        assert status == 200 and body["choices"][0]["finish_reason"] == "stop", body
+        assert body["usage"]["completion_tokens"] == 1 and body["choices"][0]["message"]["content"] == "", body
         status, body = server.request("POST", "/v1/chat/completions", {**chat, "ignore_eos": True})
-        check("kimi tokenizer: with ignore_eos the same turn runs to max_tokens",
-              status == 200 and body["choices"][0]["finish_reason"] == "length"
-              and body["usage"]["completion_tokens"] == 8, f"{status} {body}")
+        assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
+        assert body["usage"]["completion_tokens"] == 8, body
         plain = {"prompt": "Once upon a time", "max_tokens": 16, "ignore_eos": True}
         texts = [body["choices"][0]["text"] if status == 200 else f"HTTP {status}"
                  for status, body in (server.request("POST", "/v1/completions", plain) for _ in range(2))]
-        check("kimi tokenizer: requests without a temperature sample with generation_config.json's (0: greedy)",
-              texts[0] == texts[1] and not texts[0].startswith("HTTP"), str(texts))
+        assert texts[0] == texts[1] and not texts[0].startswith("HTTP"), texts  # temperature 0: greedy
         for bias, why in (({"x1": 1}, "is not a token id"), ({"5": 1000}, "[-100, 100]"), ([1], "object")):
             status, body = server.request("POST", "/v1/completions", {**plain, "logit_bias": bias})
-            check(f"logit_bias {json.dumps(bias)}: 400 naming the problem",
-                  status == 400 and why in body["error"]["message"] and body["error"]["param"] == "logit_bias",
-                  f"{status} {body}")
+            assert status == 400 and why in body["error"]["message"], f"{json.dumps(bias)}: {status} {body}"
+            assert body["error"]["param"] == "logit_bias"
     finally:
         server.stop()
-
-
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    # 3 running + 3 snapshot state slots, and about 140 tokens of latent cache.
-    for preset, dtype, cache_gb in (("kimi-linear-tiny", "bf16", 0.000277), ("kimi-k3-tiny", "mxfp4", 0.000394)):
-        model = os.path.join(work, preset)
-        if not os.path.exists(os.path.join(model, "config.json")):
-            subprocess.run([binary, "make-model", "--preset", preset, "--dtype", dtype, "--seed", "11", model],
-                           check=True, capture_output=True)
-        serve_checks(binary, model, preset, cache_gb)
-        split_prompt_checks(binary, model, preset, 0.01)
-    end_of_turn_checks(binary, with_kimi_tokenizer(os.path.join(work, "kimi-k3-tiny"), os.path.join(work, "kimi-k3-kimi-tokenizer")))
-    finish()
-
-
-if __name__ == "__main__":
-    main()
