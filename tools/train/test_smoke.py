@@ -1,62 +1,69 @@
 """CI's check of the trainer (it never retrains the committed models): 20 steps of the target on
 a small slice of the corpus must lower the loss, and the checkpoint it writes, its FP8, INT4 and
 MXFP4 exports, and a few steps of each draft must load (the target and dense draft in mlaserve;
-the drafts and their acceptance in the trainer).
-Usage: test_smoke.py MLASERVE WORK_DIR"""
+the drafts and their acceptance in the trainer). Run by CTest through pytest
+(tests/conftest.py)."""
 import os
 import re
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
-from checklist import check, finish  # noqa: E402
+import pytest
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
+# one thread: CTest runs other tests beside this one, and spinning threads starve each other
+SMALL = ["--train-chars", "200000", "--batch", "4", "--length", "64", "--log-every", "1", "--threads", "1"]
 
 
 def run(*args):
     return subprocess.run([PYTHON, *args], capture_output=True, text=True)
 
 
-def loads_in_mlaserve(binary, model, label):
+def assert_loads_in_mlaserve(binary, model):
     proc = subprocess.run([binary, "logits", "--model", model, "--ids", "1,2,3,4,5", "--out",
                            os.path.join(model, "l.npy")], capture_output=True, text=True)
-    check(f"{label} loads in mlaserve", proc.returncode == 0, proc.stderr[-500:])
+    assert proc.returncode == 0, proc.stderr[-500:]
 
 
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    # one thread: CTest runs other tests beside this one, and spinning threads starve each other
-    small = ["--train-chars", "200000", "--batch", "4", "--length", "64", "--log-every", "1", "--threads", "1"]
-    model = os.path.join(work, "target")
-    proc = run(os.path.join(HERE, "train_target.py"), "--out", model, "--steps", "20", *small)
+@pytest.fixture(scope="module")
+def target(work_dir):
+    """20 steps of the target; the loss must fall."""
+    model = os.path.join(work_dir, "target")
+    proc = run(os.path.join(HERE, "train_target.py"), "--out", model, "--steps", "20", *SMALL)
+    assert proc.returncode == 0, proc.stderr[-500:]
     losses = [float(x) for x in re.findall(r"step \d+: loss ([0-9.]+)", proc.stdout)]
-    check(f"20 steps lower the loss ({losses[0] if losses else '?'} -> {losses[-1] if losses else '?'})",
-          proc.returncode == 0 and len(losses) >= 20 and sum(losses[-5:]) < sum(losses[:5]) - 1.0, proc.stderr[-500:])
-    if proc.returncode != 0:
-        finish()
-    loads_in_mlaserve(binary, model, "the trained checkpoint")
-    for fmt in ("fp8", "int4", "mxfp4"):
-        out = os.path.join(work, f"target-{fmt}")
-        proc = run(os.path.join(HERE, "export.py"), "--format", fmt, model, out)
-        check(f"{fmt} export written", proc.returncode == 0, proc.stderr[-500:])
-        loads_in_mlaserve(binary, out, f"the {fmt} export")
-    drafts = {"mtp": model, "dense": os.path.join(work, "dense"), "dflash": os.path.join(work, "dflash")}
-    for kind, out in drafts.items():
-        proc = run(os.path.join(HERE, "train_drafts.py"), "--target", model, "--kind", kind, "--out", out, "--steps", "3",
-                   *small)
-        check(f"{kind} draft trains and is written", proc.returncode == 0, proc.stderr[-500:])
-    loads_in_mlaserve(binary, model, "the target with its MTP layer")
-    loads_in_mlaserve(binary, drafts["dense"], "the dense draft")
-    proc = run(os.path.join(HERE, "acceptance.py"), "--target", model, "--dense", drafts["dense"], "--dflash",
+    assert len(losses) >= 20 and sum(losses[-5:]) < sum(losses[:5]) - 1.0, losses
+    return model
+
+
+@pytest.fixture(scope="module")
+def drafts(target, work_dir):
+    """A few steps of each draft kind: the MTP layer (written into the target), dense, DFlash."""
+    written = {"mtp": target, "dense": os.path.join(work_dir, "dense"), "dflash": os.path.join(work_dir, "dflash")}
+    for kind, out in written.items():
+        proc = run(os.path.join(HERE, "train_drafts.py"), "--target", target, "--kind", kind, "--out", out, "--steps",
+                   "3", *SMALL)
+        assert proc.returncode == 0, f"{kind}: {proc.stderr[-500:]}"
+    return written
+
+
+def test_the_trained_checkpoint_loads(binary, target):
+    assert_loads_in_mlaserve(binary, target)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int4", "mxfp4"])
+def test_exports_load(binary, target, work_dir, fmt):
+    out = os.path.join(work_dir, f"target-{fmt}")
+    proc = run(os.path.join(HERE, "export.py"), "--format", fmt, target, out)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert_loads_in_mlaserve(binary, out)
+
+
+def test_drafts_load_and_are_measured(binary, drafts):
+    assert_loads_in_mlaserve(binary, drafts["mtp"])  # the target with its MTP layer
+    assert_loads_in_mlaserve(binary, drafts["dense"])
+    proc = run(os.path.join(HERE, "acceptance.py"), "--target", drafts["mtp"], "--dense", drafts["dense"], "--dflash",
                drafts["dflash"], "--prompts", "2", "--new-tokens", "8", "--threads", "1")
-    lengths = re.findall(r"mean accepted length ([0-9.]+)", proc.stdout)
-    check(f"acceptance of every draft measured ({len(lengths)} figures)", proc.returncode == 0 and len(lengths) == 5,
-          proc.stdout + proc.stderr[-500:])
-    finish()
-
-
-if __name__ == "__main__":
-    main()
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert len(re.findall(r"mean accepted length ([0-9.]+)", proc.stdout)) == 5, proc.stdout
