@@ -1,16 +1,17 @@
 """Constrained decoding through the server, on a random model (which writes no JSON by itself):
 response_format json_schema on 50 seeded requests, each answer validated against the schema
 with the jsonschema package; json_object; vLLM's guided_choice; a schema keyword it does not
-support refused by name. Usage: test_structured_output.py MLASERVE WORK_DIR"""
+support refused by name. Run by CTest through pytest (tests/conftest.py)."""
 import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_fixture import Checks, Server, make_tiny_model  # noqa: E402
+from server_fixture import Server, make_tiny_model  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -29,7 +30,13 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
-check = Checks()
+
+
+@pytest.fixture(scope="module")
+def server(binary, work_dir):
+    running = Server(binary, make_tiny_model(binary, os.path.join(work_dir, "tiny")), "--kv-cache-gb", "0.25")
+    yield running
+    assert running.stop() == 0, "the server exits 0"
 
 
 def chat(server, seed, **fields):
@@ -46,64 +53,53 @@ def valid_under_schema(text):
         return False
 
 
-def json_schema_requests(server):
+def test_json_schema_answers_are_valid_and_free_ones_are_not(server):
     response_format = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda seed: chat(server, seed, response_format=response_format), range(50)))
         free = list(pool.map(lambda seed: chat(server, seed, max_tokens=60), range(50)))
-    valid = 0
+    invalid = []
     for seed, (status, body) in enumerate(answers):
         choice = body["choices"][0] if status == 200 else {}
         text = choice.get("message", {}).get("content", "")
-        ok = status == 200 and choice.get("finish_reason") == "stop" and valid_under_schema(text)
-        valid += ok
-        check(f"json_schema seed {seed}: valid under the schema", ok, f"{status} {body}")
-    print(f"json_schema: {valid} of 50 answers valid under the schema")
-    unconstrained = sum(valid_under_schema(body["choices"][0]["message"]["content"]) for status, body in free if status == 200)
-    check("unconstrained, the random model writes no valid JSON", unconstrained == 0, f"{unconstrained} valid")
+        if not (status == 200 and choice.get("finish_reason") == "stop" and valid_under_schema(text)):
+            invalid.append((seed, status, body))
+    assert not invalid, f"{len(invalid)} of 50 answers not valid under the schema: {invalid[:2]}"
+    unconstrained = sum(valid_under_schema(body["choices"][0]["message"]["content"]) for status, body in free
+                        if status == 200)
+    assert unconstrained == 0, "unconstrained, the random model writes no valid JSON"
 
 
-def other_formats(server):
-    # Without a schema nothing bounds a string, so some answers run to max_tokens: those must be
-    # cut JSON, and every answer that ended by itself a whole object.
-    finished = 0
-    for seed in range(10):
-        status, body = chat(server, 100 + seed, response_format={"type": "json_object"})
-        choice = body["choices"][0] if status == 200 else {}
-        text = choice.get("message", {}).get("content", "")
-        if choice.get("finish_reason") == "stop":
-            finished += 1
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            check(f"json_object seed {seed}: an object", isinstance(parsed, dict), repr(text))
-        else:
-            check(f"json_object seed {seed}: cut at max_tokens, an object begun", choice.get("finish_reason") == "length"
-                  and text.startswith("{"), f"{status} {body}")
-    check("json_object: some answers end by themselves", finished > 0, finished)
+@pytest.mark.parametrize("seed", range(10))
+def test_json_object(server, seed):
+    """Without a schema nothing bounds a string, so some answers run to max_tokens: those must be
+    cut JSON, and every answer that ended by itself a whole object."""
+    status, body = chat(server, 100 + seed, response_format={"type": "json_object"})
+    assert status == 200, body
+    choice = body["choices"][0]
+    text = choice["message"]["content"]
+    if choice["finish_reason"] == "stop":
+        assert isinstance(json.loads(text), dict), repr(text)
+    else:
+        assert choice["finish_reason"] == "length" and text.startswith("{"), body
+
+
+def test_json_object_answers_end_by_themselves(server):
+    finished = [chat(server, 100 + seed, response_format={"type": "json_object"})[1]["choices"][0]["finish_reason"]
+                for seed in range(10)]
+    assert "stop" in finished, finished
+
+
+def test_guided_choice_answers_one_of_the_choices(server):
     status, body = server.request("POST", "/v1/completions", {"prompt": "Pick:", "max_tokens": 20, "temperature": 1.0,
                                                               "seed": 3, "guided_choice": ["yes", "no", "maybe"]})
-    text = body["choices"][0]["text"] if status == 200 else ""
-    check("guided_choice: one of the choices", text in ("yes", "no", "maybe"), f"{status} {text!r}")
+    assert status == 200 and body["choices"][0]["text"] in ("yes", "no", "maybe"), body
+
+
+def test_unsupported_formats_are_refused_by_name(server):
     status, body = chat(server, 1, response_format={"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "string", "pattern": "^a+$"}}})
-    check("an unsupported schema keyword is a 400 naming it",
-          status == 400 and "'pattern'" in body["error"]["message"] and body["error"]["param"] == "response_format", body)
+    assert status == 400 and "'pattern'" in body["error"]["message"], body
+    assert body["error"]["param"] == "response_format"
     status, body = chat(server, 1, response_format={"type": "yaml"})
-    check("an unknown response_format type is a 400", status == 400 and body["error"]["param"] == "response_format", body)
-
-
-def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    server = Server(binary, make_tiny_model(binary, os.path.join(work, "tiny")), "--kv-cache-gb", "0.25")
-    try:
-        json_schema_requests(server)
-        other_formats(server)
-    finally:
-        check("server exits 0", server.stop() == 0)
-    check.finish()
-
-
-if __name__ == "__main__":
-    main()
+    assert status == 400 and body["error"]["param"] == "response_format", body
