@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -101,23 +100,3 @@ def wait_until(predicate, timeout=10.0):
             return True
         time.sleep(0.05)
     return False
-
-
-class Checks:
-    """Named checks that collect failures instead of stopping at the first; finish() reports
-    them and exits 1 if any failed."""
-
-    def __init__(self):
-        self.failures = []
-        self.count = 0
-
-    def __call__(self, label, condition, detail=""):
-        self.count += 1
-        if not condition:
-            self.failures.append(f"{label}: {str(detail)[:400]}")
-
-    def finish(self):
-        for failure in self.failures:
-            print("FAIL", failure)
-        print(f"{self.count - len(self.failures)} passed, {len(self.failures)} failed")
-        sys.exit(1 if self.failures else 0)
