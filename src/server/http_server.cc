@@ -15,8 +15,11 @@ namespace {
 using json = nlohmann::json;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
+// A full queue (429) or a server shutting down (503) asks the client to come back (Retry-After,
+// in seconds, as RFC 9110 has it).
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
   res.status = status;
+  if (status == 429 || status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(status, message, param).dump(-1, ' ', false, json::error_handler_t::replace),
                   "application/json");
 }

@@ -193,14 +193,20 @@ def test_healthy_idle_and_back_near_idle_memory_after(server, idle_rss):
     assert rss < idle_rss * 1.25 + 64 * 1024, f"idle {idle_rss} KiB, after {rss} KiB"
 
 
-def test_overload_queues_or_refuses_with_429(binary, tiny):
+def test_overload_queues_or_refuses_with_429_and_retry_after(binary, tiny):
     server = Server(binary, tiny, "--max-num-seqs", "2", "--max-queue", "3", "--kv-cache-gb", "0.1")
     statuses = []
 
+    retry_after = []
+
     def one():
         try:
-            statuses.append(server.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 60,
-                                                                       "ignore_eos": True})[0])
+            status, headers, _ = raw_request(server, "POST", "/v1/completions",
+                                             {"prompt": "x", "max_tokens": 60, "ignore_eos": True},
+                                             {"Content-Type": "application/json"})
+            statuses.append(status)
+            if status == 429:
+                retry_after.append(headers.get("Retry-After"))
         except Exception as e:  # noqa: BLE001 - asserted below
             statuses.append(repr(e))
 
@@ -212,6 +218,7 @@ def test_overload_queues_or_refuses_with_429(binary, tiny):
     code = server.stop()
     assert statuses.count(429) > 0 and statuses.count(200) >= 2, sorted(map(str, statuses))
     assert len(statuses) == 16 and set(statuses) <= {200, 429}, "every request answered"
+    assert retry_after and all(value == "1" for value in retry_after), "a 429 says when to retry"
     assert code == 0, "the overloaded server exits 0"
 
 
