@@ -2,8 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <csignal>
+#include <cstdlib>
 #include <future>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "base/error.h"
 #include "base/signals.h"
@@ -116,16 +120,29 @@ void serve(const ServeOptions& options) {
   HttpServer server(engine, std::move(*chat_template), server_options);
   const int port = server.bind();
   std::promise<void> stopped;
+  std::thread drain;  // finishes the running requests off the signal thread, which keeps listening
+  std::mutex drain_mutex;  // the signal thread has assigned `drain` before it is joined
   on_shutdown_signal([&](int signal) {
-    on_shutdown_signal([](int) {});  // a second signal during shutdown changes nothing
-    spdlog::info("signal {}: finishing running requests (up to {} s), then exiting", signal, options.shutdown_timeout_s);
-    engine.shutdown(std::chrono::seconds(options.shutdown_timeout_s));
-    server.stop();
-    stopped.set_value();
+    // During the drain a second SIGINT (Ctrl-C again) exits at once; a second SIGTERM changes nothing.
+    on_shutdown_signal([](int again) {
+      if (again != SIGINT) return;
+      spdlog::warn("second SIGINT: exiting without finishing the running requests");
+      std::_Exit(128 + again);
+    });
+    spdlog::info("signal {}: finishing running requests (up to {} s), then exiting (Ctrl-C again: at once)", signal,
+                 options.shutdown_timeout_s);
+    std::lock_guard lock(drain_mutex);
+    drain = std::thread([&] {
+      engine.shutdown(std::chrono::seconds(options.shutdown_timeout_s));
+      server.stop();
+      stopped.set_value();
+    });
   });
   spdlog::info("ready: serving '{}' on http://{}:{}", server_options.served_model_name, server_options.host, port);
   server.serve();
   stopped.get_future().wait();
+  std::lock_guard lock(drain_mutex);
+  drain.join();
   spdlog::info("stopped");
 }
 

@@ -4,6 +4,7 @@ Run by CTest through pytest (tests/conftest.py)."""
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -229,3 +230,29 @@ def test_bad_start_up_options_are_refused_by_name(binary, tiny):
     huge = subprocess.run([binary, "serve", "--model", tiny, "--kv-cache-gb", "100000", "--max-num-seqs", "100000000"],
                           capture_output=True, text=True, timeout=60)
     assert huge.returncode != 0 and "does not fit" in huge.stderr and "--kv-cache-gb" in huge.stderr, huge.stderr[-300:]
+
+
+def test_a_second_sigint_exits_at_once(binary, tiny):
+    """SIGINT drains (a running request may finish, up to --shutdown-timeout); Ctrl-C again
+    during the drain exits at once, with 128 + SIGINT."""
+    server = Server(binary, tiny, "--kv-cache-gb", "0.1", "--shutdown-timeout", "60")
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "go", "max_tokens": 4000, "ignore_eos": True, "stream": True})
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    received = b""
+    while received.count(b"data:") < 5:
+        received += sock.recv(4096)
+    server.proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    draining = server.proc.poll() is None
+    started = time.time()
+    server.proc.send_signal(signal.SIGINT)
+    try:
+        code = server.proc.wait(10)
+    finally:
+        sock.close()
+        if server.proc.poll() is None:
+            server.proc.kill()
+    assert draining, "the first SIGINT drains the running request"
+    assert code == 128 + signal.SIGINT and time.time() - started < 5, f"exit {code}"
