@@ -62,4 +62,15 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float scale) {
   return values;
 }
 
+std::vector<float> target_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,
+                                 int64_t start, int64_t end, std::span<const int> layers) {
+  std::vector<float> states(size_t((end - start) * int64_t(layers.size()) * target.config().hidden_size));
+  std::vector<float> logits(size_t(target.config().vocab_size));
+  const ForwardSequence chunk{tokens.subspan(size_t(start), size_t(end - start)), start, cache.view(), MlaPath::Auto,
+                              ForwardSequence::Logits::Last};
+  const HiddenStates wanted{layers, states.data()};
+  target.forward(std::span(&chunk, 1), logits.data(), &wanted);
+  return states;
+}
+
 }  // namespace mlaserve::testing

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "model/causal_lm.h"
 #include "tools/make_model.h"
 
 namespace mlaserve::testing {
@@ -34,5 +36,10 @@ void write_model(const std::string& dir, const nlohmann::json& config, StorageDT
                                           double tolerance);
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f);
+
+// The target's hidden states at `layers` (HiddenStates' ids) for tokens [start, end) of one
+// sequence, computed into `cache` as a prefill chunk: what a drafter is shown.
+std::vector<float> target_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,
+                                 int64_t start, int64_t end, std::span<const int> layers);
 
 }  // namespace mlaserve::testing

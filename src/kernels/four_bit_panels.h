@@ -1,8 +1,9 @@
 // 4-bit weights in 16-row panels (Int4Panels, Mxfp4Panels: repack_4bit_panels) against tokens
-// quantized to int8 per block of 32 (Q8Buffer), from one token (decode) to prefill: each
-// panel's step (16 rows x 4 columns, 64 bytes of codes once its nibbles are split) is one
-// vpdpbusd per token (AVX2: each half of it a vpmaddubsw over 8 rows), as in the integer GEMM
-// (gemm_4bit.h), which regroups row-major rows into such steps on every call.
+// quantized to int8 per block of 32 (Q8Buffer), a few tokens at a time (decode; more tokens run
+// the integer GEMM, which reads these panels too): each panel's step (16 rows x 4 columns, 64
+// bytes of codes once its nibbles are split) is one vpdpbusd per token (AVX2: each half of it a
+// vpmaddubsw over 8 rows), as in the integer GEMM (gemm_4bit.h), which regroups row-major rows
+// into such steps on every call.
 #pragma once
 #include <cstdint>
 

@@ -6,23 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "model/causal_lm.h"
+#include "test_util.h"
 
 namespace mlaserve {
 namespace {
 
 const std::string kKjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
-
-// The target's states at the draft's layers for tokens [start, end) of one sequence.
-std::vector<float> target_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,
-                                 int64_t start, int64_t end, std::span<const int> layers) {
-  std::vector<float> states(size_t((end - start) * int64_t(layers.size()) * target.config().hidden_size));
-  std::vector<float> logits(size_t(target.config().vocab_size));
-  const ForwardSequence chunk{tokens.subspan(size_t(start), size_t(end - start)), start, cache.view(), MlaPath::Auto,
-                              ForwardSequence::Logits::Last};
-  const HiddenStates wanted{layers, states.data()};
-  target.forward(std::span(&chunk, 1), logits.data(), &wanted);
-  return states;
-}
 
 TEST(BlockDrafter, HeldRowsDraftAsProjectedOnesThroughRejections) {
   const auto target = load_causal_lm(kKjv);
@@ -39,7 +28,7 @@ TEST(BlockDrafter, HeldRowsDraftAsProjectedOnesThroughRejections) {
   int64_t drafted = 0;
   for (int round = 0; round < 12; ++round) {
     const int64_t end = int64_t(tokens.size()) - (round == 0 ? 0 : 1);
-    const auto states = target_states(*target, cache, tokens, computed, end, layers);
+    const auto states = testing::target_states(*target, cache, tokens, computed, end, layers);
     if (round == 0) tokens.push_back(1);  // the prompt's first output token
     const ObservedChunk chunk{7, tokens, computed, end - computed, states.data()};
     lazy.observe(std::span(&chunk, 1));
@@ -58,7 +47,7 @@ TEST(BlockDrafter, HeldRowsDraftAsProjectedOnesThroughRejections) {
   EXPECT_EQ(drafted, 60);
   // A sequence first seen at position 4 (a target prefix-cache hit on rows this drafter never
   // computed) drafts nothing.
-  const auto states = target_states(*target, cache, tokens, 4, 6, layers);
+  const auto states = testing::target_states(*target, cache, tokens, 4, 6, layers);
   const std::span<const int32_t> seen = std::span(tokens).first(7);
   const ObservedChunk late{8, seen, 4, 2, states.data()};
   lazy.observe(std::span(&late, 1));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "model/causal_lm.h"
+#include "test_util.h"
 
 namespace mlaserve {
 namespace {
@@ -17,13 +18,7 @@ const std::string kKjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
 std::vector<float> final_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,
                                 int64_t start, int64_t end) {
   const int layers[] = {HiddenStates::kFinalNorm};
-  std::vector<float> states(size_t((end - start) * target.config().hidden_size));
-  std::vector<float> logits(size_t(target.config().vocab_size));
-  const ForwardSequence chunk{tokens.subspan(size_t(start), size_t(end - start)), start, cache.view(), MlaPath::Auto,
-                              ForwardSequence::Logits::Last};
-  const HiddenStates wanted{layers, states.data()};
-  target.forward(std::span(&chunk, 1), logits.data(), &wanted);
-  return states;
+  return testing::target_states(target, cache, tokens, start, end, layers);
 }
 
 TEST(MtpDrafter, HeldStatesDraftAsStatesRunAsTheyComeThroughRejections) {

@@ -56,6 +56,18 @@ def raw_request(server, method, path, body=None, headers=None):
     return response.status, dict(response.getheaders()), text
 
 
+def open_stream(server, max_tokens):
+    """A socket whose streaming completion of max_tokens tokens has sent its first 5 events."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "go", "max_tokens": max_tokens, "ignore_eos": True, "stream": True})
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    received = b""
+    while received.count(b"data:") < 5:
+        received += sock.recv(4096)
+    return sock
+
+
 def test_tokenize_and_detokenize(server):
     status, body = server.request("POST", "/tokenize", {"prompt": "In the beginning"})
     assert status == 200 and body["count"] == len(body["tokens"]) > 0, body
@@ -163,14 +175,7 @@ def test_a_1_mb_prompt_is_refused_promptly(server, idle_rss):
 
 def test_hang_up_cancels_the_request(server, idle_rss):
     aborted_before = server.metric("mlaserve_request_success_total", 'finished_reason="abort"')
-    sock = socket.create_connection(("127.0.0.1", server.port))
-    body = json.dumps({"prompt": "go", "max_tokens": 3000, "ignore_eos": True, "stream": True})
-    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-    received = b""
-    while received.count(b"data:") < 5:
-        received += sock.recv(4096)
-    sock.close()
+    open_stream(server, 3000).close()
     assert wait_until(lambda: server.metric("mlaserve_request_success_total", 'finished_reason="abort"') > aborted_before,
                       20), "no abort recorded"
 
@@ -236,13 +241,7 @@ def test_a_second_sigint_exits_at_once(binary, tiny):
     """SIGINT drains (a running request may finish, up to --shutdown-timeout); Ctrl-C again
     during the drain exits at once, with 128 + SIGINT."""
     server = Server(binary, tiny, "--kv-cache-gb", "0.1", "--shutdown-timeout", "60")
-    sock = socket.create_connection(("127.0.0.1", server.port))
-    body = json.dumps({"prompt": "go", "max_tokens": 4000, "ignore_eos": True, "stream": True})
-    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-    received = b""
-    while received.count(b"data:") < 5:
-        received += sock.recv(4096)
+    sock = open_stream(server, 4000)
     server.proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
     draining = server.proc.poll() is None
