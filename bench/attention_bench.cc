@@ -58,4 +58,3 @@ BENCHMARK(BM_CausalAttention)
 
 }  // namespace
 }  // namespace mlaserve
-BENCHMARK_MAIN();

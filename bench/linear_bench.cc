@@ -226,4 +226,3 @@ BENCHMARK(BM_MXFP4Panels)->Apply(linear_shapes);
 
 }  // namespace
 }  // namespace mlaserve
-BENCHMARK_MAIN();

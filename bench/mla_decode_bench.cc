@@ -160,5 +160,3 @@ BENCHMARK(BM_Queries)->Args({16, 2048, 256, 1})->Args({16, 2048, 256, 16})->Args
 
 }  // namespace
 }  // namespace mlaserve
-
-BENCHMARK_MAIN();

@@ -14,33 +14,11 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
-namespace {
-
-constexpr int64_t kStepCols = 32;  // columns one tile product consumes
-
-// Whether a view's columns all lie in one scale block (INT8 per channel, or a narrow view).
-bool one_scale_block(const LinearWeight& weight) {
-  return weight.col_offset / weight.block_cols == (weight.col_offset + weight.cols - 1) / weight.block_cols;
-}
-
-}  // namespace
-
-bool amx_supports(const LinearWeight& weight) {
-  switch (weight.format) {
-    case WeightFormat::Bf16Panels:
-    case WeightFormat::BF16: return true;
-    case WeightFormat::Int8Block:  // a scale a row (channel), or groups of whole steps from a group's start
-      if (weight.block_rows != 1) return false;
-      if (one_scale_block(weight)) return true;
-      return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
-    case WeightFormat::Fp8Block: return weight.block_cols % kStepCols == 0 && weight.col_offset % weight.block_cols == 0;
-    default: return false;
-  }
-}
+namespace MLASERVE_KERNELS_NS {
 
 #ifdef MLA_AMX
 namespace {
+constexpr int64_t kStepCols = kAmxStepCols;  // columns one tile product consumes
 using amx::kTileRows, amx::load_tile_config, amx::NextTilesPrefetch, amx::spread_prefetch, amx::TileConfig;
 
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
@@ -107,11 +85,10 @@ int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t 
   return rest_bits == 0 && _mm512_test_epi64_mask(rests, rests) == 0 ? 1 : terms;
 }
 
-
 // Steps of 32 columns a scale segment spans: FP8 and grouped INT8 a scale block's columns, else
 // (no block scales, or one block) the whole row.
 int64_t segment_steps(const LinearWeight& weight, int64_t steps) {
-  return is_block_scaled(weight.format) && !one_scale_block(weight) ? weight.block_cols / kStepCols : steps;
+  return is_block_scaled(weight.format) && !weight.one_scale_block() ? weight.block_cols / kStepCols : steps;
 }
 
 // What a row-major weight's B tiles are built from: bf16 words or one-byte codes.
@@ -396,6 +373,8 @@ void amx_configure_tiles() {
   load_tile_config(config);
 }
 
+bool amx_built() { return true; }
+
 bool amx_available() {
   static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return granted;
@@ -427,10 +406,11 @@ void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_
 
 #else
 
+bool amx_built() { return false; }
 bool amx_available() { return false; }
 
 void linear_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, int) {
-  fail("AMX GEMM: this build has no AMX (build with -march=native on a Sapphire Rapids or later host)");
+  fail("AMX GEMM: this build has no AMX (the avx512 build has it)");
 }
 
 #endif

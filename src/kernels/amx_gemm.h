@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 #include "kernels/quant_dot.h"
 
@@ -16,21 +17,17 @@
 #define MLA_AMX 1
 #endif
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
-// Whether the AMX kernels can run: built with AMX-BF16 and AMX-INT8 (-march=native on such a
-// host) and the kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM,
-// asked once).
+// Whether the AMX kernels can run: built with AMX-BF16 and AMX-INT8 (the avx512 build) and the
+// kernel granted this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once;
+// refused where the CPU has no AMX).
 bool amx_available();
-
-// Whether linear_rows_amx takes this weight: BF16 panels, row-major BF16 (kv_b_proj, a tied LM
-// head, --no-repack), INT8 with a scale a row (strategy channel) or a scale per group of whole
-// 32-column steps, and FP8 — views starting on a scale group's or block's first column; each
-// group's or block's sums are scaled as they finish.
-bool amx_supports(const LinearWeight& weight);
+// Whether this build has the AMX kernels.
+bool amx_built();
 
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
-// [row_begin, row_end) and t < n_tokens, on the calling thread, W a weight amx_supports. Each
+// [row_begin, row_end) and t < n_tokens, on the calling thread, W a weight amx_supports (dispatch.h). Each
 // token's outputs depend on its own activations only (the same bits in any batch). Activations
 // split into activation_terms bf16 terms (3: exact products).
 void linear_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,

@@ -11,7 +11,7 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/quant_dot.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 #ifdef MLA_AMX
 namespace {
@@ -181,7 +181,7 @@ void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_
 #else
 
 void gemm_4bit_q8_rows_amx(const LinearWeight&, int64_t, int64_t, const Q8Buffer&, int64_t, float*, int64_t) {
-  fail("AMX GEMM: this build has no AMX (build with -march=native on a Sapphire Rapids or later host)");
+  fail("AMX GEMM: this build has no AMX (the avx512 kernel build has it)");
 }
 
 #endif

@@ -3,13 +3,14 @@
 // next tiles are built from. Internal to src/kernels.
 #pragma once
 #include "kernels/amx_gemm.h"
+#include "kernels/isa_namespace.h"
 
 #ifdef MLA_AMX
 #include <immintrin.h>
 
 #include <cstdint>
 
-namespace mlaserve::amx {
+namespace MLASERVE_KERNELS_NS::amx {
 
 constexpr int64_t kTileRows = 16;  // tokens (A, C) or column pairs / 4-column groups (B) in a tile
 

@@ -9,7 +9,7 @@
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 void softmax_in_place(float* p, int64_t n) {
   const float max_score = simd::max_of(p, n);
   const float inverse = 1.0f / simd::exp_shifted(p, n, max_score);

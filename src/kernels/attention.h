@@ -3,12 +3,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
 namespace mlaserve {
-
-// p[i] = exp(p[i] - max) / sum, in place (shared by the attention kernels).
-void softmax_in_place(float* p, int64_t n);
 
 // A head's keys and values as the fp32 panels the attention's two GEMMs read as stored
 // (fp32_panel_rows): keys in panels of 16 keys, [key / 16][head_dim_qk][key % 16], for the
@@ -59,6 +57,14 @@ struct CausalAttentionParams {
   int64_t head_dim_v = 0;
   float softmax_scale = 1.0f;
 };
+
+}  // namespace mlaserve
+
+namespace MLASERVE_KERNELS_NS {
+
+// p[i] = exp(p[i] - max) / sum, in place (shared by the attention kernels).
+void softmax_in_place(float* p, int64_t n);
+
 void causal_attention(const CausalAttentionParams& params);
 
 }  // namespace mlaserve

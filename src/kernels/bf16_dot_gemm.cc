@@ -13,7 +13,7 @@
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 namespace {
@@ -224,7 +224,7 @@ bool bf16_dot_gemm_built() { return false; }
 
 void bf16_dot_stored_rows(const uint16_t*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*,
                           int64_t) {
-  fail("the vdpbf16ps GEMM needs a build with AVX512_BF16 (-march=native on a host that has it)");
+  fail("the vdpbf16ps GEMM needs a build with AVX512_BF16 (the avx512 kernel build has it)");
 }
 
 #endif

@@ -8,11 +8,12 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
-// Whether bf16_dot_panel_rows is built (AVX512_BF16 in the build's -march).
+// Whether bf16_dot_panel_rows is built (the avx512 kernel build).
 bool bf16_dot_gemm_built();
 
 // y[t * y_stride + (r - row_begin)] = sum_c bf16(x[t * x_stride + c]) * W[r, c] for r in

@@ -9,7 +9,7 @@
 #include "kernels/packed_gemm.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 constexpr int64_t kDepth = kPackedGemmDepth;

@@ -5,9 +5,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // The most tokens bf16_panel_few_token_rows takes: with AVX-512 up to 15, with AVX2 up to 3;
 // none without.

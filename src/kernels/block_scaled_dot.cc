@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace mlaserve {
+#include "kernels/isa_namespace.h"
+
+namespace MLASERVE_KERNELS_NS {
 
 enum class ByteCode { Fp8E4M3, Int8 };
 

@@ -7,7 +7,7 @@
 #include "kernels/quant_dot.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 namespace {
 

@@ -3,9 +3,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // out[c] = W[row, c] in fp32. out: [W.cols].
 void dequantize_row(const LinearWeight& weight, int64_t row, float* out);

@@ -6,16 +6,12 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
-#include "kernels/amx_gemm.h"
-#include "kernels/bf16_dot_gemm.h"
-#include "kernels/bf16_panel_decode.h"
-#include "kernels/block_scaled_dot.h"
+#include "kernels/attention.h"
+#include "kernels/dequantize.h"
 #include "kernels/four_bit_panels.h"
-#include "kernels/gemm_4bit.h"
+#include "kernels/kda.h"
 #include "kernels/linear.h"
-#include "kernels/packed_gemm.h"
-#include "kernels/row_dots.h"
+#include "kernels/peak_probes.h"
 
 namespace mlaserve {
 namespace {
@@ -47,60 +43,46 @@ bool bf16_dot_runs(const KernelConfig& config) {
 
 LinearKernel choose_bf16_panel_kernel(int64_t n_tokens, const KernelConfig& config) {
   if (n_tokens > 1 && bf16_dot_runs(config)) return LinearKernel::Bf16Dot;
-  if (n_tokens <= kBf16PanelFewTokens) return LinearKernel::Bf16PanelStream;
+  if (n_tokens <= config.bf16_panel_few_tokens) return LinearKernel::Bf16PanelStream;
   if (n_tokens >= kAmxMinTokens && config.amx) return LinearKernel::AmxTiles;
   return LinearKernel::Bf16PanelGemm;
 }
 
-void run_linear_kernel(LinearKernel kernel, const LinearWeight& weight, int64_t row_begin, int64_t row_end,
-                       const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                       const KernelConfig& config) {
-  const auto q8 = [&] { return quantized_q8(x, x_stride, n_tokens, weight.cols); };
-  switch (kernel) {
-    case LinearKernel::OneTokenDots: return one_token_dot_rows(weight, row_begin, row_end, x, y);
-    case LinearKernel::FewTokenDots:
-      return few_token_dot_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::BlockScaledDots:
-      return block_scaled_dot_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::Q8Dots: return q8_dot_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
-    case LinearKernel::IntegerGemm: return gemm_4bit_q8_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
-    case LinearKernel::IntegerGemmAmx:
-      return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
-    case LinearKernel::FourBitPanelDots:
-      return four_bit_panel_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
-    case LinearKernel::PackedGemm:
-      return packed_gemm_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::Bf16PanelStream:
-      return bf16_panel_few_token_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::Bf16PanelGemm:
-      return bf16_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::Bf16Dot:
-      return bf16_dot_panel_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::AmxTiles:
-      return linear_rows_amx(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride,
-                             config.bf16_activation_terms);
-  }
-}
+// The build the process's kernels run.
+const IsaKernels& running() { return isa_kernels(kernel_config().isa); }
 
 }  // namespace
 
-KernelConfig host_kernel_config(int bf16_activation_terms, MlaDecodeKernel mla_decode, int64_t kda_chunk) {
+KernelConfig host_kernel_config(Isa isa, int bf16_activation_terms, MlaDecodeKernel mla_decode, int64_t kda_chunk) {
   MLA_CHECK(bf16_activation_terms >= 1 && bf16_activation_terms <= kExactBf16Terms,
             "--bf16-terms must be 1, 2 or 3, got {}", bf16_activation_terms);
   MLA_CHECK(kda_chunk >= 0, "--kda-chunk must be 0 (recurrent prefill) or a chunk size, got {}", kda_chunk);
+  MLA_CHECK(host_runs(isa), "this CPU cannot run the {} kernels, which need {}", isa_name(isa), isa_requirements(isa));
+  const IsaKernels& kernels = isa_kernels(isa);
   const char* amx_setting = std::getenv("MLASERVE_AMX");
   KernelConfig config;
-  config.amx = amx_available() && !(amx_setting && std::strcmp(amx_setting, "0") == 0);
-  config.bf16_dot = bf16_dot_gemm_built();
-  config.four_bit_panels = four_bit_panels_built();
+  config.isa = isa;
+  config.amx = kernels.amx_available() && !(amx_setting && std::strcmp(amx_setting, "0") == 0);
+  config.bf16_dot = kernels.bf16_dot;
+  config.four_bit_panels = kernels.four_bit_panels;
+  config.bf16_panel_few_tokens = kernels.bf16_panel_few_tokens;
+  config.block_scaled_max_tokens = kernels.block_scaled_max_tokens;
   config.bf16_activation_terms = bf16_activation_terms;
   config.mla_decode = mla_decode;
   config.kda_chunk = kda_chunk;
   return config;
 }
 
+KernelConfig host_kernel_config(int bf16_activation_terms, MlaDecodeKernel mla_decode, int64_t kda_chunk) {
+  return host_kernel_config(process_isa(), bf16_activation_terms, mla_decode, kda_chunk);
+}
+
 const KernelConfig& kernel_config() { return process_config(); }
-void use_kernel_config(const KernelConfig& config) { process_config() = config; }
+
+void use_kernel_config(const KernelConfig& config) {
+  MLA_CHECK(host_runs(config.isa), "this CPU cannot run the {} kernels", isa_name(config.isa));
+  process_config() = config;
+}
 
 const char* linear_kernel_name(LinearKernel kernel) {
   switch (kernel) {
@@ -132,27 +114,8 @@ LinearKernel choose_linear_kernel(const LinearWeight& weight, int64_t n_tokens, 
   const int64_t packed_min_tokens = block_scaled ? kBlockScaledPackedGemmMinTokens : kPackedGemmMinTokens;
   if (n_tokens >= packed_min_tokens && packed_gemm_supports(weight)) return LinearKernel::PackedGemm;
   if (q8) return LinearKernel::Q8Dots;
-  if (block_scaled && n_tokens <= block_scaled_max_tokens()) return LinearKernel::BlockScaledDots;
+  if (block_scaled && n_tokens <= config.block_scaled_max_tokens) return LinearKernel::BlockScaledDots;
   return n_tokens == 1 ? LinearKernel::OneTokenDots : LinearKernel::FewTokenDots;
-}
-
-void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
-                 int64_t n_tokens, float* y, int64_t y_stride) {
-  const KernelConfig& config = kernel_config();
-  run_linear_kernel(choose_linear_kernel(weight, n_tokens, config), weight, row_begin, row_end, x, x_stride, n_tokens,
-                    y, y_stride, config);
-}
-
-void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y) {
-  if (n_tokens <= 0) return;
-  const KernelConfig& config = kernel_config();
-  const LinearKernel kernel = choose_linear_kernel(weight, n_tokens, config);
-  thread_pool().parallel_for(
-      weight.rows,
-      [&](int64_t begin, int64_t end, int) {
-        run_linear_kernel(kernel, weight, begin, end, x, weight.cols, n_tokens, y + begin, weight.rows, config);
-      },
-      8);
 }
 
 // Cost model, per cached row, in units of one head's dot products over it (~1 row of compute):
@@ -170,19 +133,6 @@ MlaDecodeKernel choose_mla_decode_kernel(int64_t n_heads, const KernelConfig& co
   return padded_cost <= generic_cost ? MlaDecodeKernel::Padded : MlaDecodeKernel::Generic;
 }
 
-void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
-  if (batch.empty()) return;
-  const KernelConfig& config = kernel_config();
-  switch (choose_mla_decode_kernel(batch[0].n_heads, config)) {
-    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch, read_next, config.amx);
-    case MlaDecodeKernel::Padded: return mla_absorbed_padded(batch, read_next, config.amx);
-    default:
-      for (const auto& params : batch) mla_absorbed_generic(params);
-  }
-}
-
-void mla_absorbed_attention(const MlaAbsorbedParams& params) { mla_absorbed_attention(std::span(&params, 1)); }
-
 bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rope_head_dim, CacheDType cache_dtype,
                            const KernelConfig& config) {
   const MlaDecodeKernel kernel = choose_mla_decode_kernel(n_heads, config);
@@ -193,7 +143,7 @@ bool mla_absorbed_on_tiles(int64_t n_heads, int64_t kv_lora_rank, int64_t qk_rop
   params.cache.dtype = cache_dtype;
   params.kv_lora_rank = kv_lora_rank;
   params.qk_rope_head_dim = qk_rope_head_dim;
-  return config.amx && heads > 0 && heads % 16 == 0 && mla_amx_tiles_take(params);
+  return config.amx && heads > 0 && heads % 16 == 0 && isa_kernels(config.isa).mla_amx_tiles_take(params);
 }
 
 int64_t kda_chunk_tokens(int64_t n_tokens, const KernelConfig& config) {
@@ -205,16 +155,7 @@ bool repacks_4bit_panels(const KernelConfig& config) { return config.four_bit_pa
 bool prefill_attention_on_bf16_dot(const KernelConfig& config) { return bf16_dot_runs(config); }
 
 std::string kernel_features(const KernelConfig& config) {
-#if defined(__AVX512F__)
-  std::string features = "AVX-512";
-#if defined(__AVX512BF16__) && defined(__AVX512VNNI__)
-  features += " (BF16, VNNI)";
-#endif
-#elif defined(__AVX2__) && defined(__FMA__)
-  std::string features = "AVX2+FMA";
-#else
-  std::string features = "scalar (no AVX2: built without -march=native or for another CPU)";
-#endif
+  std::string features = fmt::format("{} build ({})", isa_name(config.isa), isa_kernels(config.isa).units);
   if (config.amx)
     features += fmt::format(", AMX tiles for GEMMs of {}+ tokens, activations as {} bf16 term(s) (--bf16-terms; "
                             "MLASERVE_AMX=0 turns the tiles off)",
@@ -223,5 +164,76 @@ std::string kernel_features(const KernelConfig& config) {
     features += ", vdpbf16ps for BF16 panels of 2+ tokens, activations rounded to bf16 (--bf16-terms 1)";
   return features;
 }
+
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
+  switch (kernel) {
+    case MlaDecodeKernel::Auto: return "auto";
+    case MlaDecodeKernel::Blocked: return "blocked";
+    case MlaDecodeKernel::Padded: return "padded";
+    case MlaDecodeKernel::Generic: return "generic";
+  }
+  return "?";
+}
+
+MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
+  for (auto kernel : {MlaDecodeKernel::Auto, MlaDecodeKernel::Padded, MlaDecodeKernel::Generic})
+    if (std::strcmp(name, mla_decode_kernel_name(kernel)) == 0) return kernel;
+  fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
+}
+
+bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
+
+int64_t mla_padded_heads(int64_t n_heads) {
+  for (int64_t heads : {4, 8, 16})
+    if (n_heads <= heads) return heads;
+  return (n_heads + 15) / 16 * 16;
+}
+
+// The kernel entry points, on the build the process runs.
+void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y) {
+  running().linear(weight, x, n_tokens, y);
+}
+
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride) {
+  running().linear_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
+}
+
+void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* coef,
+                            int64_t coef_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  running().linear_transposed_rows(weight, row_begin, row_end, coef, coef_stride, n_tokens, y, y_stride);
+}
+
+void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next) {
+  running().mla_absorbed_attention(batch, read_next);
+}
+
+void causal_attention(const CausalAttentionParams& params) { running().causal_attention(params); }
+
+void softmax_in_place(float* p, int64_t n) { running().softmax_in_place(p, n); }
+
+void kda_recurrent_step(float* state, const float* q, const float* k, const float* v, const float* g, float beta,
+                        int64_t key_dim, int64_t value_dim, float* out) {
+  running().kda_recurrent_step(state, q, k, v, g, beta, key_dim, value_dim, out);
+}
+
+void kda_chunked(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 int64_t n_tokens, int64_t stride, int64_t beta_stride, int64_t dim, int64_t chunk, float* out) {
+  running().kda_chunked(state, q, k, v, g, beta, n_tokens, stride, beta_stride, dim, chunk, out);
+}
+
+void l2_normalize(float* x, int64_t n, float scale) { running().l2_normalize(x, n, scale); }
+
+void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
+  running().dequantize_row(weight, row, out);
+}
+
+void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
+  running().dequantize_row_range(weight, row, col_begin, col_end, out);
+}
+
+double fma_chains(int64_t iterations) { return running().fma_chains(iterations); }
+
+double bf16_dot_chains(int64_t iterations) { return running().bf16_dot_chains(iterations); }
 
 }  // namespace mlaserve

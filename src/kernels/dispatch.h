@@ -1,5 +1,6 @@
 // The one place that chooses kernels: for a linear layer by weight format, token count and
-// what the host offers; for MLA decode by head count. Every threshold between kernels is here,
+// what the host offers; for MLA decode by head count. dispatch.cc also holds the ISA-neutral
+// kernel entry points the code above calls, which run the process's kernel build (isa.h). Every threshold between kernels is here,
 // and the choice reads one KernelConfig, built at start-up from the CPU and the command line.
 // Leaf kernels take what they need as arguments and never choose for one another.
 // docs/kernels.md shows the table choose_linear_kernel implements.
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/isa.h"
 #include "kernels/mla_decode.h"
 #include "kernels/weight.h"
 
@@ -15,9 +17,12 @@ namespace mlaserve {
 // What the kernels may use: the host's units (as built and granted) and the options that trade
 // exactness or memory for speed.
 struct KernelConfig {
+  Isa isa = Isa::Avx2;            // the build of the kernels that runs (isa.h)
   bool amx = false;               // AMX tiles: built with AMX, granted by the kernel, MLASERVE_AMX not 0
   bool bf16_dot = false;          // vdpbf16ps built (AVX512_BF16)
   bool four_bit_panels = false;   // the 4-bit panel kernels built (AVX2 + FMA, or AVX-512 VNNI)
+  int64_t bf16_panel_few_tokens = 3;    // the most tokens the build's BF16 panel stream takes
+  int64_t block_scaled_max_tokens = 1;  // the most tokens the build's block-scaled dots take
   // The bf16 terms GEMMs that multiply in bf16 split each activation into (--bf16-terms): x = hi
   // + mid + lo, each the bf16 rounding of what the terms before it left. 3 hold all of fp32's 24
   // significand bits (exact products), 2 keep 16, 1 rounds x to bf16 (as llama.cpp's and
@@ -31,12 +36,16 @@ struct KernelConfig {
   int64_t kda_chunk = 64;
 };
 
-// This host's units with the given options; throws on options out of range.
+// The build `isa` (one this host runs) with the given options; throws on options out of range.
+KernelConfig host_kernel_config(Isa isa, int bf16_activation_terms = 3,
+                                MlaDecodeKernel mla_decode = MlaDecodeKernel::Auto, int64_t kda_chunk = 64);
+// The same for the build this process runs (process_isa: the best, or MLASERVE_ISA's).
 KernelConfig host_kernel_config(int bf16_activation_terms = 3, MlaDecodeKernel mla_decode = MlaDecodeKernel::Auto,
                                 int64_t kda_chunk = 64);
 
 // The process's config: host_kernel_config() until use_kernel_config replaces it, once at
-// start-up before any kernel runs (and by tests and benchmarks, between kernel calls).
+// start-up before any kernel runs (and by tests and benchmarks, between kernel calls). The
+// kernel entry points (linear.h, mla_decode.h, attention.h, kda.h, dequantize.h) run its build.
 const KernelConfig& kernel_config();
 void use_kernel_config(const KernelConfig& config);
 
@@ -90,8 +99,8 @@ bool repacks_4bit_panels(const KernelConfig& config);
 // Whether the expanded prefill attention multiplies on vdpbf16ps (bf16 keys, values, queries).
 bool prefill_attention_on_bf16_dot(const KernelConfig& config);
 
-// The vector units and options in use, for the start-up log: e.g. "AVX-512 (BF16, VNNI),
-// vdpbf16ps for BF16 panels of 2+ tokens ...".
+// The build and options in use, for the start-up log: e.g. "avx512 build (AVX-512 with BF16 and
+// VNNI), vdpbf16ps for BF16 panels of 2+ tokens ...".
 std::string kernel_features(const KernelConfig& config);
 
 }  // namespace mlaserve

@@ -9,7 +9,7 @@
 #include "kernels/four_bit_steps.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 #if defined(MLA_FOUR_BIT_STEPS)
 namespace {
@@ -255,7 +255,7 @@ void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 bool four_bit_panels_built() { return false; }
 
 void four_bit_panel_rows(const LinearWeight& weight, int64_t, int64_t, const Q8Buffer&, int64_t, float*, int64_t) {
-  MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (-march=native on a host that has them)",
+  MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (the avx2 and avx512 kernel builds have them)",
             weight_format_name(weight.format));
 }
 

@@ -7,10 +7,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 #include "kernels/quant_dot.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // Whether the panel kernels are built: AVX-512 VNNI, or AVX2 and FMA.
 bool four_bit_panels_built();

@@ -8,12 +8,13 @@
 
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/quant_dot.h"
 
 #if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || (defined(__AVX2__) && defined(__FMA__))
 #define MLA_FOUR_BIT_STEPS 1
 
-namespace mlaserve::four_bit_steps {
+namespace MLASERVE_KERNELS_NS::four_bit_steps {
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 using IntVec = __m512i;

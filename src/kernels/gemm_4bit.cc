@@ -13,7 +13,7 @@
 #include "kernels/four_bit_panels.h"
 #include "kernels/four_bit_steps.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 // Loop nest: token tiles of kTileTokens, then columns in chunks of kChunkBlocks blocks, then

@@ -6,10 +6,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 #include "kernels/quant_dot.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // y[t * y_stride + (r - row_begin)] = sum_b w_scale[r][b] * (x_scale[t][b] * sum_c u[r][c] q[t][c]
 //   - offset * x_scale[t][b] * sum_c q[t][c]) over the 32-column blocks b (c in the block), u

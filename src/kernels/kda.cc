@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 void kda_recurrent_step(float* state, const float* q, const float* k, const float* v, const float* g,
                         float beta, int64_t key_dim, int64_t value_dim, float* out) {

@@ -4,7 +4,9 @@
 #pragma once
 #include <cstdint>
 
-namespace mlaserve {
+#include "kernels/isa_namespace.h"
+
+namespace MLASERVE_KERNELS_NS {
 
 // One token: S <- Diag(exp g) S;  S <- S + k (beta (v - S^T k))^T;  out = S^T q.
 // q and k must already be L2-normalised (and q scaled by K^-1/2); g: [K] log decays.

@@ -4,9 +4,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // y[t, r] = sum_c x[t, c] * W[r, c] for t < n_tokens, all rows, threaded over rows.
 //   x: [n_tokens, W.cols] contiguous; y: [n_tokens, W.rows] contiguous.

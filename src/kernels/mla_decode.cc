@@ -15,7 +15,7 @@
 #include "kernels/mla_decode_tiles.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 using mla_tiles::Fp32Tiles, mla_tiles::kTile, mla_tiles::NextRowsPrefetch, mla_tiles::ReadNextPrefetch,
@@ -229,30 +229,6 @@ void blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange
 }
 
 }  // namespace
-
-const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
-  switch (kernel) {
-    case MlaDecodeKernel::Auto: return "auto";
-    case MlaDecodeKernel::Blocked: return "blocked";
-    case MlaDecodeKernel::Padded: return "padded";
-    case MlaDecodeKernel::Generic: return "generic";
-  }
-  return "?";
-}
-
-MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
-  for (auto kernel : {MlaDecodeKernel::Auto, MlaDecodeKernel::Padded, MlaDecodeKernel::Generic})
-    if (std::strcmp(name, mla_decode_kernel_name(kernel)) == 0) return kernel;
-  fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
-}
-
-bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
-
-int64_t mla_padded_heads(int64_t n_heads) {
-  for (int64_t heads : {4, 8, 16})
-    if (n_heads <= heads) return heads;
-  return (n_heads + 15) / 16 * 16;
-}
 
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params) {
 #if defined(__AVX512BF16__)

@@ -11,8 +11,9 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/weight.h"
+#include "kernels/isa_namespace.h"
 #include "kernels/latent_cache_view.h"
+#include "kernels/weight.h"
 
 namespace mlaserve {
 
@@ -37,6 +38,11 @@ MlaDecodeKernel mla_decode_kernel_from_name(const char* name);  // auto | padded
 // True for 4, 8, 16 and multiples of 16. mla_padded_heads: the next such count.
 bool mla_blocked_supports(int64_t n_heads);
 int64_t mla_padded_heads(int64_t n_heads);
+
+}  // namespace mlaserve
+
+namespace MLASERVE_KERNELS_NS {
+
 // Whether a block of 16 heads with these params can run on the AMX tile unit: built with AMX,
 // the blocked kernel's bf16 products, a key width of whole 32-value steps.
 bool mla_amx_tiles_take(const MlaAbsorbedParams& params);
@@ -47,14 +53,14 @@ bool mla_amx_tiles_take(const MlaAbsorbedParams& params);
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);
 
 // The sequences of a decode step together (one kv_lora_rank and head count), on the kernel
-// choose_mla_decode_kernel picks (implemented in dispatch.cc): the blocked kernel splits every sequence's work over the threads in one pass; the
+// choose_mla_decode_kernel picks: the blocked kernel splits every sequence's work over the threads in one pass; the
 // generic one runs them in turn. `read_next`: at most two byte ranges the caller reads next
 // (the weights after the attention), each read by its threads in equal parts in order; where
 // the blocked kernel computes in fp32 each thread prefetches its parts, a line every few
 // columns of its products (so more the longer the cache), instead of memory idling while
 // the attention computes. A hint: the results do not depend on it.
 void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next = {});
-void mla_absorbed_attention(const MlaAbsorbedParams& params);
+inline void mla_absorbed_attention(const MlaAbsorbedParams& params) { mla_absorbed_attention(std::span(&params, 1)); }
 void mla_absorbed_generic(const MlaAbsorbedParams& params);
 // The blocked kernel (n_heads supported), blocks of 16 heads on the AMX tiles where `amx` and
 // mla_amx_tiles_take; the padded one runs it on zero queries appended up to mla_padded_heads.

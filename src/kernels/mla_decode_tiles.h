@@ -14,10 +14,11 @@
 
 #include "base/dtype.h"
 #include "kernels/amx_gemm.h"
+#include "kernels/isa_namespace.h"
 #include "kernels/mla_decode.h"
 #include "kernels/simd.h"
 
-namespace mlaserve::mla_tiles {
+namespace MLASERVE_KERNELS_NS::mla_tiles {
 
 // Cached row `position` as fp32: in place for an fp32 cache, else widened into `buffer`.
 inline const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float* buffer) {

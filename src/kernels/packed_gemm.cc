@@ -10,7 +10,7 @@
 #include "kernels/dequantize.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 // Loop nest (GotoBLAS): token tiles of kTileTokens, then columns in pieces of kDepth, the
@@ -458,12 +458,6 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
 
 
 }  // namespace
-
-bool packed_gemm_supports(const LinearWeight& weight) {
-  // FP8 and INT8 panels are dequantised through an fp32 row buffer.
-  if (weight.format == WeightFormat::Int4Group) return kDepth % weight.group_size == 0;
-  return true;
-}
 
 void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                       int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {

@@ -5,9 +5,10 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 // Columns one FMA chain covers before its sum is added to the output's: every BF16 panel
 // kernel (the GEMM blocks here, the few-token dots of bf16_panel_decode) sums a (row, token)
@@ -32,9 +33,5 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
 // zero-fills them: stale lanes could hold denormals, which slow the FMAs). Any number of tokens.
 void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, int64_t cols, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
-
-// Whether linear_rows should use packed_gemm_rows for this weight (not for FP8, whose 4 x 3 dot
-// blocks measured faster, nor INT4 groups that do not divide 256).
-bool packed_gemm_supports(const LinearWeight& weight);
 
 }  // namespace mlaserve

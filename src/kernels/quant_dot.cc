@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 
 const std::array<float, 256>& e8m0_half_scales() {
   static const std::array<float, 256> table = [] {

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace mlaserve {
+#include "kernels/isa_namespace.h"
+
+namespace MLASERVE_KERNELS_NS {
 
 constexpr int64_t kQ8Block = 32;
 

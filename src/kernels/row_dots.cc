@@ -12,7 +12,7 @@
 #include "kernels/linear.h"
 #include "kernels/simd.h"
 
-namespace mlaserve {
+namespace MLASERVE_KERNELS_NS {
 namespace {
 
 // A per-thread row buffer for formats that are dequantized before the dot product.
@@ -23,12 +23,6 @@ float* row_scratch(int64_t cols) {
 }
 
 }  // namespace
-
-bool takes_q8_activations(const LinearWeight& weight) {
-  if (weight.activation_quant != ActivationQuant::Int8) return false;
-  return weight.format == WeightFormat::Mxfp4 ||
-         (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
-}
 
 namespace {
 

@@ -6,15 +6,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/isa_namespace.h"
 #include "kernels/quant_dot.h"
 #include "kernels/weight.h"
 
-namespace mlaserve {
-
-// Weights whose dot products take int8-quantized activations (quant_dot.h): MXFP4, and INT4
-// with groups of whole Q8 blocks (other group sizes dequantize a row at a time), unless their
-// activations stay fp32 (ActivationQuant::Off: dequantized rows, as FP8's).
-bool takes_q8_activations(const LinearWeight& weight);
+namespace MLASERVE_KERNELS_NS {
 
 // The tokens quantized to int8 per block of 32 in this thread's buffer (reused: the decode path
 // allocates nothing).

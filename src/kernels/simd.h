@@ -1,12 +1,25 @@
 // Vector primitives used by every kernel, with an AVX-512 path, an AVX2+FMA path and a scalar
-// path chosen at compile time (-march=native picks the widest the build host has).
+// path chosen at compile time (each kernel build, isa.h, compiles its own).
 #pragma once
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
-namespace mlaserve::simd {
+#include "kernels/isa_namespace.h"
+
+namespace MLASERVE_KERNELS_NS::simd {
+
+// The vector units this build compiles for, for the start-up log.
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__)
+inline constexpr const char* kUnits = "AVX-512 with BF16 and VNNI";
+#elif defined(__AVX512F__)
+inline constexpr const char* kUnits = "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__)
+inline constexpr const char* kUnits = "AVX2 and FMA";
+#else
+inline constexpr const char* kUnits = "scalar";
+#endif
 
 // Weight streams are also prefetched this far ahead by the one-token kernels: with four streams
 // a thread the hardware prefetchers keep too few lines in flight, and 2 KB ahead read faster

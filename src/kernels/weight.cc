@@ -1,6 +1,8 @@
 #include "kernels/weight.h"
 
 #include "base/error.h"
+#include "kernels/packed_gemm.h"  // kPackedGemmDepth
+#include "kernels/quant_dot.h"    // kQ8Block
 
 namespace mlaserve {
 
@@ -117,6 +119,31 @@ LinearWeight LinearWeight::cols_view(int64_t begin, int64_t end) const {
   view.col_offset += begin;
   view.cols = end - begin;
   return view;
+}
+
+bool LinearWeight::one_scale_block() const {
+  return col_offset / block_cols == (col_offset + cols - 1) / block_cols;
+}
+
+bool takes_q8_activations(const LinearWeight& weight) {
+  if (weight.activation_quant != ActivationQuant::Int8) return false;
+  return weight.format == WeightFormat::Mxfp4 ||
+         (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0);
+}
+
+bool amx_supports(const LinearWeight& weight) {
+  const bool whole_steps = weight.block_cols % kAmxStepCols == 0 && weight.col_offset % weight.block_cols == 0;
+  switch (weight.format) {
+    case WeightFormat::Bf16Panels:
+    case WeightFormat::BF16: return true;
+    case WeightFormat::Int8Block: return weight.block_rows == 1 && (weight.one_scale_block() || whole_steps);
+    case WeightFormat::Fp8Block: return whole_steps;
+    default: return false;
+  }
+}
+
+bool packed_gemm_supports(const LinearWeight& weight) {
+  return weight.format != WeightFormat::Int4Group || kPackedGemmDepth % weight.group_size == 0;
 }
 
 }  // namespace mlaserve

@@ -99,8 +99,24 @@ struct LinearWeight {
   // (whole stored rows for a column view, whose rows' pages the kernels touch anyway).
   std::vector<ByteRange> stored_ranges() const;
   ByteRange stored_codes() const;  // the first of stored_ranges(): the values, without scales
+  // Whether the view's columns all lie in one scale block (INT8 per channel, or a narrow view).
+  bool one_scale_block() const;
   LinearWeight rows_view(int64_t begin, int64_t end) const;  // output features [begin, end)
   LinearWeight cols_view(int64_t begin, int64_t end) const;  // input features [begin, end)
 };
+
+// Which weights the kernels take (the dispatcher's choice and the kernels' own checks).
+// Weights whose dot products take int8-quantized activations (quant_dot.h): MXFP4, and INT4
+// with groups of whole 32-column Q8 blocks (other group sizes dequantize a row at a time),
+// unless their activations stay fp32 (ActivationQuant::Off: dequantized rows, as FP8's).
+bool takes_q8_activations(const LinearWeight& weight);
+// The AMX
+// tile GEMM: BF16 panels, row-major BF16 (kv_b_proj, a tied LM head, --no-repack), INT8 with a
+// scale a row (strategy channel) or a scale per group of whole kAmxStepCols-column steps, and
+// FP8 — views starting on a scale group's or block's first column.
+constexpr int64_t kAmxStepCols = 32;  // columns one tile product consumes
+bool amx_supports(const LinearWeight& weight);
+// The packed GEMM: not INT4 groups that do not divide its depth.
+bool packed_gemm_supports(const LinearWeight& weight);
 
 }  // namespace mlaserve

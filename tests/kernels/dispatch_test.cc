@@ -2,12 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "kernels/bf16_panel_decode.h"
-#include "kernels/block_scaled_dot.h"
 
 namespace mlaserve {
 namespace {
@@ -22,8 +21,14 @@ LinearWeight weight_of(WeightFormat format, int64_t group_size = 32) {
   return weight;
 }
 
-KernelConfig config_of(bool amx, bool bf16_dot, int terms) {
+// A config of the build `isa` (its token limits), with the units and options given.
+KernelConfig config_of(bool amx, bool bf16_dot, int terms, Isa isa = Isa::Avx512) {
   KernelConfig config;
+  config.isa = isa;
+  // Each build's limits (bf16_panel_decode.h, block_scaled_dot.h): the kernel_tests of a build
+  // check them against the build's constants.
+  config.bf16_panel_few_tokens = isa == Isa::Avx512 ? 15 : 3;
+  config.block_scaled_max_tokens = isa == Isa::Avx512 ? 15 : 1;
   config.amx = amx;
   config.bf16_dot = bf16_dot;
   config.four_bit_panels = true;
@@ -45,21 +50,29 @@ void expect_table(const KernelConfig& config, const std::vector<Row>& rows, cons
 }
 
 // The vector units alone (no AMX, exact fp32 activations): each format's few-token kernel,
-// then its GEMM from the documented token counts.
+// then its GEMM from the documented token counts, with each build's limits.
 TEST(Dispatch, LinearKernelsOnTheVectorUnits) {
   using K = LinearKernel;
   using F = WeightFormat;
-  expect_table(config_of(false, true, 3),
-               {{F::F32, 1, K::OneTokenDots}, {F::F32, 63, K::FewTokenDots}, {F::F32, 64, K::PackedGemm},
-                {F::BF16, 1, K::OneTokenDots}, {F::BF16, 64, K::PackedGemm},
-                {F::Fp8Block, 1, K::BlockScaledDots}, {F::Fp8Block, block_scaled_max_tokens(), K::BlockScaledDots},
-                {F::Fp8Block, 16, K::PackedGemm}, {F::Int8Block, 16, K::PackedGemm},
-                {F::Int4Group, 1, K::Q8Dots}, {F::Int4Group, 15, K::Q8Dots}, {F::Int4Group, 16, K::IntegerGemm},
-                {F::Mxfp4, 3, K::Q8Dots}, {F::Mxfp4, 512, K::IntegerGemm},
-                {F::Int4Panels, 8, K::FourBitPanelDots}, {F::Int4Panels, 9, K::IntegerGemm},
-                {F::Mxfp4Panels, 1, K::FourBitPanelDots}, {F::Bf16Panels, 1, K::Bf16PanelStream},
-                {F::Bf16Panels, kBf16PanelFewTokens + 1, K::Bf16PanelGemm}, {F::Bf16Panels, 512, K::Bf16PanelGemm}},
-               "vectors");
+  for (Isa isa : kIsas) {
+    const KernelConfig config = config_of(false, isa == Isa::Avx512, 3, isa);
+    expect_table(config,
+                 {{F::F32, 1, K::OneTokenDots}, {F::F32, 63, K::FewTokenDots}, {F::F32, 64, K::PackedGemm},
+                  {F::BF16, 1, K::OneTokenDots}, {F::BF16, 64, K::PackedGemm},
+                  {F::Fp8Block, 1, K::BlockScaledDots},
+                  {F::Fp8Block, config.block_scaled_max_tokens, K::BlockScaledDots},
+                  {F::Fp8Block, 16, K::PackedGemm}, {F::Int8Block, 16, K::PackedGemm},
+                  {F::Int4Group, 1, K::Q8Dots}, {F::Int4Group, 15, K::Q8Dots}, {F::Int4Group, 16, K::IntegerGemm},
+                  {F::Mxfp4, 3, K::Q8Dots}, {F::Mxfp4, 512, K::IntegerGemm},
+                  {F::Int4Panels, 8, K::FourBitPanelDots}, {F::Int4Panels, 9, K::IntegerGemm},
+                  {F::Mxfp4Panels, 1, K::FourBitPanelDots}, {F::Bf16Panels, 1, K::Bf16PanelStream},
+                  {F::Bf16Panels, config.bf16_panel_few_tokens, K::Bf16PanelStream},
+                  {F::Bf16Panels, config.bf16_panel_few_tokens + 1, K::Bf16PanelGemm},
+                  {F::Bf16Panels, 512, K::Bf16PanelGemm}},
+                 isa_name(isa));
+  }
+  // The avx2 build's FP8 dots take one token: two already take the few-token dots.
+  expect_table(config_of(false, false, 3, Isa::Avx2), {{F::Fp8Block, 2, K::FewTokenDots}}, "avx2");
 }
 
 // --bf16-terms 1 sends BF16 panels of 2+ tokens to vdpbf16ps where it is built and AMX is not
@@ -73,7 +86,7 @@ TEST(Dispatch, Bf16DotAndAmxTakeTheirShare) {
                "bf16 dot");
   expect_table(config_of(false, false, 1), {{F::Bf16Panels, 512, K::Bf16PanelGemm}}, "bf16 dot not built");
   expect_table(config_of(true, true, 1),
-               {{F::Bf16Panels, 2, K::Bf16PanelStream}, {F::Bf16Panels, 16, K::AmxTiles}, {F::Fp8Block, block_scaled_max_tokens(), K::BlockScaledDots},
+               {{F::Bf16Panels, 2, K::Bf16PanelStream}, {F::Bf16Panels, 16, K::AmxTiles}, {F::Fp8Block, 15, K::BlockScaledDots},
                 {F::Fp8Block, 16, K::AmxTiles}, {F::BF16, 63, K::FewTokenDots}, {F::BF16, 64, K::AmxTiles},
                 {F::Int4Group, 16, K::IntegerGemmAmx}, {F::Mxfp4, 4, K::Q8Dots}},
                "amx");
@@ -114,6 +127,35 @@ TEST(Dispatch, OptionsOutOfRangeAreRefused) {
   EXPECT_THROW(host_kernel_config(4), Error);
   EXPECT_THROW(host_kernel_config(3, MlaDecodeKernel::Auto, -1), Error);
   EXPECT_EQ(host_kernel_config(2).bf16_activation_terms, 2);
+}
+
+TEST(Isa, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (Isa isa : kIsas) EXPECT_EQ(isa_from_name(isa_name(isa)), isa);
+  EXPECT_THROW(isa_from_name("avx10"), Error);
+}
+
+// MLASERVE_ISA picks the build; without it the process takes the best this CPU runs.
+TEST(Isa, ProcessIsaFollowsMlaserveIsa) {
+  const char* set = std::getenv("MLASERVE_ISA");
+  const std::string saved = set ? set : "";
+  ASSERT_TRUE(host_runs(Isa::Avx2));
+  setenv("MLASERVE_ISA", "avx2", 1);
+  EXPECT_EQ(process_isa(), Isa::Avx2);
+  EXPECT_EQ(host_kernel_config().isa, Isa::Avx2);
+  EXPECT_FALSE(host_kernel_config().bf16_dot);
+  setenv("MLASERVE_ISA", "sse2", 1);
+  EXPECT_THROW(process_isa(), Error);
+  unsetenv("MLASERVE_ISA");
+  EXPECT_EQ(process_isa(), host_runs(Isa::Avx512) ? Isa::Avx512 : Isa::Avx2);
+  if (!host_runs(Isa::Avx512)) {
+    setenv("MLASERVE_ISA", "avx512", 1);
+    EXPECT_THROW(process_isa(), Error);
+    KernelConfig config = kernel_config();
+    config.isa = Isa::Avx512;
+    EXPECT_THROW(use_kernel_config(config), Error);
+  }
+  if (set) setenv("MLASERVE_ISA", saved.c_str(), 1);
+  else unsetenv("MLASERVE_ISA");
 }
 
 // A scoped config is the process's for its scope, and the one before is back after it.

@@ -1,0 +1,17 @@
+// main() of the microbenchmarks compiled as one kernel build (MLASERVE_KERNEL_ISA): the process
+// runs that build (MLASERVE_ISA), so the entry points they reach through dispatch.h run it too.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#define MLASERVE_STRING(x) MLASERVE_STRING_(x)
+#define MLASERVE_STRING_(x) #x
+
+int main(int argc, char** argv) {
+  setenv("MLASERVE_ISA", MLASERVE_STRING(MLASERVE_KERNEL_ISA), 1);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
