@@ -1,9 +1,9 @@
 // The one place that chooses kernels: for a linear layer by weight format, token count and
-// what the host offers; for MLA decode by head count. dispatch.cc also holds the ISA-neutral
-// kernel entry points the code above calls, which run the process's kernel build (isa.h). Every threshold between kernels is here,
+// what the host offers; for MLA decode by head count. Every threshold between kernels is here,
 // and the choice reads one KernelConfig, built at start-up from the CPU and the command line.
 // Leaf kernels take what they need as arguments and never choose for one another.
-// docs/kernels.md shows the table choose_linear_kernel implements.
+// docs/kernels.md shows the table choose_linear_kernel implements. dispatch.cc also defines the
+// ISA-neutral kernel entry points the code above calls, which run the process's build (isa.h).
 #pragma once
 #include <cstdint>
 #include <string>
