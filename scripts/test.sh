@@ -9,6 +9,7 @@ scripts/install-deps.sh --tests
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 -DMLASERVE_SANITIZE=ON \
       -DMLASERVE_TESTS=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target checkpoint_probe
-scripts/build.sh -DMLASERVE_TESTS=ON -DMLASERVE_SANITIZED_PROBE="$PWD/build-asan/tests/checkpoint_probe"
+# The microbenchmarks are not tests: not built here (scripts/build.sh -DMLASERVE_BENCH=ON builds them).
+scripts/build.sh -DMLASERVE_TESTS=ON -DMLASERVE_BENCH=OFF -DMLASERVE_SANITIZED_PROBE="$PWD/build-asan/tests/checkpoint_probe"
 cd build
 ctest -j"$(nproc)" --output-on-failure --timeout 900
