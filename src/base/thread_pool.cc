@@ -10,20 +10,10 @@
 namespace mlaserve {
 namespace {
 
-// A wait first spins on pauses (tens of ns each on Zen cores; the gap between the kernels of a
-// decode step is microseconds), then yields the core between looks, so that on a machine shared
-// with other busy processes the thread it waits for, if the scheduler put it off, runs in its
-// place. A worker sleeps after both (about half a millisecond when the core is free: far
-// shorter than the gap between requests).
-constexpr int kPauseSpins = 4000;
-constexpr int kYieldSpins = 1000;
-
-void relax(int spin) {
-  if (spin < kPauseSpins)
-    _mm_pause();
-  else
-    std::this_thread::yield();
-}
+// About half a millisecond of spinning before a worker sleeps (a pause takes tens of ns on
+// Zen cores): longer than the gap between the kernels of a decode step, far shorter
+// than the gap between requests.
+constexpr int kSpinIterations = 20000;
 
 // Worker w's share of n items, rounded to whole grains.
 std::pair<int64_t, int64_t> chunk_of(int64_t n, int64_t grain, int workers, int w) {
@@ -78,16 +68,16 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   } catch (...) {
     error = std::current_exception();
   }
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) relax(spin);
+  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
   task_ = nullptr;
   if (error) std::rethrow_exception(error);
 }
 
 bool ThreadPool::wait_for_work(uint64_t seen_generation) {
-  for (int spin = 0; spin < kPauseSpins + kYieldSpins; ++spin) {
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
     if (generation_.load(std::memory_order_acquire) != seen_generation) return true;
     if (stopping_.load(std::memory_order_relaxed)) return false;
-    relax(spin);
+    _mm_pause();
   }
   std::unique_lock lock(mutex_);
   work_ready_.wait(lock, [&] { return stopping_ || generation_.load(std::memory_order_acquire) != seen_generation; });

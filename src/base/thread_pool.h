@@ -2,8 +2,7 @@
 // into one contiguous range per thread. The calling thread takes part as worker 0.
 // Dispatch is latency-critical (a decode step issues hundreds of small parallel_for calls), so
 // workers spin on an atomic generation counter for a short while before sleeping on a
-// condition variable, and the caller spins for the workers to finish; both yield the core
-// once a spin runs long (a machine shared with other busy processes).
+// condition variable, and the caller spins for the workers to finish.
 #pragma once
 #include <atomic>
 #include <concepts>
