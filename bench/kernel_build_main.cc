@@ -4,11 +4,10 @@
 
 #include <cstdlib>
 
-#define MLASERVE_STRING(x) MLASERVE_STRING_(x)
-#define MLASERVE_STRING_(x) #x
+#include "kernels/isa_namespace.h"
 
 int main(int argc, char** argv) {
-  setenv("MLASERVE_ISA", MLASERVE_STRING(MLASERVE_KERNEL_ISA), 1);
+  setenv("MLASERVE_ISA", MLASERVE_KERNEL_ISA_NAME, 1);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

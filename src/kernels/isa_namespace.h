@@ -8,6 +8,10 @@
 
 #if defined(MLASERVE_KERNEL_ISA)
 #define MLASERVE_KERNELS_NS mlaserve::inline MLASERVE_KERNEL_ISA
+// The build's name as a string ("avx512"), for code compiled as one build (its tests' main).
+#define MLASERVE_KERNEL_ISA_NAME MLASERVE_KERNEL_ISA_STRING_(MLASERVE_KERNEL_ISA)
+#define MLASERVE_KERNEL_ISA_STRING_(isa) MLASERVE_KERNEL_ISA_STRING__(isa)  // expands isa first
+#define MLASERVE_KERNEL_ISA_STRING__(isa) #isa
 #else
 #define MLASERVE_KERNELS_NS mlaserve
 #endif

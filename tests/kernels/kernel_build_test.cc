@@ -7,13 +7,10 @@
 #include "kernels/dispatch.h"
 #include "kernels/four_bit_panels.h"
 
-#define MLASERVE_STRING(x) MLASERVE_STRING_(x)
-#define MLASERVE_STRING_(x) #x
-
 namespace mlaserve {
 namespace {
 
-const Isa kThisBuild = isa_from_name(MLASERVE_STRING(MLASERVE_KERNEL_ISA));
+const Isa kThisBuild = isa_from_name(MLASERVE_KERNEL_ISA_NAME);
 
 // The process runs this build (kernel_build_main sets MLASERVE_ISA), and its config carries the
 // build's limits: the ones the dispatcher's table test assumes of each build.
