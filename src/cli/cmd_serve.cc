@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "io/generation_config.h"
+#include "kernels/dispatch.h"
 #include "server/http_server.h"
 
 namespace mlaserve {
@@ -37,7 +39,33 @@ struct ServeOptions {
   ServerOptions server;
   ParallelFlags parallel;
   SpeculativeFlags speculative;
+  bool webui = false, no_webui = false;
 };
+
+// What /metrics's mlaserve_model_info says is served (the web page's dashboard shows it).
+ModelInfo model_info(const CausalLM& model, const ModelExecutor& executor, const EngineConfig& config) {
+  double parameters = 0, bytes = 0;
+  std::map<std::string, double> bytes_by_format;
+  model.for_each_weight([&](const LinearWeight& weight) {
+    parameters += double(weight.rows) * double(weight.cols);
+    bytes += double(weight.bytes());
+    bytes_by_format[weight_format_name(weight.format)] += double(weight.bytes());
+  });
+  std::vector<std::pair<double, std::string>> formats;
+  for (const auto& [name, format_bytes] : bytes_by_format) formats.emplace_back(-format_bytes, name);
+  std::sort(formats.begin(), formats.end());
+  std::string weight_format;
+  for (const auto& [negative_bytes, name] : formats)
+    weight_format += fmt::format("{}{} {:.0f}%", weight_format.empty() ? "" : ", ", name, -100 * negative_bytes / bytes);
+  return {{"model_type", model.config().model_type},
+          {"parameters", fmt::format("{:.0f}", parameters)},
+          {"weight_bytes", fmt::format("{:.0f}", bytes)},
+          {"weight_format", weight_format},
+          {"max_model_len", std::to_string(config.max_model_len)},
+          {"ranks", executor.describe()},
+          {"kernels", kernel_features(kernel_config())},
+          {"speculative", config.drafter ? config.drafter->describe() : "off"}};
+}
 
 // Every rank keeps a full latent cache, so with R ranks on this machine the budget is split R ways.
 EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model, int ranks) {
@@ -117,8 +145,14 @@ void serve(const ServeOptions& options) {
   server_options.generation = generation;
   if (server_options.served_model_name.empty())
     server_options.served_model_name = std::filesystem::path(options.model_dir).filename().string();
+  server_options.model_info = model_info(*model, *executor, config);
+  server_options.webui = options.webui || (!options.no_webui && is_loopback_host(server_options.host));
   HttpServer server(engine, std::move(*chat_template), server_options);
   const int port = server.bind();
+  if (server_options.webui)
+    spdlog::info("web page: http://{}:{}/ (chat) and /dashboard", server_options.host, port);
+  else if (!options.no_webui)
+    spdlog::info("web page: off on the non-loopback address {} (--webui turns it on)", server_options.host);
   std::promise<void> stopped;
   std::thread drain;  // finishes the running requests off the signal thread, which keeps listening
   std::mutex drain_mutex;  // the signal thread has assigned `drain` before it is joined
@@ -171,6 +205,10 @@ void add_serve_command(CLI::App& app) {
                   "CORS: browser origins allowed to call the API (\"*\": any; default: none)")
       ->delimiter(',');
   cmd->add_option("--api-key", options->server.api_key, "require Authorization: Bearer KEY on /v1/*");
+  auto* webui = cmd->add_flag("--webui", options->webui,
+                              "serve the web page (chat and dashboard) at / also on a non-loopback --host");
+  cmd->add_flag("--no-webui", options->no_webui, "no web page (default: served when --host is a loopback address)")
+      ->excludes(webui);
   cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
   cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");
   cmd->add_option("--kv-cache-fraction", options->kv_cache_fraction, "fraction of available memory for the KV cache")->capture_default_str();

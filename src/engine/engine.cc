@@ -35,6 +35,7 @@ struct Engine::Request {
   TextStreamer streamer;
   StopStringFilter stops;  // holds back decoded text that may begin a stop string
   int64_t completion_tokens = 0, cached_tokens = -1;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
   Clock::time_point arrival = Clock::now(), last_token;
   bool done = false;
 
@@ -229,6 +230,8 @@ void Engine::finish(Request& request, const std::string& reason, const std::stri
   event.prompt_tokens = request.seq.prompt_length;
   event.completion_tokens = request.completion_tokens;
   event.cached_tokens = std::max<int64_t>(0, request.cached_tokens);
+  event.draft_tokens = request.draft_tokens;
+  event.accepted_draft_tokens = request.accepted_draft_tokens;
   request.handle->push(std::move(event));
   scheduler_.remove(&request.seq);
   if (config_.drafter) config_.drafter->release(request.seq.id);
@@ -434,6 +437,8 @@ int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, flo
     ++metrics_.spec_drafts;
     metrics_.spec_draft_tokens += drafted;
     metrics_.spec_accepted_tokens += accepted;
+    request.draft_tokens += drafted;
+    request.accepted_draft_tokens += accepted;
     for (int64_t i = 0; i < drafted; ++i) {
       ++metrics_.spec_drafted_at[size_t(i)];
       if (i < accepted) ++metrics_.spec_accepted_at[size_t(i)];

@@ -74,6 +74,7 @@ struct StreamEvent {
   std::string finish_reason;          // stop | length | abort | error
   std::string error;                  // message when finish_reason is error
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: drafted, accepted
 };
 
 // A refused request: the HTTP status and a message naming the problem.

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
+#include "server/web_assets.h"
 
 namespace mlaserve {
 namespace {
@@ -213,7 +214,8 @@ void HttpServer::add_routes() {
   });
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_prometheus(engine_.metrics(), options_.served_model_name), "text/plain; version=0.0.4");
+    res.set_content(render_prometheus(engine_.metrics(), options_.served_model_name, options_.model_info),
+                    "text/plain; version=0.0.4");
   });
   server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", 0},
@@ -239,6 +241,7 @@ void HttpServer::add_routes() {
   server_->Post("/v1/completions", generate(Endpoint::Completions));
   server_->Post("/v1/chat/completions", generate(Endpoint::ChatCompletions));
   add_token_routes();
+  add_webui();
   add_cors();
   add_error_handlers(*server_);
 }
@@ -290,6 +293,35 @@ void HttpServer::add_cors() {
     res.set_header("Access-Control-Allow-Headers", headers.empty() ? "Authorization, Content-Type" : headers);
     res.set_header("Access-Control-Max-Age", "600");
   });
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// The built-in web page (server/webui): "/" and "/dashboard" answer its one HTML page, which
+// loads its scripts and styles by their own names. Its Content-Security-Policy lets the page run
+// only these files and talk only to this server: no text a model writes can run as script.
+void HttpServer::add_webui() {
+  if (!options_.webui) return;
+  auto answer = [](const WebAsset& asset) {
+    return [&asset](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(asset.bytes.data(), asset.bytes.size(), std::string(asset.content_type));
+    };
+  };
+  for (const WebAsset& asset : kWebAssets) {
+    std::string pattern;  // httplib's routes are regular expressions
+    for (char c : asset.path) pattern += c == '.' ? std::string("\\.") : std::string(1, c);
+    server_->Get(pattern, answer(asset));
+    if (asset.path != "/index.html") continue;
+    server_->Get("/", answer(asset));
+    server_->Get("/dashboard", answer(asset));
+  }
 }
 
 int HttpServer::bind() {

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "server/openai_protocol.h"
+#include "server/prometheus.h"
 #include "tokenizer/chat_template.h"
 
 namespace httplib {
@@ -27,7 +28,12 @@ struct ServerOptions {
   std::vector<std::string> allowed_origins;  // CORS: browser origins answered ("*": any)
   std::string tool_parser = "auto";       // --tool-parser (chat_parsing)
   std::string reasoning_parser = "auto";  // --reasoning-parser
+  bool webui = true;              // the built-in web page at "/" and "/dashboard"
+  ModelInfo model_info;           // mlaserve_model_info's labels on /metrics
 };
+
+// 127.0.0.0/8, ::1 or localhost: the addresses on which the web page is on by default.
+bool is_loopback_host(const std::string& host);
 
 class HttpServer {
  public:
@@ -43,6 +49,7 @@ class HttpServer {
   void add_routes();
   void add_token_routes();
   void add_cors();
+  void add_webui();
   Engine& engine_;
   ServerOptions options_;
   ChatTemplate chat_template_;

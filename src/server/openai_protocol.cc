@@ -462,13 +462,23 @@ json ResponseBuilder::chunk_base() const {
   return {{"id", id_}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}};
 }
 
+// Speculative decoding's drafts, where the request had any, in OpenAI's fields for predicted
+// outputs (completion_tokens_details): drafted tokens the model accepted and those it rejected.
 json ResponseBuilder::usage(const std::vector<const ResponseBuilder*>& choices) {
-  int64_t completion_tokens = 0;
-  for (const ResponseBuilder* choice : choices) completion_tokens += choice->completion_tokens_;
+  int64_t completion_tokens = 0, drafted = 0, accepted = 0;
+  for (const ResponseBuilder* choice : choices) {
+    completion_tokens += choice->completion_tokens_;
+    drafted += choice->draft_tokens_;
+    accepted += choice->accepted_draft_tokens_;
+  }
   const int64_t prompt_tokens = choices[0]->prompt_tokens_;
-  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", choices[0]->cached_tokens_}}}};
+  json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", choices[0]->cached_tokens_}}}};
+  if (drafted > 0)
+    usage["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
+                                          {"rejected_prediction_tokens", drafted - accepted}};
+  return usage;
 }
 
 json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& logprobs) {
@@ -556,6 +566,8 @@ void ResponseBuilder::record_finish(const StreamEvent& event) {
   prompt_tokens_ = event.prompt_tokens;
   completion_tokens_ = event.completion_tokens;
   cached_tokens_ = event.cached_tokens;
+  draft_tokens_ = event.draft_tokens;
+  accepted_draft_tokens_ = event.accepted_draft_tokens;
   finish_reason_ = finish_reason(event);
 }
 

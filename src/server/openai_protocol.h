@@ -123,6 +123,7 @@ class ResponseBuilder {
   std::vector<std::string> call_ids_;  // by tool call index
   std::string text_, finish_reason_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, text_offset_ = 0;
+  int64_t draft_tokens_ = 0, accepted_draft_tokens_ = 0;
   nlohmann::json all_logprobs_;
 };
 

@@ -19,6 +19,16 @@ void histogram(std::string& out, const char* name, const char* help, const std::
                      s.cumulative.back(), name, labels, s.sum, name, labels, s.count);
 }
 
+// A label value as the exposition format writes it: backslash, quote and newline escaped.
+std::string label_value(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 // A counter per draft position, for the positions drafted so far.
 void per_position(std::string& out, const char* name, const char* help, const std::string& labels,
                   const std::array<std::atomic<int64_t>, EngineMetrics::kMaxDraftTokens>& counts) {
@@ -29,9 +39,13 @@ void per_position(std::string& out, const char* name, const char* help, const st
 
 }  // namespace
 
-std::string render_prometheus(EngineMetrics& m, const std::string& model_name) {
-  const std::string labels = fmt::format("model_name=\"{}\"", model_name);
+std::string render_prometheus(EngineMetrics& m, const std::string& model_name, const ModelInfo& model_info) {
+  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
   std::string out;
+  std::string info_labels = labels;
+  for (const auto& [key, value] : model_info) info_labels += fmt::format(",{}=\"{}\"", key, label_value(value));
+  metric(out, "mlaserve_model_info", "gauge", "What is served: the model, its weights, ranks and kernels (labels).",
+         info_labels, 1.0);
   metric(out, "mlaserve_num_requests_running", "gauge", "Requests in the running batch.", labels, double(m.running));
   metric(out, "mlaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.waiting));
   const double total = double(m.kv_blocks_total);

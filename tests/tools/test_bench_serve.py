@@ -105,7 +105,8 @@ def test_long_prefill_measures_a_cold_ttft(binary, tiny, server, work_dir, run):
 def test_accept_length_of_a_speculative_server(binary, work_dir):
     """Against a server with n-gram speculative decoding on the trained model (whose text
     repeats, so drafts are accepted): bench-serve reports SGLang's "Accept length", the tokens a
-    verifying step emitted, from the server's counters over the run."""
+    verifying step emitted, from the server's counters over the run; a response's usage gives its
+    own drafts as OpenAI's accepted and rejected prediction tokens."""
     kjv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "kjv")
     server = Server(binary, kjv, "--kv-cache-gb", "0.05", "--speculative", "ngram", "--draft-policy", "fixed")
     try:
@@ -114,12 +115,20 @@ def test_accept_length_of_a_speculative_server(binary, work_dir):
                      "--max-concurrency", "2", "--ignore-eos", "--json", out)
         drafts = server.metric("mlaserve_spec_decode_num_drafts_total")
         accepted = server.metric("mlaserve_spec_decode_num_accepted_tokens_total")
+        drafted = server.metric("mlaserve_spec_decode_num_draft_tokens_total")
+        status, body = server.request("POST", "/v1/completions", {"prompt": "And God said", "max_tokens": 48,
+                                                                  "ignore_eos": True})
+        accepted_now = server.metric("mlaserve_spec_decode_num_accepted_tokens_total") - accepted
+        drafted_now = server.metric("mlaserve_spec_decode_num_draft_tokens_total") - drafted
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr[-300:]
     result = json.load(open(out))
     assert drafts > 0 and result["accept_length"] > 1 and "Accept length:" in proc.stdout
     assert result["accept_length"] == pytest.approx((drafts + accepted) / drafts, abs=1e-9)
+    assert status == 200 and drafted_now > 0, body
+    assert body["usage"]["completion_tokens_details"] == {"accepted_prediction_tokens": accepted_now,
+                                                          "rejected_prediction_tokens": drafted_now - accepted_now}
 
 
 def test_an_unreachable_server_is_an_error(binary, tiny):
