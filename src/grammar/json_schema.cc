@@ -45,7 +45,8 @@ class JsonGrammar {
   int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
   int32_t map_of(const std::string& name, int32_t value);
   int32_t list_of(const std::string& name, int32_t item, int min, int max);
-  static void check_bounds(const std::string& where, const char* keywords, int min, int max);
+  static std::pair<int, int> bounds(const ojson& schema, const std::string& where, const char* min_key,
+                                    const char* max_key);
 
   const ojson& root_;
   GrammarBuilder builder_;
@@ -208,8 +209,7 @@ int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) 
 
 int32_t JsonGrammar::array_rule(const ojson& schema, const std::string& where) {
   const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
-  const int min = schema.value("minItems", 0), max = schema.value("maxItems", -1);
-  check_bounds(where, "minItems/maxItems", min, max);
+  const auto [min, max] = bounds(schema, where, "minItems", "maxItems");
   return list_of(where + " array", item, min, max);
 }
 
@@ -233,15 +233,24 @@ int32_t JsonGrammar::list_of(const std::string& name, int32_t item, int min, int
 }
 
 // A bounded repetition is unrolled into one rule per count, so its bounds are capped.
-void JsonGrammar::check_bounds(const std::string& where, const char* keywords, int min, int max) {
-  MLA_CHECK(min >= 0 && (max < 0 || max >= min), "JSON schema at {}: {} {}..{} is empty", where, keywords, min, max);
-  MLA_CHECK(std::max(min, max) <= kMaxBound, "JSON schema at {}: {} above {} is not supported", where, keywords, kMaxBound);
+// minItems/maxItems or minLength/maxLength: integers in [0, kMaxBound], min <= max (max -1: none).
+std::pair<int, int> JsonGrammar::bounds(const ojson& schema, const std::string& where, const char* min_key,
+                                        const char* max_key) {
+  const auto read = [&](const char* key, int absent) {
+    if (!schema.contains(key)) return absent;
+    const ojson& value = schema[key];
+    MLA_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxBound,
+              "JSON schema at {}: {} {} is not an integer in [0, {}]", where, key, value.dump(), kMaxBound);
+    return int(value.get<int64_t>());
+  };
+  const int min = read(min_key, 0), max = read(max_key, -1);
+  MLA_CHECK(max < 0 || max >= min, "JSON schema at {}: {}/{} {}..{} is empty", where, min_key, max_key, min, max);
+  return {min, max};
 }
 
 int32_t JsonGrammar::string_rule(const ojson& schema, const std::string& where) {
   if (!schema.contains("minLength") && !schema.contains("maxLength")) return string_;
-  const int min = schema.value("minLength", 0), max = schema.value("maxLength", -1);
-  check_bounds(where, "minLength/maxLength", min, max);
+  const auto [min, max] = bounds(schema, where, "minLength", "maxLength");
   const int32_t characters = builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
   return builder_.rule(where + " string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
 }

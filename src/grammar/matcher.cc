@@ -70,7 +70,7 @@ int32_t Matcher::push_frame(int32_t position, int32_t parent) {
 // after the reference), an alternative's end returns to its parent, the root's end accepts.
 void Matcher::expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth) {
   MLA_CHECK(depth < kMaxExpansionDepth, "the grammar has a rule that reaches itself without consuming a byte");
-  const auto [position, parent] = frames_[size_t(frame)];
+  const int32_t position = frames_[size_t(frame)].position, parent = frames_[size_t(frame)].parent;
   const Element& element = grammar_->elements[size_t(position)];
   if (element.kind == Element::Kind::Bytes) {
     const bool seen = std::any_of(tops.begin(), tops.end(), [&](int32_t top) {

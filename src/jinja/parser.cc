@@ -1,6 +1,7 @@
 // Lexer and recursive-descent parser. Operator precedence, loosest first, as the reference's:
 // a if b else c; or; and; not; comparisons and in; + - ~; * / // %; **; is; |; unary - +;
 // calls, attributes and subscripts.
+#include <charconv>
 #include <string_view>
 
 #include "base/error.h"
@@ -664,13 +665,27 @@ class Parser {
     return result;
   }
 
+  // An integer or decimal literal as the lexer cut it (digits, at most one '.').
+  Value number_literal(const std::string& text) {
+    const char* end = text.data() + text.size();
+    if (text.find('.') == std::string::npos) {
+      int64_t integer = 0;
+      const auto [stop, error] = std::from_chars(text.data(), end, integer);
+      if (error == std::errc() && stop == end) return Value(integer);
+    } else {
+      double number = 0;
+      const auto [stop, error] = std::from_chars(text.data(), end, number);
+      if (error == std::errc() && stop == end) return Value(number);
+    }
+    fail(fmt::format("number {} is out of range", text));
+  }
+
   NodePtr primary() {
     const Token& token = peek();
     switch (token.kind) {
       case TokenKind::Number: {
         auto literal = node(Kind::Literal);
-        const std::string text = next().text;
-        literal->value = text.find('.') != std::string::npos ? Value(std::stod(text)) : Value(int64_t(std::stoll(text)));
+        literal->value = number_literal(next().text);
         return literal;
       }
       case TokenKind::String: {

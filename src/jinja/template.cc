@@ -173,14 +173,18 @@ void Renderer::assign(const Node& target, const Value& value, const ScopePtr& sc
 
 // A macro is a function of its parameters rendering its body in a scope below the one it was
 // defined in; a {% call %} block passes itself as the keyword argument `caller`.
+// The macro holds its scope weakly: the scope holds the macro, and a strong reference back would
+// keep both (and every value in the scope) alive after the render.
 void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
-  scope->variables[node.name] = Value::function([this, &node, scope](const Arguments& args) {
-    const ScopePtr body_scope = child_of(scope);
+  scope->variables[node.name] = Value::function([this, &node, weak_scope = std::weak_ptr(scope)](const Arguments& args) {
+    const ScopePtr defined_in = weak_scope.lock();
+    MLA_CHECK(defined_in, "macro '{}' is called after the block that defines it has ended", node.name);
+    const ScopePtr body_scope = child_of(defined_in);
     MLA_CHECK(args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
               node.name, node.children.size(), args.positional.size());
     for (const auto& [key, value] : args.keywords) {
       const bool known = key == "caller" || std::any_of(node.children.begin(), node.children.end(),
-                                                        [&](const NodePtr& p) { return p->name == key; });
+                                                        [&key = key](const NodePtr& p) { return p->name == key; });
       MLA_CHECK(known, "macro '{}' has no parameter '{}'", node.name, key);
       if (key == "caller") body_scope->variables["caller"] = value;
     }

@@ -1,5 +1,7 @@
 #include "kernels/isa.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 
 #include "base/error.h"
@@ -15,10 +17,21 @@ const char* isa_requirements(Isa isa) {
                             : "x86-64-v3 (AVX2, FMA, F16C, BMI2)";
 }
 
+namespace {
+
+// F16C (CPUID 1: ECX bit 29) and BMI2 (CPUID 7.0: EBX bit 8), read directly: not every compiler's
+// __builtin_cpu_supports knows their names.
+bool host_has_f16c_and_bmi2() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_F16C)) return false;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_BMI2);
+}
+
+}  // namespace
+
 bool host_runs(Isa isa) {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && host_has_f16c_and_bmi2();
   if (isa == Isa::Avx2) return avx2;
   return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&

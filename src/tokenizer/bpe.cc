@@ -72,7 +72,7 @@ std::optional<std::string> byte_level_to_bytes(std::string_view text) {
 void BpeModel::set_vocab(const Vocab& vocab) {
   int32_t max_id = -1;
   for (const auto& [bytes, id] : vocab) {
-    MLA_CHECK(id >= 0, "tokenizer: negative token id {}", id);
+    MLA_CHECK(id >= 0 && id < kMaxTokenId, "tokenizer: token id {} is outside [0, {})", id, kMaxTokenId);
     max_id = std::max(max_id, id);
   }
   bytes_of_.assign(size_t(max_id + 1), std::string());

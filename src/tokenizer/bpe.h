@@ -18,6 +18,9 @@ std::optional<std::string> byte_level_to_bytes(std::string_view text);  // nullo
 class BpeModel {
  public:
   using Vocab = std::vector<std::pair<std::string, int32_t>>;  // raw bytes -> id
+  // Ids are below 2^24 (the largest published vocabularies are under 2^18): a file with a larger
+  // id is refused rather than sizing tables to it.
+  static constexpr int32_t kMaxTokenId = 1 << 24;
 
   // Hugging Face BPE: merges in priority order, each a pair of raw byte strings.
   static BpeModel from_merges(const Vocab& vocab,

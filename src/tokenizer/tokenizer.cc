@@ -180,7 +180,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_tex
   std::istringstream lines(ranks_text);
   std::string encoded;
   int64_t rank;
-  while (lines >> encoded >> rank) ranks.emplace_back(base64_decode(encoded), int32_t(rank));
+  while (lines >> encoded >> rank) {
+    MLA_CHECK(rank >= 0 && rank < BpeModel::kMaxTokenId, "tiktoken ranks: rank {} of entry {} is outside [0, {})", rank,
+              ranks.size(), BpeModel::kMaxTokenId);
+    ranks.emplace_back(base64_decode(encoded), int32_t(rank));
+  }
   MLA_CHECK(lines.eof(), "tiktoken ranks: malformed line after {} entries", ranks.size());
   const int32_t base = int32_t(ranks.size());
   for (int32_t id = base; id < base + reserved_special_tokens; ++id)

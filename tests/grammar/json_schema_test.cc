@@ -95,7 +95,8 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
   }
   // Bounds unrolled past the cap, and keyword values of the wrong type, are errors too.
   for (const char* schema : {R"({"type": "string", "maxLength": 1000000})", R"({"type": "string", "maxLength": "5"})",
-                             R"({"type": 5})", R"({"properties": 5})"})
+                             R"({"type": "array", "maxItems": 1e21})", R"({"type": "array", "minItems": -1})",
+                             R"({"type": "string", "minLength": 2.5})", R"({"type": 5})", R"({"properties": 5})"})
     EXPECT_THROW(json_schema_grammar(ojson::parse(schema)), Error) << schema;
 }
 

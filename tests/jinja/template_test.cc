@@ -61,6 +61,30 @@ TEST(Jinja, MacrosDefaultsAndCallBlocks) {
   EXPECT_EQ(render("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}inside{% endcall %}"), "[inside]");
 }
 
+// A macro lives in the scope it is defined in; a render frees both (the fuzzer found every render
+// of a template with a macro, Kimi K2 Thinking's among them, keeping its variables alive).
+TEST(Jinja, ARenderWithMacrosFreesItsVariables) {
+  auto sentinel = std::make_shared<int>(0);
+  const std::weak_ptr<int> watch = sentinel;
+  Object variables;
+  variables.set("probe", Value::function([held = std::move(sentinel)](const Arguments&) { return Value("p"); }));
+  EXPECT_EQ(Template("{% macro m(x) %}[{{ x }}{{ probe() }}]{% endmacro %}{% for i in [1] %}{% macro n() %}"
+                     "{{ m(i) }}{% endmacro %}{{ n() }}{% endfor %}")
+                .render(variables),
+            "[1p]");
+  variables = Object();
+  EXPECT_TRUE(watch.expired()) << "the render's scopes are still alive";
+  EXPECT_TRUE(error_of([] {
+                render("{% set ns = namespace(f=none) %}{% for i in [1] %}{% macro inner() %}x{% endmacro %}"
+                       "{% set ns.f = inner %}{% endfor %}{{ ns.f() }}");
+              }).find("after the block that defines it has ended") != std::string::npos);
+}
+
+TEST(Jinja, NumberLiteralsOutOfRangeAreErrors) {
+  EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
+  EXPECT_TRUE(error_of([] { render("{{ 99999999999999999999 }}"); }).find("out of range") != std::string::npos);
+}
+
 TEST(Jinja, FiltersTestsAndMethods) {
   const auto context = nlohmann::ordered_json{{"d", {{"b", 2}, {"a", "x\u00e9"}}}, {"s", "  Hi there  "}};
   EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");

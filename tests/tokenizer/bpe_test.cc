@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mlaserve {
@@ -45,6 +46,19 @@ TEST(Bpe, TiktokenRanksMergeByConcatenation) {
   std::vector<int32_t> ids;
   model.encode_piece("ababa", ids);
   EXPECT_EQ(ids, (std::vector<int32_t>{257, 'a'}));
+}
+
+// Tables are sized by the largest id: a file with an absurd one is an error, not gigabytes.
+TEST(Bpe, IdsBeyondTheCeilingAreErrors) {
+  BpeModel::Vocab ranks = byte_vocab();
+  ranks.emplace_back("ab", BpeModel::kMaxTokenId);
+  EXPECT_THROW(BpeModel::from_ranks(ranks), Error);
+  try {
+    Tokenizer::from_tiktoken("QQ== 0\nQg== 2000000000\n", kKimiPattern, {});
+    ADD_FAILURE() << "a rank of 2e9 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2000000000"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Bpe, LongPieceDoesNotGoQuadratic) {
