@@ -22,6 +22,7 @@ CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C
   -DMLASERVE_SANITIZE=ON -DMLASERVE_FUZZ=ON -DMLASERVE_TESTS=OFF -DMLASERVE_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 printf '%-18s %12s %8s %8s %s\n' target executions exec/s corpus "new crashes"
+shopt -s nullglob
 cd build-fuzz  # with --jobs, libFuzzer writes fuzz-N.log files into the working directory
 for target in "${targets[@]}"; do
   work=corpus/$target crashes=crashes/$target log=$target.log
@@ -35,7 +36,7 @@ for target in "${targets[@]}"; do
   touch "$crashes/.run-start"
   UBSAN_OPTIONS=print_stacktrace=1 fuzz/fuzz_$target -max_total_time="$seconds" "${parallel[@]}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -max_len=8192 -artifact_prefix="$crashes/" \
     ${dict:+-dict=$dict} "$work" "../fuzz/corpus/$target" >"$log" 2>&1 || true
-  executions=$(cat "$log" fuzz-*.log 2>/dev/null | grep -o 'number_of_executed_units: [0-9]*' | awk '{s += $2} END {print s + 0}')
+  executions=$(cat "$log" fuzz-*.log | { grep -o 'number_of_executed_units: [0-9]*' || true; } | awk '{s += $2} END {print s + 0}')
   rate=$((executions / seconds))
   printf '%-18s %12s %8s %8s %s\n' "$target" "$executions" "$rate" "$(ls "$work" | wc -l)" "$(find "$crashes" -type f -newer "$crashes/.run-start" | wc -l)"
 done

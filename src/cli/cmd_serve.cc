@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "io/generation_config.h"
 #include "kernels/dispatch.h"
+#include "parallel/mpi_world.h"
 #include "server/http_server.h"
 
 namespace mlaserve {
@@ -140,6 +141,14 @@ void serve(const ServeOptions& options) {
   EngineConfig config = engine_config(options, model->config(), executor->ranks());
   config.eos_token_ids = generation.eos_token_ids;
   apply_speculative_flags(options.speculative, *model, config);
+  config.on_executor_lost = [](const std::string&) {
+    // The requests have their error events; give the connections a second to deliver them.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      spdlog::critical("exiting: the model's ranks are lost");
+      abort_mpi_job();
+    }).detach();
+  };
   Engine engine(*executor, *tokenizer, config);
   ServerOptions server_options = options.server;
   server_options.generation = generation;

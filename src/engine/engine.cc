@@ -169,7 +169,7 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
   auto handle = owned->handle;
   {
     std::lock_guard lock(mutex_);
-    if (!accepting_) throw EngineRejection(503, "the server is shutting down");
+    if (!accepting_) throw EngineRejection(503, refusal_);
     if (int64_t(incoming_.size()) + metrics_.waiting >= config_.max_queue)
       throw EngineRejection(429, fmt::format("too many requests waiting (limit {})", config_.max_queue));
     incoming_.push_back(std::move(owned));
@@ -364,6 +364,8 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
     metrics_.forward_us += int64_t(seconds * 1e6);
     if (std::none_of(plan.begin(), plan.end(), [](const ScheduledChunk& chunk) { return chunk.prefill; }))
       draft_policy_.record_forward(n_tokens, seconds);
+  } catch (const ExecutorLost&) {
+    throw;
   } catch (const std::exception& e) {
     spdlog::error("forward pass failed for a batch of {} sequences: {}", plan.size(), e.what());
     for (const ScheduledChunk& chunk : plan) finish(request_of(chunk.seq), "error", e.what());
@@ -452,6 +454,8 @@ int64_t Engine::emit_verified(Request& request, const ScheduledChunk& chunk, flo
     }
     scheduler_.complete(chunk, int64_t(emitted.size()));
     return int64_t(emitted.size());
+  } catch (const ExecutorLost&) {
+    throw;
   } catch (const std::exception& e) {
     spdlog::error("request failed: {}", e.what());
     finish(request, "error", e.what());
@@ -469,6 +473,37 @@ void Engine::update_gauges() {
 }
 
 void Engine::loop() {
+  try {
+    steps();
+  } catch (const ExecutorLost& e) {
+    fail_everything(e.what());
+    if (config_.on_executor_lost) config_.on_executor_lost(e.what());
+    return;
+  }
+  admit_incoming();  // requests that arrived during shutdown get their final event too
+  for (auto& request : active_)
+    if (!request->done) finish(*request, "abort");
+  active_.clear();
+  update_gauges();
+}
+
+// The executor cannot run another step: every request fails with `error`, new ones get 503.
+void Engine::fail_everything(const std::string& error) {
+  spdlog::critical("{}", error);
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+    refusal_ = error;
+  }
+  admit_incoming();
+  for (auto& request : active_)
+    if (!request->done) finish(*request, "error", error);
+  active_.clear();
+  update_gauges();
+}
+
+// Steps until shutdown.
+void Engine::steps() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
@@ -485,11 +520,6 @@ void Engine::loop() {
     std::erase_if(active_, [](const auto& request) { return request->done; });
     update_gauges();
   }
-  admit_incoming();  // requests that arrived during shutdown get their final event too
-  for (auto& request : active_)
-    if (!request->done) finish(*request, "abort");
-  active_.clear();
-  update_gauges();
 }
 
 }  // namespace mlaserve

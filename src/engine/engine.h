@@ -49,6 +49,9 @@ struct EngineConfig {
   std::shared_ptr<Drafter> drafter;
   int64_t num_draft_tokens = 0;
   DraftPolicyKind draft_policy = DraftPolicyKind::Adaptive;
+  // Called on the engine thread when the executor is lost (ExecutorLost), after every request
+  // has failed with its message: the process should exit.
+  std::function<void(const std::string& error)> on_executor_lost;
 };
 
 // The tokens that end a turn: the checkpoint's eos ids (GenerationConfig::eos_token_ids) and
@@ -107,7 +110,7 @@ class Engine {
   Engine(const CausalLM& model, const Tokenizer& tokenizer, EngineConfig config);
   ~Engine();
 
-  // Throws EngineRejection (400: invalid, 429: queue full, 503: shutting down).
+  // Throws EngineRejection (400: invalid, 429: queue full, 503: shutting down or executor lost).
   std::shared_ptr<RequestHandle> submit(EngineRequest request);
   // Stops accepting; lets running requests finish for up to `grace`, then cancels the rest.
   void shutdown(std::chrono::milliseconds grace);
@@ -121,6 +124,8 @@ class Engine {
  private:
   struct Request;
   void loop();
+  void steps();
+  void fail_everything(const std::string& error);
   void admit_incoming();
   void drop_cancelled();
   void propose_drafts();
@@ -168,6 +173,7 @@ class Engine {
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Request>> incoming_;
   bool accepting_ = true, stopping_ = false;
+  std::string refusal_ = "the server is shutting down";  // the 503's message once not accepting_
   std::atomic<int64_t> queued_{0};  // incoming + waiting, for the queue limit
 
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/numa.h"
 #include "model/causal_lm.h"
 
@@ -24,6 +25,13 @@ struct ExecutorOptions {
   bool copy_weights = false;       // ShardSpec::copy_weights (at one rank too)
   bool lock_weights = false;       // ShardSpec::lock_weights (at one rank too)
   NumaMode numa = NumaMode::Auto;  // each rank's threads and memory on its NUMA node(s) (plan_rank_placement)
+};
+
+// The executor can run no more steps (an MPI rank has died or stopped answering): every request
+// fails with this message and the server exits.
+class ExecutorLost : public Error {
+ public:
+  using Error::Error;
 };
 
 class ModelExecutor {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -118,29 +119,46 @@ class MpiLeaderExecutor : public ModelExecutor {
  public:
   MpiLeaderExecutor(const CausalLM& model, const ExecutorOptions& options)
       : placement_(place_this_process(options.numa)),
-        comm_(make_mpi_communicator()),
+        comm_(make_mpi_communicator(options.collective_timeout)),
         shard_(mpi_shard(model, options, *comm_, placement_)) {}
-  ~MpiLeaderExecutor() override { send_stop(*comm_); }
+  ~MpiLeaderExecutor() override {
+    if (!lost_) send_stop(*comm_);
+  }
   const ModelConfig& config() const override { return shard_->config(); }
   int ranks() const override { return comm_->size(); }
   std::string describe() const override { return fmt::format("{} MPI ranks", comm_->size()); }
   void* allocate_cache(size_t bytes) override {
-    send_allocate_cache(*comm_, int64_t(bytes));
+    collectively([&] { send_allocate_cache(*comm_, int64_t(bytes)); });
     pool_.reset(new uint8_t[bytes]);
     place_cache_pool(pool_.get(), bytes, placement_.nodes);
     return pool_.get();
   }
   void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) override {
-    send_forward(*comm_, batch);
-    shard_->forward(batch, logits, hidden);
+    collectively([&] {
+      send_forward(*comm_, batch);
+      shard_->forward(batch, logits, hidden);
+    });
   }
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override {
-    send_copy_in_cache(*comm_, from, to, bytes);
+    collectively([&] { send_copy_in_cache(*comm_, from, to, bytes); });
     copy_within(pool_.get(), from, to, bytes);
   }
   double collective_seconds() const override { return comm_->collective_seconds(); }
 
  private:
+  // Runs work that takes part in collectives; a collective that times out loses the ranks for good.
+  template <class Work>
+  void collectively(Work work) {
+    if (lost_) throw ExecutorLost(*lost_);
+    try {
+      work();
+    } catch (const CollectiveTimeout& e) {
+      lost_ = fmt::format("the model's MPI ranks have failed: {}", e.what());
+      throw ExecutorLost(*lost_);
+    }
+  }
+
+  std::optional<std::string> lost_;
   RankPlacement placement_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<CausalLM> shard_;

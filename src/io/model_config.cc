@@ -19,6 +19,8 @@ const json* find_key(const json& config, const char* key) {
   return found == config.end() || found->is_null() ? nullptr : &*found;
 }
 
+constexpr int64_t kMaxLayers = 4096;  // the largest published models have under 100
+
 int64_t get_int(const json& config, const char* key, std::optional<int64_t> fallback = {}) {
   const json* value = find_key(config, key);
   if (!value) {
@@ -27,6 +29,10 @@ int64_t get_int(const json& config, const char* key, std::optional<int64_t> fall
   }
   MLA_CHECK(value->is_number_integer(), "config.json: '{}' must be an integer, got {}", key,
             value->dump());
+  // Sizes are multiplied together: each within 32 bits keeps every product in 64.
+  const bool in_range = value->is_number_unsigned() ? value->get<uint64_t>() <= uint64_t(INT32_MAX)
+                                                    : value->get<int64_t>() >= INT32_MIN && value->get<int64_t>() <= INT32_MAX;
+  MLA_CHECK(in_range, "config.json: '{}' {} is out of range", key, value->dump());
   return value->get<int64_t>();
 }
 
@@ -174,6 +180,8 @@ void validate(const ModelConfig& config, const json& json_config) {
   positive(config.vocab_size, "vocab_size");
   positive(config.hidden_size, "hidden_size");
   positive(config.num_hidden_layers, "num_hidden_layers");
+  MLA_CHECK(config.num_hidden_layers <= kMaxLayers, "config.json: 'num_hidden_layers' {} is above {}",
+            config.num_hidden_layers, kMaxLayers);
   positive(config.num_attention_heads, "num_attention_heads");
   positive(config.kv_lora_rank, "kv_lora_rank");
   positive(config.qk_nope_head_dim, "qk_nope_head_dim");
@@ -221,6 +229,8 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
             "config.json: linear_attn_config num_heads, head_dim and short_conv_kernel_size must be positive");
   kda.use_full_rank_gate = get_bool(*linear, "use_full_rank_gate", false);
   if (find_key(*linear, "gate_lower_bound")) kda.gate_lower_bound = get_double(*linear, "gate_lower_bound", 0.0);
+  MLA_CHECK(config.num_hidden_layers > 0 && config.num_hidden_layers <= kMaxLayers,
+            "config.json: 'num_hidden_layers' {} is not in [1, {}]", config.num_hidden_layers, kMaxLayers);
   kda.is_mla_layer.assign(size_t(config.num_hidden_layers), false);
   const json* full = find_key(*linear, "full_attn_layers");
   MLA_CHECK(full && full->is_array(), "config.json: linear_attn_config.full_attn_layers must be a list");

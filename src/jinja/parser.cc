@@ -217,6 +217,23 @@ class Parser {
   using Kind = Node::Kind;
   using TokenKind = Token::Kind;
 
+  // Nesting (brackets, operators, blocks) past this is an error, not a stack overflow of this
+  // recursive-descent parser or of the renderer that walks its tree.
+  static constexpr int kMaxNesting = 200;
+  class Nested {
+   public:
+    explicit Nested(Parser& parser) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxNesting) parser_.fail(fmt::format("nested more than {} levels deep", kMaxNesting));
+    }
+    ~Nested() { --parser_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+  int nesting_ = 0;
+
   const Token& peek(size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
   const Token& next() {
     const Token& token = peek();
@@ -292,6 +309,7 @@ class Parser {
   }
 
   NodePtr statement() {
+    const Nested nested(*this);
     if (peek().kind != TokenKind::Name) fail("expected a statement name after {%");
     const std::string name = next().text;
     if (name == "if") return if_statement();
@@ -458,6 +476,7 @@ class Parser {
   }
 
   NodePtr expression() {
+    const Nested nested(*this);
     NodePtr value = or_expression();
     if (!at_name("if")) return value;
     next();
@@ -503,6 +522,7 @@ class Parser {
   }
 
   NodePtr not_expression() {
+    const Nested nested(*this);
     if (!at_name("not")) return comparison();
     auto result = node(Kind::Unary);
     next();
@@ -598,6 +618,7 @@ class Parser {
   }
 
   NodePtr unary() {
+    const Nested nested(*this);
     if (!at_operator("-") && !at_operator("+")) return postfix(primary());
     auto result = node(Kind::Unary);
     result->name = next().text;

@@ -73,6 +73,10 @@ class Renderer {
     render(statements, scope, out);
     return out;
   }
+
+  // Macros calling macros (recursion included) past this depth are an error, not a stack overflow.
+  static constexpr int kMaxMacroDepth = 100;
+  int macro_depth_ = 0;
 };
 
 Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
@@ -179,6 +183,12 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
   scope->variables[node.name] = Value::function([this, &node, weak_scope = std::weak_ptr(scope)](const Arguments& args) {
     const ScopePtr defined_in = weak_scope.lock();
     MLA_CHECK(defined_in, "macro '{}' is called after the block that defines it has ended", node.name);
+    MLA_CHECK(macro_depth_ < kMaxMacroDepth, "macro '{}': calls nested more than {} deep", node.name, kMaxMacroDepth);
+    ++macro_depth_;
+    const struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{macro_depth_};
     const ScopePtr body_scope = child_of(defined_in);
     MLA_CHECK(args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
               node.name, node.children.size(), args.positional.size());

@@ -6,7 +6,15 @@
 #include <chrono>
 #include <cstdint>
 
+#include "base/error.h"
+
 namespace mlaserve {
+
+// A collective another rank never joined: the group cannot run another step.
+class CollectiveTimeout : public Error {
+ public:
+  using Error::Error;
+};
 
 class Communicator {
  public:

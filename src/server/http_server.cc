@@ -104,6 +104,11 @@ void stream_response(httplib::Response& res, std::shared_ptr<Choices> choices) {
               write(error_body(500, event.error).dump());
               continue;
             }
+            if (event.finish_reason == "abort") {  // the drain's deadline (a client's cancel has gone)
+              failed = true;
+              write(error_body(503, "the request was cancelled (server shutting down)").dump());
+              continue;
+            }
             for (const auto& chunk : choices->builder(choice).stream_chunks(event))
               if (!write(chunk)) return choices->cancel(), false;
           }

@@ -323,6 +323,25 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}", prefix, rng());
 }
 
+// Nesting deeper than this is refused: the JSON values, the chat template's values and the
+// schema compiler recurse over it, and a body of a million brackets would overflow the stack.
+constexpr int kMaxBodyDepth = 64;
+
+ojson request_object(const std::string& raw) {
+  ojson body;
+  try {
+    body = ojson::parse(raw, [](int depth, ojson::parse_event_t, ojson&) {
+      if (depth > kMaxBodyDepth)
+        throw ApiError(400, fmt::format("the request body nests deeper than {} levels", int(kMaxBodyDepth)));
+      return true;
+    });
+  } catch (const ojson::exception& e) {
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
 }  // namespace
 
 std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& schema,
@@ -343,16 +362,11 @@ json error_body(int status, const std::string& message, const std::string& param
                      {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
 }
 
-ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const RequestContext& context) {
+namespace {
+
+ParsedRequest parse_request_body(Endpoint endpoint, const ojson& body, const RequestContext& context) {
   const Tokenizer& tokenizer = context.tokenizer;
   const int64_t max_model_len = context.max_model_len;
-  ojson body;
-  try {
-    body = ojson::parse(raw);
-  } catch (const ojson::exception& e) {
-    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
     const std::string model = body["model"].get<std::string>();
@@ -416,29 +430,40 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
   return request;
 }
 
-namespace {
-
-ojson request_object(const std::string& raw) {
-  ojson body = ojson::parse(raw, nullptr, false);
-  if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return body;
+// Runs a parse of a request body; a JSON type error no check caught is the request's fault: 400.
+template <class Parse>
+auto json_errors_refused(Parse parse) {
+  try {
+    return parse();
+  } catch (const ojson::exception& e) {
+    throw ApiError(400, fmt::format("malformed request: {}", e.what()));
+  }
 }
 
 }  // namespace
 
+ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const RequestContext& context) {
+  return json_errors_refused([&] { return parse_request_body(endpoint, request_object(raw), context); });
+}
+
 std::vector<int32_t> tokenize_request(const std::string& raw, const RequestContext& context) {
-  const ojson body = request_object(raw);
-  if (body.contains("messages")) return context.tokenizer.encode(rendered_chat(body, tool_definitions(body), context));
-  if (!body.contains("prompt") || !body["prompt"].is_string()) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
-  const std::string text = body["prompt"].get<std::string>();
-  return boolean(body, "add_special_tokens", true) ? context.tokenizer.encode_prompt(text) : context.tokenizer.encode(text);
+  return json_errors_refused([&] {
+    const ojson body = request_object(raw);
+    if (body.contains("messages")) return context.tokenizer.encode(rendered_chat(body, tool_definitions(body), context));
+    if (!body.contains("prompt") || !body["prompt"].is_string())
+      throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
+    const std::string text = body["prompt"].get<std::string>();
+    return boolean(body, "add_special_tokens", true) ? context.tokenizer.encode_prompt(text) : context.tokenizer.encode(text);
+  });
 }
 
 std::string detokenize_request(const std::string& raw, const RequestContext& context) {
-  const ojson body = request_object(raw);
-  if (!body.contains("tokens") || !body["tokens"].is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
-  return context.tokenizer.decode(token_list(body["tokens"], "tokens", context.vocab_size), false);
+  return json_errors_refused([&] {
+    const ojson body = request_object(raw);
+    if (!body.contains("tokens") || !body["tokens"].is_array())
+      throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+    return context.tokenizer.decode(token_list(body["tokens"], "tokens", context.vocab_size), false);
+  });
 }
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& tokenizer, std::string model,

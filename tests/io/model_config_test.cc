@@ -72,5 +72,21 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   EXPECT_EQ(error_of(nlohmann::json::object()), "");
 }
 
+// Sizes that would overflow a product or size a table to them are errors (found by fuzzing).
+TEST(ModelConfig, OutOfRangeSizesAreErrors) {
+  EXPECT_NE(error_of({{"hidden_size", int64_t(1) << 40}}).find("'hidden_size' 1099511627776 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"vocab_size", uint64_t(1) << 63}}).find("out of range"), std::string::npos);
+  EXPECT_NE(error_of({{"num_hidden_layers", 100000}}).find("above 4096"), std::string::npos);
+  nlohmann::json kimi = model_preset("kimi-linear-tiny");
+  kimi["num_hidden_layers"] = -4;
+  try {
+    parse_model_config(kimi);
+    ADD_FAILURE() << "num_hidden_layers -4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'num_hidden_layers' -4 is not in [1, 4096]"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve

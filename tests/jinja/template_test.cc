@@ -80,6 +80,26 @@ TEST(Jinja, ARenderWithMacrosFreesItsVariables) {
               }).find("after the block that defines it has ended") != std::string::npos);
 }
 
+// Nesting and recursion past the limits are errors naming them, not stack overflows.
+// {{ ((…(1)…)) }} with `depth` brackets.
+std::string bracketed(size_t depth) {
+  std::string source = "{{ ";
+  source.append(depth, '(').append("1").append(depth, ')').append(" }}");
+  return source;
+}
+
+TEST(Jinja, DeepNestingAndRunawayRecursionAreErrors) {
+  EXPECT_EQ(render(bracketed(50)), "1");
+  EXPECT_TRUE(error_of([] { render(bracketed(100000)); }).find("nested more than 200 levels") != std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  EXPECT_TRUE(error_of([&] { render(blocks); }).find("nested more than 200 levels") != std::string::npos);
+  EXPECT_TRUE(error_of([] { render("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"); })
+                  .find("calls nested more than 100 deep") != std::string::npos);
+  EXPECT_EQ(render("{% macro count(n) %}{{ n }}{% if n > 0 %}{{ count(n - 1) }}{% endif %}{% endmacro %}{{ count(5) }}"),
+            "543210");
+}
+
 TEST(Jinja, NumberLiteralsOutOfRangeAreErrors) {
   EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
   EXPECT_TRUE(error_of([] { render("{{ 99999999999999999999 }}"); }).find("out of range") != std::string::npos);

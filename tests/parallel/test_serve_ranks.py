@@ -1,13 +1,17 @@
 """`serve` on several ranks: --tp 2 as threads and `mpirun -np 2` (rank 0 serves HTTP, rank 1
 follows its batches) answer concurrent greedy requests exactly as one rank does, and each MPI
 rank's resident memory holds about its shard of the weights, not all of them. SIGTERM ends
-every rank with exit 0. Run by CTest through pytest (tests/conftest.py)."""
+every rank with exit 0; a rank that stops answering or dies ends the job with a non-zero exit,
+never a hang. Run by CTest through pytest (tests/conftest.py)."""
+import http.client
+import json
 import os
 import shutil
 import subprocess
 import sys
 import signal
 import threading
+import time
 
 import pytest
 
@@ -121,3 +125,64 @@ def test_each_mpi_rank_holds_about_its_shard(binary, work_dir):
     rss = [rss_mib(pid) for pid in ranks_of(ranks.proc.pid).values()]
     stop_rank_zero(ranks)
     assert len(rss) == 2 and max(rss) <= 0.75 * alone_rss, f"ranks {rss} MiB against one rank's {alone_rss:.0f}"
+
+
+def stream_events(server, body):
+    """The data: payloads of a streamed completion, read until the server ends the stream."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}),
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    events = []
+    try:
+        for line in response:
+            if line.startswith(b"data: "):
+                events.append(line[6:].decode().strip())
+    except (http.client.IncompleteRead, ConnectionError):
+        events.append("connection lost")
+    return events
+
+
+def test_a_rank_that_stops_answering_fails_the_requests_and_ends_the_job(binary, tiny):
+    """Rank 1 stopped (SIGSTOP: hung, as a partitioned node): rank 0's collective times out after
+    --comm-timeout, every running request ends with an error event naming the cause, and the job
+    exits non-zero, within seconds."""
+    server = Server(binary, tiny, *COMMON, "--comm-timeout", "3", launcher=MPIRUN)
+    events = []
+    streaming = threading.Thread(target=lambda: events.extend(
+        stream_events(server, {"prompt": "x", "max_tokens": 2000, "ignore_eos": True})))
+    streaming.start()
+    time.sleep(1)
+    os.kill(ranks_of(server.proc.pid)[1], signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        code = server.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        code = "a hang"
+    streaming.join(10)
+    assert code not in (0, "a hang"), f"exit {code}"
+    assert time.time() - stopped < 15
+    assert any("did not complete within 3 s" in event for event in events), events[-3:]
+    assert events[-1] == "[DONE]", events[-3:]
+
+
+def test_a_rank_that_dies_ends_the_job_without_a_hang(binary, tiny):
+    """Rank 1 killed: OpenMPI's mpirun ends the job at once (rank 0 too, before any timeout), so
+    the client's connection closes; the exit is non-zero and prompt."""
+    server = Server(binary, tiny, *COMMON, launcher=MPIRUN)
+    events = []
+    streaming = threading.Thread(target=lambda: events.extend(
+        stream_events(server, {"prompt": "x", "max_tokens": 2000, "ignore_eos": True})))
+    streaming.start()
+    time.sleep(1)
+    os.kill(ranks_of(server.proc.pid)[1], signal.SIGKILL)
+    killed = time.time()
+    try:
+        code = server.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        code = "a hang"
+    streaming.join(10)
+    assert code not in (0, "a hang") and time.time() - killed < 10, f"exit {code}"
+    assert events and events[-1] != "[DONE]", "the stream did not end normally"

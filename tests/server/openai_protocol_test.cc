@@ -119,6 +119,37 @@ StreamEvent event(const std::string& text, std::vector<int32_t> ids, bool finish
   return e;
 }
 
+// A body nested deeper than 64 levels is refused before anything recurses over it (a schema or
+// tool parameters of 100,000 brackets overflowed the stack of the schema compiler).
+TEST_F(OpenAiProtocol, DeeplyNestedBodiesAreRefused) {
+  const auto nested = [](int depth) {
+    std::string body = R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": )";
+    for (int i = 0; i < depth; ++i) body += "{\"type\": \"array\", \"items\": ";
+    body += "{\"type\": \"integer\"}";
+    return body.append(size_t(depth), '}') + "}}}";
+  };
+  EXPECT_NO_THROW(parse(Endpoint::Completions, nested(20)));
+  try {
+    parse(Endpoint::Completions, nested(100000));
+    ADD_FAILURE() << "a body 100,000 levels deep was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("deeper than 64"), std::string::npos) << e.what();
+  }
+}
+
+// A field whose type no check expected is still the request's fault: 400, never a 500.
+TEST_F(OpenAiProtocol, FieldsOfUnexpectedTypesAreRefused) {
+  try {
+    parse(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": {"type": true}})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+  }
+}
+
 TEST_F(OpenAiProtocol, ResponsesCarryTheEventsTextReasonAndUsage) {
   const ParsedRequest chat = parse(Endpoint::ChatCompletions,
                                    R"({"messages": [{"role": "user", "content": "hi"}], "stream": true,

@@ -237,6 +237,34 @@ def test_bad_start_up_options_are_refused_by_name(binary, tiny):
     assert huge.returncode != 0 and "does not fit" in huge.stderr and "--kv-cache-gb" in huge.stderr, huge.stderr[-300:]
 
 
+def read_to_end(sock):
+    """The rest of a response, until the server closes the connection."""
+    sock.settimeout(60)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    return received.decode("utf-8", "replace")
+
+
+def test_sigterm_finishes_running_requests_refuses_new_ones_and_exits_0(binary, tiny):
+    """SIGTERM drains: a request that ends within --shutdown-timeout streams to its end, one that
+    does not ends with a 503 error event, a request that arrives meanwhile gets 503 with
+    Retry-After, and the process exits 0."""
+    server = Server(binary, tiny, "--kv-cache-gb", "0.1", "--shutdown-timeout", "3")
+    short, long = open_stream(server, 40), open_stream(server, 4000)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    status, headers, text = raw_request(server, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2},
+                                        {"Content-Type": "application/json"})
+    short_text, long_text = read_to_end(short), read_to_end(long)
+    code = server.proc.wait(30)
+    assert status == 503 and headers.get("Retry-After") == "1" and "shutting down" in text, (status, text)
+    assert '"finish_reason":"length"' in short_text.replace(" ", "") and "data: [DONE]" in short_text, short_text[-300:]
+    assert "shutting down" in long_text and '"code":503' in long_text.replace(" ", "") and "data: [DONE]" in long_text
+    assert code == 0, f"exit {code}"
+
+
 def test_a_second_sigint_exits_at_once(binary, tiny):
     """SIGINT drains (a running request may finish, up to --shutdown-timeout); Ctrl-C again
     during the drain exits at once, with 128 + SIGINT."""
