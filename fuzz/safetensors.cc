@@ -3,6 +3,8 @@
 // inside the file; the target reads each one end to end to let ASan check that.
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "base/error.h"
@@ -10,7 +12,10 @@
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors";
+  static const std::string path = [] {
+    std::atexit([] { std::remove(("/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors").c_str()); });
+    return "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors";
+  }();
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
   try {
     const mlaserve::SafetensorsFile file(path);

@@ -3,6 +3,7 @@
 // problem.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -15,6 +16,7 @@ namespace {
 
 std::string make_checkpoint() {
   const std::string dir = "/tmp/mlaserve-fuzz-index-" + std::to_string(getpid());
+  std::atexit([] { std::filesystem::remove_all("/tmp/mlaserve-fuzz-index-" + std::to_string(getpid())); });
   const auto fill = [](uint8_t* bytes) { bytes[0] = 1; };
   // Each tensor over the shard limit: two shards and an index, which the input then replaces.
   mlaserve::write_checkpoint(dir, {{"a.weight", mlaserve::DType::F32, {64}, fill},

@@ -7,7 +7,8 @@ the run ends with the counts, the server's RSS drift and its cache state.
   scripts/soak.py --base-url http://127.0.0.1:8000 --minutes 5 --streams 64      # a running one
 
 With more streams than the server's --max-num-seqs plus --max-queue, requests past the queue are
-refused with 429 and Retry-After: counted as refused, not as errors. Every other response must be
+refused with 429 and Retry-After: counted as refused (the client waits Retry-After, then sends
+its next request), not as errors. Every other response must be
 complete and well formed. Exit status 1 on any error, an RSS drift past --max-rss-drift (a
 started server only), or requests or cache blocks still held once the clients stop."""
 import argparse
@@ -96,8 +97,11 @@ def one_request(host, port, rng, counts, kind):
         response = conn.getresponse()
         if response.status in (429, 503):
             response.read()
-            ok = response.getheader("Retry-After") is not None
-            return counts.add("refused" if ok else "errors", None if ok else f"{response.status} without Retry-After")
+            retry_after = response.getheader("Retry-After")
+            if retry_after is None:
+                return counts.add("errors", f"{response.status} without Retry-After")
+            time.sleep(float(retry_after))  # as a well-behaved client waits before trying again
+            return counts.add("refused")
         if response.status != 200:
             return counts.add("errors", f"{path}: HTTP {response.status} {response.read()[:200]!r}")
         if kind == "whole":
@@ -173,7 +177,8 @@ def main():
     failed = counts.values["errors"] > 0 or not idle or m["mlaserve_kv_cache_usage_perc"] != 0
     print(f"{args.streams} streams for {args.minutes} min: {counts.values}")
     print(f"server after: running {m['mlaserve_num_requests_running']:.0f}, waiting {m['mlaserve_num_requests_waiting']:.0f}, "
-          f"cache used {100 * m['mlaserve_kv_cache_usage_perc']:.2f} %, generated {m['mlaserve_generation_tokens_total']:.0f} tokens")
+          f"cache used {100 * m['mlaserve_kv_cache_usage_perc']:.2f} %, generated {m['mlaserve_generation_tokens_total']:.0f} "
+          f"tokens, {m['mlaserve_num_preemptions_total']:.0f} preemptions")
     for sample in counts.error_samples:
         print("error:", sample)
     if proc:

@@ -139,6 +139,17 @@ void Tokenizer::add_pre_tokenizer(const json& step) {
   }
 }
 
+namespace {
+
+// A token id in tokenizer.json: an integer in [0, BpeModel::kMaxTokenId).
+int32_t token_id_of(const json& id) {
+  MLA_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < BpeModel::kMaxTokenId,
+            "tokenizer.json: token id {} is not an integer in [0, {})", id.dump(), BpeModel::kMaxTokenId);
+  return int32_t(id.get<int64_t>());
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, const json& config) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
   const json& model = tokenizer_json.at("model");
@@ -150,13 +161,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
                                      normalizer.value("normalizers", json::array()).empty()),
             "tokenizer.json: normalizer {} is not supported", normalizer.dump());
   const json& pre = tokenizer_json.value("pre_tokenizer", json());
-  if (pre.value("type", "") == "Sequence")
+  if (pre.is_object() && pre.value("type", "") == "Sequence")
     for (const auto& step : pre.at("pretokenizers")) tokenizer->add_pre_tokenizer(step);
   else if (!pre.is_null())
     tokenizer->add_pre_tokenizer(pre);
   std::vector<AddedToken> added;
   for (const auto& token : tokenizer_json.value("added_tokens", json::array()))
-    added.push_back({token.at("content").get<std::string>(), token.at("id").get<int32_t>(),
+    added.push_back({token.at("content").get<std::string>(), token_id_of(token.at("id")),
                      token.value("special", false)});
   tokenizer->set_added_tokens(std::move(added));
   BpeModel::Vocab vocab;
@@ -164,7 +175,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
     if (tokenizer->added_by_content_.count(text)) continue;  // an added token, matched before BPE
     auto bytes = byte_level_to_bytes(text);
     MLA_CHECK(bytes.has_value(), "tokenizer.json: vocab entry '{}' is not byte-level", text);
-    vocab.emplace_back(*bytes, id.get<int32_t>());
+    vocab.emplace_back(*bytes, token_id_of(id));
   }
   tokenizer->model_ = BpeModel::from_merges(vocab, byte_level_merges(model), model.value("ignore_merges", false));
   tokenizer->set_special_ids(config);

@@ -99,5 +99,20 @@ TEST(TokenizerLoad, MalformedAddedTokenIdIsAnErrorNamingIt) {
   }
 }
 
+// An id that is not an integer in range is an error naming it (a double such as 1.3e31 was
+// converted to int32 out of range: undefined behaviour the fuzzer's UBSan caught).
+TEST(TokenizerLoad, TokenIdsOutOfRangeAreErrors) {
+  nlohmann::json tokenizer = {{"model", {{"type", "BPE"}, {"vocab", nlohmann::json::object()}, {"merges", nlohmann::json::array()}}}};
+  for (const auto& id : {nlohmann::json(1.3e31), nlohmann::json(-1), nlohmann::json(int64_t(1) << 40), nlohmann::json("7")}) {
+    tokenizer["added_tokens"] = {{{"id", id}, {"content", "<s>"}, {"special", true}}};
+    try {
+      Tokenizer::from_hf_json(tokenizer, nlohmann::json::object());
+      ADD_FAILURE() << "accepted id " << id.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token id " + id.dump() + " is not an integer"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve
