@@ -34,6 +34,7 @@ class InputReader {
   std::string_view text_;
 };
 
-inline std::string models_dir() { return MLASERVE_MODELS_DIR; }
+// The repository's models/ folder (the kjv model's tokenizer and chat template are fixtures).
+std::string models_dir();
 
 }  // namespace mlaserve::fuzz

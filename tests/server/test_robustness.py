@@ -228,6 +228,16 @@ def test_overload_queues_or_refuses_with_429_and_retry_after(binary, tiny):
     assert code == 0, "the overloaded server exits 0"
 
 
+def test_a_request_larger_than_the_whole_cache_is_refused_at_once(binary, tiny):
+    """A prompt and max_tokens that no amount of waiting could fit in the cache: 400 at once."""
+    server = Server(binary, tiny, "--kv-cache-gb", "0.0005")
+    started = time.time()
+    status, body = server.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2000})
+    assert status == 400 and "do not fit in the KV cache" in body["error"]["message"], body
+    assert time.time() - started < 5
+    assert server.stop() == 0
+
+
 def test_bad_start_up_options_are_refused_by_name(binary, tiny):
     bad = subprocess.run([binary, "serve", "--model", tiny, "--mla-prefill", "flash"], capture_output=True, text=True,
                          timeout=60)
