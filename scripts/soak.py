@@ -166,7 +166,8 @@ def main():
         time.sleep(5)
         if proc and rss_after_warmup is None and time.time() - start >= args.warmup_minutes * 60:
             rss_after_warmup = rss_kib(proc.pid)
-        print(f"{(time.time() - start) / 60:5.1f} min  {counts.values}", flush=True)
+        rss = f"  RSS {rss_kib(proc.pid) / 1024:.1f} MiB" if proc else ""
+        print(f"{(time.time() - start) / 60:5.1f} min  {counts.values}{rss}", flush=True)
     idle = False
     for _ in range(100):  # abandoned requests are cancelled at the engine's next step
         m = metrics(url.hostname, url.port)
