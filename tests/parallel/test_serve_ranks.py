@@ -143,26 +143,34 @@ def stream_events(server, body):
     return events
 
 
-def test_a_rank_that_stops_answering_fails_the_requests_and_ends_the_job(binary, tiny):
-    """Rank 1 stopped (SIGSTOP: hung, as a partitioned node): rank 0's collective times out after
-    --comm-timeout, every running request ends with an error event naming the cause, and the job
-    exits non-zero, within seconds."""
-    server = Server(binary, tiny, *COMMON, "--comm-timeout", "3", launcher=MPIRUN)
+def signal_rank_one_while_streaming(server, signal_number):
+    """Sends rank 1 the signal a second into a long stream; (the stream's events, the job's exit
+    code or "a hang", seconds from the signal to the exit)."""
     events = []
     streaming = threading.Thread(target=lambda: events.extend(
         stream_events(server, {"prompt": "x", "max_tokens": 2000, "ignore_eos": True})))
     streaming.start()
     time.sleep(1)
-    os.kill(ranks_of(server.proc.pid)[1], signal.SIGSTOP)
-    stopped = time.time()
+    os.kill(ranks_of(server.proc.pid)[1], signal_number)
+    sent = time.time()
     try:
         code = server.proc.wait(30)
     except subprocess.TimeoutExpired:
         server.proc.kill()
         code = "a hang"
+    seconds = time.time() - sent
     streaming.join(10)
+    return events, code, seconds
+
+
+def test_a_rank_that_stops_answering_fails_the_requests_and_ends_the_job(binary, tiny):
+    """Rank 1 stopped (SIGSTOP: hung, as a partitioned node): rank 0's collective times out after
+    --comm-timeout, every running request ends with an error event naming the cause, and the job
+    exits non-zero, within seconds."""
+    server = Server(binary, tiny, *COMMON, "--comm-timeout", "3", launcher=MPIRUN)
+    events, code, seconds = signal_rank_one_while_streaming(server, signal.SIGSTOP)
     assert code not in (0, "a hang"), f"exit {code}"
-    assert time.time() - stopped < 15
+    assert seconds < 15
     assert any("did not complete within 3 s" in event for event in events), events[-3:]
     assert events[-1] == "[DONE]", events[-3:]
 
@@ -171,18 +179,6 @@ def test_a_rank_that_dies_ends_the_job_without_a_hang(binary, tiny):
     """Rank 1 killed: OpenMPI's mpirun ends the job at once (rank 0 too, before any timeout), so
     the client's connection closes; the exit is non-zero and prompt."""
     server = Server(binary, tiny, *COMMON, launcher=MPIRUN)
-    events = []
-    streaming = threading.Thread(target=lambda: events.extend(
-        stream_events(server, {"prompt": "x", "max_tokens": 2000, "ignore_eos": True})))
-    streaming.start()
-    time.sleep(1)
-    os.kill(ranks_of(server.proc.pid)[1], signal.SIGKILL)
-    killed = time.time()
-    try:
-        code = server.proc.wait(30)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        code = "a hang"
-    streaming.join(10)
-    assert code not in (0, "a hang") and time.time() - killed < 10, f"exit {code}"
+    events, code, seconds = signal_rank_one_while_streaming(server, signal.SIGKILL)
+    assert code not in (0, "a hang") and seconds < 10, f"exit {code}"
     assert events and events[-1] != "[DONE]", "the stream did not end normally"

@@ -261,8 +261,8 @@ def test_sigterm_finishes_running_requests_refuses_new_ones_and_exits_0(binary, 
     """SIGTERM drains: a request that ends within --shutdown-timeout streams to its end, one that
     does not ends with a 503 error event, a request that arrives meanwhile gets 503 with
     Retry-After, and the process exits 0."""
-    server = Server(binary, tiny, "--kv-cache-gb", "0.1", "--shutdown-timeout", "3")
-    short, long = open_stream(server, 40), open_stream(server, 4000)
+    server = Server(binary, tiny, "--kv-cache-gb", "0.1", "--shutdown-timeout", "1")
+    short, long = open_stream(server, 16), open_stream(server, 4090)
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     status, headers, text = raw_request(server, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2},
