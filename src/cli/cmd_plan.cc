@@ -4,8 +4,10 @@
 #include "base/error.h"
 #include "base/mmap_file.h"
 #include "cli/commands.h"
+#include "tools/bench/machine.h"
 #include "tools/plan/hardware.h"
 #include "tools/plan/planner.h"
+#include "tools/plan/predict.h"
 
 namespace mlaserve {
 namespace {
@@ -13,7 +15,9 @@ namespace {
 struct PlanOptions {
   std::string model = "kimi-k3", weights = "native", hardware = "mi355x", hardware_file, measured_file;
   int64_t devices = 8, devices_per_node = 0, tp = 0, context = 8192, concurrency = 1;
-  double measured_tok_s = 0, price = 0;
+  double measured_tok_s = 0, price = 0, inter_node_gb_s = 0;
+  int64_t input_len = 1024, output_len = 400, prompt_len = 0, max_concurrency = 0;
+  std::string speculative;
   bool json = false, dump_catalog = false;
 };
 
@@ -39,7 +43,8 @@ void run_plan(const PlanOptions& options) {
   PlanInput input;
   input.model = load_model_spec(options.model);
   input.weights = options.weights;
-  input.hardware = find_hardware(options.hardware, options.hardware_file);
+  input.hardware = options.hardware == "this-cpu" ? this_cpu_hardware() : find_hardware(options.hardware, options.hardware_file);
+  if (options.inter_node_gb_s > 0) input.hardware.inter_node_gb_s = options.inter_node_gb_s;
   input.devices = options.devices;
   input.devices_per_node = options.devices_per_node;
   input.tp = options.tp;
@@ -49,7 +54,16 @@ void run_plan(const PlanOptions& options) {
   if (!options.measured_file.empty()) input.measured_tok_s = measured_throughput(options.measured_file);
   if (options.price > 0) input.price_per_hour = options.price;
   const Plan plan = make_plan(input);
-  std::fputs(options.json ? (plan_to_json(plan).dump(2) + "\n").c_str() : plan_to_table(plan).c_str(), stdout);
+  Workload workload{options.input_len, options.output_len, options.prompt_len, options.max_concurrency, std::nullopt};
+  if (!options.speculative.empty()) workload.speculative = parse_speculative(options.speculative);
+  const Prediction prediction = predict(plan, workload);
+  if (options.json) {
+    nlohmann::json out = plan_to_json(plan);
+    out["predicted"] = prediction_to_json(prediction, workload);
+    std::puts(out.dump(2).c_str());
+  } else {
+    std::fputs((plan_to_table(plan) + prediction_to_table(prediction, workload)).c_str(), stdout);
+  }
 }
 
 }  // namespace
@@ -63,7 +77,7 @@ void add_plan_command(CLI::App& app) {
   for (const Hardware& hardware : builtin_hardware())
     hardware_names += (hardware_names.empty() ? "" : " | ") + hardware.name;
   cmd->add_option("--hardware", options->hardware,
-                  hardware_names + ", or a --hardware-file entry (--dump-catalog prints the catalog)")
+                  hardware_names + " | this-cpu (this machine, probed), or a --hardware-file entry (--dump-catalog prints the catalog)")
       ->capture_default_str();
   cmd->add_option("--hardware-file", options->hardware_file, "JSON array of entries adding to or overriding the catalog");
   cmd->add_option("--devices", options->devices, "devices in total")->capture_default_str();
@@ -71,6 +85,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--tp", options->tp, "attention tensor-parallel size (default: devices per node)");
   cmd->add_option("--context", options->context, "tokens per sequence")->capture_default_str();
   cmd->add_option("--concurrency", options->concurrency, "sequences in flight (the decode batch)")->capture_default_str();
+  cmd->add_option("--input-len", options->input_len, "prompt tokens a request of the predicted workload has")->capture_default_str();
+  cmd->add_option("--output-len", options->output_len, "tokens a request of the predicted workload generates")->capture_default_str();
+  cmd->add_option("--prompt-len", options->prompt_len, "predict the time to first token of one prompt this long");
+  cmd->add_option("--max-concurrency", options->max_concurrency,
+                  "the largest concurrency the throughput sweep tries (default: as many sequences as the cache holds)");
+  cmd->add_option("--speculative", options->speculative,
+                  "dspark | dflash | mtp | ngram, each with :ACCEPT for a mean acceptance length (ngram needs one)");
+  cmd->add_option("--inter-node-gb-s", options->inter_node_gb_s, "network bandwidth per device between nodes (default: the hardware's)");
   cmd->add_option("--measured", options->measured_file, "bench-serve --json output: its output token throughput");
   cmd->add_option("--measured-tok-s", options->measured_tok_s, "a measured throughput in tokens/s");
   cmd->add_option("--price", options->price, "$ per device-hour (default: the catalog's)");

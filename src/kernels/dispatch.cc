@@ -236,4 +236,6 @@ double fma_chains(int64_t iterations) { return running().fma_chains(iterations);
 
 double bf16_dot_chains(int64_t iterations) { return running().bf16_dot_chains(iterations); }
 
+double int8_dot_chains(int64_t iterations) { return running().int8_dot_chains(iterations); }
+
 }  // namespace mlaserve

@@ -55,6 +55,7 @@ struct IsaKernels {
                                float* out);
   double (*fma_chains)(int64_t iterations);  // peak_probes.h
   double (*bf16_dot_chains)(int64_t iterations);
+  double (*int8_dot_chains)(int64_t iterations);
 };
 
 // The build of the kernels for `isa`; each build defines its own (isa_kernels.cc).

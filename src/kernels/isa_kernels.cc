@@ -117,6 +117,7 @@ const IsaKernels& MLASERVE_KERNELS_OF(MLASERVE_KERNEL_ISA)() {
       .dequantize_row_range = &dequantize_row_range,
       .fma_chains = &fma_chains,
       .bf16_dot_chains = &bf16_dot_chains,
+      .int8_dot_chains = &int8_dot_chains,
   };
   return kernels;
 }

@@ -76,4 +76,25 @@ double bf16_dot_chains(int64_t iterations) {
 #endif
 }
 
+double int8_dot_chains(int64_t iterations) {
+#if defined(__AVX512VNNI__)
+  __m512i acc[12];
+  for (auto& a : acc) a = _mm512_set1_epi32(1);
+  const __m512i a_bytes = _mm512_set1_epi8(3), b_bytes = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iterations; ++i)
+#pragma GCC unroll 12
+    for (auto& a : acc) a = _mm512_dpbusd_epi32(a, a_bytes, b_bytes);
+  __m512i sum = acc[0];
+  for (int k = 1; k < 12; ++k) sum = _mm512_add_epi32(sum, acc[k]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, sum);
+  volatile int32_t keep = lanes[0];
+  (void)keep;
+  return double(iterations) * 12 * 16 * 4 * 2;
+#else
+  (void)iterations;
+  return 0;
+#endif
+}
+
 }  // namespace mlaserve

@@ -15,4 +15,8 @@ double fma_chains(int64_t iterations);
 // 0 where the build has no such instruction.
 double bf16_dot_chains(int64_t iterations);
 
+// `iterations` rounds of 12 vpdpbusd chains (AVX512_VNNI: 16 lanes x 4 int8 products a lane,
+// what 4-bit and INT8 weights compute on); 0 where the build has no such instruction.
+double int8_dot_chains(int64_t iterations);
+
 }  // namespace mlaserve

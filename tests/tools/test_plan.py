@@ -52,16 +52,22 @@ def test_parameter_counts_from_published_configs(binary, mi355x):
     assert mi355x["head_padding"]["heads_per_rank"] == 12 and mi355x["head_padding"]["padded_heads"] == 16
 
 
-def test_a_config_make_model_wrote(binary, work_dir):
-    """The mini preset's published shape, read from the config.json make-model writes."""
+@pytest.fixture(scope="module")
+def mini_config(binary, work_dir):
+    """The mini preset's config.json as make-model writes it (written with one layer, then given its 8)."""
     mini = os.path.join(work_dir, "mini-config")
     subprocess.run([binary, "make-model", "--preset", "mini", "--dtype", "bf16", "--override",
                     '{"num_hidden_layers": 1, "first_k_dense_replace": 1}', mini], check=True, capture_output=True)
     config = json.load(open(os.path.join(mini, "config.json")))
     config.update({"num_hidden_layers": 8, "first_k_dense_replace": 1})
-    json.dump(config, open(os.path.join(work_dir, "mini.json"), "w"))
-    mini_plan = plan(binary, "--model", os.path.join(work_dir, "mini.json"), "--hardware", "cpu-dev-2core",
-                     "--devices", "1")
+    path = os.path.join(work_dir, "mini.json")
+    json.dump(config, open(path, "w"))
+    return path
+
+
+def test_a_config_make_model_wrote(binary, mini_config):
+    """The mini preset's published shape, read from the config.json make-model writes."""
+    mini_plan = plan(binary, "--model", mini_config, "--hardware", "cpu-dev-2core", "--devices", "1")
     assert mini_plan["total_params"] == pytest.approx(455e6, rel=0.002)
     assert mini_plan["active_params"] == pytest.approx(103e6, rel=0.01)
 
@@ -79,3 +85,97 @@ def test_a_tp_size_that_does_not_divide_the_heads_is_an_error(binary):
     bad = subprocess.run([binary, "plan", "--model", "kimi-k3", "--hardware", "b200", "--tp", "7"],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "do not divide" in bad.stderr
+
+
+def catalog(binary, name):
+    out = subprocess.run([binary, "plan", "--dump-catalog"], check=True, capture_output=True, text=True).stdout
+    return next(entry for entry in json.loads(out) if entry["name"] == name)
+
+
+def test_a_decode_step_is_its_terms(binary, mi355x):
+    """fixed + collectives + max(weights + cache, compute), the largest term named, one stream's speed its inverse."""
+    step = mi355x["predicted"]["decode_step_s"]
+    assert step["total"] == pytest.approx(step["fixed"] + step["collectives"] +
+                                          max(step["weights"] + step["cache"], step["compute"]), rel=1e-12)
+    terms = {k: step[k] for k in ("weights", "cache", "compute", "collectives", "fixed")}
+    assert step["binding"] == max(terms, key=terms.get)
+    assert mi355x["predicted"]["single_stream_plain_tok_s"] == pytest.approx(1 / step["total"], rel=1e-12)
+
+
+def test_decode_step_against_an_independent_count(binary):
+    """DeepSeek-V3 on 8 x H100, one stream at 1024 + 200 tokens of context, recomputed here from the
+    plan's parameter counts and the catalog's figures."""
+    out = plan(binary, "--model", "deepseek-v3", "--hardware", "h100", "--devices", "8")
+    hw, step = catalog(binary, "h100"), out["predicted"]["decode_step_s"]
+    bandwidth = hw["bandwidth_gb_s"] * 1e9 * hw["bandwidth_efficiency"]
+    moe_layers, experts, k = out["layers"]["moe"], 256, 8
+    expert_bytes = out["params"]["routed_experts"] / (moe_layers * experts) * (1 + 4 / 128**2)  # fp8 + block scales
+    dense_bytes = out["active_weight_bytes_per_token"] - moe_layers * k * expert_bytes
+    assert step["weights"] == pytest.approx(dense_bytes / (8 * bandwidth) + moe_layers * k * expert_bytes / (8 * bandwidth),
+                                            rel=1e-9)
+    assert step["cache"] == pytest.approx((1024 + 200) * out["kv_bytes_per_token"] / bandwidth, rel=1e-9)
+    message = out["params"]["embedding"] / 129280 * 2  # one token's hidden state in bf16
+    all_reduce = hw["collective_latency_us"] * 1e-6 + message * 2 * 7 / 8 / (hw["interconnect_gb_s"] * 1e9)
+    assert step["collectives"] == pytest.approx((2 * 61 + 1) * all_reduce, rel=1e-9)
+    kernels = 61 * 11 + 58 * 10 + 3 * 4 + 6  # MLA and MoE or dense MLP a layer, and the step's own
+    assert step["fixed"] == pytest.approx(kernels * hw["kernel_overhead_us"] * 1e-6, rel=1e-9)
+
+
+def test_speculative_decoding(binary):
+    base = ["--model", "kimi-k3", "--hardware", "mi355x", "--devices", "8", "--max-concurrency", "64"]
+    plain = plan(binary, *base)["predicted"]
+    dspark = plan(binary, *base, "--speculative", "dspark")["predicted"]
+    weak = plan(binary, *base, "--speculative", "dspark:1.2")["predicted"]
+    assert dspark["single_stream_plain_tok_s"] == pytest.approx(plain["single_stream_tok_s"], rel=1e-12)
+    # 3.85 tokens a step for a step that reads more experts than one token's: faster, by less than 3.85x.
+    assert plain["single_stream_tok_s"] * 1.5 < dspark["single_stream_tok_s"] < plain["single_stream_tok_s"] * 3.85
+    assert weak["single_stream_tok_s"] < plain["single_stream_tok_s"]  # 8 positions verified for 1.2 kept
+    mtp = plan(binary, *base, "--speculative", "mtp")["predicted"]
+    assert plain["single_stream_tok_s"] < mtp["single_stream_tok_s"] < plain["single_stream_tok_s"] * 1.875
+
+
+@pytest.mark.parametrize("value, message", [("ngram", "needs a mean acceptance length"),
+                                            ("dspark:9", "must be 1 to 8"), ("dspark:x", "is not a mean acceptance"),
+                                            ("eagle", "unknown --speculative")])
+def test_bad_speculative_values_are_refused(binary, value, message):
+    bad = subprocess.run([binary, "plan", "--speculative", value], capture_output=True, text=True)
+    assert bad.returncode == 1 and message in bad.stderr
+
+
+def test_time_to_first_token(binary):
+    """12 heads a rank: the padded kernel and the generic one; 16 a rank: no choice to make."""
+    k3 = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x", "--prompt-len", "172000")["predicted"]
+    short = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x", "--prompt-len", "8192")["predicted"]
+    assert k3["ttft_generic_s"] > k3["ttft_s"]
+    assert k3["ttft_s"] / 172000 > short["ttft_s"] / 8192  # a token's attention grows with the prompt
+    deepseek = plan(binary, "--model", "deepseek-v3", "--hardware", "h100", "--prompt-len", "4096")["predicted"]
+    assert "ttft_generic_s" not in deepseek and deepseek["ttft_s"] > 0
+
+
+def test_throughput_curve(binary):
+    full = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x")
+    capped = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x", "--max-concurrency", "100")["predicted"]
+    assert [p["concurrency"] for p in capped["curve"]] == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert capped["peak_concurrency"] <= 100
+    # The sweep ends where the cache is full of 1,024 + 400-token sequences, as the plan counts it.
+    at_1424 = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x", "--context", "1424")
+    assert full["predicted"]["curve"][-1]["concurrency"] == at_1424["max_concurrency"]
+    assert full["predicted"]["peak_total_tok_s"] >= capped["peak_total_tok_s"]
+    assert full["predicted"]["tok_s_per_dollar_hour"] == pytest.approx(
+        full["predicted"]["peak_total_tok_s"] / full["price_per_hour"], rel=1e-12)
+
+
+def test_a_hardware_file_overrides_the_figures_it_names(binary, work_dir):
+    path = os.path.join(work_dir, "b200-no-launch-cost.json")
+    json.dump([{"name": "b200", "kernel_overhead_us": 0, "inter_node_latency_us": 100}], open(path, "w"))
+    base = ["--model", "kimi-k3", "--hardware", "b200", "--devices", "16"]
+    given = plan(binary, *base, "--hardware-file", path)["predicted"]["decode_step_s"]
+    builtin = plan(binary, *base)["predicted"]["decode_step_s"]
+    assert given["fixed"] == 0 and builtin["fixed"] > 0
+    assert given["weights"] == builtin["weights"] and given["collectives"] > builtin["collectives"]
+
+
+def test_this_cpu_is_probed(binary, mini_config):
+    out = plan(binary, "--model", mini_config, "--hardware", "this-cpu", "--devices", "1")
+    assert out["hardware"] == "this-cpu" and out["predicted"]["single_stream_tok_s"] > 0
+    assert out["predicted"]["decode_step_s"]["collectives"] == 0

@@ -1,6 +1,8 @@
 #include "tools/bench/machine.h"
 
+#include <fmt/format.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -99,5 +101,35 @@ double measure_read_bandwidth_gb_s(int repetitions) {
 double measure_peak_fma_gflops(int repetitions) { return measure_chains_gflops(fma_chains, repetitions); }
 
 double measure_peak_bf16_dot_gflops(int repetitions) { return measure_chains_gflops(bf16_dot_chains, repetitions); }
+
+double measure_peak_int8_dot_gops(int repetitions) { return measure_chains_gflops(int8_dot_chains, repetitions); }
+
+double measure_dispatch_us() {
+  ThreadPool& pool = thread_pool();
+  std::vector<double> samples;
+  for (int i = 0; i < 2001; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(pool.size(), [](int64_t, int64_t, int) {});
+    samples.push_back(seconds(start) * 1e6);
+  }
+  std::nth_element(samples.begin(), samples.begin() + 1000, samples.end());
+  return samples[1000];
+}
+
+Hardware this_cpu_hardware() {
+  Hardware hw;
+  hw.name = "this-cpu", hw.kind = "cpu", hw.devices_per_node = 1, hw.usable_fraction = 0.8;
+  hw.memory_gb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)) / 1e9;
+  hw.bandwidth_gb_s = measure_read_bandwidth_gb_s();
+  hw.bandwidth_efficiency = 1;  // the probe measures what streaming reads reach
+  hw.bf16_tflops = measure_peak_fma_gflops() / 1e3;
+  hw.fp8_tflops = measure_peak_int8_dot_gops() / 1e3;
+  hw.flops_efficiency = 0.6;
+  hw.kernel_overhead_us = measure_dispatch_us();
+  hw.note = fmt::format("this machine, probed: {} threads, read {:.1f} GB/s, fp32 FMA {:.0f} GFLOP/s, int8 dot {:.0f} GOP/s, "
+                        "dispatch {:.1f} us", thread_pool().size(), hw.bandwidth_gb_s, hw.bf16_tflops * 1e3,
+                        hw.fp8_tflops * 1e3, hw.kernel_overhead_us);
+  return hw;
+}
 
 }  // namespace mlaserve

@@ -120,6 +120,7 @@ Plan make_plan(const PlanInput& raw_input) {
   plan.usable_per_device_gb = in.hardware.memory_gb * in.hardware.usable_fraction;
   plan.memory_per_device_gb = (plan.weight_bytes + budget.bytes_per_sequence * double(in.concurrency)) / double(in.devices) / kGB;
   const double free = std::max(0.0, budget.free_bytes);
+  plan.cache_free_bytes = free;
   plan.max_kv_tokens = int64_t(free / (double(plan.kv_bytes_per_token) * double(std::min(in.tp, in.devices))));
   plan.max_concurrency = int64_t(free / budget.bytes_per_sequence);
   plan.weight_bytes_per_rank = plan.weight_bytes / double(in.devices);
@@ -150,7 +151,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   const ModelSpec& m = in.model;
   const ParamCounts& p = m.params;
   nlohmann::json out = {
-      {"model", m.name}, {"family", m.family}, {"weights", plan.format.format}, {"hardware", in.hardware.name},
+      {"model", m.name}, {"family", m.family}, {"weights", plan.format.format}, {"hardware", in.hardware.name}, {"hardware_note", in.hardware.note},
       {"devices", in.devices}, {"devices_per_node", in.devices_per_node}, {"tp", in.tp}, {"context", in.context},
       {"concurrency", in.concurrency}, {"total_params", p.total()}, {"active_params", m.active_params},
       {"params", {{"embedding", p.embedding}, {"lm_head", p.lm_head}, {"attention", p.attention}, {"dense_mlp", p.dense_mlp},
@@ -183,6 +184,7 @@ std::string plan_to_table(const Plan& plan) {
   const ModelSpec& m = in.model;
   auto row = [](std::string& out, const std::string& key, const std::string& value) { out += fmt::format("{:<40}{}\n", key, value); };
   std::string out = fmt::format("==== mlaserve plan: {} ({} weights) on {} x {} ====\n", m.name, plan.format.format, in.devices, in.hardware.name);
+  row(out, "Hardware:", in.hardware.note);
   row(out, "Parameters (total / active per token):", fmt::format("{:.1f} B / {:.1f} B", m.params.total() / 1e9, m.active_params / 1e9));
   row(out, "  routed experts:", fmt::format("{:.1f} B in {} MoE layers x {} experts", m.params.routed_experts / 1e9, m.moe_layers, m.n_routed_experts));
   row(out, "Layers (MLA / KDA):", fmt::format("{} / {}", m.mla_layers, m.kda_layers));

@@ -48,6 +48,7 @@ struct Plan {
   bool fits = false;                // weights plus the requested cache fit the devices
   int64_t nodes = 0, nodes_needed = 0;
   int64_t max_kv_tokens = 0, max_concurrency = 0;
+  double cache_free_bytes = 0;      // all devices' usable memory left after the weights
   double decode_tok_s_single = 0, decode_tok_s_batch = 0, prefill_tok_s = 0;
   double weight_bytes_per_rank = 0;       // weights split evenly (TP over heads/columns, EP)
   double comm_bytes_per_token_per_rank = 0;  // ring all-reduce/all-gather traffic, one decoded token

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""The planner's predictions against published measurements (docs/planning.md's tables): each
+deployment planned from specs alone, the error of each predicted figure, and how each figure moves
+when one efficiency parameter of the catalog moves by -20% and +20%.
+    scripts/plan_check.py [--binary build/mlaserve] [--sensitivity]"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+# (label, plan flags, {figure: measured}); figures: single (tok/s, one stream), peak (total
+# output tok/s), peak_in_out (input and output tok/s: InferenceX's "throughput per GPU" counts
+# both), ttft / ttft_generic (s, --prompt-len), ranges as (low, high).
+SEED = "seed deployment, Kimi K3, 1024 in / 400 out, DSpark"
+MEASURED = [
+    (f"8 x MI355X ({SEED})",
+     ["--model", "kimi-k3", "--hardware", "mi355x", "--devices", "8", "--speculative", "dspark",
+      "--max-concurrency", "64", "--prompt-len", "172000"],
+     {"single": 118, "peak": 952, "ttft": 172000 / 13000, "ttft_generic": (172000 / 7000, 172000 / 4000)}),
+    (f"16 x B200, 2 nodes, RoCE 195 Gb/s ({SEED})",
+     ["--model", "kimi-k3", "--hardware", "b200", "--devices", "16", "--tp", "16", "--inter-node-gb-s", "24.4",
+      "--speculative", "dspark", "--max-concurrency", "64"],
+     {"single": 90, "peak": 498}),
+    (f"8 x B300 ({SEED})",
+     ["--model", "kimi-k3", "--hardware", "b300", "--devices", "8", "--speculative", "dspark",
+      "--max-concurrency", "64"],
+     {"single": 172, "peak": 1568}),
+    ("8 x MI355X, Kimi K2.5 MXFP4, vLLM 0.18 + AITER, 8k in / 1k out (SemiAnalysis InferenceX)",
+     ["--model", "kimi-k2", "--weights", "mxfp4", "--hardware", "mi355x", "--devices", "8",
+      "--input-len", "8192", "--output-len", "1024"],
+     {"single": 78.9, "peak_in_out": 2687 * 8}),
+]
+PARAMETERS = ["bandwidth_efficiency", "flops_efficiency", "kernel_overhead_us", "collective_latency_us",
+              "inter_node_latency_us", "generic_mla_slowdown"]
+
+
+def predict(binary, flags, hardware_file=None):
+    extra = ["--hardware-file", hardware_file] if hardware_file else []
+    out = subprocess.run([binary, "plan", "--json", *flags, *extra], check=True, capture_output=True, text=True)
+    plan = json.loads(out.stdout)
+    p = plan["predicted"]
+    tokens_per_output = (p["input_len"] + p["output_len"]) / p["output_len"]
+    return {"single": p["single_stream_tok_s"], "peak": p["peak_total_tok_s"], "ttft": p.get("ttft_s"),
+            "peak_in_out": p["peak_total_tok_s"] * tokens_per_output,
+            "ttft_generic": p.get("ttft_generic_s"), "peak_concurrency": p["peak_concurrency"],
+            "binding": p["decode_step_s"]["binding"]}
+
+
+def error(predicted, measured):
+    if isinstance(measured, tuple):
+        low, high = measured
+        return 0.0 if low <= predicted <= high else (predicted / (low if predicted < low else high) - 1)
+    return predicted / measured - 1
+
+
+def show(measured):
+    return f"{measured[0]:.3g}–{measured[1]:.3g}" if isinstance(measured, tuple) else f"{measured:.4g}"
+
+
+def accuracy_table(binary):
+    print("| deployment | figure | measured | predicted | error |\n|---|---|---|---|---|")
+    for label, flags, figures in MEASURED:
+        predicted = predict(binary, flags)
+        for figure, measured in figures.items():
+            extra = f" (at {predicted['peak_concurrency']})" if figure.startswith("peak") else ""
+            print(f"| {label} | {figure} | {show(measured)} | {predicted[figure]:.4g}{extra} | "
+                  f"{100 * error(predicted[figure], measured):+.0f}% |")
+
+
+def hardware_name(flags):
+    return flags[flags.index("--hardware") + 1]
+
+
+def sensitivity_table(binary):
+    catalog = {e["name"]: e for e in json.loads(subprocess.run([binary, "plan", "--dump-catalog"], check=True,
+                                                               capture_output=True, text=True).stdout)}
+    print("| deployment | parameter | figure | -20% | +20% |\n|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as work:
+        for label, flags, figures in MEASURED:
+            base = predict(binary, flags)
+            entry = catalog[hardware_name(flags)]
+            for parameter in PARAMETERS:
+                moved = {}
+                for factor in (0.8, 1.2):
+                    value = entry[parameter] * factor
+                    if parameter.endswith("efficiency"):
+                        value = min(value, 1.0)
+                    if parameter == "generic_mla_slowdown":
+                        value = max(value, 1.0)
+                    path = os.path.join(work, "hardware.json")
+                    json.dump([{"name": entry["name"], parameter: value}], open(path, "w"))
+                    moved[factor] = predict(binary, flags, path)
+                for figure in figures:
+                    changes = [moved[f][figure] / base[figure] - 1 for f in (0.8, 1.2)]
+                    if max(abs(c) for c in changes) >= 0.005:
+                        print(f"| {label.split(' (')[0]} | {parameter} | {figure} | {100 * changes[0]:+.0f}% | "
+                              f"{100 * changes[1]:+.0f}% |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", default="build/mlaserve")
+    parser.add_argument("--sensitivity", action="store_true", help="also the -20%/+20% table")
+    args = parser.parse_args()
+    accuracy_table(args.binary)
+    if args.sensitivity:
+        print()
+        sensitivity_table(args.binary)
+
+
+if __name__ == "__main__":
+    main()
