@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mlaserve beside ik_llama.cpp on the same machine, in one run: builds ik_llama.cpp from a source
 # tree into a scratch folder (never into this repository), writes random models of the presets'
-# shapes with make-model (BF16, and with INT4 experts for mlaserve's 4-bit path), writes the same
+# shapes with make-model (BF16, and with INT4 experts for mlaserve's 4-bit path, also run with
+# --requantize q4, which quantizes its BF16 projections as ik's Q4_0 files do), writes the same
 # BF16 weights as GGUFs in ik's layout (tools/bench/to_gguf.py) and quantizes them to Q4_0, then
 # runs bench-model and llama-bench (ik's fastest CPU flags: -mla 3 -fa 1 -fmoe 1 -rtr 1)
 # interleaved, ROUNDS rounds of every case, and prints one table of medians with the ratio per
@@ -51,16 +52,21 @@ done
 
 results=$work/results
 rm -rf "$results" && mkdir -p "$results"
+# mlaserve case | its model | its flags | the GGUF ik runs beside it ("-": the case before's)
+cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|-" "bf16|bf16||bf16")
 for r in $(seq "$rounds"); do
   echo "round $r of $rounds" >&2
   for preset in $presets; do
-    for pair in "int4 q4_0" "bf16 bf16"; do
-      read -r ours theirs <<< "$pair"
+    for case in "${cases[@]}"; do
+      IFS='|' read -r name ours flags theirs <<< "$case"
+      # shellcheck disable=SC2086
+      "$binary" bench-model --model "$work/$preset-$ours" -p 512 -n 64 --batch 1 -r 1 --json $flags \
+        > "$results/mlaserve-$preset-$name-$r.json" 2> /dev/null
+      # shellcheck disable=SC2086
+      "$binary" bench-model --model "$work/$preset-$ours" -p 64 -n 64 --depth 1024 --batch 1 -r 1 --json $flags \
+        > "$results/mlaserve-depth-$preset-$name-$r.json" 2> /dev/null
+      [[ $theirs == - ]] && continue
       cat "$work/$preset-$theirs.gguf" > /dev/null  # in the page cache, as mlaserve's files are after their first run
-      "$binary" bench-model --model "$work/$preset-$ours" -p 512 -n 64 --batch 1 -r 1 --json \
-        > "$results/mlaserve-$preset-$ours-$r.json" 2> /dev/null
-      "$binary" bench-model --model "$work/$preset-$ours" -p 64 -n 64 --depth 1024 --batch 1 -r 1 --json \
-        > "$results/mlaserve-depth-$preset-$ours-$r.json" 2> /dev/null
       "$ik_build/bin/llama-bench" -m "$work/$preset-$theirs.gguf" -t "$threads" -r 1 -p 512 -n 64 -gp 1024,64 \
         -mla 3 -fa 1 -fmoe 1 -rtr 1 -o json > "$results/ik-$preset-$theirs-$r.json" 2> /dev/null
     done

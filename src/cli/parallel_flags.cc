@@ -10,6 +10,12 @@ ExecutorOptions executor_options(const ParallelFlags& flags) {
   options.collective_timeout = std::chrono::milliseconds(int64_t(flags.comm_timeout_s * 1000));
   options.copy_weights = flags.repack;
   options.lock_weights = flags.mlock;
+  MLA_CHECK(flags.requantize == "none" || flags.requantize == "q4",
+            "--requantize {}: only q4 is implemented (q8 would run on the INT8 one-token kernel, slower than BF16 "
+            "panels on the CPUs measured so far)", flags.requantize);
+  MLA_CHECK(flags.requantize == "none" || flags.repack, "--requantize quantizes the weights as they are copied: it "
+            "needs the copies --no-repack turns off");
+  options.requantize_q4 = flags.requantize == "q4";
   options.numa = parse_numa_mode(flags.numa);
   return options;
 }
@@ -33,6 +39,10 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
                   "activations of INT4 and MXFP4 layers: int8 (rounded per 32 columns for integer dot products, as "
                   "llama.cpp does; fast) | off (fp32 against the dequantized weights: the exact maths, slower)")
       ->check(CLI::IsMember({"int8", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--requantize", flags.requantize,
+                  "q4: quantize BF16 projections, MLPs and the LM head at load to INT4 groups of 32 (4-bit kernels, "
+                  "int8 activations; ~0.56 bytes a weight read instead of 2, as llama.cpp's Q4_0; not exact) | none")
       ->capture_default_str();
   cmd->add_flag("--mlock", flags.mlock,
                 "lock each rank's weights in RAM (mlock) so memory pressure cannot page them out; needs "

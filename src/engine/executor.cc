@@ -29,7 +29,7 @@ std::unique_ptr<ModelExecutor> single_rank_executor(const CausalLM& model, const
   if (!options.copy_weights && !options.lock_weights)
     return std::make_unique<SingleRankExecutor>(model, placement.nodes);
   return std::make_unique<SingleRankExecutor>(
-      model.shard({0, 1, false, options.copy_weights, options.lock_weights, placement.nodes}, nullptr), placement.nodes);
+      model.shard(options.shard_spec(0, 1, placement.nodes), nullptr), placement.nodes);
 }
 
 }  // namespace

@@ -24,7 +24,12 @@ struct ExecutorOptions {
   std::chrono::milliseconds collective_timeout{120000};
   bool copy_weights = false;       // ShardSpec::copy_weights (at one rank too)
   bool lock_weights = false;       // ShardSpec::lock_weights (at one rank too)
+  bool requantize_q4 = false;      // ShardSpec::requantize_q4
   NumaMode numa = NumaMode::Auto;  // each rank's threads and memory on its NUMA node(s) (plan_rank_placement)
+
+  ShardSpec shard_spec(int rank, int size, std::vector<int> numa_nodes) const {
+    return {rank, size, expert_parallel, copy_weights, lock_weights, requantize_q4, std::move(numa_nodes)};
+  }
 };
 
 // The executor can run no more steps (an MPI rank has died or stopped answering): every request
@@ -32,6 +37,12 @@ struct ExecutorOptions {
 class ExecutorLost : public Error {
  public:
   using Error::Error;
+};
+
+// Bytes of the weights the ranks hold as they run them (after any load-time repacking or
+// requantization): what one decoded token alone reads, and all the routed experts.
+struct RankWeightBytes {
+  double active_per_token = 0, routed_experts = 0;
 };
 
 class ModelExecutor {
@@ -51,6 +62,8 @@ class ModelExecutor {
   virtual void copy_in_cache(int64_t from, int64_t to, int64_t bytes) = 0;
   // Seconds rank 0 has spent in collectives (waiting for the other ranks included).
   virtual double collective_seconds() const { return 0; }
+  // Summed over the ranks (under MPI rank 0's times the ranks: the shards are even splits).
+  virtual RankWeightBytes weight_bytes() const = 0;
 };
 
 // memmove inside one pool.
@@ -70,6 +83,9 @@ class SingleRankExecutor : public ModelExecutor {
     model_.forward(batch, logits, hidden);
   }
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
+  RankWeightBytes weight_bytes() const override {
+    return {model_.active_weight_bytes_per_token(), model_.routed_expert_bytes()};
+  }
 
  private:
   std::unique_ptr<CausalLM> owned_;  // the model_ it runs, when it owns it

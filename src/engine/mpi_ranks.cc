@@ -110,9 +110,7 @@ std::unique_ptr<CausalLM> mpi_shard(const CausalLM& model, const ExecutorOptions
   if (comm.rank() == 0)
     spdlog::info("{} MPI ranks, {} parallel MoE, {} heads per rank", comm.size(),
                  options.expert_parallel ? "expert" : "tensor", model.config().num_attention_heads / comm.size());
-  return model.shard({comm.rank(), comm.size(), options.expert_parallel, options.copy_weights, options.lock_weights,
-                      placement.nodes},
-                     &comm);
+  return model.shard(options.shard_spec(comm.rank(), comm.size(), placement.nodes), &comm);
 }
 
 class MpiLeaderExecutor : public ModelExecutor {
@@ -144,6 +142,10 @@ class MpiLeaderExecutor : public ModelExecutor {
     copy_within(pool_.get(), from, to, bytes);
   }
   double collective_seconds() const override { return comm_->collective_seconds(); }
+  RankWeightBytes weight_bytes() const override {
+    const double ranks = double(comm_->size());
+    return {shard_->active_weight_bytes_per_token() * ranks, shard_->routed_expert_bytes() * ranks};
+  }
 
  private:
   // Runs work that takes part in collectives; a collective that times out loses the ranks for good.

@@ -20,8 +20,7 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ExecutorOpt
     if (placements_.back().placed()) spdlog::info("rank {}: {}", rank, placements_.back().describe());
   }
   for (int rank = 0; rank < options.ranks; ++rank)
-    shards_.push_back(full.shard({rank, options.ranks, options.expert_parallel, options.copy_weights,
-                                  options.lock_weights, placements_[size_t(rank)].nodes},
+    shards_.push_back(full.shard(options.shard_spec(rank, options.ranks, placements_[size_t(rank)].nodes),
                                  comms_[size_t(rank)].get()));
   rank_batches_.resize(size_t(options.ranks));
   rank_logits_.resize(size_t(options.ranks));
@@ -118,6 +117,15 @@ void ThreadRanksExecutor::forward(std::span<const ForwardSequence> batch, float*
 
 void ThreadRanksExecutor::copy_in_cache(int64_t from, int64_t to, int64_t bytes) {
   for (void* pool : pool_addresses_) copy_within(pool, from, to, bytes);
+}
+
+RankWeightBytes ThreadRanksExecutor::weight_bytes() const {
+  RankWeightBytes bytes;
+  for (int rank = 0; rank < ranks_.size(); ++rank) {
+    bytes.active_per_token += ranks_.shard(rank).active_weight_bytes_per_token();
+    bytes.routed_experts += ranks_.shard(rank).routed_expert_bytes();
+  }
+  return bytes;
 }
 
 }  // namespace mlaserve

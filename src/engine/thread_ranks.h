@@ -24,6 +24,7 @@ class ThreadParallelModel {
 
   const ModelConfig& config() const { return config_; }
   int size() const { return int(shards_.size()); }
+  const CausalLM& shard(int rank) const { return *shards_.at(size_t(rank)); }
   const RankPlacement& placement(int rank) const { return placements_[size_t(rank)]; }
   double collective_seconds(int rank) const { return comms_[size_t(rank)]->collective_seconds(); }
 
@@ -66,6 +67,7 @@ class ThreadRanksExecutor : public ModelExecutor {
   void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden = nullptr) override;
   void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override;
   double collective_seconds() const override { return ranks_.collective_seconds(0); }
+  RankWeightBytes weight_bytes() const override;
   const RankPlacement& placement(int rank) const { return ranks_.placement(rank); }
   void* pool(int rank) const { return pool_addresses_.at(size_t(rank)); }
 

@@ -84,6 +84,10 @@ struct ShardSpec {
   bool copy_weights = false;
   // The rank's weights locked in RAM once sharded (lock_weights); also with size 1.
   bool lock_weights = false;
+  // With copy_weights: BF16 projections and LM head quantized to INT4 groups of 32 as they are
+  // copied (requantize_int4, `--requantize q4`); the embedding, routers, norms and kv_b_proj
+  // (whose absorbed panels decode reads) stay.
+  bool requantize_q4 = false;
   // The NUMA nodes the rank's copies are placed on (`--numa`, RankPlacement::nodes; empty:
   // wherever the copying threads first touch them).
   std::vector<int> numa_nodes;

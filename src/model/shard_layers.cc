@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/numa.h"
+#include "io/requantize.h"
 #include "kernels/dispatch.h"
 
 namespace mlaserve {
@@ -28,8 +29,11 @@ MlpWeights mlp_copied_if_asked(MlpWeights mlp, const ShardContext& context) {
 
 }  // namespace
 
-LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context) {
+LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context, bool may_requantize) {
   if (!context.spec.copy_weights) return weight;
+  if (weight.format == WeightFormat::BF16 && context.spec.requantize_q4 && may_requantize &&
+      weight.cols % kRequantizeGroup == 0)
+    return requantize_int4(weight, context.storage, repacks_4bit_panels(kernel_config()), context.source);
   if (weight.format == WeightFormat::BF16) return repack_bf16_panels(weight, context.storage, context.source);
   if (repacks_4bit_panels(kernel_config())) {
     const LinearWeight panels = repack_4bit_panels(weight, context.storage, context.source);
@@ -86,7 +90,9 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
   out.o_proj = copied_if_asked(out.o_proj, context);
   if (context.spec.copy_weights) {
     add_absorbed_panels(out, config.qk_nope_head_dim, config.v_head_dim, context.storage);
-    out.kv_b_proj = copied_if_asked(out.kv_b_proj, context);
+    // Never requantized: the expanded form would otherwise compute with other weights than
+    // the absorbed panels above.
+    out.kv_b_proj = copied_if_asked(out.kv_b_proj, context, false);
   }
   if (context.spec.size == 1) {
     if (out.q_a_proj) *out.q_a_proj = copied_if_asked(*out.q_a_proj, context);

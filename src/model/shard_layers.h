@@ -31,8 +31,9 @@ void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds);
 
 // The weight copied out of the checkpoint when the spec asks for it (ShardSpec::copy_weights):
-// BF16 into the panel layout, other formats as stored; else unchanged.
-LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context);
+// BF16 into the panel layout (or, with requantize_q4, quantized to INT4), other formats as
+// stored; else unchanged. may_requantize false keeps a BF16 weight BF16 under requantize_q4.
+LinearWeight copied_if_asked(const LinearWeight& weight, const ShardContext& context, bool may_requantize = true);
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context);
 MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, const Range& heads,

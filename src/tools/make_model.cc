@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "io/model_config.h"
+#include "io/requantize.h"
 #include "io/safetensors_writer.h"
 #include "tools/tokenizer_trainer.h"
 
@@ -147,9 +148,7 @@ void add_int8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std:
                  }});
 }
 
-// compressed-tensors pack-quantized INT4: symmetric per-group scale max|w| / 7 (rounded to
-// bf16 first, so codes use the stored scale), q = clamp(round(w / scale), -8, 7) stored as
-// q + 8, eight per int32, column c in bits 4 * (c % 8).
+// compressed-tensors pack-quantized INT4 (quantize_int4_row: what --requantize q4 does at load).
 void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix,
               int64_t group) {
   MLA_CHECK(m.cols % group == 0, "'{}': in_features {} is not a multiple of the INT4 group {}",
@@ -157,20 +156,7 @@ void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std:
   auto quantize_row = [m, group](int64_t r, uint32_t* words, uint16_t* scales) {
     std::vector<float> values(static_cast<size_t>(m.cols));
     m.row(r, values.data());
-    for (int64_t g = 0; g < m.cols / group; ++g) {
-      float max_abs = 0.0f;
-      for (int64_t c = g * group; c < (g + 1) * group; ++c) max_abs = std::max(max_abs, std::fabs(values[c]));
-      const uint16_t scale_bits = f32_to_bf16(max_abs > 0 ? max_abs / 7.0f : 1.0f);
-      const float scale = bf16_to_f32(scale_bits);
-      if (scales) scales[g] = scale_bits;
-      if (!words) continue;
-      for (int64_t c = g * group; c < (g + 1) * group; ++c) {
-        const int q = int(std::clamp(std::nearbyint(values[c] / scale), -8.0f, 7.0f));
-        uint32_t& word = words[c / 8];
-        if (c % 8 == 0) word = 0;
-        word |= uint32_t(q + 8) << (4 * (c % 8));
-      }
-    }
+    quantize_int4_row(values.data(), m.cols, group, words, scales);
   };
   out.push_back({prefix + ".weight_packed", DType::I32, {m.rows, m.cols / 8}, [m, quantize_row](uint8_t* bytes) {
                    for_rows(m.rows, [&](int64_t r) {

@@ -88,7 +88,7 @@ TEST(LockWeights, EveryStoredWeightByteIsLocked) {
     testing::TempDir dir;
     testing::write_model(dir.path(), model_preset(preset), dtype, 3);
     const auto model = load_causal_lm(dir.path());
-    const auto shard = model->shard({0, 1, false, repack, lock, {}}, nullptr);
+    const auto shard = model->shard({0, 1, false, repack, lock, false, {}}, nullptr);
     const std::vector<Mapping> maps = mappings();
     size_t total = 0, unlocked = 0;
     shard->for_each_weight([&](const LinearWeight& weight) {

@@ -26,10 +26,11 @@ def relative_error(got, want):
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-def expected_logits(forward, model, ids, int8_activations):
-    """(reference logits, bound) for mlaserve's logits of `ids` with or without int8 activations."""
+def expected_logits(forward, model, ids, int8_activations, **options):
+    """(reference logits, bound) for mlaserve's logits of `ids` with or without int8 activations;
+    options go to forward."""
     if not int8_activations:
-        return forward(model, ids, "exact"), EXACT_BOUND
-    want = forward(model, ids, "int8")
-    flipped = forward(model, ids, "int8, ties flipped")
+        return forward(model, ids, "exact", **options), EXACT_BOUND
+    want = forward(model, ids, "int8", **options)
+    flipped = forward(model, ids, "int8, ties flipped", **options)
     return want, max(EXACT_BOUND, 2 * relative_error(flipped, want))

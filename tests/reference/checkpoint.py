@@ -84,16 +84,42 @@ ACTIVATIONS = ("int8", "int8, ties flipped", "exact")
 NEAR_TIE = 2e-3
 
 
+def bf16_round(x):
+    """float32 values rounded to the nearest bf16, ties to even, as float32."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+
+
+def quantize_int4_groups(weight):
+    """mlaserve --requantize q4: each row's groups of 32 to INT4 with the scale max|w| / 7
+    rounded to bf16 (1 for an all-zero group), q = clip(round-half-even(w / scale), -8, 7) in
+    float32; returns q * scale."""
+    groups = np.asarray(weight, np.float32).reshape(weight.shape[0], -1, 32)
+    amax = np.abs(groups).max(-1, keepdims=True)
+    scale = bf16_round(np.where(amax > 0, amax / np.float32(7), np.float32(1)))
+    q = np.clip(np.rint(groups / scale), -8, 7)
+    return (q * scale.astype(np.float64)).reshape(weight.shape)
+
+
 class Weights:
-    def __init__(self, model_dir, fp8_block=(128, 128), activations="int8"):
+    def __init__(self, model_dir, fp8_block=(128, 128), activations="int8", requantize_q4=False):
         """activations: what 4-bit weights meet. "int8": x rounded as mlaserve's default;
         "int8, ties flipped": the same with its near-ties rounded the other way (quantize_q8);
-        "exact": x unrounded (mlaserve --act-quant off)."""
+        "exact": x unrounded (mlaserve --act-quant off). requantize_q4: BF16 linear weights as
+        mlaserve --requantize q4 loads them (all but the embedding, routers and kv_b_proj)."""
         assert activations in ACTIVATIONS, activations
         self.tensors = read_checkpoint(model_dir)
         self.fp8_block = fp8_block
         self.int8_activations = activations != "exact"
         self.flip_ties = activations == "int8, ties flipped"
+        self.requantize_q4 = requantize_q4
+
+    def requantized(self, prefix):
+        name = prefix + ".weight"
+        if not self.requantize_q4 or name not in self.tensors or self.tensors[name][0] != "BF16":
+            return False
+        excluded = prefix.endswith("embed_tokens") or prefix.endswith("mlp.gate") or prefix.endswith("kv_b_proj")
+        return not excluded and self.tensors[name][1][-1] % 32 == 0
 
     def has(self, name):
         return name in self.tensors
@@ -102,7 +128,7 @@ class Weights:
         return to_float(*self.tensors[name])
 
     def is_4bit(self, prefix):
-        return self.has(prefix + ".weight_packed")
+        return self.has(prefix + ".weight_packed") or self.requantized(prefix)
 
     def apply(self, prefix, x):
         """x @ W.T for the linear layer at prefix. A 4-bit weight (INT4 in groups of whole 32s,
@@ -122,6 +148,8 @@ class Weights:
 
     def linear(self, prefix):
         """Dequantised [out, in] weight of a linear layer, whatever its stored format."""
+        if self.requantized(prefix):
+            return quantize_int4_groups(self.get(prefix + ".weight"))
         if self.has(prefix + ".weight_packed") and self.tensors[prefix + ".weight_packed"][0] == "U8":
             # compressed-tensors MXFP4: E2M1 nibbles (low nibble = even column, bit 3 = sign),
             # one E8M0 scale 2^(s - 127) per 32 columns

@@ -140,10 +140,10 @@ def decoder_layer(w, cfg, i, h):
     return h + (mlp(w, p + "mlp.", x) if i < cfg.get("first_k_dense_replace", 0) else moe(w, cfg, p + "mlp.", x))
 
 
-def load(model_dir, activations="int8"):
+def load(model_dir, activations="int8", requantize_q4=False):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     block = (cfg.get("quantization_config") or {}).get("weight_block_size", [128, 128])
-    return cfg, Weights(model_dir, tuple(block), activations)
+    return cfg, Weights(model_dir, tuple(block), activations, requantize_q4)
 
 
 def head(w, cfg):
@@ -175,6 +175,7 @@ def mtp(cfg, w, hidden, next_ids):
     return states, states @ head(w, cfg).T
 
 
-def forward(model_dir, ids, activations="int8"):
-    cfg, w = load(model_dir, activations)
-    return final_hidden(cfg, w, ids) @ head(w, cfg).T
+def forward(model_dir, ids, activations="int8", requantize_q4=False):
+    cfg, w = load(model_dir, activations, requantize_q4)
+    final = final_hidden(cfg, w, ids)
+    return final @ head(w, cfg).T if cfg.get("tie_word_embeddings") else w.apply("lm_head", final)

@@ -55,6 +55,8 @@ CASES = {
     "int4 routed experts, --act-quant off, 100 tokens": (
         "int4", {"n_routed_experts": 8, "n_group": 1, "topk_group": 1}, ["--act-quant", "off"]),
     "int8 per-channel (W8A8 checkpoint)": ("int8", {}, []),
+    "bf16 --requantize q4": ("bf16", {}, ["--requantize", "q4"]),
+    "bf16 --requantize q4, decode path (kv_b kept bf16)": ("bf16", {}, ["--requantize", "q4", "--chunk", "1"]),
 }
 
 
@@ -104,8 +106,9 @@ def test_logits_match_the_reference(binary, work_dir, name):
     subprocess.run([binary, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out] + flags,
                    check=True, capture_output=True)
     got = np.load(out).astype(np.float64)
-    int8_activations = dtype == "int4" and "off" not in flags
-    want, bound = expected_logits(deepseek_v3_ref.forward, model, ids, int8_activations)
+    requantize_q4 = "--requantize" in flags
+    int8_activations = (dtype == "int4" or requantize_q4) and "off" not in flags
+    want, bound = expected_logits(deepseek_v3_ref.forward, model, ids, int8_activations, requantize_q4=requantize_q4)
     error, bound = relative_error(got, want), BOUND.get(name, bound)
     assert np.isfinite(got).all()
     assert error <= bound, f"max rel error {error:.2e} (bound {bound:.0e})"

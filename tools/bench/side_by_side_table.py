@@ -18,16 +18,16 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-def mlaserve_runs(results, preset, dtype):
+def mlaserve_runs(results, preset, case):
     """prefill, decode, decode after 1024 cached, bytes a token, triad GB/s: lists over rounds."""
     runs = {"prefill": [], "decode": [], "depth": [], "bytes": [], "triad": []}
-    for path in sorted(glob.glob(f"{results}/mlaserve-{preset}-{dtype}-*.json")):
+    for path in sorted(glob.glob(f"{results}/mlaserve-{preset}-{case}-[0-9]*.json")):
         r = json.load(open(path))
         runs["prefill"].append(r["prefill_tok_s"])
         runs["decode"].append(r["decode_tok_s"])
         runs["bytes"].append(r["bytes_per_decoded_token"])
         runs["triad"].append(r["membw_gb_s"])
-    for path in sorted(glob.glob(f"{results}/mlaserve-depth-{preset}-{dtype}-*.json")):
+    for path in sorted(glob.glob(f"{results}/mlaserve-depth-{preset}-{case}-[0-9]*.json")):
         r = json.load(open(path))
         runs["depth"].append(r["decode_tok_s"])
         runs["triad"].append(r["membw_gb_s"])
@@ -70,7 +70,7 @@ def main():
                "decode of the roofline"]))
     print(row(["---"] * 7))
     for preset in presets:
-        for ours, theirs in (("int4", "q4_0"), ("bf16", "bf16")):
+        for ours, theirs in (("int4", "q4_0"), ("int4-requantize-q4", "q4_0"), ("bf16", "bf16")):
             m = mlaserve_runs(results, preset, ours)
             ik = ik_runs(results, preset, theirs)
             triad = max(m["triad"]) * 1e9 if m["triad"] else float("nan")

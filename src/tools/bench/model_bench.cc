@@ -205,17 +205,18 @@ struct DecodeBytes {
   nlohmann::json experts_per_layer;  // distinct routed experts a batch step's MoE layer read; null without MoE
 };
 
-DecodeBytes decode_bytes(const CausalLM& model, const ModelBenchOptions& options, CacheDType dtype,
+DecodeBytes decode_bytes(const ModelExecutor& executor, const ModelBenchOptions& options, CacheDType dtype,
                          const BenchRuns& runs) {
-  const ModelConfig& config = model.config();
-  const double weights_per_token = model.active_weight_bytes_per_token();
+  const ModelConfig& config = executor.config();
+  const RankWeightBytes weights = executor.weight_bytes();
+  const double weights_per_token = weights.active_per_token;
   const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   // A batch step reads the weights once, and each routed expert any of its tokens chose once:
   // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
   // distinct experts per MoE layer over num_experts_per_tok (a ratio, so it holds when this
   // process runs one MPI rank's share). Each further token's embedding row (KB) is left out.
-  const double routed_per_token = config.n_routed_experts > 0 ? model.routed_expert_bytes() *
+  const double routed_per_token = config.n_routed_experts > 0 ? weights.routed_experts *
                                                                     double(config.num_experts_per_tok) /
                                                                     double(config.n_routed_experts)
                                                               : 0.0;
@@ -312,7 +313,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const double rss_mb = measured.rss_mb;
   const double membw = limits.triad_gb_s, read_bw = limits.read_gb_s, peak = limits.fma_gflops;
   const ModelConfig& config = model.config();
-  const DecodeBytes bytes = decode_bytes(model, options, dtype, runs);
+  const DecodeBytes bytes = decode_bytes(executor, options, dtype, runs);
   const double flops_per_token = prefill_flops_per_token(config, spec, options);
   const MlaShape shape{config.hidden_size, config.num_attention_heads / executor.ranks(), config.kv_lora_rank,
                        config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim, 0.0, 0.0f};
