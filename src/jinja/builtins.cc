@@ -297,21 +297,41 @@ bool contains(const Value& container, const Value& item) {
   fail("cannot test whether {} is in {}", item.type_name(), container.type_name());
 }
 
+// An integer result as Python gives it, or an error where int64 cannot hold it.
+int64_t integer_result(double x) {
+  MLA_CHECK(x >= -9223372036854775808.0 && x < 9223372036854775808.0, "integer result {} out of range", x);
+  return int64_t(x);
+}
+
+int64_t integer_arithmetic(char op, int64_t a, int64_t b) {
+  int64_t result = 0;
+  const bool overflow = op == '+' ? __builtin_add_overflow(a, b, &result)
+                        : op == '-' ? __builtin_sub_overflow(a, b, &result)
+                                    : __builtin_mul_overflow(a, b, &result);
+  MLA_CHECK(!overflow, "integer overflow in {} {} {}", a, op, b);
+  return result;
+}
+
 Value arithmetic(const std::string& op, const Value& left, const Value& right) {
   const double a = left.as_number(), b = right.as_number();
   const bool as_float = left.kind() == Kind::Float || right.kind() == Kind::Float;
-  const auto number = [&](double x) { return as_float ? Value(x) : Value(int64_t(x)); };
-  if (op == "+") return as_float ? Value(a + b) : Value(left.as_int() + right.as_int());
-  if (op == "-") return as_float ? Value(a - b) : Value(left.as_int() - right.as_int());
-  if (op == "*") return as_float ? Value(a * b) : Value(left.as_int() * right.as_int());
+  const auto number = [&](double x) { return as_float ? Value(x) : Value(integer_result(x)); };
+  if (op == "+" || op == "-" || op == "*")
+    return as_float ? Value(op == "+" ? a + b : op == "-" ? a - b : a * b)
+                    : Value(integer_arithmetic(op[0], left.as_int(), right.as_int()));
+  MLA_CHECK(b != 0 || (op != "/" && op != "//" && op != "%"), "division by zero");  // as Python
   if (op == "/") return Value(a / b);
   if (op == "//") return number(std::floor(a / b));
-  if (op == "%") {
-    if (as_float) return Value(std::fmod(a, b));
-    MLA_CHECK(right.as_int() != 0, "integer modulo by zero");
-    return Value(left.as_int() % right.as_int());
+  if (op == "%") {  // Python's: the remainder takes the divisor's sign
+    if (as_float) {
+      const double r = std::fmod(a, b);
+      return Value(r != 0 && (r < 0) != (b < 0) ? r + b : r);
+    }
+    if (right.as_int() == -1) return Value(int64_t(0));  // INT64_MIN % -1 overflows in C++
+    const int64_t r = left.as_int() % right.as_int();
+    return Value(r != 0 && (r < 0) != (right.as_int() < 0) ? r + right.as_int() : r);
   }
-  if (op == "**") return (as_float || b < 0) ? Value(std::pow(a, b)) : Value(int64_t(std::llround(std::pow(a, b))));
+  if (op == "**") return (as_float || b < 0) ? Value(std::pow(a, b)) : Value(integer_result(std::nearbyint(std::pow(a, b))));
   if (op == "<") return Value(a < b);
   if (op == ">") return Value(a > b);
   if (op == "<=") return Value(a <= b);

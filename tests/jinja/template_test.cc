@@ -105,6 +105,21 @@ TEST(Jinja, NumberLiteralsOutOfRangeAreErrors) {
   EXPECT_TRUE(error_of([] { render("{{ 99999999999999999999 }}"); }).find("out of range") != std::string::npos);
 }
 
+// Python's arithmetic: floor division and a remainder with the divisor's sign; division by
+// zero and integers beyond int64 are errors, never undefined behaviour (the fuzzer's
+// "{{8//0}}" cast an infinity to int64).
+TEST(Jinja, ArithmeticAsPythonWithErrorsForZeroAndOverflow) {
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 // -2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 7 % 3 }}"), "3 -4 -4 2 -2 1");
+  EXPECT_EQ(render("{{ -7.5 % 2 }} {{ 2 ** 10 }}"), "0.5 1024");
+  for (const char* zero : {"{{ 8 // 0 }}", "{{ 8 / 0 }}", "{{ 8 % 0 }}", "{{ 8.0 % 0 }}", "{{ 8.0 // 0.0 }}"})
+    EXPECT_TRUE(error_of([&] { render(zero); }).find("division by zero") != std::string::npos) << zero;
+  for (const char* big : {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                          "{{ 4611686018427387904 * 2 }}", "{{ 2 ** 64 }}"})
+    EXPECT_TRUE(error_of([&] { render(big); }).find("out of range") != std::string::npos ||
+                error_of([&] { render(big); }).find("overflow") != std::string::npos)
+        << big;
+}
+
 TEST(Jinja, FiltersTestsAndMethods) {
   const auto context = nlohmann::ordered_json{{"d", {{"b", 2}, {"a", "x\u00e9"}}}, {"s", "  Hi there  "}};
   EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");
