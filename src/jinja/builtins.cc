@@ -210,7 +210,9 @@ Value dict_method(const Value& object, const std::string& name) {
 Value list_method(const Value& list, const std::string& name) {
   if (name == "append")
     return Value::function([list](const Arguments& args) {
-      list.items().push_back(argument(args, 0, "item", "append"));
+      Value item = argument(args, 0, "item", "append");
+      MLA_CHECK(!item.reaches(list), "cannot append to a list a value holding that list");
+      list.items().push_back(std::move(item));
       return Value::none();
     });
   if (name == "pop")

@@ -171,6 +171,8 @@ void Renderer::assign(const Node& target, const Value& value, const ScopePtr& sc
     const Value object = eval(*target.children[0], scope);
     MLA_CHECK(object.kind() == Value::Kind::Namespace, "cannot set attribute '{}' of {}: only a namespace() takes them",
               target.name, object.type_name());
+    MLA_CHECK(!value.reaches(object), "cannot set attribute '{}' of a namespace to a value holding that namespace",
+              target.name);
     object.attributes().set(target.name, value);
   }
 }

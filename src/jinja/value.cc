@@ -72,6 +72,16 @@ Value Value::function(Function function) {
   return v;
 }
 
+bool Value::reaches(const Value& container) const {
+  if (same_container(container)) return true;
+  if (kind_ == Kind::List)
+    return std::any_of(array_->begin(), array_->end(), [&](const Value& item) { return item.reaches(container); });
+  if (kind_ == Kind::Dict || kind_ == Kind::Namespace)
+    return std::any_of(object_->entries.begin(), object_->entries.end(),
+                       [&](const auto& entry) { return entry.second.reaches(container); });
+  return false;
+}
+
 bool Value::same_container(const Value& other) const {
   if (kind_ != other.kind_) return false;
   switch (kind_) {

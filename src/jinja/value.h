@@ -65,6 +65,9 @@ class Value {
   Object& attributes() const { return *object_; }
   const Function& function() const { return *function_; }
   bool same_container(const Value& other) const;
+  // Whether this value is `container` or holds it at any depth: storing such a value into
+  // `container` would make a reference cycle its shared pointers never free.
+  bool reaches(const Value& container) const;
 
   bool truthy() const;
   std::string str() const;  // as {{ value }} prints it

@@ -120,6 +120,17 @@ TEST(Jinja, ArithmeticAsPythonWithErrorsForZeroAndOverflow) {
         << big;
 }
 
+// A namespace or list that would hold itself is an error: the reference cycle would never be
+// freed (the fuzzer's "{% set ns.n = ns %}" leaked every render).
+TEST(Jinja, ValuesCannotHoldThemselves) {
+  EXPECT_TRUE(error_of([] { render("{% set ns = namespace(n=0) %}{% set ns.n = ns %}"); }).find("holding") != std::string::npos);
+  EXPECT_TRUE(error_of([] { render("{% set ns = namespace(n=0) %}{% set ns.n = [1, [ns]] %}"); }).find("holding") !=
+              std::string::npos);
+  EXPECT_TRUE(error_of([] { render("{% set l = [] %}{{ l.append([l]) }}"); }).find("holding") != std::string::npos);
+  EXPECT_EQ(render("{% set a = namespace(x=1) %}{% set b = namespace(a=a) %}{% set a.x = 2 %}{{ b.a.x }}"), "2");
+  EXPECT_EQ(render("{% set l = [] %}{% set m = [1] %}{{ l.append(m) }}{{ l | length }}"), "1");
+}
+
 TEST(Jinja, FiltersTestsAndMethods) {
   const auto context = nlohmann::ordered_json{{"d", {{"b", 2}, {"a", "x\u00e9"}}}, {"s", "  Hi there  "}};
   EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");
