@@ -1,5 +1,6 @@
 #include "tools/plan/model_spec.h"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,11 @@ int64_t ModelSpec::recurrent_state_bytes_per_sequence() const {
 
 int64_t ModelSpec::conv_state_bytes_per_sequence() const {
   return kda_layers * 3 * (kda_conv_kernel - 1) * kda_heads * kda_head_dim * 4;  // fp32, as the engine keeps it
+}
+
+double ModelSpec::experts_touched(double tokens) const {
+  const double experts = double(n_routed_experts), k = double(experts_per_token);
+  return experts > 0 ? experts * (1.0 - std::pow(1.0 - k / experts, tokens)) : 0.0;
 }
 
 ModelSpec model_spec_from_config(const json& raw, const std::string& name) {

@@ -40,6 +40,9 @@ struct ModelSpec {
   // KDA: fp32 recurrent state [heads, d, d] + fp32 conv windows of the last kernel-1 q/k/v inputs.
   int64_t recurrent_state_bytes_per_sequence() const;
   int64_t conv_state_bytes_per_sequence() const;
+  // Distinct routed experts `tokens` tokens route to in one MoE layer, E (1 - (1 - k/E)^T),
+  // for routing spread evenly: each is read once a step.
+  double experts_touched(double tokens) const;
 };
 
 // Throws Error naming the key for a config it cannot read. Accepts deepseek_v3, kimi_k2,

@@ -35,11 +35,9 @@ double decode_step_seconds(const Plan& plan, const ModelSpec& m, double batch) {
   const PlanInput& in = plan.input;
   const Hardware& hw = in.hardware;
   const double devices = double(in.devices), bandwidth = hw.bandwidth_gb_s * kGB;
-  // Distinct experts a batch touches per MoE layer: E (1 - (1 - k/E)^B); each is read once.
-  const double experts = double(m.n_routed_experts), k = double(m.experts_per_token);
-  const double touched = experts > 0 ? experts * (1.0 - std::pow(1.0 - k / experts, batch)) : 0.0;
+  const double touched = m.experts_touched(batch);  // each read once
   const double expert_bytes = double(m.params_per_expert) * plan.format.routed_expert;
-  const double routed_active = double(m.moe_layers) * k * expert_bytes;
+  const double routed_active = double(m.moe_layers) * double(m.experts_per_token) * expert_bytes;
   const double weights = plan.active_weight_bytes - routed_active + double(m.moe_layers) * touched * expert_bytes;
   const double replicas = std::max(1.0, devices / double(in.tp));  // cache split over data/pipeline groups
   const double cache = batch * (double(plan.kv_bytes_per_token) * double(in.context) / replicas +

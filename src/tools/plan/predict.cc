@@ -101,8 +101,6 @@ double decode_attention_flops(const Plan& plan, double context) {
   return mla + kda;
 }
 
-}  // namespace
-namespace {
 
 // One decode step of `sequences` sequences, each computing `positions` positions (1, or a
 // verified draft and one more) after `context` cached tokens.
@@ -112,9 +110,7 @@ StepTime decode_step(const Plan& plan, double sequences, double positions, doubl
   const Rates rates = rates_of(plan);
   const double tokens = sequences * positions;
   const double replica_sequences = std::ceil(sequences / layout.replicas), replica_tokens = replica_sequences * positions;
-  // Distinct experts `tokens` route to in a MoE layer, E (1 - (1 - k/E)^T), each read once.
-  const double experts = double(m.n_routed_experts), k = double(m.experts_per_token);
-  const double touched = experts > 0 ? experts * (1 - std::pow(1 - k / experts, tokens)) : 0;
+  const double touched = m.experts_touched(tokens);  // each read once
   const double expert_bytes = double(m.params_per_expert) * plan.format.routed_expert;
   const double dense_bytes = plan.active_weight_bytes - routed_active_params(m) * plan.format.routed_expert;
   const double dense_params = double(m.active_params) - routed_active_params(m);
