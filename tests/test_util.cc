@@ -54,6 +54,8 @@ void write_model(const std::string& dir, const nlohmann::json& config, StorageDT
                                        << ", want " << want[worst];
 }
 
+std::string committed_model(const std::string& name) { return std::string(MLASERVE_MODELS_DIR) + "/" + name; }
+
 std::vector<float> random_vector(size_t n, uint64_t seed, float scale) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, scale);

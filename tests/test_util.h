@@ -37,6 +37,9 @@ void write_model(const std::string& dir, const nlohmann::json& config, StorageDT
 
 std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f);
 
+// A trained model the repository commits under models/ (e.g. "kjv").
+std::string committed_model(const std::string& name);
+
 // The target's hidden states at `layers` (HiddenStates' ids) for tokens [start, end) of one
 // sequence, computed into `cache` as a prefill chunk: what a drafter is shown.
 std::vector<float> target_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,

@@ -9,14 +9,12 @@
 
 #include "base/error.h"
 #include "jinja/ast.h"
+#include "jinja/chars.h"
 
 namespace mlaserve::jinja {
 namespace {
 
-using Kind = Value::Kind;
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool is_word(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+using ValueKind = Value::Kind;
 
 std::string strip(const std::string& text, bool left, bool right) {
   size_t begin = 0, end = text.size();
@@ -108,14 +106,14 @@ bool matches_prefix_or_suffix(const std::string& text, const Value& pattern, boo
 int64_t int_argument(const Arguments& args, size_t index, std::string_view name, int64_t fallback) {
   const Value* value = args.get(index, name);
   if (!value || value->is_none()) return fallback;
-  MLA_CHECK(value->kind() == Kind::Int, "'{}' must be an integer, got {}", name, value->type_name());
+  MLA_CHECK(value->kind() == ValueKind::Int, "'{}' must be an integer, got {}", name, value->type_name());
   return value->as_int();
 }
 
 bool bool_argument(const Arguments& args, size_t index, std::string_view name, bool fallback) {
   const Value* value = args.get(index, name);
   if (!value || value->is_none()) return fallback;
-  MLA_CHECK(value->kind() == Kind::Bool, "'{}' must be a boolean, got {}", name, value->type_name());
+  MLA_CHECK(value->kind() == ValueKind::Bool, "'{}' must be a boolean, got {}", name, value->type_name());
   return value->as_bool();
 }
 
@@ -316,7 +314,7 @@ int64_t integer_arithmetic(char op, int64_t a, int64_t b) {
 
 Value arithmetic(const std::string& op, const Value& left, const Value& right) {
   const double a = left.as_number(), b = right.as_number();
-  const bool as_float = left.kind() == Kind::Float || right.kind() == Kind::Float;
+  const bool as_float = left.kind() == ValueKind::Float || right.kind() == ValueKind::Float;
   const auto number = [&](double x) { return as_float ? Value(x) : Value(integer_result(x)); };
   if (op == "+" || op == "-" || op == "*")
     return as_float ? Value(op == "+" ? a + b : op == "-" ? a - b : a * b)
@@ -353,7 +351,7 @@ Value binary_operation(const std::string& op, const Value& left, const Value& ri
     return Value(left.str() + right.str());
   }
   if (left.is_number() && right.is_number()) return arithmetic(op, left, right);
-  if (op == "**" && (left.is_number() || left.kind() == Kind::Bool) && (right.is_number() || right.kind() == Kind::Bool))
+  if (op == "**" && (left.is_number() || left.kind() == ValueKind::Bool) && (right.is_number() || right.kind() == ValueKind::Bool))
     return arithmetic(op, left, right);
   MLA_CHECK(!left.is_undefined() && !right.is_undefined(), "cannot apply {} to an undefined value", op);
   MLA_CHECK(!left.is_none() && !right.is_none(), "cannot apply {} to none", op);
@@ -474,7 +472,7 @@ Value number_filter(const std::string& name, const Value& operand, const Argumen
     if (end == text.c_str()) return fallback ? *fallback : to_int ? Value(int64_t(0)) : Value(0.0);
     return to_int ? Value(int64_t(parsed)) : Value(parsed);
   }
-  MLA_CHECK(operand.is_number() || operand.kind() == Kind::Bool, "cannot apply {} to {}", name, operand.type_name());
+  MLA_CHECK(operand.is_number() || operand.kind() == ValueKind::Bool, "cannot apply {} to {}", name, operand.type_name());
   return to_int ? Value(int64_t(std::trunc(operand.as_number()))) : Value(operand.as_number());
 }
 
@@ -560,7 +558,7 @@ Value apply_filter(const std::string& name, const Value& operand, const Argument
   if (name == "int" || name == "float") return number_filter(name, operand, args);
   if (name == "abs") {
     MLA_CHECK(operand.is_number(), "abs needs a number, got {}", operand.type_name());
-    return operand.kind() == Kind::Int ? Value(int64_t(std::llabs(operand.as_int()))) : Value(std::fabs(operand.as_number()));
+    return operand.kind() == ValueKind::Int ? Value(int64_t(std::llabs(operand.as_int()))) : Value(std::fabs(operand.as_number()));
   }
   if (name == "bool") return Value(operand.truthy());
   if (name == "items") {
@@ -597,21 +595,21 @@ bool run_test(const std::string& name, const Value& operand, const Arguments& ar
   if (name == "defined") return !operand.is_undefined();
   if (name == "undefined") return operand.is_undefined();
   if (name == "none") return operand.is_none();
-  if (name == "boolean") return operand.kind() == Kind::Bool;
-  if (name == "true") return operand.kind() == Kind::Bool && operand.as_bool();
-  if (name == "false") return operand.kind() == Kind::Bool && !operand.as_bool();
+  if (name == "boolean") return operand.kind() == ValueKind::Bool;
+  if (name == "true") return operand.kind() == ValueKind::Bool && operand.as_bool();
+  if (name == "false") return operand.kind() == ValueKind::Bool && !operand.as_bool();
   if (name == "string") return operand.is_string();
   if (name == "number") return operand.is_number();
-  if (name == "integer") return operand.kind() == Kind::Int;
-  if (name == "float") return operand.kind() == Kind::Float;
+  if (name == "integer") return operand.kind() == ValueKind::Int;
+  if (name == "float") return operand.kind() == ValueKind::Float;
   if (name == "mapping") return operand.is_object();
   if (name == "iterable") return operand.is_array() || operand.is_string() || operand.is_object();
   if (name == "sequence") return operand.is_array() || operand.is_string() || operand.is_object();
-  if (name == "callable") return operand.kind() == Kind::Callable;
+  if (name == "callable") return operand.kind() == ValueKind::Callable;
   if (name == "lower") return operand.is_string() && operand.as_string() == ascii_case(operand.as_string(), false);
   if (name == "upper") return operand.is_string() && operand.as_string() == ascii_case(operand.as_string(), true);
   if (name == "odd" || name == "even") {
-    MLA_CHECK(operand.kind() == Kind::Int, "'{}' needs an integer, got {}", name, operand.type_name());
+    MLA_CHECK(operand.kind() == ValueKind::Int, "'{}' needs an integer, got {}", name, operand.type_name());
     return (operand.as_int() % 2 != 0) == (name == "odd");
   }
   if (name == "eq" || name == "equalto" || name == "sameas") return loosely_equal(operand, other());
@@ -631,7 +629,7 @@ namespace {
 
 Value range_function(const Arguments& args) {
   MLA_CHECK(!args.positional.empty() && args.positional.size() <= 3, "range takes 1 to 3 integers");
-  for (const Value& v : args.positional) MLA_CHECK(v.kind() == Kind::Int, "range takes integers, got {}", v.type_name());
+  for (const Value& v : args.positional) MLA_CHECK(v.kind() == ValueKind::Int, "range takes integers, got {}", v.type_name());
   const bool one = args.positional.size() == 1;
   const int64_t start = one ? 0 : args.positional[0].as_int();
   const int64_t stop = one ? args.positional[0].as_int() : args.positional[1].as_int();

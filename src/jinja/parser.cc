@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "jinja/ast.h"
+#include "jinja/chars.h"
 
 namespace mlaserve::jinja {
 namespace {
@@ -21,8 +22,6 @@ struct Token {
   throw Error(fmt::format("chat template line {}: {}", line, message));
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 class Lexer {

@@ -12,8 +12,6 @@
 namespace mlaserve {
 namespace {
 
-const std::string kKjv = std::string(MLASERVE_MODELS_DIR) + "/kjv";
-
 // The target's final normed states for tokens [start, end) of one sequence.
 std::vector<float> final_states(const CausalLM& target, SequenceCache& cache, std::span<const int32_t> tokens,
                                 int64_t start, int64_t end) {
@@ -22,7 +20,7 @@ std::vector<float> final_states(const CausalLM& target, SequenceCache& cache, st
 }
 
 TEST(MtpDrafter, HeldStatesDraftAsStatesRunAsTheyComeThroughRejections) {
-  const auto target = load_causal_lm(kKjv);
+  const auto target = load_causal_lm(testing::committed_model("kjv"));
   const DraftBudget budget{4096, 512, 16, CacheDType::F32, 4, 4};
   MtpDrafter lazy(next_token_module(*target));
   MtpDrafter eager(next_token_module(*target), 0);

@@ -265,16 +265,6 @@ nlohmann::json verification_cost(const ModelBenchOptions& options, const BenchRu
           {"verify_batch_cost_runs", runs.verify_batch_cost}};
 }
 
-}  // namespace
-
-void check_model_bench_options(const ModelBenchOptions& options) {
-  MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
-            "-p, -n, --batch and --repetitions must be positive");
-  MLA_CHECK(options.depth >= 0, "--depth must not be negative, got {}", options.depth);
-  MLA_CHECK(options.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got {}", options.num_draft_tokens);
-  MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
-}
-
 // The timed runs between two measurements of the machine, and the peak RSS the runs reached.
 struct MeasuredRuns {
   MachineLimits before, after;
@@ -300,6 +290,16 @@ MeasuredRuns measure_runs(const ModelBenchOptions& options, ModelExecutor& execu
   spdlog::info("measuring this machine again");
   out.after = MachineLimits::measure();
   return out;
+}
+
+}  // namespace
+
+void check_model_bench_options(const ModelBenchOptions& options) {
+  MLA_CHECK(options.prompt > 0 && options.generate > 0 && options.batch > 0 && options.repetitions > 0,
+            "-p, -n, --batch and --repetitions must be positive");
+  MLA_CHECK(options.depth >= 0, "--depth must not be negative, got {}", options.depth);
+  MLA_CHECK(options.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got {}", options.num_draft_tokens);
+  MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
 }
 
 nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
