@@ -10,16 +10,30 @@
 namespace mlaserve {
 namespace {
 
-// About half a millisecond of spinning before a worker sleeps (a pause takes tens of ns on
-// Zen cores): longer than the gap between the kernels of a decode step, far shorter
-// than the gap between requests.
-constexpr int kSpinIterations = 20000;
+// A worker's spin for the next task before it sleeps, and the caller's for the last chunks:
+// some tens of microseconds (a pause takes 10-40 ns), longer than the gaps between the kernels
+// of a decode step and than two threads' chunks differ. Longer spins cost a shared machine:
+// a spinning thread takes the core a descheduled one needs.
+constexpr int kSpinIterations = 2000;
+constexpr int kWaitSpinIterations = 3000;
 
-// Worker w's share of n items, rounded to whole grains.
-std::pair<int64_t, int64_t> chunk_of(int64_t n, int64_t grain, int workers, int w) {
+// cursor_: generation in the top 24 bits, the task's chunk count in the next 20, the next
+// chunk to claim in the low 20. A worker claims chunk `next` of the current task by one
+// compare-and-swap; a worker late from an earlier task fails it (the generation moved on).
+constexpr int kChunkBits = 20;
+constexpr uint64_t kChunkMask = (uint64_t(1) << kChunkBits) - 1;
+uint64_t pack_cursor(uint64_t generation, int64_t chunks) {
+  return generation << (2 * kChunkBits) | uint64_t(chunks) << kChunkBits;
+}
+uint64_t generation_of(uint64_t cursor) { return cursor >> (2 * kChunkBits); }
+int64_t chunks_of(uint64_t cursor) { return int64_t(cursor >> kChunkBits & kChunkMask); }
+int64_t next_of(uint64_t cursor) { return int64_t(cursor & kChunkMask); }
+
+// Chunk c of `chunks` over n items, rounded to whole grains.
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int64_t grain, int64_t chunks, int64_t c) {
   const int64_t grains = (n + grain - 1) / grain;
-  const int64_t begin = grains * w / workers * grain;
-  const int64_t end = grains * (w + 1) / workers * grain;
+  const int64_t begin = grains * c / chunks * grain;
+  const int64_t end = grains * (c + 1) / chunks * grain;
   return {std::min(begin, n), std::min(end, n)};
 }
 
@@ -52,45 +66,72 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
     fn(0, n, 0);
     return;
   }
+  const int64_t chunks = std::min<int64_t>((n + grain - 1) / grain, int64_t(n_threads_));
   task_ = &fn;
   task_items_ = n;
   task_grain_ = grain;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  task_error_ = nullptr;
+  chunks_done_.store(0, std::memory_order_relaxed);
+  generation_ = (generation_ + 1) & ((uint64_t(1) << (64 - 2 * kChunkBits)) - 1);
   {
     std::lock_guard lock(mutex_);  // publishes the task to sleeping workers
-    generation_.fetch_add(1, std::memory_order_release);
+    cursor_.store(pack_cursor(generation_, chunks), std::memory_order_release);
   }
   work_ready_.notify_all();
-  auto [begin, end] = chunk_of(n, grain, n_threads_, 0);
-  std::exception_ptr error;
-  try {
-    if (begin < end) fn(begin, end, 0);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  run_chunks(0);
+  wait_until_done(chunks);
   task_ = nullptr;
-  if (error) std::rethrow_exception(error);
+  if (task_error_) std::rethrow_exception(task_error_);
+}
+
+void ThreadPool::run_chunks(int worker) {
+  uint64_t cursor = cursor_.load(std::memory_order_acquire);
+  while (next_of(cursor) < chunks_of(cursor)) {
+    if (!cursor_.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;
+    // Claimed: the task is this cursor's until the chunk is counted done.
+    const int64_t chunks = chunks_of(cursor);  // read here: the last count done lets the caller go on
+    const auto [begin, end] = chunk_range(task_items_, task_grain_, chunks, next_of(cursor));
+    try {
+      if (begin < end) (*task_)(begin, end, worker);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!task_error_) task_error_ = std::current_exception();
+    }
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) chunks_done_.notify_one();
+    cursor = cursor_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::wait_until_done(int64_t chunks) {
+  for (int spin = 0;; ++spin) {
+    const int32_t done = chunks_done_.load(std::memory_order_acquire);
+    if (done == chunks) return;
+    if (spin < kWaitSpinIterations) {
+      _mm_pause();
+    } else {
+      chunks_done_.wait(done, std::memory_order_acquire);
+    }
+  }
 }
 
 bool ThreadPool::wait_for_work(uint64_t seen_generation) {
+  const auto current = [&] { return generation_of(cursor_.load(std::memory_order_acquire)); };
   for (int spin = 0; spin < kSpinIterations; ++spin) {
-    if (generation_.load(std::memory_order_acquire) != seen_generation) return true;
+    if (current() != seen_generation) return true;
     if (stopping_.load(std::memory_order_relaxed)) return false;
     _mm_pause();
   }
   std::unique_lock lock(mutex_);
-  work_ready_.wait(lock, [&] { return stopping_ || generation_.load(std::memory_order_acquire) != seen_generation; });
+  work_ready_.wait(lock, [&] { return stopping_ || current() != seen_generation; });
   return !stopping_;
 }
 
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen_generation = 0;
   while (wait_for_work(seen_generation)) {
-    seen_generation = generation_.load(std::memory_order_acquire);
-    auto [begin, end] = chunk_of(task_items_, task_grain_, n_threads_, worker);
-    if (begin < end) (*task_)(begin, end, worker);  // kernels do not throw
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    seen_generation = generation_of(cursor_.load(std::memory_order_acquire));
+    run_chunks(worker);
   }
 }
 

@@ -1,13 +1,17 @@
-// A persistent pool of worker threads with static partitioning: parallel_for splits [0, n)
-// into one contiguous range per thread. The calling thread takes part as worker 0.
+// A persistent pool of worker threads. parallel_for cuts [0, n) into one contiguous chunk per
+// thread, and the calling thread (worker 0) and the workers claim them from a shared cursor:
+// a chunk whose thread is not running (another process busy on the machine) is taken by a
+// thread that is.
 // Dispatch is latency-critical (a decode step issues hundreds of small parallel_for calls), so
-// workers spin on an atomic generation counter for a short while before sleeping on a
-// condition variable, and the caller spins for the workers to finish.
+// workers spin on the cursor for a short while before sleeping on a condition variable. The
+// caller, once every chunk is claimed, spins briefly for the last ones to finish, then sleeps:
+// its core goes idle, and the kernel's scheduler can run a descheduled worker there.
 #pragma once
 #include <atomic>
 #include <concepts>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -42,7 +46,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
-  // Runs fn over [0, n) in contiguous chunks, at most one per thread; returns when all finish.
+  // Runs fn over [0, n) in contiguous chunks, at most one per thread, each on whichever thread
+  // claims it first; returns when all finish, rethrowing the first exception a chunk threw.
   // Chunks are aligned to `grain` items (except the last) so kernels can work in whole blocks.
   // Not re-entrant: fn must not call parallel_for.
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
@@ -50,15 +55,24 @@ class ThreadPool {
  private:
   void worker_loop(int worker);
   bool wait_for_work(uint64_t seen_generation);  // false when stopping
+  void run_chunks(int worker);                   // claims and runs chunks until none is left
+  void wait_until_done(int64_t chunks);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;  // guards sleeping on work_ready_
   std::condition_variable work_ready_;
+  // The task: written by the caller before it publishes the cursor, read by a worker only
+  // after it claimed a chunk (so while the caller waits for that chunk).
   const RangeFn* task_ = nullptr;
   int64_t task_items_ = 0, task_grain_ = 1;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::exception_ptr task_error_;
+  std::mutex error_mutex_;
+  uint64_t generation_ = 0;  // the caller's count of tasks
+  // The task's generation, its chunk count and the next chunk to claim, packed so one
+  // compare-and-swap claims a chunk of the task that is current (thread_pool.cc).
+  std::atomic<uint64_t> cursor_{0};
+  std::atomic<int32_t> chunks_done_{0};
   std::atomic<bool> stopping_{false};
 };
 
