@@ -72,10 +72,12 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   task_grain_ = grain;
   task_error_ = nullptr;
   chunks_done_.store(0, std::memory_order_relaxed);
-  generation_ = (generation_ + 1) & ((uint64_t(1) << (64 - 2 * kChunkBits)) - 1);
+  // The next generation (pack_cursor drops the bits that wrap); only this thread stores cursor_
+  // outside a claim, and no claim is possible between tasks.
+  const uint64_t generation = generation_of(cursor_.load(std::memory_order_relaxed)) + 1;
   {
     std::lock_guard lock(mutex_);  // publishes the task to sleeping workers
-    cursor_.store(pack_cursor(generation_, chunks), std::memory_order_release);
+    cursor_.store(pack_cursor(generation, chunks), std::memory_order_release);
   }
   work_ready_.notify_all();
   run_chunks(0);

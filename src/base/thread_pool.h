@@ -68,7 +68,6 @@ class ThreadPool {
   int64_t task_items_ = 0, task_grain_ = 1;
   std::exception_ptr task_error_;
   std::mutex error_mutex_;
-  uint64_t generation_ = 0;  // the caller's count of tasks
   // The task's generation, its chunk count and the next chunk to claim, packed so one
   // compare-and-swap claims a chunk of the task that is current (thread_pool.cc).
   std::atomic<uint64_t> cursor_{0};

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace mlaserve {
@@ -46,6 +48,40 @@ TEST(ThreadPool, TasksBackToBackCoverEveryItemOnce) {
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[size_t(i)].exchange(0), 1) << "task " << task << " item " << i;
   }
+}
+
+// A worker's chunk slower than the caller's spin: the caller sleeps, and the chunk's end wakes
+// it. (The caller's chunk holds on until the worker has claimed the other one.)
+TEST(ThreadPool, CallerSleepingOnASlowChunkWakesWhenItEnds) {
+  auto* pool = new ThreadPool(2);  // leaked if the test fails: its caller thread stays blocked
+  std::atomic<bool> returned{false};
+  std::atomic<int64_t> items{0}, slow_chunks{0};
+  std::thread caller([&] {
+    for (int task = 0; task < 4; ++task) {
+      std::atomic<int> started{0};
+      pool->parallel_for(2, [&](int64_t begin, int64_t end, int worker) {
+        ++started;
+        if (worker != 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          ++slow_chunks;
+        }
+        for (int waited_us = 0; worker == 0 && started < 2 && waited_us < 1000000; waited_us += 100)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        items += end - begin;
+      });
+    }
+    returned = true;
+  });
+  for (int waited_ms = 0; waited_ms < 10000 && !returned; waited_ms += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!returned) {
+    caller.detach();
+    FAIL() << "parallel_for did not return 10 s after its slow chunk ended";
+  }
+  caller.join();
+  EXPECT_EQ(items, 8);
+  EXPECT_GT(slow_chunks, 0);  // the worker took part, so the caller did wait for it
+  delete pool;
 }
 
 }  // namespace mlaserve
