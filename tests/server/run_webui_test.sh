@@ -10,5 +10,8 @@ for tool in npm node "$chromium"; do
 done
 mkdir -p "$work" "$artifacts"
 [ -d "$work/node_modules/playwright-core" ] || (cd "$work" && npm install --no-audit --no-fund --silent playwright-core@1.64.1 >/dev/null)
-[ -f "$work/tiny/config.json" ] || "$binary" make-model --preset tiny --dtype bf16 --seed 7 "$work/tiny" 2>/dev/null
-node "$here/webui_test.js" "$work" "$binary" "$work/tiny" "$here/../data/chat_templates/kimi-k2-thinking.jinja" "$chromium" "$artifacts"
+# 32 layers instead of the preset's 4: a 3,000-token reply lasts seconds, so Stop lands mid-stream.
+model=$work/tiny-32-layers
+[ -f "$model/config.json" ] || "$binary" make-model --preset tiny --dtype bf16 --seed 7 \
+  --override '{"num_hidden_layers": 32}' "$model" 2>/dev/null
+node "$here/webui_test.js" "$work" "$binary" "$model" "$here/../data/chat_templates/kimi-k2-thinking.jinja" "$chromium" "$artifacts"

@@ -95,7 +95,7 @@ async function chat(page, url) {
   check("the reply has text", first.trim().length > 0, JSON.stringify(first));
 
   // A long reply: text appears while Stop is shown (streaming), then Stop ends it.
-  await page.fill("#max-tokens", "2000");
+  await page.fill("#max-tokens", "3000");
   await send(page, "Tell me a very long story");
   const streamed = await waitFor(async () => (await page.textContent(`${lastReply} >> .content`)).length > 40, 30000);
   check("streamed text appears while the reply runs", streamed && await page.isVisible("#stop"));
@@ -121,7 +121,7 @@ async function reload(page, firstReply) {
   check("the conversation is listed after a reload", titles.length === 1 && titles[0] === "Hello there", JSON.stringify(titles));
   check("its four messages are back", await page.locator(".message").count() === 4);
   check("the first reply is the same text", await page.textContent(".message.assistant >> nth=0 >> .content") === firstReply);
-  check("the max tokens setting is kept", await page.inputValue("#max-tokens") === "2000");
+  check("the max tokens setting is kept", await page.inputValue("#max-tokens") === "3000");
   await page.click("#settings summary");
   await page.fill("#max-tokens", "8");
   await page.click(`${lastReply} >> .regenerate`);
