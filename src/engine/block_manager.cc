@@ -1,15 +1,66 @@
 #include "engine/block_manager.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "base/error.h"
 
 namespace mlaserve {
 
-BlockManager::BlockManager(int64_t n_blocks, int64_t block_size)
-    : block_size_(block_size), blocks_(size_t(n_blocks)) {
+BlockManager::BlockManager(int64_t n_blocks, int64_t block_size) : block_size_(block_size) {
   MLA_CHECK(n_blocks > 0 && block_size > 0, "the KV cache needs at least one block of one token");
+  MLA_CHECK(n_blocks < (int64_t(1) << 30), "the KV cache has {} blocks; at most 2^30 are supported", n_blocks);
+  blocks_.resize(size_t(n_blocks));
+  block_tokens_.resize(size_t(n_blocks * block_size));
+  index_.assign(std::bit_ceil(size_t(2 * n_blocks)), kNone);
+  free_.reserve(size_t(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
+}
+
+void BlockManager::lru_append(int32_t id) {
+  Block& block = blocks_[size_t(id)];
+  block.lru_prev = lru_back_;
+  block.lru_next = kNone;
+  (lru_back_ == kNone ? lru_front_ : blocks_[size_t(lru_back_)].lru_next) = id;
+  lru_back_ = id;
+  ++n_evictable_;
+}
+
+void BlockManager::lru_remove(int32_t id) {
+  Block& block = blocks_[size_t(id)];
+  (block.lru_prev == kNone ? lru_front_ : blocks_[size_t(block.lru_prev)].lru_next) = block.lru_next;
+  (block.lru_next == kNone ? lru_back_ : blocks_[size_t(block.lru_next)].lru_prev) = block.lru_prev;
+  block.lru_prev = block.lru_next = kNone;
+  --n_evictable_;
+}
+
+int32_t BlockManager::index_find(uint64_t hash) const {
+  for (size_t slot = slot_of(hash);; slot = (slot + 1) & (index_.size() - 1)) {
+    const int32_t id = index_[slot];
+    if (id == kNone || blocks_[size_t(id)].hash == hash) return id;
+  }
+}
+
+void BlockManager::index_insert(int32_t id) {
+  size_t slot = slot_of(blocks_[size_t(id)].hash);
+  while (index_[slot] != kNone) slot = (slot + 1) & (index_.size() - 1);
+  index_[slot] = id;
+}
+
+// Removes the entry, then moves later entries of its probe run back into the hole, so every
+// entry stays reachable from its home slot without tombstones.
+void BlockManager::index_erase(uint64_t hash) {
+  const size_t mask = index_.size() - 1;
+  size_t hole = slot_of(hash);
+  while (blocks_[size_t(index_[hole])].hash != hash) hole = (hole + 1) & mask;
+  for (size_t slot = (hole + 1) & mask; index_[slot] != kNone; slot = (slot + 1) & mask) {
+    const size_t home = slot_of(blocks_[size_t(index_[slot])].hash);
+    if (((slot - home) & mask) >= ((slot - hole) & mask)) {  // home is at or before the hole
+      index_[hole] = index_[slot];
+      hole = slot;
+    }
+  }
+  index_[hole] = kNone;
 }
 
 uint64_t BlockManager::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {
@@ -27,11 +78,9 @@ std::vector<int32_t> BlockManager::lookup(std::span<const int32_t> tokens, int64
   for (int64_t b = 0; b < max_blocks; ++b) {
     const auto block_tokens = tokens.subspan(size_t(b * block_size_), size_t(block_size_));
     hash = chain_hash(hash, block_tokens);
-    auto found = by_hash_.find(hash);
-    if (found == by_hash_.end()) break;
-    const Block& block = blocks_[found->second];
-    if (!std::equal(block_tokens.begin(), block_tokens.end(), block.tokens.begin(), block.tokens.end())) break;
-    hits.push_back(found->second);
+    const int32_t id = index_find(hash);
+    if (id == kNone || !std::ranges::equal(block_tokens, tokens_of(id))) break;
+    hits.push_back(id);
   }
   return hits;
 }
@@ -58,12 +107,10 @@ int32_t BlockManager::take_block() {
     id = free_.back();
     free_.pop_back();
   } else {
-    id = evictable_.front();
-    evictable_.pop_front();
-    Block& evicted = blocks_[id];
-    by_hash_.erase(evicted.hash);
-    evicted.published = false;
-    evicted.tokens.clear();
+    id = lru_front_;
+    lru_remove(id);
+    index_erase(blocks_[size_t(id)].hash);
+    blocks_[size_t(id)].published = false;
   }
   blocks_[id].refs = 1;
   return id;
@@ -80,7 +127,7 @@ std::optional<BlockManager::Allocation> BlockManager::allocate(std::span<const i
   Allocation allocation;
   for (int32_t id : hits) {
     Block& block = blocks_[id];
-    if (block.refs++ == 0) evictable_.erase(block.lru);
+    if (block.refs++ == 0) lru_remove(id);
     allocation.blocks.push_back(id);
   }
   for (int64_t i = 0; i < needed; ++i) allocation.blocks.push_back(take_block());
@@ -106,11 +153,11 @@ void BlockManager::publish(std::span<const int32_t> table, std::span<const int32
     const auto block_tokens = tokens.subspan(size_t(b * block_size_), size_t(block_size_));
     hash = chain_hash(hash, block_tokens);
     Block& block = blocks_[table[b]];
-    if (block.published || by_hash_.count(hash)) continue;  // already known (maybe another copy)
+    if (block.published || index_find(hash) != kNone) continue;  // already known (maybe another copy)
     block.published = true;
     block.hash = hash;
-    block.tokens.assign(block_tokens.begin(), block_tokens.end());
-    by_hash_[hash] = table[b];
+    std::ranges::copy(block_tokens, block_tokens_.begin() + table[b] * block_size_);
+    index_insert(table[b]);
   }
 }
 
@@ -120,7 +167,7 @@ void BlockManager::release(std::vector<int32_t>& table) {
     MLA_CHECK(block.refs > 0, "internal: block {} released more often than taken", id);
     if (--block.refs > 0) continue;
     if (block.published)
-      block.lru = evictable_.insert(evictable_.end(), id);
+      lru_append(id);
     else
       free_.push_back(id);
   }

@@ -3,12 +3,12 @@
 // (prefix cache: a chained hash of the block's tokens and every token before it, verified
 // against the stored tokens). Blocks no sequence uses but whose prefix is known stay cached
 // until evicted, least recently used first. No model, no threads: unit-tested directly.
+// Everything it keeps is sized to the pool at construction (the blocks' tokens, the LRU list,
+// the hash index), so serving allocates nothing here and its memory does not grow.
 #pragma once
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace mlaserve {
@@ -19,7 +19,7 @@ class BlockManager {
 
   int64_t block_size() const { return block_size_; }
   int64_t total_blocks() const { return int64_t(blocks_.size()); }
-  int64_t available_blocks() const { return int64_t(free_.size() + evictable_.size()); }
+  int64_t available_blocks() const { return int64_t(free_.size()) + n_evictable_; }
   int64_t used_blocks() const { return total_blocks() - available_blocks(); }
   int64_t blocks_for(int64_t n_positions) const { return (n_positions + block_size_ - 1) / block_size_; }
 
@@ -50,23 +50,38 @@ class BlockManager {
   int64_t prefix_hit_tokens() const { return hit_tokens_; }
 
  private:
+  static constexpr int32_t kNone = -1;
   struct Block {
     int32_t refs = 0;
     bool published = false;
     uint64_t hash = 0;
-    std::vector<int32_t> tokens;  // the block's tokens, to verify hash matches
-    std::list<int32_t>::iterator lru;  // position in evictable_ when refs == 0 and published
+    int32_t lru_prev = kNone, lru_next = kNone;  // neighbours in the LRU list when evictable
   };
   int32_t take_block();  // a free block, else the least recently used cached one
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
   // Cached blocks for the leading full blocks of tokens (at most max_blocks).
   std::vector<int32_t> lookup(std::span<const int32_t> tokens, int64_t max_blocks) const;
+  std::span<const int32_t> tokens_of(int32_t id) const {
+    return std::span(block_tokens_).subspan(size_t(id) * size_t(block_size_), size_t(block_size_));
+  }
+  // The LRU list of evictable blocks (published, refs == 0): appended at the back, evicted
+  // from the front.
+  void lru_append(int32_t id);
+  void lru_remove(int32_t id);
+  // The hash index of published blocks: open addressing with linear probing in a table of at
+  // least twice as many slots as blocks (kNone: empty).
+  size_t slot_of(uint64_t hash) const { return size_t(hash) & (index_.size() - 1); }
+  int32_t index_find(uint64_t hash) const;
+  void index_insert(int32_t id);
+  void index_erase(uint64_t hash);
 
   int64_t block_size_;
   std::vector<Block> blocks_;
+  std::vector<int32_t> block_tokens_;  // [n_blocks, block_size]: a published block's tokens, to verify hash matches
   std::vector<int32_t> free_;          // never published, refs == 0
-  std::list<int32_t> evictable_;       // published, refs == 0; front = least recently used
-  std::unordered_map<uint64_t, int32_t> by_hash_;
+  int32_t lru_front_ = kNone, lru_back_ = kNone;
+  int64_t n_evictable_ = 0;
+  std::vector<int32_t> index_;  // block ids by hash
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
 };
 

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <future>
+#include <numeric>
+#include <optional>
 
 #include "base/error.h"
 #include "tokenizer/text_streamer.h"
@@ -105,21 +108,74 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   }
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
-  warm_up();
-  thread_ = std::thread([this] { loop(); });
+  // The warm-up runs on the engine's thread, whose thread-local scratch buffers it sizes; its
+  // failure is the constructor's.
+  std::promise<void> warmed_up;
+  std::future<void> ready = warmed_up.get_future();
+  thread_ = std::thread([this, &warmed_up] {
+    try {
+      warm_up();
+    } catch (...) {
+      warmed_up.set_exception(std::current_exception());
+      return;
+    }
+    warmed_up.set_value();
+    loop();
+  });
+  try {
+    ready.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
 }
 
-// One short pass through every layer so the first request does not pay for faulting in the
-// weights' pages. It writes cache block 0, which every later use rewrites before reading.
+// The largest steps the scheduler can form, run on the engine's thread before any request:
+// max_num_seqs sequences decoding at the longest context the cache holds, then a prefill chunk
+// of chunked_prefill_size tokens ending at that context beside max_num_seqs - 1 of them, once
+// in each attention form a chunk may take. They fault in the weights' pages, so the first
+// request does not pay for them, and take the forward's scratch buffers to their high-water
+// marks, so the process's memory does not creep up as longer contexts and fuller batches
+// arrive. Their tokens are all the same, so every row is routed to the same experts: the
+// largest expert batch. The sequences share their leading blocks and each writes its own
+// last block; what they write is rewritten before any later read.
 void Engine::warm_up() {
-  const int32_t block = 0;
-  const std::vector<int32_t> tokens(size_t(std::min<int64_t>(4, config_.block_size)), 0);
-  const LatentCacheView view{pool_, config_.cache_dtype, &block, 1, config_.block_size,
-                             model_config_.cache_layers(), model_config_.kv_latent_dim(),
-                             state_bytes_ > 0 ? latent_bytes_ : -1};
-  const ForwardSequence seq{tokens, 0, view, MlaPath::Auto, ForwardSequence::Logits::Last};
-  std::vector<float> logits(size_t(model_config_.vocab_size));
-  executor_.forward(std::span(&seq, 1), logits.data());
+  const int64_t n_seqs = std::min(config_.scheduler.max_num_seqs, blocks_.total_blocks());
+  const int64_t shared_blocks =
+      std::min(blocks_.blocks_for(config_.max_model_len), blocks_.total_blocks() - n_seqs + 1) - 1;
+  const int64_t context = std::min(config_.max_model_len, (shared_blocks + 1) * config_.block_size);
+  const int64_t chunk = std::min(config_.scheduler.chunked_prefill_size, context);
+  std::vector<int32_t> tables(size_t(n_seqs * (shared_blocks + 1)));  // [n_seqs, shared_blocks + 1]
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    int32_t* table = tables.data() + s * (shared_blocks + 1);
+    std::iota(table, table + shared_blocks, 0);
+    table[shared_blocks] = int32_t(shared_blocks + s);
+  }
+  const auto view = [&](int64_t s) {
+    return LatentCacheView{pool_, config_.cache_dtype, tables.data() + s * (shared_blocks + 1), shared_blocks + 1,
+                           config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(),
+                           state_bytes_ > 0 ? state_offset(s) : -1};
+  };
+  const std::vector<int32_t> tokens(size_t(chunk), 0);
+  const auto run = [&](std::optional<MlaPath> chunk_path) {
+    std::vector<ForwardSequence>& batch = step_batch_;
+    batch.clear();
+    if (chunk_path) batch.push_back({tokens, context - chunk, view(0), *chunk_path, ForwardSequence::Logits::Last});
+    for (int64_t s = int64_t(batch.size()); s < n_seqs; ++s)
+      batch.push_back({std::span(tokens).first(1), context - 1, view(s), MlaPath::Absorbed, ForwardSequence::Logits::Last});
+    step_logits_.resize(size_t(logit_rows(batch) * model_config_.vocab_size));
+    executor_.forward(batch, step_logits_.data());
+  };
+  const auto start = Clock::now();
+  run(std::nullopt);
+  if (config_.prefill_path == MlaPath::Auto) {
+    run(MlaPath::Expanded);
+    run(MlaPath::Absorbed);
+  } else {
+    run(config_.prefill_path);
+  }
+  spdlog::info("warm-up: {} decoding sequences, then a {}-token prefill chunk beside {} of them, at a context of {} "
+               "tokens in {:.2f} s", n_seqs, chunk, n_seqs - 1, context, seconds_between(start, Clock::now()));
 }
 
 // Of the first `cached_blocks` blocks of `tokens` (cached in the block pool), how many end

@@ -217,6 +217,9 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   thread_local JobList list, routed_list;
   list.clear();
   routed_list.clear();
+  // A job an expert (and the shared one): however many experts a step's tokens reach.
+  list.jobs.reserve(size_t(router.n_experts + 1));
+  routed_list.jobs.reserve(size_t(router.n_experts));
   if (weights.shared_experts) add_all_tokens_job(list, *weights.shared_experts, x, n_tokens);
   if (!weights.latent) {
     add_routed_jobs(weights, assigned, x, hidden, list);

@@ -76,5 +76,31 @@ TEST(BlockManager, EvictsLeastRecentlyUsedCachedBlocks) {
   blocks.release(c->blocks);
 }
 
+// Rounds of 16 sequences whose 2 full blocks are published then released, in a pool that
+// caches 2 rounds: each round evicts older blocks, so the hash index keeps erasing and
+// inserting (at half load, with collisions). The latest round must be found whole, one three
+// rounds old not at all.
+TEST(BlockManager, HashIndexFollowsEvictionChurn) {
+  BlockManager blocks(64, 2);
+  const auto sequence = [](int round, int s) { return iota_tokens(5, round * 1000 + s * 10); };
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::vector<int32_t>> tables;
+    for (int s = 0; s < 16; ++s) {
+      auto allocation = blocks.allocate(sequence(round, s), 5);
+      ASSERT_TRUE(allocation) << "round " << round;
+      blocks.publish(allocation->blocks, sequence(round, s), 4);
+      tables.push_back(std::move(allocation->blocks));
+    }
+    for (auto& table : tables) blocks.release(table);
+    ASSERT_EQ(blocks.available_blocks(), 64);
+    for (int s = 0; s < 16; ++s) {
+      ASSERT_EQ(blocks.cached_prefix_blocks(sequence(round, s)), 2) << "round " << round << ", sequence " << s;
+      if (round >= 3) {
+        ASSERT_EQ(blocks.cached_prefix_blocks(sequence(round - 3, s)), 0) << "round " << round;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve

@@ -3,6 +3,7 @@
 // sequences start at position kStartPosition (the cache's rows before it are zeros) and the
 // warm-up goes past 128 positions, where a lone sequence's attention starts splitting over the
 // threads (64 positions a part) and the second thread first runs an item of it.
+// The engine's forwards after its warm-up allocate nothing either, whatever the requests.
 // Its own test binary, since it replaces the global operator new to count every allocation
 // of every thread (the rank's kernel pool included).
 #include <gtest/gtest.h>
@@ -12,18 +13,25 @@
 #include <memory>
 #include <new>
 
+#include "base/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
 #include "kernels/dispatch.h"
 #include "kernels/mla_decode.h"
 #include "model/causal_lm.h"
 #include "engine/thread_ranks.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/model_presets.h"
 
 namespace {
 std::atomic<int64_t> allocations{0};
+std::atomic<int64_t> allocations_off_client{0};  // by every thread but those marked as clients
+thread_local bool client_thread = false;
 
 void* counted(std::size_t bytes, std::size_t alignment) {
   allocations.fetch_add(1, std::memory_order_relaxed);
+  if (!client_thread) allocations_off_client.fetch_add(1, std::memory_order_relaxed);
   bytes = std::max<std::size_t>(bytes, 1);
   void* p = alignment > alignof(std::max_align_t) ? std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment)
                                                    : std::malloc(bytes);
@@ -136,6 +144,71 @@ TEST(DecodeAllocations, NoneWithPaddedOrGenericHeads) {
       EXPECT_EQ(allocations_after_warm_up(model->config(), forward, batch), 0)
           << mla_decode_kernel_name(kernel) << ", batch " << batch;
   }
+}
+
+// One rank, counting the allocations of every thread but the client's while a forward runs,
+// once `counting` (after the engine's warm-up).
+class CountingExecutor : public ModelExecutor {
+ public:
+  explicit CountingExecutor(const CausalLM& model) : rank_(model) {}
+  const ModelConfig& config() const override { return rank_.config(); }
+  std::string describe() const override { return rank_.describe(); }
+  void* allocate_cache(size_t bytes) override { return rank_.allocate_cache(bytes); }
+  void forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden) override {
+    const int64_t before = allocations_off_client.load();
+    rank_.forward(batch, logits, hidden);
+    if (counting) {
+      allocations_serving += allocations_off_client.load() - before;
+      ++forwards;
+    }
+  }
+  void copy_in_cache(int64_t from, int64_t to, int64_t bytes) override { rank_.copy_in_cache(from, to, bytes); }
+  RankWeightBytes weight_bytes() const override { return rank_.weight_bytes(); }
+  std::atomic<bool> counting{false};
+  int64_t forwards = 0, allocations_serving = 0;
+
+ private:
+  SingleRankExecutor rank_;
+};
+
+// The engine's warm-up runs the largest step the scheduler can form, so requests up to the
+// longest context, prefill chunks beside decoding sequences, allocate nothing in a forward.
+TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
+  client_thread = true;  // this thread submits and reads while the engine's thread runs forwards
+  set_num_threads(1);    // with more, which thread runs which share of a step varies
+  for (const char* preset : {"tiny", "kimi-k3-tiny"}) {
+    testing::TempDir dir;
+    testing::write_model(dir.path(), model_preset(preset), StorageDType::BF16, 8);
+    auto model = load_causal_lm(dir.path());
+    auto tokenizer = Tokenizer::load(dir.path());
+    CountingExecutor executor(*model);
+    EngineConfig config;
+    config.max_model_len = 256;
+    config.kv_cache_tokens = 4 * 256;
+    config.scheduler.max_num_seqs = 4;
+    config.scheduler.chunked_prefill_size = 64;
+    {
+      Engine engine(executor, *tokenizer, config);
+      executor.counting = true;
+      for (const auto& lengths : std::vector<std::vector<int>>{{9, 40}, {120, 200, 31, 64}, {230, 17, 150}}) {
+        std::vector<std::shared_ptr<RequestHandle>> handles;
+        for (size_t i = 0; i < lengths.size(); ++i) {
+          EngineRequest request;
+          for (int t = 0; t < lengths[i]; ++t) request.prompt.push_back(int32_t((t * 37 + 101 * i) % 500));
+          request.max_tokens = 256 - lengths[i];
+          request.ignore_eos = true;
+          handles.push_back(engine.submit(std::move(request)));
+        }
+        for (const auto& handle : handles)
+          for (bool finished = false; !finished;)
+            for (const StreamEvent& event : handle->wait(std::chrono::milliseconds(100))) finished |= event.finished;
+      }
+    }
+    EXPECT_GT(executor.forwards, 100) << preset;
+    EXPECT_EQ(executor.allocations_serving, 0) << preset;
+  }
+  set_num_threads(0);
+  client_thread = false;
 }
 
 // The same through two thread ranks, each with its own caches (the engine's pools).
