@@ -1,11 +1,17 @@
 #include "server/http_server.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "base/error.h"
+#include "server/lifo_task_queue.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
 #include "server/web_assets.h"
@@ -200,7 +206,7 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
                requests_.parsing.tools ? tool_call_format_name(*requests_.parsing.tools) : "not parsed",
                requests_.parsing.reasoning ? "<think> blocks" : "not parsed");
   const int threads = options_.http_threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  server_->new_task_queue = [threads] { return new LifoTaskQueue(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
   server_->set_keep_alive_timeout(5);
   server_->set_read_timeout(30);
@@ -345,7 +351,27 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::serve() { server_->listen_after_bind(); }
+// While serving, every kTrimInterval the allocator's free memory goes back to the system
+// (glibc's malloc_trim, which also releases whole free pages inside its arenas): the HTTP
+// threads' allocations of different lifetimes leave free pages in the arenas that would
+// otherwise stay resident, and the process's memory would creep up over hours.
+void HttpServer::serve() {
+  constexpr auto kTrimInterval = std::chrono::seconds(10);
+  std::mutex mutex;
+  std::condition_variable stopped;
+  bool done = false;
+  std::thread trimmer([&] {
+    std::unique_lock lock(mutex);
+    while (!stopped.wait_for(lock, kTrimInterval, [&] { return done; })) malloc_trim(0);
+  });
+  server_->listen_after_bind();
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  stopped.notify_one();
+  trimmer.join();
+}
 
 void HttpServer::stop() { server_->stop(); }
 
