@@ -3,8 +3,9 @@
 # and UBSan into build-fuzz/, then runs each in turn for --seconds on a working corpus seeded
 # from fuzz/corpus/<target>/, and prints executions, corpus size and crashes per target.
 # Crashing inputs land in build-fuzz/crashes/<target>/; once fixed, add them to fuzz/corpus/
-# so the test suite (ctest -L fuzz) replays them for ever. An input counts as a hang after 60 s
-# of wall-clock time: a niced fuzzer on a busy 2-core machine can be starved for many seconds.
+# so the test suite (ctest -L fuzz) replays them for ever. An input counts as a hang (and is
+# reported as a slow unit) after 60 s of wall-clock time: a niced fuzzer on a busy 2-core machine
+# can be starved for many seconds.
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [TARGET...]   (default: 600 s each, 1 job, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,7 @@ for target in "${targets[@]}"; do
   parallel=()
   ((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")
   touch "$crashes/.run-start"
-  UBSAN_OPTIONS=print_stacktrace=1 fuzz/fuzz_$target -max_total_time="$seconds" "${parallel[@]}" -print_final_stats=1 -timeout=60 -rss_limit_mb=2048 -max_len=8192 -artifact_prefix="$crashes/" \
+  UBSAN_OPTIONS=print_stacktrace=1 fuzz/fuzz_$target -max_total_time="$seconds" "${parallel[@]}" -print_final_stats=1 -timeout=60 -report_slow_units=60 -rss_limit_mb=2048 -max_len=8192 -artifact_prefix="$crashes/" \
     ${dict:+-dict=$dict} "$work" "../fuzz/corpus/$target" >"$log" 2>&1 || true
   executions=$(cat "$log" fuzz-*.log | { grep -o 'number_of_executed_units: [0-9]*' || true; } | awk '{s += $2} END {print s + 0}')
   rate=$((executions / seconds))
