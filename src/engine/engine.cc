@@ -109,10 +109,11 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   // The warm-up runs on the engine's thread, whose thread-local scratch buffers it sizes; its
-  // failure is the constructor's.
+  // failure is the constructor's. The thread owns the promise, so setting it cannot race its
+  // destruction.
   std::promise<void> warmed_up;
   std::future<void> ready = warmed_up.get_future();
-  thread_ = std::thread([this, &warmed_up] {
+  thread_ = std::thread([this, warmed_up = std::move(warmed_up)]() mutable {
     try {
       warm_up();
     } catch (...) {

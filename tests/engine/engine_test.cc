@@ -127,6 +127,31 @@ TEST(Engine, RejectsWhatCanNeverRun) {
   EXPECT_THROW(engine.submit(request), EngineRejection);
 }
 
+// One rank whose forwards fail: the warm-up's failure is the engine constructor's error.
+class FailingExecutor : public SingleRankExecutor {
+ public:
+  using SingleRankExecutor::SingleRankExecutor;
+  void forward(std::span<const ForwardSequence>, float*, const HiddenStates*) override {
+    throw Error("the rank is out of memory");
+  }
+};
+
+TEST(Engine, AFailedWarmUpIsTheConstructorsError) {
+  testing::TempDir dir;
+  testing::write_model(dir.path(), testing::micro_config(), StorageDType::BF16, 3);
+  auto model = load_causal_lm(dir.path());
+  auto tokenizer = Tokenizer::load(dir.path());
+  FailingExecutor executor(*model);
+  EngineConfig config;
+  config.kv_cache_tokens = 64;
+  try {
+    Engine engine(executor, *tokenizer, config);
+    FAIL() << "the engine started";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the rank is out of memory");
+  }
+}
+
 // The pool is committed when allocated (place_cache_pool faults its pages in), so no decode
 // step page-faults on a new position: 48 MiB, above glibc's largest mmap threshold, comes
 // from fresh pages that would otherwise not be resident.
