@@ -49,10 +49,13 @@ TEST(FaultInPages, MakesEveryPageOfTheRangeResidentAndNoOther) {
 
 TEST(FaultInPages, WritesNothingOutsideTheRange) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  std::vector<uint8_t> buffer(40 * page, 0xAB);
+  AnonymousPages memory(40);  // page-aligned, so the range below overlaps pages 0-37
+  ASSERT_NE(memory.data, nullptr);
+  uint8_t* buffer = memory.data;
+  std::memset(buffer, 0xAB, memory.bytes);
   const size_t begin = page / 2 + 7, end = 37 * page + 11;
-  fault_in_pages(buffer.data() + begin, end - begin);
-  for (size_t i = 0; i < buffer.size(); ++i) {
+  fault_in_pages(buffer + begin, end - begin);
+  for (size_t i = 0; i < memory.bytes; ++i) {
     if (i >= begin && i < end) continue;
     ASSERT_EQ(buffer[i], 0xAB) << "byte " << i;
   }
