@@ -114,9 +114,12 @@ void BM_MXFP4Panels(benchmark::State& state) { run_4bit_panels(state, WeightForm
 // One token's dots on one core with the weight in cache (a single copy of 768 x 2048: 0.9 MB
 // of 4-bit codes in L2, 3 MB of BF16 in L3): the kernel's own rate, without memory
 // (BM_BF16Panels, BM_INT4 and BM_MXFP4 at 768/2048/1 run the same kernels from memory on all
-// cores). Arg: 0 BF16 panels, 1 INT4 (group 32), 2 MXFP4.
+// cores). Arg: 0 BF16 panels, 1 INT4 (group 32), 2 MXFP4, 3 INT4 panels, 4 MXFP4 panels.
 void BM_OneCoreFromCache(benchmark::State& state) {
-  constexpr WeightFormat kFormats[] = {WeightFormat::Bf16Panels, WeightFormat::Int4Group, WeightFormat::Mxfp4};
+  constexpr WeightFormat kFormats[] = {WeightFormat::Bf16Panels, WeightFormat::Int4Group, WeightFormat::Mxfp4,
+                                       WeightFormat::Int4Panels, WeightFormat::Mxfp4Panels};
+  if (state.range(0) >= 3 && !repacks_4bit_panels(kernel_config()))
+    return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   const RandomWeight weight(kFormats[state.range(0)], 768, 2048);
   const std::vector<float> x = random_activations(2048);
   std::vector<float> y(768);
@@ -158,7 +161,7 @@ void BM_TransposedBF16(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ReadBandwidth)->UseRealTime();
-BENCHMARK(BM_OneCoreFromCache)->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(BM_OneCoreFromCache)->DenseRange(0, 4)->UseRealTime();
 
 // A few tokens' dots on one core with a weight of `rows` x 1024 in L2 (512 rows: 256 KB of
 // 4-bit codes; 256 rows: 512 KB of BF16): the kernels' own rates against the core's FMA and

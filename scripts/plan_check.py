@@ -11,7 +11,8 @@ import tempfile
 
 # (label, plan flags, {figure: measured}); figures: single (tok/s, one stream), peak (total
 # output tok/s), peak_in_out (input and output tok/s: InferenceX's "throughput per GPU" counts
-# both), ttft / ttft_generic (s, --prompt-len), ranges as (low, high).
+# both), ttft / ttft_generic (s, --prompt-len), prefill (tok/s of one prompt on the
+# deployment, --input-len tokens long), ranges as (low, high).
 SEED = "seed deployment, Kimi K3, 1024 in / 400 out, DSpark"
 MEASURED = [
     (f"8 x MI355X ({SEED})",
@@ -30,6 +31,24 @@ MEASURED = [
      ["--model", "kimi-k2", "--weights", "mxfp4", "--hardware", "mi355x", "--devices", "8",
       "--input-len", "8192", "--output-len", "1024"],
      {"single": 78.9, "peak_in_out": 2687 * 8}),
+    # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
+    ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
+     ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
+      "--max-concurrency", "100"],
+     {"peak_in_out": 15514.57}),
+    ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 500 requests of 4,000 in / 200 out (GPUStack performance lab)",
+     ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "4000", "--output-len", "200",
+      "--max-concurrency", "500"],
+     {"peak_in_out": 15808.55}),
+    # Prefill tokens/s of an 8-GPU H800 node (H100's compute and HBM): DeepSeek's own service over
+    # 24 hours (73.7k tok/s input with 56.3% cache hits: 32.2k computed; prompts ~4.4k tokens, EP32
+    # over 4 nodes) and Alibaba RTP-LLM's benchmark (42.6k at 4k in under a 1.6 s TTFT bound).
+    ("8 x H800, DeepSeek-V3/R1 FP8, DeepSeek's service, computed input tokens a node (Open Infra Index, day 6)",
+     ["--model", "deepseek-v3", "--hardware", "h100", "--devices", "8", "--input-len", "4383"],
+     {"prefill": 32200}),
+    ("8 x H800, DeepSeek-R1 FP8, RTP-LLM, 4k in, prefill tokens a node",
+     ["--model", "deepseek-v3", "--hardware", "h100", "--devices", "8", "--input-len", "4096"],
+     {"prefill": 42600}),
 ]
 PARAMETERS = ["bandwidth_efficiency", "flops_efficiency", "kernel_overhead_us", "collective_latency_us",
               "inter_node_latency_us", "generic_mla_slowdown"]
@@ -43,7 +62,7 @@ def predict(binary, flags, hardware_file=None):
     tokens_per_output = (p["input_len"] + p["output_len"]) / p["output_len"]
     return {"single": p["single_stream_tok_s"], "peak": p["peak_total_tok_s"], "ttft": p.get("ttft_s"),
             "peak_in_out": p["peak_total_tok_s"] * tokens_per_output,
-            "ttft_generic": p.get("ttft_generic_s"), "peak_concurrency": p["peak_concurrency"],
+            "ttft_generic": p.get("ttft_generic_s"), "prefill": p.get("prefill_tok_s"), "peak_concurrency": p["peak_concurrency"],
             "binding": p["decode_step_s"]["binding"]}
 
 

@@ -2,7 +2,8 @@
 # mlaserve beside ik_llama.cpp on the same machine, in one run: builds ik_llama.cpp from a source
 # tree into a scratch folder (never into this repository), writes random models of the presets'
 # shapes with make-model (BF16, and with INT4 experts for mlaserve's 4-bit path, also run with
-# --requantize q4, which quantizes its BF16 projections as ik's Q4_0 files do), writes the same
+# --requantize q4, which quantizes its BF16 projections as ik's Q4_0 files do; and BF16 also with
+# --bf16-terms 1, which rounds activations to bf16 as ik's BF16 matrix products do), writes the same
 # BF16 weights as GGUFs in ik's layout (tools/bench/to_gguf.py) and quantizes them to Q4_0, then
 # runs bench-model and llama-bench (ik's fastest CPU flags: -mla 3 -fa 1 -fmoe 1 -rtr 1)
 # interleaved, ROUNDS rounds of every case, and prints one table of medians with the ratio per
@@ -53,7 +54,7 @@ done
 results=$work/results
 rm -rf "$results" && mkdir -p "$results"
 # mlaserve case | its model | its flags | the GGUF ik runs beside it ("-": the case before's)
-cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|-" "bf16|bf16||bf16")
+cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|-" "bf16|bf16||bf16" "bf16-terms|bf16|--bf16-terms 1|-")
 for r in $(seq "$rounds"); do
   echo "round $r of $rounds" >&2
   for preset in $presets; do

@@ -70,7 +70,8 @@ def main():
                "decode of the roofline"]))
     print(row(["---"] * 7))
     for preset in presets:
-        for ours, theirs in (("int4", "q4_0"), ("int4-requantize-q4", "q4_0"), ("bf16", "bf16")):
+        for ours, theirs in (("int4", "q4_0"), ("int4-requantize-q4", "q4_0"), ("bf16", "bf16"),
+                             ("bf16-terms", "bf16")):
             m = mlaserve_runs(results, preset, ours)
             ik = ik_runs(results, preset, theirs)
             triad = max(m["triad"]) * 1e9 if m["triad"] else float("nan")
