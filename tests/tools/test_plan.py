@@ -93,11 +93,12 @@ def catalog(binary, name):
 
 
 def test_a_decode_step_is_its_terms(binary, mi355x):
-    """fixed + collectives + max(weights + cache, compute), the largest term named, one stream's speed its inverse."""
+    """fixed + collectives + activations + max(weights + cache, compute), the largest term named, one
+    stream's speed its inverse."""
     step = mi355x["predicted"]["decode_step_s"]
-    assert step["total"] == pytest.approx(step["fixed"] + step["collectives"] +
+    assert step["total"] == pytest.approx(step["fixed"] + step["collectives"] + step["activations"] +
                                           max(step["weights"] + step["cache"], step["compute"]), rel=1e-12)
-    terms = {k: step[k] for k in ("weights", "cache", "compute", "collectives", "fixed")}
+    terms = {k: step[k] for k in ("weights", "cache", "compute", "collectives", "activations", "fixed")}
     assert step["binding"] == max(terms, key=terms.get)
     assert mi355x["predicted"]["single_stream_plain_tok_s"] == pytest.approx(1 / step["total"], rel=1e-12)
 
@@ -119,6 +120,12 @@ def test_decode_step_against_an_independent_count(binary):
     assert step["collectives"] == pytest.approx((2 * 61 + 1) * all_reduce, rel=1e-9)
     kernels = 61 * 11 + 58 * 10 + 3 * 4 + 6  # MLA and MoE or dense MLP a layer, and the step's own
     assert step["fixed"] == pytest.approx(kernels * hw["kernel_overhead_us"] * 1e-6, rel=1e-9)
+    # bf16: 12 passes over the hidden state a layer; per MoE layer and routed expert (top 8), the
+    # gate/up and activation outputs at 2048 / 8 columns a rank, each written and read, and the
+    # expert's output at 7168, written and read.
+    hidden = 7168
+    activation_bytes = 2 * (61 * 12 * hidden + 58 * 8 * (2 * 2 * 2048 / 8 + 2 * 2048 / 8 + 2 * hidden))
+    assert step["activations"] == pytest.approx(activation_bytes / bandwidth, rel=1e-9)
 
 
 def test_speculative_decoding(binary):
@@ -179,3 +186,4 @@ def test_this_cpu_is_probed(binary, mini_config):
     out = plan(binary, "--model", mini_config, "--hardware", "this-cpu", "--devices", "1")
     assert out["hardware"] == "this-cpu" and out["predicted"]["single_stream_tok_s"] > 0
     assert out["predicted"]["decode_step_s"]["collectives"] == 0
+    assert out["predicted"]["decode_step_s"]["activations"] == 0  # in cache at a CPU's batches

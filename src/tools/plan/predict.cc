@@ -101,6 +101,23 @@ double decode_attention_flops(const Plan& plan, double context) {
   return mla + kda;
 }
 
+// Bytes of activations one token moves through memory on an attention rank in kernels of their
+// own, beside the GEMMs that produce and read them (GPU serving stacks, bf16): per layer two
+// fused residual-add + norms (read the residual and the output, write both: 4 passes over the
+// hidden state) and two all-reduces (read and write: 2 each); per MoE layer what vLLM's fused
+// MoE keeps per token and expert (intermediate_cache1-3): the gate/up outputs and the
+// activation's, each written and read back, and each expert's output at the full width, written
+// and then read by the sum over the top k. With the experts' columns split over the tp ranks,
+// the first two are 1/tp of the expert's width on a rank; the outputs are not split.
+double activation_bytes_per_token(const Plan& plan, const Layout& layout) {
+  const ModelSpec& m = plan.input.model;
+  constexpr double kBf16 = 2, kHiddenPasses = 12;
+  const double moe_width = double(m.config.routed_expert_hidden_size.value_or(m.hidden_size));
+  const double intermediate = double(m.config.moe_intermediate_size) / layout.tp;
+  const double per_expert = 2 * (2 * intermediate) + 2 * intermediate + 2 * moe_width;
+  return kBf16 * (double(m.num_layers) * kHiddenPasses * double(m.hidden_size) +
+                  double(m.moe_layers) * double(m.experts_per_token) * per_expert);
+}
 
 // One decode step of `sequences` sequences, each computing `positions` positions (1, or a
 // verified draft and one more) after `context` cached tokens.
@@ -124,6 +141,10 @@ StepTime decode_step(const Plan& plan, double sequences, double positions, doubl
                rates.bandwidth;
   step.compute = replica_tokens * (2 * dense_params + decode_attention_flops(plan, context)) / (layout.tp * rates.dense_flops) +
                  tokens * 2 * routed_active_params(m) / (layout.devices * rates.expert_flops);
+  // A CPU (mlaserve) keeps a step's activations in cache at the batches it runs, and its MoE adds
+  // each expert's output into place.
+  if (plan.input.hardware.kind != "cpu")
+    step.activations = replica_tokens * activation_bytes_per_token(plan, layout) / rates.bandwidth;
   step.collectives = collective_seconds(plan, layout, tokens);
   step.fixed = kernels_per_forward(m) * plan.input.hardware.kernel_overhead_us * kUs;
   return step;
@@ -206,11 +227,12 @@ int64_t concurrency_limit(const Plan& plan, const Workload& workload) {
 
 }  // namespace
 
-double StepTime::total() const { return fixed + collectives + std::max(weights + cache, compute); }
+double StepTime::total() const { return fixed + collectives + activations + std::max(weights + cache, compute); }
 
 std::string StepTime::binding() const {
   const std::pair<double, const char*> terms[] = {
-      {weights, "weights"}, {cache, "cache"}, {compute, "compute"}, {collectives, "collectives"}, {fixed, "fixed"}};
+      {weights, "weights"}, {cache, "cache"},          {compute, "compute"},
+      {collectives, "collectives"}, {activations, "activations"}, {fixed, "fixed"}};
   return std::max_element(std::begin(terms), std::end(terms))->second;
 }
 
@@ -274,7 +296,7 @@ nlohmann::json prediction_to_json(const Prediction& p, const Workload& workload)
       {"single_stream_tok_s", p.single_stream_tok_s}, {"single_stream_plain_tok_s", p.single_stream_plain_tok_s},
       {"peak_total_tok_s", p.peak_total_tok_s}, {"peak_concurrency", p.peak_concurrency}, {"prefill_tok_s", p.prefill_tok_s},
       {"decode_step_s", {{"weights", s.weights}, {"cache", s.cache}, {"compute", s.compute}, {"collectives", s.collectives},
-                         {"fixed", s.fixed}, {"total", s.total()}, {"binding", s.binding()}}},
+                         {"activations", s.activations}, {"fixed", s.fixed}, {"total", s.total()}, {"binding", s.binding()}}},
       {"curve", curve}, {"input_len", workload.input_len}, {"output_len", workload.output_len}};
   if (workload.speculative)
     out["speculative"] = {{"method", workload.speculative->method}, {"draft_tokens", workload.speculative->draft_tokens},
@@ -294,8 +316,10 @@ std::string prediction_to_table(const Prediction& p, const Workload& workload) {
                                                                    workload.speculative->draft_tokens)
                                                      : "");
   row(out, "Decode step, 1 stream (ms):",
-      fmt::format("{:.2f} = fixed {:.2f} + collectives {:.2f} + max(weights {:.2f} + cache {:.2f}, compute {:.2f})",
-                  s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.weights * 1e3, s.cache * 1e3, s.compute * 1e3));
+      fmt::format("{:.2f} = fixed {:.2f} + collectives {:.2f} + activations {:.2f} + max(weights {:.2f} + cache {:.2f}, "
+                  "compute {:.2f})",
+                  s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.activations * 1e3, s.weights * 1e3,
+                  s.cache * 1e3, s.compute * 1e3));
   row(out, "  binds:", s.binding());
   row(out, "Single stream:", workload.speculative ? fmt::format("{:.1f} tok/s ({:.1f} without speculation)", p.single_stream_tok_s,
                                                                 p.single_stream_plain_tok_s)

@@ -1,5 +1,5 @@
 // What a deployment will do, predicted from specs: the time of a decode step by term (weights,
-// cache, compute, collectives, fixed), total tokens/s against concurrency for an input/output
+// cache, compute, collectives, activations, fixed), total tokens/s against concurrency for an input/output
 // length, speculative decoding, prefill and time to first token. docs/planning.md states each
 // term and the source of each efficiency figure the catalog holds.
 #pragma once
@@ -32,9 +32,10 @@ struct Workload {
   std::optional<SpeculativeSpec> speculative;
 };
 
-// Seconds of one decode step by term: fixed + collectives + max(weights + cache, compute).
+// Seconds of one decode step by term: fixed + collectives + activations + max(weights + cache,
+// compute).
 struct StepTime {
-  double weights = 0, cache = 0, compute = 0, collectives = 0, fixed = 0;
+  double weights = 0, cache = 0, compute = 0, collectives = 0, activations = 0, fixed = 0;
   double total() const;
   std::string binding() const;  // the term that takes the most time
 };
