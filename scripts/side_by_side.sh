@@ -9,13 +9,15 @@
 # interleaved, ROUNDS rounds of every case, and prints one table of medians with the ratio per
 # cell, each engine's bytes read a decoded token, and the machine's bandwidth roofline.
 #   scripts/side_by_side.sh --ik-src DIR [--ik-build DIR] [--work DIR] [--rounds 5]
-#                           [--presets "mini small"] [--binary build/mlaserve]
+#                           [--presets "mini small"] [--cases "int4 int4-requantize-q4 bf16 bf16-terms"]
+#                           [--binary build/mlaserve]
 # DIR for --ik-src: an ik_llama.cpp checkout (e.g. git clone https://github.com/ikawrakow/ik_llama.cpp).
 # --ik-build keeps the build between runs (default: a folder under --work); --work keeps the
 # models (default /tmp/mlaserve-side-by-side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ik_src="" ik_build="" work=/tmp/mlaserve-side-by-side rounds=5 presets="mini small" binary=build/mlaserve
+wanted="int4 int4-requantize-q4 bf16 bf16-terms"
 while (($#)); do
   case "$1" in
     --ik-src) ik_src="$2"; shift 2 ;;
@@ -23,6 +25,7 @@ while (($#)); do
     --work) work="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --presets) presets="$2"; shift 2 ;;
+    --cases) wanted="$2"; shift 2 ;;
     --binary) binary="$2"; shift 2 ;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -53,8 +56,14 @@ done
 
 results=$work/results
 rm -rf "$results" && mkdir -p "$results"
-# mlaserve case | its model | its flags | the GGUF ik runs beside it ("-": the case before's)
-cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|-" "bf16|bf16||bf16" "bf16-terms|bf16|--bf16-terms 1|-")
+# mlaserve case | its model | its flags | the GGUF ik runs beside it (once a round)
+all_cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|q4_0" "bf16|bf16||bf16"
+           "bf16-terms|bf16|--bf16-terms 1|bf16")
+cases=()
+for case in "${all_cases[@]}"; do
+  [[ " $wanted " == *" ${case%%|*} "* ]] && cases+=("$case")
+done
+((${#cases[@]})) || { echo "--cases names none of: int4 int4-requantize-q4 bf16 bf16-terms" >&2; exit 2; }
 for r in $(seq "$rounds"); do
   echo "round $r of $rounds" >&2
   for preset in $presets; do
@@ -66,7 +75,7 @@ for r in $(seq "$rounds"); do
       # shellcheck disable=SC2086
       "$binary" bench-model --model "$work/$preset-$ours" -p 64 -n 64 --depth 1024 --batch 1 -r 1 --json $flags \
         > "$results/mlaserve-depth-$preset-$name-$r.json" 2> /dev/null
-      [[ $theirs == - ]] && continue
+      [[ -f $results/ik-$preset-$theirs-$r.json ]] && continue  # a case before ran it this round
       cat "$work/$preset-$theirs.gguf" > /dev/null  # in the page cache, as mlaserve's files are after their first run
       "$ik_build/bin/llama-bench" -m "$work/$preset-$theirs.gguf" -t "$threads" -r 1 -p 512 -n 64 -gp 1024,64 \
         -mla 3 -fa 1 -fmoe 1 -rtr 1 -o json > "$results/ik-$preset-$theirs-$r.json" 2> /dev/null

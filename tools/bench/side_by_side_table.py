@@ -73,6 +73,8 @@ def main():
         for ours, theirs in (("int4", "q4_0"), ("int4-requantize-q4", "q4_0"), ("bf16", "bf16"),
                              ("bf16-terms", "bf16")):
             m = mlaserve_runs(results, preset, ours)
+            if not m["decode"]:
+                continue  # a case this run left out (--cases)
             ik = ik_runs(results, preset, theirs)
             triad = max(m["triad"]) * 1e9 if m["triad"] else float("nan")
             m_bytes, ik_bytes = median(m["bytes"]), gguf_bytes_per_token(f"{work}/{preset}-{theirs}.gguf")
