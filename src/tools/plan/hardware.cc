@@ -50,7 +50,7 @@ std::vector<Hardware> builtin_hardware() {
   // B200, $6 B300); the others are illustrative on-demand rates — override them with --price.
   // The efficiencies and fixed costs, per vendor, are docs/planning.md's, with their sources.
   Hardware nvidia;
-  nvidia.collective_latency_us = 5, nvidia.inter_node_latency_us = 30, nvidia.bandwidth_efficiency = 0.92;
+  nvidia.collective_latency_us = 5, nvidia.inter_node_latency_us = 30, nvidia.bandwidth_efficiency = 0.69;
   nvidia.flops_efficiency = 0.7, nvidia.kernel_overhead_us = 3.4;
   Hardware amd = nvidia;
   amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.8, amd.flops_efficiency = 0.5, amd.kernel_overhead_us = 5;
