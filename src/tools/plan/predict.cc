@@ -231,7 +231,7 @@ double StepTime::total() const { return fixed + collectives + activations + std:
 
 std::string StepTime::binding() const {
   const std::pair<double, const char*> terms[] = {
-      {weights, "weights"}, {cache, "cache"},          {compute, "compute"},
+      {weights, "weights"},         {cache, "cache"},           {compute, "compute"},
       {collectives, "collectives"}, {activations, "activations"}, {fixed, "fixed"}};
   return std::max_element(std::begin(terms), std::end(terms))->second;
 }
