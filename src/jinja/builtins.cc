@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -9,6 +10,7 @@
 
 #include "base/error.h"
 #include "jinja/ast.h"
+#include "jinja/budget.h"
 #include "jinja/chars.h"
 
 namespace mlaserve::jinja {
@@ -45,6 +47,7 @@ std::string replace_all(const std::string& text, const std::string& from, const 
     for (const std::string& character : utf8_characters(text)) {
       if (count < 0 || done < count) out += to, ++done;
       out += character;
+      check_string_size(out.size());
     }
     if (count < 0 || done < count) out += to;
     return out;
@@ -53,10 +56,13 @@ std::string replace_all(const std::string& text, const std::string& from, const 
     const size_t found = text.find(from, pos);
     if (found == std::string::npos) break;
     out += text.substr(pos, found - pos) + to;
+    check_string_size(out.size());
     pos = found + from.size();
     ++done;
   }
-  return out + text.substr(pos);
+  out += text.substr(pos);
+  charge_string(out.size(), out.size());
+  return out;
 }
 
 // str.split(sep=None, maxsplit=-1) as Python: no separator splits on runs of whitespace.
@@ -73,6 +79,7 @@ Value split(const std::string& text, const Value* separator, int64_t max_split) 
       }
       size_t end = pos;
       while (end < text.size() && !is_space(text[end])) ++end;
+      check_list_size(parts.size() + 1);
       parts.emplace_back(text.substr(pos, end - pos));
       pos = end;
     }
@@ -85,6 +92,7 @@ Value split(const std::string& text, const Value* separator, int64_t max_split) 
   while (max_split < 0 || int64_t(parts.size()) < max_split) {
     const size_t found = text.find(sep, pos);
     if (found == std::string::npos) break;
+    check_list_size(parts.size() + 2);  // this part and the last
     parts.emplace_back(text.substr(pos, found - pos));
     pos = found + sep.size();
   }
@@ -157,9 +165,9 @@ Value string_method(const std::string& text, const std::string& name) {
       const Value& needle = argument(args, 0, "sub", "find");
       MLA_CHECK(needle.is_string(), "find takes a string");
       const size_t found = s.find(needle.as_string());
-      return Value(found == std::string::npos ? int64_t(-1) : int64_t(utf8_characters(s.substr(0, found)).size()));
+      return Value(found == std::string::npos ? int64_t(-1) : int64_t(utf8_length(s.substr(0, found))));
     });
-  if (name == "length") return Value(int64_t(utf8_characters(text).size()));
+  if (name == "length") return Value(int64_t(utf8_length(text)));
   return Value();
 }
 
@@ -210,6 +218,7 @@ Value list_method(const Value& list, const std::string& name) {
     return Value::function([list](const Arguments& args) {
       Value item = argument(args, 0, "item", "append");
       MLA_CHECK(!item.reaches(list), "cannot append to a list a value holding that list");
+      check_list_size(list.items().size() + 1);
       list.items().push_back(std::move(item));
       return Value::none();
     });
@@ -249,10 +258,12 @@ Value get_item(const Value& object, int64_t index) {
     return index >= 0 && index < n ? object.items()[size_t(index)] : Value();
   }
   if (object.is_string()) {
-    const std::vector<std::string> characters = utf8_characters(object.as_string());
-    const auto n = int64_t(characters.size());
+    const std::string& text = object.as_string();
+    const std::vector<size_t> offsets = utf8_offsets(text);
+    const auto n = int64_t(offsets.size() - 1);
     if (index < 0) index += n;
-    return index >= 0 && index < n ? Value(characters[size_t(index)]) : Value();
+    if (index < 0 || index >= n) return Value();
+    return Value(text.substr(offsets[size_t(index)], offsets[size_t(index) + 1] - offsets[size_t(index)]));
   }
   MLA_CHECK(!object.has_attributes(), "dict keys are strings, not integers");
   return Value();
@@ -261,28 +272,30 @@ Value get_item(const Value& object, int64_t index) {
 Value slice_value(const Value& object, const int64_t* start, const int64_t* stop, int64_t step) {
   MLA_CHECK(object.is_array() || object.is_string(), "cannot slice {}", object.type_name());
   MLA_CHECK(step != 0, "slice step cannot be zero");
-  Array source;
-  if (object.is_array()) {
-    source = object.items();
-  } else {
-    for (std::string& character : utf8_characters(object.as_string())) source.emplace_back(std::move(character));
-  }
-  const auto n = int64_t(source.size());
+  const std::vector<size_t> offsets = object.is_string() ? utf8_offsets(object.as_string()) : std::vector<size_t>();
+  const auto n = int64_t(object.is_array() ? object.items().size() : offsets.size() - 1);
   const auto clamp = [&](const int64_t* bound, int64_t fallback, int64_t low, int64_t high) {
     if (!bound) return fallback;
     const int64_t b = *bound < 0 ? *bound + n : *bound;
     return std::clamp(b, low, high);
   };
-  Array out;
+  std::vector<size_t> picked;  // the indices the slice takes, in order
+  // A step past the end jumps to the end, so that i + step cannot overflow.
   if (step > 0) {
-    for (int64_t i = clamp(start, 0, 0, n), end = clamp(stop, n, 0, n); i < end; i += step) out.push_back(source[size_t(i)]);
+    const int64_t end = clamp(stop, n, 0, n);
+    for (int64_t i = clamp(start, 0, 0, n); i < end; i = end - i > step ? i + step : end) picked.push_back(size_t(i));
   } else {
-    for (int64_t i = clamp(start, n - 1, -1, n - 1), end = clamp(stop, -1, -1, n - 1); i > end; i += step)
-      out.push_back(source[size_t(i)]);
+    const int64_t end = clamp(stop, -1, -1, n - 1);
+    for (int64_t i = clamp(start, n - 1, -1, n - 1); i > end; i = end - i < step ? i + step : end)
+      picked.push_back(size_t(i));
   }
-  if (object.is_array()) return Value::array(std::move(out));
+  if (object.is_array()) {
+    Array out;
+    for (size_t i : picked) out.push_back(object.items()[i]);
+    return Value::array(std::move(out));
+  }
   std::string text;
-  for (const Value& character : out) text += character.as_string();
+  for (size_t i : picked) text.append(object.as_string(), offsets[i], offsets[i + 1] - offsets[i]);
   return Value(std::move(text));
 }
 
@@ -339,6 +352,11 @@ Value arithmetic(const std::string& op, const Value& left, const Value& right) {
   fail("unknown operator '{}'", op);
 }
 
+Value concatenate(const std::string& left, const std::string& right) {
+  charge_string(left.size() + right.size(), left.size() + right.size());
+  return Value(left + right);
+}
+
 }  // namespace
 
 Value binary_operation(const std::string& op, const Value& left, const Value& right) {
@@ -348,7 +366,7 @@ Value binary_operation(const std::string& op, const Value& left, const Value& ri
   if (op == "not in") return right.is_undefined() ? Value(true) : Value(!contains(right, left));
   if (op == "~") {
     MLA_CHECK(!left.is_none() && !right.is_none(), "cannot concatenate none with ~");
-    return Value(left.str() + right.str());
+    return concatenate(left.str(), right.str());
   }
   if (left.is_number() && right.is_number()) return arithmetic(op, left, right);
   if (op == "**" && (left.is_number() || left.kind() == ValueKind::Bool) && (right.is_number() || right.kind() == ValueKind::Bool))
@@ -356,11 +374,12 @@ Value binary_operation(const std::string& op, const Value& left, const Value& ri
   MLA_CHECK(!left.is_undefined() && !right.is_undefined(), "cannot apply {} to an undefined value", op);
   MLA_CHECK(!left.is_none() && !right.is_none(), "cannot apply {} to none", op);
   if (op == "+" && left.is_array() && right.is_array()) {
+    check_list_size(left.items().size() + right.items().size());
     Array items = left.items();
     items.insert(items.end(), right.items().begin(), right.items().end());
     return Value::array(std::move(items));
   }
-  if (op == "+" && (left.is_string() || right.is_string())) return Value(left.str() + right.str());
+  if (op == "+" && (left.is_string() || right.is_string())) return concatenate(left.str(), right.str());
   if (left.is_string() && right.is_string() && (op == "<" || op == ">" || op == "<=" || op == ">=")) {
     const int order = left.as_string().compare(right.as_string());
     return Value(op == "<" ? order < 0 : op == ">" ? order > 0 : op == "<=" ? order <= 0 : order >= 0);
@@ -372,7 +391,10 @@ namespace {
 
 Value to_json_filter(const Value& operand, const Arguments& args) {
   JsonFormat format;
-  format.indent = int(int_argument(args, 0, "indent", 0));
+  const int64_t indent = int_argument(args, 0, "indent", 0);
+  MLA_CHECK(indent >= 0, "tojson's indent must not be negative, got {}", indent);
+  check_string_size(size_t(indent));
+  format.indent = int(indent);
   format.ensure_ascii = bool_argument(args, 99, "ensure_ascii", false);
   format.sort_keys = bool_argument(args, 99, "sort_keys", false);
   if (const Value* separators = args.keyword("separators"); separators && !separators->is_none()) {
@@ -446,8 +468,9 @@ Value map_filter(const Value& operand, const Arguments& args) {
 
 Value indent_filter(const Value& operand, const Arguments& args) {
   const Value* width = args.get(0, "width");
-  const std::string pad = width && width->is_string() ? width->as_string()
-                                                      : std::string(size_t(std::max<int64_t>(0, int_argument(args, 0, "width", 4))), ' ');
+  const int64_t spaces = width && width->is_string() ? 0 : std::max<int64_t>(0, int_argument(args, 0, "width", 4));
+  check_string_size(size_t(spaces));
+  const std::string pad = width && width->is_string() ? width->as_string() : std::string(size_t(spaces), ' ');
   const bool first = bool_argument(args, 1, "first", false), blank = bool_argument(args, 2, "blank", false);
   std::string out;
   const std::string& text = operand.as_string();
@@ -457,8 +480,10 @@ Value indent_filter(const Value& operand, const Arguments& args) {
     const std::string piece = text.substr(start, end - start);
     if (line > 0) out += '\n';
     out += ((line > 0 || first) && (blank || !piece.empty()) ? pad : "") + piece;
+    check_string_size(out.size());
     start = end + 1;
   }
+  charge_string(out.size(), out.size());
   return Value(std::move(out));
 }
 
@@ -468,12 +493,15 @@ Value number_filter(const std::string& name, const Value& operand, const Argumen
   if (operand.is_string()) {
     const std::string text = strip(operand.as_string(), true, false);
     char* end = nullptr;
-    const double parsed = to_int ? double(std::strtoll(text.c_str(), &end, 10)) : std::strtod(text.c_str(), &end);
+    errno = 0;
+    const long long integer = to_int ? std::strtoll(text.c_str(), &end, 10) : 0;
+    const double parsed = to_int ? 0 : std::strtod(text.c_str(), &end);
     if (end == text.c_str()) return fallback ? *fallback : to_int ? Value(int64_t(0)) : Value(0.0);
-    return to_int ? Value(int64_t(parsed)) : Value(parsed);
+    MLA_CHECK(!to_int || errno != ERANGE, "integer '{}' out of range", text);
+    return to_int ? Value(int64_t(integer)) : Value(parsed);
   }
   MLA_CHECK(operand.is_number() || operand.kind() == ValueKind::Bool, "cannot apply {} to {}", name, operand.type_name());
-  return to_int ? Value(int64_t(std::trunc(operand.as_number()))) : Value(operand.as_number());
+  return to_int ? Value(integer_result(std::trunc(operand.as_number()))) : Value(operand.as_number());
 }
 
 Value html_escape(const Value& operand) {
@@ -488,12 +516,13 @@ Value html_escape(const Value& operand) {
       default: out += c;
     }
   }
+  charge_string(out.size(), out.size());
   return Value(std::move(out));
 }
 
 int64_t length_of(const Value& operand) {
   if (operand.is_array()) return int64_t(operand.items().size());
-  if (operand.is_string()) return int64_t(utf8_characters(operand.as_string()).size());
+  if (operand.is_string()) return int64_t(utf8_length(operand.as_string()));
   if (operand.has_attributes()) return int64_t(operand.attributes().entries.size());
   fail("cannot take the length of {}", operand.type_name());
 }
@@ -503,6 +532,7 @@ Value sequence_filter(const std::string& name, const Value& operand) {
   if (operand.is_array()) {
     items = operand.items();
   } else if (operand.is_string()) {
+    check_list_size(utf8_length(operand.as_string()));
     for (std::string& character : utf8_characters(operand.as_string())) items.emplace_back(std::move(character));
   } else {
     fail("cannot apply {} to {}", name, operand.type_name());
@@ -549,7 +579,11 @@ Value apply_filter(const std::string& name, const Value& operand, const Argument
     const Value* separator = args.get(0, "d");
     std::string out;
     const Value items = sequence_filter("list", operand);
-    for (size_t i = 0; i < items.items().size(); ++i) out += (i > 0 && separator ? separator->str() : "") + items.items()[i].str();
+    for (size_t i = 0; i < items.items().size(); ++i) {
+      out += (i > 0 && separator ? separator->str() : "") + items.items()[i].str();
+      check_string_size(out.size());
+    }
+    charge_string(out.size(), out.size());
     return Value(std::move(out));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "trim" || name == "indent" ||
@@ -635,9 +669,14 @@ Value range_function(const Arguments& args) {
   const int64_t stop = one ? args.positional[0].as_int() : args.positional[1].as_int();
   const int64_t step = args.positional.size() == 3 ? args.positional[2].as_int() : 1;
   MLA_CHECK(step != 0, "range() step must not be zero");
-  MLA_CHECK(std::abs(stop - start) / std::abs(step) <= 10'000'000, "range of more than 10 million items");
+  // Counted in unsigned arithmetic, which cannot overflow where int64 would.
+  const bool empty = step > 0 ? stop <= start : stop >= start;
+  const uint64_t span = step > 0 ? uint64_t(stop) - uint64_t(start) : uint64_t(start) - uint64_t(stop);
+  const uint64_t stride = step > 0 ? uint64_t(step) : uint64_t(-(step + 1)) + 1;
+  const uint64_t count = empty ? 0 : (span - 1) / stride + 1;
+  check_list_size(size_t(count));
   Array items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
+  for (uint64_t k = 0; k < count; ++k) items.emplace_back(int64_t(uint64_t(start) + k * uint64_t(step)));
   return Value::array(std::move(items));
 }
 

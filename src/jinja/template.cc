@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "jinja/budget.h"
 #include "jinja/builtins.h"
 
 namespace mlaserve::jinja {
@@ -32,6 +33,11 @@ ScopePtr child_of(const ScopePtr& parent) {
 }
 
 enum class Flow { Normal, Break, Continue };
+
+void emit(std::string& out, const std::string& text) {
+  charge_string(text.size(), out.size() + text.size());
+  out += text;
+}
 
 // An Error from a place that did not know its line gets the line of the node it reached.
 [[noreturn]] void rethrow_at(const Node& node, const Error& error) {
@@ -81,10 +87,10 @@ class Renderer {
 
 Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
   switch (node.kind) {
-    case Kind::Text: out += node.name; break;
+    case Kind::Text: emit(out, node.name); break;
     case Kind::Output: {
       const Value value = eval(*node.children[0], scope);
-      if (!value.is_undefined() && !value.is_none()) out += value.str();
+      if (!value.is_undefined() && !value.is_none()) emit(out, value.str());
       break;
     }
     case Kind::If:
@@ -96,17 +102,17 @@ Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::st
              scope);
       break;
     case Kind::Macro: define_macro(node, scope); break;
-    case Kind::CallBlock: out += call_block(node, scope).str(); break;
+    case Kind::CallBlock: emit(out, call_block(node, scope).str()); break;
     case Kind::FilterBlock: {
       const Node& filter = *node.children[0];
-      out += apply_filter(filter.name, Value(render_to_string(node.body, scope)),
-                          arguments(filter.children, 1, scope)).str();
+      emit(out, apply_filter(filter.name, Value(render_to_string(node.body, scope)),
+                             arguments(filter.children, 1, scope)).str());
       break;
     }
     case Kind::Break: return Flow::Break;
     case Kind::Continue: return Flow::Continue;
     case Kind::Nothing: break;
-    default: out += eval(node, scope).str();
+    default: emit(out, eval(node, scope).str());
   }
   return Flow::Normal;
 }
@@ -122,6 +128,7 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
   } else if (iterable.has_attributes()) {
     for (const auto& entry : iterable.attributes().entries) candidates.emplace_back(entry.first);
   } else if (iterable.is_string()) {
+    check_list_size(utf8_length(iterable.as_string()));
     for (std::string& character : utf8_characters(iterable.as_string())) candidates.emplace_back(std::move(character));
   } else {
     fail("cannot loop over {}", iterable.type_name());
@@ -137,6 +144,7 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
   }
   bool completed_none = true;
   for (size_t i = 0; i < items.size(); ++i) {
+    charge_step();
     Object loop;
     const auto n = int64_t(items.size()), index = int64_t(i);
     loop.set("index", Value(index + 1));
@@ -186,6 +194,7 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
     const ScopePtr defined_in = weak_scope.lock();
     MLA_CHECK(defined_in, "macro '{}' is called after the block that defines it has ended", node.name);
     MLA_CHECK(macro_depth_ < kMaxMacroDepth, "macro '{}': calls nested more than {} deep", node.name, kMaxMacroDepth);
+    charge_step();
     ++macro_depth_;
     const struct Leave {
       int& depth;
@@ -216,6 +225,7 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
 Value Renderer::call_block(const Node& node, const ScopePtr& scope) {
   const Node& call = *node.children[0];
   Value caller = Value::function([this, &node, scope](const Arguments& args) {
+    charge_step();
     const ScopePtr body_scope = child_of(scope);
     for (size_t i = 1; i < node.children.size(); ++i) {
       const Node& parameter = *node.children[i];
@@ -281,9 +291,12 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       if (node.name == "not") return Value(!operand.truthy());
       MLA_CHECK(operand.is_number() || operand.kind() == Value::Kind::Bool, "cannot apply unary {} to {}", node.name,
                 operand.type_name());
-      const double sign = node.name == "-" ? -1 : 1;
-      if (operand.kind() == Value::Kind::Float) return Value(sign * operand.as_number());
-      return Value(int64_t(sign * operand.as_number()));
+      if (operand.kind() == Value::Kind::Float) return Value(node.name == "-" ? -operand.as_number() : operand.as_number());
+      const int64_t integer = operand.kind() == Value::Kind::Bool ? int64_t(operand.as_bool()) : operand.as_int();
+      if (node.name == "+") return Value(integer);
+      int64_t negated = 0;
+      MLA_CHECK(!__builtin_sub_overflow(int64_t(0), integer, &negated), "integer overflow in -({})", integer);
+      return Value(negated);
     }
     case Kind::Binary: return binary(node, scope);
     case Kind::Ternary:
@@ -328,7 +341,8 @@ Value Renderer::binary(const Node& node, const ScopePtr& scope) {
 
 Template::Template(std::string_view source) : program_(parse_template(source)) {}
 
-std::string Template::render(const Object& variables) const {
+std::string Template::render(const Object& variables, const RenderLimits& limits) const {
+  const RenderBudget budget(limits);
   auto globals = std::make_shared<Scope>();
   for (auto& [name, value] : global_functions().entries) globals->variables[name] = value;
   for (const auto& [name, value] : variables.entries) globals->variables[name] = value;

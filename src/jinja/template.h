@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "jinja/ast.h"
+#include "jinja/budget.h"
 #include "jinja/value.h"
 
 namespace mlaserve::jinja {
@@ -16,8 +17,9 @@ class Template {
  public:
   explicit Template(std::string_view source);  // throws Error naming the line
   // The variables are the template's globals (messages, tools, add_generation_prompt, ...).
-  // Throws Error naming the line of a runtime failure, or the template's raise_exception.
-  std::string render(const Object& variables) const;
+  // Throws Error naming the line of a runtime failure, the template's raise_exception, or the
+  // bound of `limits` that the render would pass.
+  std::string render(const Object& variables, const RenderLimits& limits = {}) const;
 
  private:
   NodeList program_;

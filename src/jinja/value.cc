@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <unordered_set>
 
 #include "base/error.h"
+#include "jinja/budget.h"
 
 namespace mlaserve::jinja {
 
@@ -44,6 +46,7 @@ Value::Value(double value) : kind_(Kind::Float), float_(value) {}
 Value::Value(std::string value) : kind_(Kind::String), string_(std::move(value)) {}
 
 Value Value::array(Array items) {
+  check_list_size(items.size());
   Value v;
   v.kind_ = Kind::List;
   v.array_ = std::make_shared<Array>(std::move(items));
@@ -72,14 +75,50 @@ Value Value::function(Function function) {
   return v;
 }
 
+// A walk of the containers reachable from this value, each visited once (lists that share
+// lists can hold exponentially many paths to one, and chains can nest too deep to recurse),
+// each a step of the render's budget (a loop nesting a value in itself walks it every pass).
 bool Value::reaches(const Value& container) const {
-  if (same_container(container)) return true;
-  if (kind_ == Kind::List)
-    return std::any_of(array_->begin(), array_->end(), [&](const Value& item) { return item.reaches(container); });
-  if (kind_ == Kind::Dict || kind_ == Kind::Namespace)
-    return std::any_of(object_->entries.begin(), object_->entries.end(),
-                       [&](const auto& entry) { return entry.second.reaches(container); });
+  std::vector<const Value*> pending = {this};
+  std::unordered_set<const void*> visited;
+  while (!pending.empty()) {
+    const Value& value = *pending.back();
+    pending.pop_back();
+    if (value.same_container(container)) return true;
+    if (value.kind_ == Kind::List && visited.insert(value.array_.get()).second) {
+      charge_step();
+      for (const Value& item : *value.array_) pending.push_back(&item);
+    }
+    if ((value.kind_ == Kind::Dict || value.kind_ == Kind::Namespace) && visited.insert(value.object_.get()).second) {
+      charge_step();
+      for (const auto& entry : value.object_->entries) pending.push_back(&entry.second);
+    }
+  }
   return false;
+}
+
+// A container only this value holds gives its nested containers to a work list, which releases
+// them one at a time: a chain of lists nested a million deep would otherwise be released
+// recursively and overflow the stack.
+Value::~Value() {
+  if (!array_ && !object_) return;
+  std::vector<Value> pending;
+  move_nested_containers(pending);
+  while (!pending.empty()) {
+    Value value = std::move(pending.back());
+    pending.pop_back();
+    value.move_nested_containers(pending);
+  }
+}
+
+void Value::move_nested_containers(std::vector<Value>& pending) {
+  const auto take = [&](Value& item) {
+    if (item.array_ || item.object_) pending.push_back(std::move(item));
+  };
+  if (array_ && array_.use_count() == 1)
+    for (Value& item : *array_) take(item);
+  if (object_ && object_.use_count() == 1)
+    for (auto& entry : object_->entries) take(entry.second);
 }
 
 bool Value::same_container(const Value& other) const {
@@ -254,11 +293,16 @@ std::string string_to_json(std::string_view text, bool ensure_ascii) {
   return out + "\"";
 }
 
+// Deeper values are an error rather than a recursion that could overflow the stack.
+constexpr int kMaxJsonDepth = 1000;
+
 void write_json(const Value& value, const JsonFormat& format, int depth, std::string& out) {
   using Kind = Value::Kind;
+  MLA_CHECK(depth <= kMaxJsonDepth, "the value nests deeper than {} levels", kMaxJsonDepth);
   const std::string item_separator =
       !format.item_separator.empty() ? format.item_separator : format.indent > 0 ? "," : ", ";
   const std::string key_separator = !format.key_separator.empty() ? format.key_separator : ": ";
+  check_string_size(size_t(format.indent) * size_t(depth + 1));
   std::string base(size_t(format.indent * depth) + 1, ' ');  // a newline and this depth's indent
   base[0] = '\n';
   const std::string child = base + std::string(size_t(format.indent), ' ');
@@ -277,6 +321,7 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
         if (i > 0) out += item_separator;
         if (format.indent > 0) out += child;
         write_json(items[i], format, depth + 1, out);
+        check_string_size(out.size());  // shared lists can nest exponentially many copies
       }
       if (format.indent > 0 && !items.empty()) out += base;
       out += ']';
@@ -293,6 +338,7 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
         if (format.indent > 0) out += child;
         out += string_to_json(entries[i].first, format.ensure_ascii) + key_separator;
         write_json(entries[i].second, format, depth + 1, out);
+        check_string_size(out.size());
       }
       if (format.indent > 0 && !entries.empty()) out += base;
       out += '}';
@@ -306,6 +352,7 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
 std::string to_json(const Value& value, const JsonFormat& format) {
   std::string out;
   write_json(value, format, 0, out);
+  charge_string(out.size(), out.size());
   return out;
 }
 
@@ -333,6 +380,22 @@ Value from_json(const nlohmann::ordered_json& json) {
     }
     default: throw Error("cannot convert binary JSON to a template value");
   }
+}
+
+size_t utf8_length(std::string_view text) {
+  size_t length = 0;
+  for (size_t i = 0; i < text.size(); ++length) decode_utf8(text, i);
+  return length;
+}
+
+std::vector<size_t> utf8_offsets(std::string_view text) {
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < text.size();) {
+    offsets.push_back(i);
+    decode_utf8(text, i);
+  }
+  offsets.push_back(text.size());
+  return offsets;
 }
 
 std::vector<std::string> utf8_characters(std::string_view text) {

@@ -34,6 +34,11 @@ class Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Callable };
 
   Value() = default;  // undefined
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  ~Value();
   static Value none();
   Value(bool value);
   Value(int64_t value);
@@ -74,6 +79,9 @@ class Value {
   const char* type_name() const;
 
  private:
+  // Moves the lists, dicts and namespaces held by a container only this value holds into `pending`.
+  void move_nested_containers(std::vector<Value>& pending);
+
   Kind kind_ = Kind::Undefined;
   bool bool_ = false;
   int64_t int_ = 0;
@@ -113,5 +121,8 @@ Value from_json(const nlohmann::ordered_json& json);
 
 // UTF-8 helpers: code points, so that length, indexing and slicing count characters.
 std::vector<std::string> utf8_characters(std::string_view text);
+size_t utf8_length(std::string_view text);
+// Where each code point starts, in bytes, then text.size().
+std::vector<size_t> utf8_offsets(std::string_view text);
 
 }  // namespace mlaserve::jinja

@@ -131,6 +131,119 @@ TEST(Jinja, ValuesCannotHoldThemselves) {
   EXPECT_EQ(render("{% set l = [] %}{% set m = [1] %}{{ l.append(m) }}{{ l | length }}"), "1");
 }
 
+std::string render_within(std::string_view source, const RenderLimits& limits) {
+  return Template(source).render(Object{}, limits);
+}
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// The fuzzer's template: a namespace storing its own JSON, quotes escaped again, more than
+// doubles per message, so 25 passes reached gigabytes. The default bounds stop it.
+TEST(Jinja, ANamespaceStoringItsOwnJsonStopsAtTheStringBound) {
+  const auto context = nlohmann::ordered_json{{"messages", std::vector<int>(40, 0)}};
+  const std::string message = error_of([&] {
+    render("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns|tojson %}{% endfor %}{{ ns.n }}",
+           context);
+  });
+  EXPECT_TRUE(contains(message, "a string of more than 33554432 bytes")) << message;
+  EXPECT_TRUE(contains(message, "chat template line 1")) << message;
+}
+
+// Each bound lets a render reach it and fails the step past it.
+TEST(Jinja, EachRenderBoundIsAnErrorOnlyPastIt) {
+  RenderLimits limits;
+  limits.string_bytes = 8;
+  EXPECT_EQ(render_within("{{ 'abcd' ~ 'efgh' }}", limits), "abcdefgh");
+  EXPECT_TRUE(contains(error_of([&] { render_within("{{ 'abcd' ~ 'efghi' }}", limits); }), "more than 8 bytes"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("abcd{{ 'efghi' }}", limits); }), "more than 8 bytes"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("{{ [1, 22, 333]|tojson }}", limits); }), "more than 8 bytes"));
+  // Lists sharing one list: a tojson of 2^60 copies, from 60 small lists.
+  EXPECT_TRUE(contains(error_of([] {
+                         render("{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}"
+                                "{% endfor %}{{ ns.l|tojson }}");
+                       }),
+                       "a string of more than"));
+
+  limits = RenderLimits();
+  limits.list_items = 4;
+  EXPECT_EQ(render_within("{{ [1, 2] + [3, 4] }}", limits), "[1, 2, 3, 4]");
+  EXPECT_TRUE(contains(error_of([&] { render_within("{{ [1, 2] + [3, 4, 5] }}", limits); }), "list of more than 4"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("{{ range(5) }}", limits); }), "list of more than 4"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("{% set l = [1, 2, 3, 4] %}{{ l.append(5) }}", limits); }),
+                       "list of more than 4"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("{{ 'a b c d e'.split() }}", limits); }), "list of more than 4"));
+  EXPECT_TRUE(contains(error_of([&] { render_within("{% for c in 'abcde' %}{% endfor %}", limits); }),
+                       "list of more than 4"));
+
+  limits = RenderLimits();
+  limits.built_bytes = 100;  // building 'x' * n one character at a time copies n^2 / 2 bytes
+  EXPECT_EQ(render_within("{% set ns = namespace(s='') %}{% for i in range(12) %}{% set ns.s = ns.s ~ 'x' %}{% endfor %}"
+                          "{{ ns.s|length }}",
+                          limits),
+            "12");
+  EXPECT_TRUE(contains(error_of([&] {
+                         render_within("{% set ns = namespace(s='') %}{% for i in range(20) %}{% set ns.s = ns.s ~ 'x' %}"
+                                       "{% endfor %}",
+                                       limits);
+                       }),
+                       "more than 100 bytes of strings in one render"));
+
+  limits = RenderLimits();
+  limits.steps = 100;
+  EXPECT_EQ(render_within("{% for i in range(10) %}{% for j in range(9) %}{% endfor %}{% endfor %}", limits), "");
+  EXPECT_TRUE(contains(error_of([&] {
+                         render_within("{% for i in range(10) %}{% for j in range(10) %}{% endfor %}{% endfor %}", limits);
+                       }),
+                       "more than 100 steps"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         render_within("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+                                       "{{ f(60) }}",
+                                       limits);
+                       }),
+                       "more than 100 steps"));
+}
+
+// Lists nested 200,000 deep, or sharing lists 2^60 ways, are walked, printed and freed
+// without a recursion per level (which overflowed the stack).
+TEST(Jinja, DeepAndSharedValuesNeitherRecurseNorBlowUp) {
+  const std::string chain =  // each pass appends a new list to the innermost one
+      "{% set ns = namespace(inner=[]) %}{% set root = ns.inner %}{% for i in range(200000) %}{% set new = [] %}"
+      "{{ ns.inner.append(new) }}{% set ns.inner = new %}{% endfor %}";
+  EXPECT_EQ(render(chain + "{{ root|length }}"), "1");
+  EXPECT_TRUE(contains(error_of([&] { render(chain + "{{ root|tojson }}"); }), "nests deeper than 1000 levels"));
+  EXPECT_TRUE(contains(error_of([&] { render(chain + "{% set ns.m = [root, ns] %}"); }), "holding that namespace"));
+  const std::string shared =
+      "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}";
+  EXPECT_TRUE(contains(error_of([&] { render(shared + "{% set ns.m = [ns.l, ns] %}"); }), "holding that namespace"));
+  // Nesting a value in itself each pass walks it each pass: quadratic, so it spends steps.
+  RenderLimits limits;
+  limits.steps = 10000;
+  EXPECT_TRUE(contains(error_of([&] {
+                         render_within("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}"
+                                       "{% endfor %}",
+                                       limits);
+                       }),
+                       "more than 10000 steps"));
+}
+
+// Ranges, slices and int() at the ends of int64 as Python gives them, or an error: never an
+// overflow.
+TEST(Jinja, RangesSlicesAndIntAtTheEndsOfInt64) {
+  EXPECT_EQ(render("{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904) }}"),
+            "[-9223372036854775807, -4611686018427387903, 1, 4611686018427387905]");
+  EXPECT_EQ(render("{{ range(5, -9223372036854775807, -9223372036854775807) }}"), "[5, -9223372036854775802]");
+  EXPECT_EQ(render("{{ range(3, 0, -1) }} {{ range(0) }} {{ range(2, 9, 3) }}"), "[3, 2, 1] [] [2, 5, 8]");
+  EXPECT_EQ(render("{{ 'abc'[1::9223372036854775807] }} {{ [1, 2, 3][::-9223372036854775807] }}"), "b [3]");
+  EXPECT_EQ(render("{{ 'h\u00e9llo'[1:3] }} {{ 'h\u00e9llo'[1] }} {{ 'h\u00e9llo'[::-2] }}"),
+            "\u00e9l \u00e9 olh");
+  EXPECT_EQ(render("{{ -9223372036854775807 }} {{ -(-9223372036854775807) }} {{ -true }} {{ +false }} {{ -1.5 }}"),
+            "-9223372036854775807 9223372036854775807 -1 0 -1.5");
+  EXPECT_TRUE(contains(error_of([] { render("{{ -(-9223372036854775807 - 1) }}"); }), "overflow"));
+  EXPECT_TRUE(contains(error_of([] { render("{{ '99999999999999999999'|int }}"); }), "out of range"));
+  EXPECT_TRUE(contains(error_of([] { render("{{ (10.0 ** 30)|int }}"); }), "out of range"));
+  EXPECT_TRUE(contains(error_of([] { render("{{ [[1]]|tojson(indent=-1) }}"); }), "must not be negative"));
+}
+
 TEST(Jinja, FiltersTestsAndMethods) {
   const auto context = nlohmann::ordered_json{{"d", {{"b", 2}, {"a", "x\u00e9"}}}, {"s", "  Hi there  "}};
   EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");

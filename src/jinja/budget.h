@@ -1,0 +1,43 @@
+// Bounds on what one render may build, so that a template whose work grows without end (a
+// namespace that stores its own JSON doubles per message; loops nested over range()) fails with
+// an Error naming the bound, instead of exhausting the server's memory or time. Template::render
+// opens a budget on its thread; outside a render only the per-value bounds apply.
+#pragma once
+#include <cstddef>
+
+namespace mlaserve::jinja {
+
+struct RenderLimits {
+  size_t string_bytes = size_t(32) << 20;  // one string: the output, a concatenation, tojson's text
+  size_t list_items = size_t(1) << 20;     // one list
+  size_t built_bytes = size_t(4) << 30;    // all strings built in the render, summed (quadratic growth)
+  size_t steps = size_t(16) << 20;         // loop iterations, macro calls, containers checked for cycles
+};
+
+// The budget of the render running on this thread, for as long as this object lives.
+class RenderBudget {
+ public:
+  explicit RenderBudget(const RenderLimits& limits);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+
+ private:
+  friend void charge_string(size_t written, size_t size);
+  friend void check_string_size(size_t size);
+  friend void check_list_size(size_t items);
+  friend void charge_step();
+
+  RenderLimits limits_;
+  size_t built_bytes_ = 0;
+  size_t steps_ = 0;
+  RenderBudget* enclosing_;
+};
+
+// Each throws Error naming the bound that a value of this size would pass.
+void check_string_size(size_t size);            // a string about to hold `size` bytes
+void charge_string(size_t written, size_t size);  // `written` bytes built, into a string now `size` long
+void check_list_size(size_t items);             // a list about to hold `items` items
+void charge_step();  // a loop iteration, a macro call, a container checked for cycles
+
+}  // namespace mlaserve::jinja
