@@ -134,7 +134,8 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
 // The largest steps the scheduler can form, run on the engine's thread before any request:
 // max_num_seqs sequences decoding at the longest context the cache holds, then a prefill chunk
 // of chunked_prefill_size tokens ending at that context beside max_num_seqs - 1 of them, once
-// in each attention form a chunk may take. They fault in the weights' pages, so the first
+// in each attention form a chunk may take, and with a drafter max_num_seqs sequences each
+// verifying the longest draft. They fault in the weights' pages, so the first
 // request does not pay for them, and take the forward's scratch buffers to their high-water
 // marks, so the process's memory does not creep up as longer contexts and fuller batches
 // arrive. Their tokens are all the same, so every row is routed to the same experts: the
@@ -157,26 +158,40 @@ void Engine::warm_up() {
                            config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(),
                            state_bytes_ > 0 ? state_offset(s) : -1};
   };
-  const std::vector<int32_t> tokens(size_t(chunk), 0);
-  const auto run = [&](std::optional<MlaPath> chunk_path) {
+  // Verifying positions stay in each sequence's own last block.
+  const int64_t own_positions = context - shared_blocks * config_.block_size;
+  const int64_t verified = config_.drafter ? std::min(config_.num_draft_tokens + 1, own_positions) : 1;
+  const std::vector<int32_t> tokens(size_t(std::max(chunk, verified)), 0);
+  // A prefill chunk beside decoding sequences, or (no chunk) every sequence decoding
+  // `positions` positions, with each position's logits when it verifies a draft.
+  const auto run = [&](std::optional<MlaPath> chunk_path, int64_t positions) {
     std::vector<ForwardSequence>& batch = step_batch_;
     batch.clear();
-    if (chunk_path) batch.push_back({tokens, context - chunk, view(0), *chunk_path, ForwardSequence::Logits::Last});
+    if (chunk_path)
+      batch.push_back({std::span(tokens).first(size_t(chunk)), context - chunk, view(0), *chunk_path,
+                       ForwardSequence::Logits::Last});
+    const auto logits = positions > 1 ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last;
     for (int64_t s = int64_t(batch.size()); s < n_seqs; ++s)
-      batch.push_back({std::span(tokens).first(1), context - 1, view(s), MlaPath::Absorbed, ForwardSequence::Logits::Last});
+      batch.push_back({std::span(tokens).first(size_t(positions)), context - positions, view(s), MlaPath::Absorbed, logits});
     step_logits_.resize(size_t(logit_rows(batch) * model_config_.vocab_size));
-    executor_.forward(batch, step_logits_.data());
+    const int64_t n_tokens = (chunk_path ? chunk : 0) + (n_seqs - (chunk_path ? 1 : 0)) * positions;
+    if (!hidden_layers_.empty()) step_hidden_.resize(size_t(n_tokens * hidden_width()));
+    const HiddenStates hidden{hidden_layers_, step_hidden_.data()};
+    executor_.forward(batch, step_logits_.data(), hidden_layers_.empty() ? nullptr : &hidden);
   };
   const auto start = Clock::now();
-  run(std::nullopt);
+  run(std::nullopt, 1);
   if (config_.prefill_path == MlaPath::Auto) {
-    run(MlaPath::Expanded);
-    run(MlaPath::Absorbed);
+    run(MlaPath::Expanded, 1);
+    run(MlaPath::Absorbed, 1);
   } else {
-    run(config_.prefill_path);
+    run(config_.prefill_path, 1);
   }
-  spdlog::info("warm-up: {} decoding sequences, then a {}-token prefill chunk beside {} of them, at a context of {} "
-               "tokens in {:.2f} s", n_seqs, chunk, n_seqs - 1, context, seconds_between(start, Clock::now()));
+  if (verified > 1) run(std::nullopt, verified);
+  spdlog::info("warm-up: {} decoding sequences, then a {}-token prefill chunk beside {} of them{}, at a context of {} "
+               "tokens in {:.2f} s", n_seqs, chunk, n_seqs - 1,
+               verified > 1 ? fmt::format(", then {} verifying {} positions each", n_seqs, verified) : "", context,
+               seconds_between(start, Clock::now()));
 }
 
 // Of the first `cached_blocks` blocks of `tokens` (cached in the block pool), how many end

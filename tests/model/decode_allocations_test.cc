@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "engine/engine.h"
@@ -172,11 +175,14 @@ class CountingExecutor : public ModelExecutor {
 };
 
 // The engine's warm-up runs the largest step the scheduler can form, so requests up to the
-// longest context, prefill chunks beside decoding sequences, allocate nothing in a forward.
+// longest context, prefill chunks beside decoding sequences, and with a drafter every sequence
+// verifying its longest draft, allocate nothing in a forward.
 TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
   client_thread = true;  // this thread submits and reads while the engine's thread runs forwards
   set_num_threads(1);    // with more, which thread runs which share of a step varies
-  for (const char* preset : {"tiny", "kimi-k3-tiny"}) {
+  for (const auto& [preset, speculative] :
+       std::vector<std::pair<const char*, bool>>{{"tiny", false}, {"kimi-k3-tiny", false}, {"tiny", true}}) {
+    const std::string name = std::string(preset) + (speculative ? ", ngram drafts" : "");
     testing::TempDir dir;
     testing::write_model(dir.path(), model_preset(preset), StorageDType::BF16, 8);
     auto model = load_causal_lm(dir.path());
@@ -187,6 +193,12 @@ TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
     config.kv_cache_tokens = 4 * 256;
     config.scheduler.max_num_seqs = 4;
     config.scheduler.chunked_prefill_size = 64;
+    if (speculative) {  // prompts that repeat a 5-token cycle, so that prompt lookup drafts
+      config.drafter = make_drafter("ngram");
+      config.num_draft_tokens = 4;
+      config.draft_policy = DraftPolicyKind::Fixed;
+    }
+    int64_t drafted = 0;
     {
       Engine engine(executor, *tokenizer, config);
       executor.counting = true;
@@ -194,7 +206,8 @@ TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
         std::vector<std::shared_ptr<RequestHandle>> handles;
         for (size_t i = 0; i < lengths.size(); ++i) {
           EngineRequest request;
-          for (int t = 0; t < lengths[i]; ++t) request.prompt.push_back(int32_t((t * 37 + 101 * i) % 500));
+          for (int t = 0; t < lengths[i]; ++t)
+            request.prompt.push_back(int32_t(speculative ? t % 5 + 5 * int(i) : (t * 37 + 101 * i) % 500));
           request.max_tokens = 256 - lengths[i];
           request.ignore_eos = true;
           handles.push_back(engine.submit(std::move(request)));
@@ -203,9 +216,13 @@ TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
           for (bool finished = false; !finished;)
             for (const StreamEvent& event : handle->wait(std::chrono::milliseconds(100))) finished |= event.finished;
       }
+      drafted = engine.metrics().spec_draft_tokens;
     }
-    EXPECT_GT(executor.forwards, 100) << preset;
-    EXPECT_EQ(executor.allocations_serving, 0) << preset;
+    EXPECT_GT(executor.forwards, speculative ? 20 : 100) << name;
+    if (speculative) {
+      EXPECT_GT(drafted, 10) << name;
+    }
+    EXPECT_EQ(executor.allocations_serving, 0) << name;
   }
   set_num_threads(0);
   client_thread = false;
