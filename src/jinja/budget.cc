@@ -34,11 +34,12 @@ void check_list_size(size_t items) {
   MLA_CHECK(items <= limit, "the template builds a list of more than {} items", limit);
 }
 
-void charge_step() {
+void charge_steps(size_t steps) {
   if (!current_budget) return;
-  MLA_CHECK(++current_budget->steps_ <= current_budget->limits_.steps,
-            "the template takes more than {} steps (loop iterations, macro calls, containers checked for "
-            "cycles) in one render",
+  current_budget->steps_ += steps;
+  MLA_CHECK(current_budget->steps_ <= current_budget->limits_.steps,
+            "the template takes more than {} steps (loop iterations, macro calls, list items made or compared) "
+            "in one render",
             current_budget->limits_.steps);
 }
 

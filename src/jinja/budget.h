@@ -11,7 +11,7 @@ struct RenderLimits {
   size_t string_bytes = size_t(32) << 20;  // one string: the output, a concatenation, tojson's text
   size_t list_items = size_t(1) << 20;     // one list
   size_t built_bytes = size_t(4) << 30;    // all strings built in the render, summed (quadratic growth)
-  size_t steps = size_t(16) << 20;         // loop iterations, macro calls, containers checked for cycles
+  size_t steps = size_t(16) << 20;         // loop iterations, macro calls, list items made or compared
 };
 
 // The budget of the render running on this thread, for as long as this object lives.
@@ -26,7 +26,7 @@ class RenderBudget {
   friend void charge_string(size_t written, size_t size);
   friend void check_string_size(size_t size);
   friend void check_list_size(size_t items);
-  friend void charge_step();
+  friend void charge_steps(size_t steps);
 
   RenderLimits limits_;
   size_t built_bytes_ = 0;
@@ -34,10 +34,14 @@ class RenderBudget {
   RenderBudget* enclosing_;
 };
 
-// Each throws Error naming the bound that a value of this size would pass.
-void check_string_size(size_t size);            // a string about to hold `size` bytes
+// Each throws Error naming the bound that a value of this size would pass. Every string value
+// and list a render makes is charged where it is made (Value's constructors); the rest is
+// charged where the work is done.
+void check_string_size(size_t size);              // a string about to hold `size` bytes
 void charge_string(size_t written, size_t size);  // `written` bytes built, into a string now `size` long
-void check_list_size(size_t items);             // a list about to hold `items` items
-void charge_step();  // a loop iteration, a macro call, a container checked for cycles
+void check_list_size(size_t items);               // a list about to hold `items` items
+// Loop iterations, macro calls, list items made, items compared (in, unique, sort), containers
+// walked by the cycle check.
+void charge_steps(size_t steps);
 
 }  // namespace mlaserve::jinja

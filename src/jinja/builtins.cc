@@ -1,12 +1,15 @@
 #include "jinja/builtins.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <set>
+#include <string_view>
 
 #include "base/error.h"
 #include "jinja/ast.h"
@@ -38,6 +41,18 @@ std::string title_case(std::string text) {
   return text;
 }
 
+// A sort of n items: about n log2 n comparisons.
+void charge_sort(size_t n) { charge_steps(n * size_t(std::bit_width(n))); }
+
+// text.find(pattern, from) in time linear in the text: glibc's memmem (the two-way algorithm),
+// since std::string's find may compare the whole pattern at every offset (32 MiB of 'a'
+// searched for 16 MiB of 'a' and a 'b').
+size_t find_text(std::string_view text, std::string_view pattern, size_t from) {
+  if (from > text.size()) return std::string_view::npos;
+  const void* found = memmem(text.data() + from, text.size() - from, pattern.data(), pattern.size());
+  return found ? size_t(static_cast<const char*>(found) - text.data()) : std::string_view::npos;
+}
+
 std::string replace_all(const std::string& text, const std::string& from, const std::string& to, int64_t count) {
   if (count == 0) return text;
   std::string out;
@@ -53,16 +68,14 @@ std::string replace_all(const std::string& text, const std::string& from, const 
     return out;
   }
   while (count < 0 || done < count) {
-    const size_t found = text.find(from, pos);
+    const size_t found = find_text(text, from, pos);
     if (found == std::string::npos) break;
     out += text.substr(pos, found - pos) + to;
     check_string_size(out.size());
     pos = found + from.size();
     ++done;
   }
-  out += text.substr(pos);
-  charge_string(out.size(), out.size());
-  return out;
+  return out + text.substr(pos);
 }
 
 // str.split(sep=None, maxsplit=-1) as Python: no separator splits on runs of whitespace.
@@ -90,7 +103,7 @@ Value split(const std::string& text, const Value* separator, int64_t max_split) 
   MLA_CHECK(!sep.empty(), "split: empty separator");
   size_t pos = 0;
   while (max_split < 0 || int64_t(parts.size()) < max_split) {
-    const size_t found = text.find(sep, pos);
+    const size_t found = find_text(text, sep, pos);
     if (found == std::string::npos) break;
     check_list_size(parts.size() + 2);  // this part and the last
     parts.emplace_back(text.substr(pos, found - pos));
@@ -164,7 +177,7 @@ Value string_method(const std::string& text, const std::string& name) {
     return bind([](const std::string& s, const Arguments& args) {
       const Value& needle = argument(args, 0, "sub", "find");
       MLA_CHECK(needle.is_string(), "find takes a string");
-      const size_t found = s.find(needle.as_string());
+      const size_t found = find_text(s, needle.as_string(), 0);
       return Value(found == std::string::npos ? int64_t(-1) : int64_t(utf8_length(s.substr(0, found))));
     });
   if (name == "length") return Value(int64_t(utf8_length(text)));
@@ -179,6 +192,7 @@ Value dictsort(const Value& object, const Arguments& args) {
   const bool reverse = bool_argument(args, 2, "reverse", false);
   Array pairs;
   for (const auto& [key, value] : object.attributes().entries) pairs.push_back(Value::array({Value(key), value}));
+  charge_sort(pairs.size());
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
     const int order = compare(a.items()[by_value ? 1 : 0], b.items()[by_value ? 1 : 0], case_sensitive);
     return reverse ? order > 0 : order < 0;
@@ -302,10 +316,13 @@ Value slice_value(const Value& object, const int64_t* start, const int64_t* stop
 namespace {
 
 bool contains(const Value& container, const Value& item) {
-  if (container.is_array())
+  if (container.is_array()) {
+    charge_steps(container.items().size());
     return std::any_of(container.items().begin(), container.items().end(),
                        [&](const Value& v) { return loosely_equal(v, item); });
-  if (container.is_string() && item.is_string()) return container.as_string().find(item.as_string()) != std::string::npos;
+  }
+  if (container.is_string() && item.is_string())
+    return find_text(container.as_string(), item.as_string(), 0) != std::string::npos;
   if (container.has_attributes() && item.is_string()) return container.attributes().find(item.as_string()) != nullptr;
   fail("cannot test whether {} is in {}", item.type_name(), container.type_name());
 }
@@ -353,7 +370,7 @@ Value arithmetic(const std::string& op, const Value& left, const Value& right) {
 }
 
 Value concatenate(const std::string& left, const std::string& right) {
-  charge_string(left.size() + right.size(), left.size() + right.size());
+  check_string_size(left.size() + right.size());
   return Value(left + right);
 }
 
@@ -424,6 +441,7 @@ Value sort_filter(const Value& operand, const Arguments& args) {
     return value;
   };
   Array items = operand.items();
+  charge_sort(items.size());
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     const int order = compare(key(a), key(b), case_sensitive);
     return reverse ? order > 0 : order < 0;
@@ -483,7 +501,6 @@ Value indent_filter(const Value& operand, const Arguments& args) {
     check_string_size(out.size());
     start = end + 1;
   }
-  charge_string(out.size(), out.size());
   return Value(std::move(out));
 }
 
@@ -516,7 +533,6 @@ Value html_escape(const Value& operand) {
       default: out += c;
     }
   }
-  charge_string(out.size(), out.size());
   return Value(std::move(out));
 }
 
@@ -548,9 +564,11 @@ Value sequence_filter(const std::string& name, const Value& operand) {
     return Value(std::move(text));
   }
   Array unique;  // "unique"
-  for (const Value& item : items)
+  for (const Value& item : items) {
+    charge_steps(unique.size());
     if (std::none_of(unique.begin(), unique.end(), [&](const Value& seen) { return loosely_equal(seen, item); }))
       unique.push_back(item);
+  }
   return Value::array(std::move(unique));
 }
 
@@ -583,7 +601,6 @@ Value apply_filter(const std::string& name, const Value& operand, const Argument
       out += (i > 0 && separator ? separator->str() : "") + items.items()[i].str();
       check_string_size(out.size());
     }
-    charge_string(out.size(), out.size());
     return Value(std::move(out));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "trim" || name == "indent" ||

@@ -144,7 +144,7 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
   }
   bool completed_none = true;
   for (size_t i = 0; i < items.size(); ++i) {
-    charge_step();
+    charge_steps(1);
     Object loop;
     const auto n = int64_t(items.size()), index = int64_t(i);
     loop.set("index", Value(index + 1));
@@ -194,7 +194,7 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
     const ScopePtr defined_in = weak_scope.lock();
     MLA_CHECK(defined_in, "macro '{}' is called after the block that defines it has ended", node.name);
     MLA_CHECK(macro_depth_ < kMaxMacroDepth, "macro '{}': calls nested more than {} deep", node.name, kMaxMacroDepth);
-    charge_step();
+    charge_steps(1);
     ++macro_depth_;
     const struct Leave {
       int& depth;
@@ -225,7 +225,7 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
 Value Renderer::call_block(const Node& node, const ScopePtr& scope) {
   const Node& call = *node.children[0];
   Value caller = Value::function([this, &node, scope](const Arguments& args) {
-    charge_step();
+    charge_steps(1);
     const ScopePtr body_scope = child_of(scope);
     for (size_t i = 1; i < node.children.size(); ++i) {
       const Node& parameter = *node.children[i];

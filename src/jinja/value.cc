@@ -43,10 +43,13 @@ Value Value::none() {
 Value::Value(bool value) : kind_(Kind::Bool), bool_(value) {}
 Value::Value(int64_t value) : kind_(Kind::Int), int_(value) {}
 Value::Value(double value) : kind_(Kind::Float), float_(value) {}
-Value::Value(std::string value) : kind_(Kind::String), string_(std::move(value)) {}
+Value::Value(std::string value) : kind_(Kind::String), string_(std::move(value)) {
+  charge_string(string_.size(), string_.size());
+}
 
 Value Value::array(Array items) {
   check_list_size(items.size());
+  charge_steps(items.size());
   Value v;
   v.kind_ = Kind::List;
   v.array_ = std::make_shared<Array>(std::move(items));
@@ -86,11 +89,11 @@ bool Value::reaches(const Value& container) const {
     pending.pop_back();
     if (value.same_container(container)) return true;
     if (value.kind_ == Kind::List && visited.insert(value.array_.get()).second) {
-      charge_step();
+      charge_steps(1);
       for (const Value& item : *value.array_) pending.push_back(&item);
     }
     if ((value.kind_ == Kind::Dict || value.kind_ == Kind::Namespace) && visited.insert(value.object_.get()).second) {
-      charge_step();
+      charge_steps(1);
       for (const auto& entry : value.object_->entries) pending.push_back(&entry.second);
     }
   }
@@ -352,7 +355,6 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
 std::string to_json(const Value& value, const JsonFormat& format) {
   std::string out;
   write_json(value, format, 0, out);
-  charge_string(out.size(), out.size());
   return out;
 }
 

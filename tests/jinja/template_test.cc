@@ -189,18 +189,18 @@ TEST(Jinja, EachRenderBoundIsAnErrorOnlyPastIt) {
                        "more than 100 bytes of strings in one render"));
 
   limits = RenderLimits();
-  limits.steps = 100;
+  limits.steps = 200;  // range(10) and its 10 passes, each with range(9) and its 9 passes
   EXPECT_EQ(render_within("{% for i in range(10) %}{% for j in range(9) %}{% endfor %}{% endfor %}", limits), "");
   EXPECT_TRUE(contains(error_of([&] {
                          render_within("{% for i in range(10) %}{% for j in range(10) %}{% endfor %}{% endfor %}", limits);
                        }),
-                       "more than 100 steps"));
+                       "more than 200 steps"));
   EXPECT_TRUE(contains(error_of([&] {
                          render_within("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
                                        "{{ f(60) }}",
                                        limits);
                        }),
-                       "more than 100 steps"));
+                       "more than 200 steps"));
 }
 
 // Lists nested 200,000 deep, or sharing lists 2^60 ways, are walked, printed and freed
@@ -224,6 +224,28 @@ TEST(Jinja, DeepAndSharedValuesNeitherRecurseNorBlowUp) {
                                        limits);
                        }),
                        "more than 10000 steps"));
+}
+
+// Work that grows faster than what it builds is charged too: items compared by in, unique and
+// sort; long patterns are searched in linear time (string find's worst case is the product of
+// the lengths: 4 MiB of 'a' searched for 2 MiB of 'a' and a 'b' took hours).
+TEST(Jinja, ComparisonsAndSearchesStayWithinTheBudget) {
+  RenderLimits limits;
+  limits.steps = 1000;
+  EXPECT_EQ(render_within("{{ range(20)|unique|length }} {{ 7 in range(20) }} {{ range(20)|sort|first }}", limits),
+            "20 true 0");
+  for (const char* quadratic : {"{{ range(200)|unique|length }}", "{% for i in range(30) %}{{ i in range(30) }}{% endfor %}",
+                                "{{ range(500)|sort|length }}"})
+    EXPECT_TRUE(contains(error_of([&] { render_within(quadratic, limits); }), "more than 1000 steps")) << quadratic;
+  const std::string text =  // ns.a: 2^22 'a's; ns.p: 2^21 'a's and a 'b'
+      "{% set ns = namespace(a='a') %}{% for i in range(22) %}{% set ns.a = ns.a ~ ns.a %}{% endfor %}"
+      "{% set ns.p = ns.a[:2097152] ~ 'b' %}";
+  EXPECT_EQ(render(text + "{{ ns.p in ns.a }} {{ ns.a.find(ns.p) }} {{ ns.a.replace(ns.p, '') == ns.a }}"
+                          "{{ ns.a.split(ns.p)|length }}"),
+            "false -1 true1");
+  EXPECT_EQ(render(text + "{% set long = ns.a[:100] ~ 'b' ~ ns.a[:100] %}{{ ('xy' ~ long ~ 'z').find(long) }} "
+                          "{{ long in ('xy' ~ long) }} {{ ('1' ~ long ~ '2' ~ long ~ '3').split(long)|join(',') }}"),
+            "2 true 1,2,3");
 }
 
 // Ranges, slices and int() at the ends of int64 as Python gives them, or an error: never an
