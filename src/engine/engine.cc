@@ -174,7 +174,8 @@ void Engine::warm_up() {
     for (int64_t s = int64_t(batch.size()); s < n_seqs; ++s)
       batch.push_back({std::span(tokens).first(size_t(positions)), context - positions, view(s), MlaPath::Absorbed, logits});
     step_logits_.resize(size_t(logit_rows(batch) * model_config_.vocab_size));
-    const int64_t n_tokens = (chunk_path ? chunk : 0) + (n_seqs - (chunk_path ? 1 : 0)) * positions;
+    int64_t n_tokens = 0;
+    for (const ForwardSequence& sequence : batch) n_tokens += int64_t(sequence.tokens.size());
     if (!hidden_layers_.empty()) step_hidden_.resize(size_t(n_tokens * hidden_width()));
     const HiddenStates hidden{hidden_layers_, step_hidden_.data()};
     executor_.forward(batch, step_logits_.data(), hidden_layers_.empty() ? nullptr : &hidden);
