@@ -182,6 +182,27 @@ def test_a_hardware_file_overrides_the_figures_it_names(binary, work_dir):
     assert given["weights"] == builtin["weights"] and given["collectives"] > builtin["collectives"]
 
 
+def test_prefill_attention_runs_at_the_attention_efficiency(binary, work_dir):
+    """The TTFT's attention term is its FLOPs at attention_efficiency of the bf16 peak: DeepSeek-V3's
+    causal MLA over a 32,768-token prompt in 8,192-token chunks, counted here, on 8 x H100."""
+    def ttft(efficiency):
+        path = os.path.join(work_dir, f"h100-attention-{efficiency}.json")
+        json.dump([{"name": "h100", "attention_efficiency": efficiency}], open(path, "w"))
+        return plan(binary, "--model", "deepseek-v3", "--hardware", "h100", "--devices", "8", "--prompt-len", "32768",
+                    "--hardware-file", path)["predicted"]["ttft_s"]
+    chunk, layers, heads, qk_head_dim, v_head_dim = 8192, 61, 128, 192, 128
+    pairs = sum(chunk * (start + chunk / 2) for start in range(0, 32768, chunk))  # causal (query, key) pairs
+    flops = layers * heads * 2 * (qk_head_dim + v_head_dim) * pairs
+    attention_s = flops / (8 * 989e12)  # the heads over 8 ranks at the full bf16 peak
+    assert ttft(0.5) - ttft(1.0) == pytest.approx(attention_s, rel=1e-9)
+    for bad in (0, 1.5):
+        path = os.path.join(work_dir, "h100-bad-attention.json")
+        json.dump([{"name": "h100", "attention_efficiency": bad}], open(path, "w"))
+        out = subprocess.run([binary, "plan", "--model", "deepseek-v3", "--hardware", "h100", "--hardware-file", path],
+                             capture_output=True, text=True)
+        assert out.returncode == 1 and "attention_efficiency must be in (0, 1]" in out.stderr
+
+
 def test_this_cpu_is_probed(binary, mini_config):
     out = plan(binary, "--model", mini_config, "--hardware", "this-cpu", "--devices", "1")
     assert out["hardware"] == "this-cpu" and out["predicted"]["single_stream_tok_s"] > 0

@@ -159,12 +159,15 @@ double prefill_attention_flops(const Plan& plan, double chunk, double start, boo
 }
 
 // Seconds to prefill one prompt of `length` tokens in chunks: each a forward of the chunk's
-// tokens (weights, linear FLOPs, collectives, kernels) plus its causal attention, which on the
-// generic kernel runs generic_mla_slowdown times slower than on the blocked one.
+// tokens (weights, linear FLOPs, collectives, kernels) plus its causal attention in bf16 at
+// attention_efficiency, which on the generic kernel runs generic_mla_slowdown times slower than
+// on the blocked one.
 double prefill_seconds(const Plan& plan, double length, bool generic) {
   const Layout layout = layout_of(plan);
   const Rates rates = rates_of(plan);
-  const double attention_rate = rates.dense_flops / (generic ? plan.input.hardware.generic_mla_slowdown : 1.0);
+  const Hardware& hw = plan.input.hardware;
+  const double attention_rate =
+      hw.bf16_tflops * 1e12 * hw.attention_efficiency / (generic ? hw.generic_mla_slowdown : 1.0);
   const ParamCounts& p = plan.input.model.params;
   const double output_params = double(p.lm_head > 0 ? p.lm_head : p.embedding);
   double seconds = 0;
