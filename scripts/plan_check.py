@@ -12,7 +12,11 @@ import tempfile
 # (label, plan flags, {figure: measured}); figures: single (tok/s, one stream), peak (total
 # output tok/s), peak_in_out (input and output tok/s: InferenceX's "throughput per GPU" counts
 # both), ttft / ttft_generic (s, --prompt-len), prefill (tok/s of one prompt on the
-# deployment, --input-len tokens long), ranges as (low, high).
+# deployment, --input-len tokens long), and at --max-concurrency C, the sweep's last point:
+# total (output tok/s) and tpot (ms an output token takes a request: the C requests' cycle of
+# prefills and decode steps, less its own prefill, over --output-len; at high concurrency a
+# benchmark counts the wait for other prompts' prefills in TTFT instead, so only low
+# concurrencies are compared); ranges as (low, high).
 SEED = "seed deployment, Kimi K3, 1024 in / 400 out, DSpark"
 MEASURED = [
     (f"8 x MI355X ({SEED})",
@@ -31,6 +35,15 @@ MEASURED = [
      ["--model", "kimi-k2", "--weights", "mxfp4", "--hardware", "mi355x", "--devices", "8",
       "--input-len", "8192", "--output-len", "1024"],
      {"single": 78.9, "peak_in_out": 2687 * 8}),
+    # AMD's ROCm blog "Faster Kimi-K2.5-W4A8 Decoding with EAGLE3 on AMD Instinct MI325X" (SGLang TP 8,
+    # sglang.bench_serving random 10,240 in / 512 out): without speculation and with an EAGLE3 draft
+    # of 3 tokens a step accepting 3.97 (concurrency 2) and 3.93 (concurrency 40).
+    *[(f"8 x MI325X, Kimi K2.5 W4A8, SGLang TP 8, 10k in / 512 out, concurrency {c}{name}",
+       ["--model", "kimi-k2", "--weights", "int4", "--hardware", "mi325x", "--devices", "8", "--input-len", "10240",
+        "--output-len", "512", "--max-concurrency", str(c), *spec], figures)
+      for c, name, spec, figures in [
+          (2, "", [], {"tpot": 16.94}), (2, ", EAGLE3", ["--speculative", "eagle:3.97"], {"tpot": 5.40}),
+          (40, "", [], {"total": 672.30}), (40, ", EAGLE3", ["--speculative", "eagle:3.93"], {"total": 872.58})]],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
@@ -60,7 +73,11 @@ def predict(binary, flags, hardware_file=None):
     plan = json.loads(out.stdout)
     p = plan["predicted"]
     tokens_per_output = (p["input_len"] + p["output_len"]) / p["output_len"]
-    return {"single": p["single_stream_tok_s"], "peak": p["peak_total_tok_s"], "ttft": p.get("ttft_s"),
+    last = p["curve"][-1] if p["curve"] else None
+    prefill_s = p["input_len"] / p["prefill_tok_s"]
+    return {"total": last and last["total_tok_s"],
+            "tpot": last and 1000 * (last["concurrency"] / last["total_tok_s"] - prefill_s / p["output_len"]),
+            "single": p["single_stream_tok_s"], "peak": p["peak_total_tok_s"], "ttft": p.get("ttft_s"),
             "peak_in_out": p["peak_total_tok_s"] * tokens_per_output,
             "ttft_generic": p.get("ttft_generic_s"), "prefill": p.get("prefill_tok_s"), "peak_concurrency": p["peak_concurrency"],
             "binding": p["decode_step_s"]["binding"]}

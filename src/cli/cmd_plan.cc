@@ -18,6 +18,7 @@ struct PlanOptions {
   double measured_tok_s = 0, price = 0, inter_node_gb_s = 0;
   int64_t input_len = 1024, output_len = 400, prompt_len = 0, max_concurrency = 0;
   std::string speculative;
+  int64_t draft_tokens = 0;
   bool json = false, dump_catalog = false;
 };
 
@@ -55,7 +56,8 @@ void run_plan(const PlanOptions& options) {
   if (options.price > 0) input.price_per_hour = options.price;
   const Plan plan = make_plan(input);
   Workload workload{options.input_len, options.output_len, options.prompt_len, options.max_concurrency, std::nullopt};
-  if (!options.speculative.empty()) workload.speculative = parse_speculative(options.speculative);
+  MLA_CHECK(options.draft_tokens == 0 || !options.speculative.empty(), "--num-draft-tokens needs --speculative");
+  if (!options.speculative.empty()) workload.speculative = parse_speculative(options.speculative, options.draft_tokens);
   const Prediction prediction = predict(plan, workload);
   if (options.json) {
     nlohmann::json out = plan_to_json(plan);
@@ -91,7 +93,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--max-concurrency", options->max_concurrency,
                   "the largest concurrency the throughput sweep tries (default: as many sequences as the cache holds)");
   cmd->add_option("--speculative", options->speculative,
-                  "dspark | dflash | mtp | ngram, each with :ACCEPT for a mean acceptance length (ngram needs one)");
+                  "dspark | dflash | mtp | eagle | ngram, each with :ACCEPT for a mean acceptance length (eagle and ngram "
+                  "need one)");
+  cmd->add_option("--num-draft-tokens", options->draft_tokens,
+                  "tokens the draft proposes a step (default: dspark and dflash 7, mtp 1, eagle 3, ngram 4)");
   cmd->add_option("--inter-node-gb-s", options->inter_node_gb_s, "network bandwidth per device between nodes (default: the hardware's)");
   cmd->add_option("--measured", options->measured_file, "bench-serve --json output: its output token throughput");
   cmd->add_option("--measured-tok-s", options->measured_tok_s, "a measured throughput in tokens/s");

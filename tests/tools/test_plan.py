@@ -141,11 +141,34 @@ def test_speculative_decoding(binary):
     assert plain["single_stream_tok_s"] < mtp["single_stream_tok_s"] < plain["single_stream_tok_s"] * 1.875
 
 
-@pytest.mark.parametrize("value, message", [("ngram", "needs a mean acceptance length"),
-                                            ("dspark:9", "must be 1 to 8"), ("dspark:x", "is not a mean acceptance"),
-                                            ("eagle", "unknown --speculative")])
-def test_bad_speculative_values_are_refused(binary, value, message):
-    bad = subprocess.run([binary, "plan", "--speculative", value], capture_output=True, text=True)
+def test_an_eagle_draft_costs_a_layer_and_the_lm_head_per_token(binary):
+    """Kimi K2 on 8 x MI325X, one stream: an EAGLE draft of 3 tokens against prompt lookup of 3
+    tokens with the same acceptance (the same verify step, no draft): the difference is 3 forwards
+    of one dense layer at K2's width (hidden 7168, MLP 18432) and its LM head (163,840 x 7168),
+    bf16, read at the catalog's bandwidth, and 21 kernels each (an MLA and a dense MLP layer's and
+    a step's)."""
+    base = ["--model", "kimi-k2", "--hardware", "mi325x", "--devices", "8", "--max-concurrency", "1"]
+    eagle = plan(binary, *base, "--speculative", "eagle:3.5")["predicted"]
+    ngram = plan(binary, *base, "--speculative", "ngram:3.5", "--num-draft-tokens", "3")["predicted"]
+    assert eagle["speculative"]["draft_tokens"] == ngram["speculative"]["draft_tokens"] == 3
+    hw = catalog(binary, "mi325x")
+    hidden, mlp, vocab = 7168, 18432, 163840
+    params = 4 * hidden**2 + 3 * hidden * mlp + vocab * hidden
+    forward = params * 2 / (8 * hw["bandwidth_gb_s"] * 1e9 * hw["bandwidth_efficiency"]) + 21 * hw["kernel_overhead_us"] * 1e-6
+    draft_s = 3.5 / eagle["single_stream_tok_s"] - 3.5 / ngram["single_stream_tok_s"]
+    assert draft_s == pytest.approx(3 * forward, rel=1e-9)
+
+
+@pytest.mark.parametrize("args, message", [(["--speculative", "ngram"], "needs a mean acceptance length"),
+                                           (["--speculative", "eagle"], "needs a mean acceptance length"),
+                                           (["--speculative", "dspark:9"], "must be 1 to 8"),
+                                           (["--speculative", "dspark:x"], "is not a mean acceptance"),
+                                           (["--speculative", "medusa"], "unknown --speculative"),
+                                           (["--speculative", "dspark", "--num-draft-tokens", "2"], "must be 1 to 3"),
+                                           (["--speculative", "mtp", "--num-draft-tokens", "-1"], "--num-draft-tokens must be"),
+                                           (["--num-draft-tokens", "3"], "--num-draft-tokens needs --speculative")])
+def test_bad_speculative_values_are_refused(binary, args, message):
+    bad = subprocess.run([binary, "plan", *args], capture_output=True, text=True)
     assert bad.returncode == 1 and message in bad.stderr
 
 

@@ -85,6 +85,7 @@ std::vector<Hardware> builtin_hardware() {
       gpu(amd, "mi355x", 288, 8000, 2500, 5000, 10000, 538, 50, 2.5, "AMD Instinct MI355X, HBM3E, Infinity Fabric"),
       gpu(nvidia, "h200", 141, 4800, 989, 1979, 0, 450, 50, 3.5, "NVIDIA H200 SXM, HBM3e, NVLink 4 (price illustrative)"),
       gpu(amd, "mi300x", 192, 5300, 1307, 2615, 0, 448, 50, 2.0, "AMD Instinct MI300X (price illustrative)"),
+      gpu(amd, "mi325x", 256, 6000, 1307, 2615, 0, 448, 50, 2.25, "AMD Instinct MI325X, HBM3E (price illustrative)"),
       gpu(nvidia, "h100", 80, 3350, 989, 1979, 0, 450, 50, 2.5, "NVIDIA H100 SXM (price illustrative)"),
       gb300, genoa, turin, dev,
   };

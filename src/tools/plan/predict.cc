@@ -182,27 +182,40 @@ double prefill_seconds(const Plan& plan, double length, bool generic) {
   return seconds;
 }
 
-// A block draft (DFlash, DSpark): `draft_layers` dense layers at the target's width (attention
-// 4 h^2, an MLP of the target's dense width), bf16, one forward for the whole block.
-double block_draft_seconds(const Plan& plan, const SpeculativeSpec& spec, double sequences) {
-  const ModelSpec& m = plan.input.model;
+// One forward of a draft of `params` bf16 weights over `tokens` tokens on each attention group,
+// launching `kernels` kernels.
+double draft_forward_seconds(const Plan& plan, double params, double tokens, double kernels) {
   const Layout layout = layout_of(plan);
   const Rates rates = rates_of(plan);
-  const double hidden = double(m.hidden_size);
-  const double params = double(spec.draft_layers) * (4 * hidden * hidden + 3 * hidden * double(m.config.intermediate_size));
-  const double tokens = std::ceil(sequences / layout.replicas) * double(spec.draft_tokens + 1);
   const double memory = params * 2 / (layout.tp * rates.bandwidth), compute = tokens * 2 * params / (layout.tp * rates.dense_flops);
-  const double kernels = double(spec.draft_layers) * (kMlaKernels + kDenseMlpKernels) + kStepKernels;
   return std::max(memory, compute) + kernels * plan.input.hardware.kernel_overhead_us * kUs;
 }
 
-// Drafting's seconds a step: a block draft's one forward, MTP's one target-sized layer per
-// draft token, prompt lookup nothing.
+// Parameters of `layers` dense layers at the target's width: attention 4 h^2, an MLP of the
+// target's dense width.
+double draft_layer_params(const ModelSpec& m, int64_t layers) {
+  const double hidden = double(m.hidden_size);
+  return double(layers) * (4 * hidden * hidden + 3 * hidden * double(m.config.intermediate_size));
+}
+
+// Drafting's seconds a step. A block draft (DFlash, DSpark): one forward of its dense layers for
+// the whole block. An EAGLE draft: one dense layer and an LM head over the target's vocabulary,
+// a forward per draft token. MTP: one target-sized layer per draft token. Prompt lookup: nothing.
 double draft_seconds(const Plan& plan, const SpeculativeSpec& spec, double sequences, double context) {
+  const ModelSpec& m = plan.input.model;
+  const double replica_sequences = std::ceil(sequences / layout_of(plan).replicas);
+  const double layer_kernels = kMlaKernels + kDenseMlpKernels;
   if (spec.method == "ngram") return 0;
   if (spec.method == "mtp")
-    return double(spec.draft_tokens) * decode_step(plan, sequences, 1, context).total() / double(plan.input.model.num_layers);
-  return block_draft_seconds(plan, spec, sequences);
+    return double(spec.draft_tokens) * decode_step(plan, sequences, 1, context).total() / double(m.num_layers);
+  if (spec.method == "eagle") {
+    const double lm_head = double(m.params.lm_head > 0 ? m.params.lm_head : m.params.embedding);
+    const double params = draft_layer_params(m, spec.draft_layers) + lm_head;
+    return double(spec.draft_tokens) * draft_forward_seconds(plan, params, replica_sequences, layer_kernels + kStepKernels);
+  }
+  return draft_forward_seconds(plan, draft_layer_params(m, spec.draft_layers),
+                               replica_sequences * double(spec.draft_tokens + 1),
+                               double(spec.draft_layers) * layer_kernels + kStepKernels);
 }
 
 // Output tokens/s of `concurrency` sequences that each prefill input_len tokens and decode
@@ -239,17 +252,20 @@ std::string StepTime::binding() const {
   return std::max_element(std::begin(terms), std::end(terms))->second;
 }
 
-SpeculativeSpec parse_speculative(const std::string& text) {
+SpeculativeSpec parse_speculative(const std::string& text, int64_t draft_tokens) {
   const size_t colon = text.find(':');
   SpeculativeSpec spec;
   spec.method = text.substr(0, colon);
   // Defaults, each a published figure (docs/planning.md): DSpark 3.85 at block 7; DFlash's
   // 16-31% shorter (3.85 / 1.24); DeepSeek-V3's MTP accepts its one token 85-90% of the time.
+  // EAGLE drafts and prompt lookup have none: their acceptance is the draft checkpoint's and the
+  // prompts' repetition. EAGLE's 3 draft tokens are SGLang's usual --speculative-num-steps.
   if (spec.method == "dspark") spec = {"dspark", 7, 3.85, 5};
   else if (spec.method == "dflash") spec = {"dflash", 7, 3.85 / 1.24, 5};
   else if (spec.method == "mtp") spec = {"mtp", 1, 1.875, 0};
+  else if (spec.method == "eagle") spec = {"eagle", 3, 0, 1};
   else if (spec.method == "ngram") spec = {"ngram", 4, 0, 0};
-  else fail("unknown --speculative '{}' (dspark, dflash, mtp or ngram, each optionally :ACCEPT)", text);
+  else fail("unknown --speculative '{}' (dspark, dflash, mtp, eagle or ngram, each optionally :ACCEPT)", text);
   if (colon != std::string::npos) {
     try {
       spec.accept_length = std::stod(text.substr(colon + 1));
@@ -257,9 +273,12 @@ SpeculativeSpec parse_speculative(const std::string& text) {
       fail("--speculative '{}': '{}' is not a mean acceptance length", text, text.substr(colon + 1));
     }
   }
-  MLA_CHECK(spec.accept_length > 0 || spec.method != "ngram",
-            "--speculative ngram needs a mean acceptance length (ngram:ACCEPT): prompt lookup's depends on how much "
-            "the outputs repeat the prompts");
+  MLA_CHECK(spec.accept_length > 0, "--speculative {} needs a mean acceptance length ({}:ACCEPT): {}", spec.method,
+            spec.method,
+            spec.method == "ngram" ? "prompt lookup's depends on how much the outputs repeat the prompts"
+                                   : "an EAGLE draft's depends on its checkpoint");
+  MLA_CHECK(draft_tokens >= 0, "--num-draft-tokens must be positive, got {}", draft_tokens);
+  if (draft_tokens > 0) spec.draft_tokens = draft_tokens;
   MLA_CHECK(spec.accept_length >= 1 && spec.accept_length <= double(spec.draft_tokens + 1),
             "--speculative {}: the mean acceptance length must be 1 to {} (the draft's {} tokens and one more), got {}",
             spec.method, spec.draft_tokens + 1, spec.draft_tokens, spec.accept_length);

@@ -16,14 +16,16 @@ namespace mlaserve {
 // --speculative METHOD[:ACCEPT]: a drafter, its mean acceptance length (tokens one verification
 // step emits, the bonus token included) and what drafting costs.
 struct SpeculativeSpec {
-  std::string method;         // dspark | dflash | mtp | ngram
+  std::string method;         // dspark | dflash | mtp | eagle | ngram
   int64_t draft_tokens = 0;   // proposed a step
   double accept_length = 0;
-  int64_t draft_layers = 0;   // dense layers at the target's width a block draft runs (dspark, dflash)
+  int64_t draft_layers = 0;   // dense layers at the target's width a draft runs (dspark, dflash; eagle per token)
 };
-// Throws for an unknown method, an acceptance length outside [1, draft_tokens + 1], or ngram
-// without one (prompt lookup's acceptance is the prompts' repetition, which no figure predicts).
-SpeculativeSpec parse_speculative(const std::string& text);
+// METHOD[:ACCEPT]; draft_tokens > 0 replaces the method's draft tokens a step. Throws for an
+// unknown method, an acceptance length outside [1, draft_tokens + 1], or eagle and ngram without
+// one (their acceptance is the draft checkpoint's and the prompts' repetition, which no figure
+// predicts).
+SpeculativeSpec parse_speculative(const std::string& text, int64_t draft_tokens = 0);
 
 struct Workload {
   int64_t input_len = 1024, output_len = 400;
