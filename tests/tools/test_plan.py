@@ -139,6 +139,14 @@ def test_speculative_decoding(binary):
     assert weak["single_stream_tok_s"] < plain["single_stream_tok_s"]  # 8 positions verified for 1.2 kept
     mtp = plan(binary, *base, "--speculative", "mtp")["predicted"]
     assert plain["single_stream_tok_s"] < mtp["single_stream_tok_s"] < plain["single_stream_tok_s"] * 1.875
+    # One stream's speed is the accepted tokens over the verify step (8 positions) and the draft,
+    # both printed: the verify step reads the experts 8 tokens touch, more than one token's.
+    spec = dspark["speculative"]
+    verify, one = spec["verify_step_s"], plain["decode_step_s"]
+    assert dspark["single_stream_tok_s"] == pytest.approx(3.85 / (verify["total"] + spec["draft_s"]), rel=1e-12)
+    assert verify["weights"] > one["weights"] and verify["fixed"] == one["fixed"] and spec["draft_s"] > 0
+    assert verify["total"] == pytest.approx(verify["fixed"] + verify["collectives"] + verify["activations"] +
+                                            max(verify["weights"] + verify["cache"], verify["compute"]), rel=1e-12)
 
 
 def test_an_eagle_draft_costs_a_layer_and_the_lm_head_per_token(binary):

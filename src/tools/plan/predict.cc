@@ -295,6 +295,10 @@ Prediction predict(const Plan& plan, const Workload& workload) {
   const double prefill_s = prefill_seconds(plan, double(workload.input_len), false);
   out.prefill_tok_s = double(workload.input_len) / prefill_s;
   out.single_stream_tok_s = throughput_at(plan, workload, 1, prefill_s).tok_s_per_user;
+  if (const std::optional<SpeculativeSpec>& spec = workload.speculative) {
+    out.verify_step = decode_step(plan, 1, double(spec->draft_tokens + 1), context);
+    out.draft_s = draft_seconds(plan, *spec, 1, context);
+  }
   const int64_t limit = concurrency_limit(plan, workload);
   for (int64_t c = 1; c <= limit; c = c * 2 > limit && c < limit ? limit : c * 2) {
     out.curve.push_back(throughput_at(plan, workload, c, prefill_s));
@@ -309,20 +313,35 @@ Prediction predict(const Plan& plan, const Workload& workload) {
   return out;
 }
 
+namespace {
+
+nlohmann::json step_to_json(const StepTime& s) {
+  return {{"weights", s.weights}, {"cache", s.cache}, {"compute", s.compute}, {"collectives", s.collectives},
+          {"activations", s.activations}, {"fixed", s.fixed}, {"total", s.total()}, {"binding", s.binding()}};
+}
+
+std::string step_formula(const StepTime& s) {
+  return fmt::format("{:.2f} = fixed {:.2f} + collectives {:.2f} + activations {:.2f} + max(weights {:.2f} + cache {:.2f}, "
+                     "compute {:.2f})",
+                     s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.activations * 1e3, s.weights * 1e3,
+                     s.cache * 1e3, s.compute * 1e3);
+}
+
+}  // namespace
+
 nlohmann::json prediction_to_json(const Prediction& p, const Workload& workload) {
-  const StepTime& s = p.single_step;
   nlohmann::json curve = nlohmann::json::array();
   for (const ThroughputPoint& point : p.curve)
     curve.push_back({{"concurrency", point.concurrency}, {"total_tok_s", point.total_tok_s}, {"tok_s_per_user", point.tok_s_per_user}});
   nlohmann::json out = {
       {"single_stream_tok_s", p.single_stream_tok_s}, {"single_stream_plain_tok_s", p.single_stream_plain_tok_s},
       {"peak_total_tok_s", p.peak_total_tok_s}, {"peak_concurrency", p.peak_concurrency}, {"prefill_tok_s", p.prefill_tok_s},
-      {"decode_step_s", {{"weights", s.weights}, {"cache", s.cache}, {"compute", s.compute}, {"collectives", s.collectives},
-                         {"activations", s.activations}, {"fixed", s.fixed}, {"total", s.total()}, {"binding", s.binding()}}},
+      {"decode_step_s", step_to_json(p.single_step)},
       {"curve", curve}, {"input_len", workload.input_len}, {"output_len", workload.output_len}};
   if (workload.speculative)
     out["speculative"] = {{"method", workload.speculative->method}, {"draft_tokens", workload.speculative->draft_tokens},
-                          {"accept_length", workload.speculative->accept_length}};
+                          {"accept_length", workload.speculative->accept_length},
+                          {"verify_step_s", step_to_json(*p.verify_step)}, {"draft_s", p.draft_s}};
   if (p.ttft_s) out["ttft_s"] = *p.ttft_s;
   if (p.ttft_generic_s) out["ttft_generic_s"] = *p.ttft_generic_s;
   if (p.tok_s_per_dollar_hour) out["tok_s_per_dollar_hour"] = *p.tok_s_per_dollar_hour;
@@ -337,12 +356,13 @@ std::string prediction_to_table(const Prediction& p, const Workload& workload) {
                                                                    workload.speculative->accept_length,
                                                                    workload.speculative->draft_tokens)
                                                      : "");
-  row(out, "Decode step, 1 stream (ms):",
-      fmt::format("{:.2f} = fixed {:.2f} + collectives {:.2f} + activations {:.2f} + max(weights {:.2f} + cache {:.2f}, "
-                  "compute {:.2f})",
-                  s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.activations * 1e3, s.weights * 1e3,
-                  s.cache * 1e3, s.compute * 1e3));
+  row(out, "Decode step, 1 stream (ms):", step_formula(s));
   row(out, "  binds:", s.binding());
+  if (p.verify_step) {
+    row(out, fmt::format("Verify step, {} positions (ms):", workload.speculative->draft_tokens + 1), step_formula(*p.verify_step));
+    row(out, "  binds:", p.verify_step->binding());
+    row(out, "Draft, a step (ms):", fmt::format("{:.2f}", p.draft_s * 1e3));
+  }
   row(out, "Single stream:", workload.speculative ? fmt::format("{:.1f} tok/s ({:.1f} without speculation)", p.single_stream_tok_s,
                                                                 p.single_stream_plain_tok_s)
                                                   : fmt::format("{:.1f} tok/s", p.single_stream_tok_s));

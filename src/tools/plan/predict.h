@@ -49,6 +49,8 @@ struct ThroughputPoint {
 
 struct Prediction {
   StepTime single_step;                  // one sequence, plain decode, at input + output/2 context
+  std::optional<StepTime> verify_step;   // speculative: one sequence verifying draft_tokens + 1 positions
+  double draft_s = 0;                    // speculative: one sequence's drafting a step
   double single_stream_tok_s = 0;        // with speculative decoding when given
   double single_stream_plain_tok_s = 0;  // without
   std::vector<ThroughputPoint> curve;    // concurrency 1, 2, 4, ... and the sweep's end
