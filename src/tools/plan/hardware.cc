@@ -54,9 +54,9 @@ std::vector<Hardware> builtin_hardware() {
   // The efficiencies and fixed costs, per vendor, are docs/planning.md's, with their sources.
   Hardware nvidia;
   nvidia.collective_latency_us = 5, nvidia.inter_node_latency_us = 30, nvidia.bandwidth_efficiency = 0.69;
-  nvidia.flops_efficiency = 0.7, nvidia.attention_efficiency = 0.63, nvidia.kernel_overhead_us = 3.4;
+  nvidia.flops_efficiency = 0.53, nvidia.attention_efficiency = 0.63, nvidia.kernel_overhead_us = 3.4;
   Hardware amd = nvidia;
-  amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.75, amd.flops_efficiency = 0.5, amd.kernel_overhead_us = 5;
+  amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.75, amd.flops_efficiency = 0.3, amd.kernel_overhead_us = 5;
   amd.attention_efficiency = 0.34;
   Hardware cpu;
   cpu.kind = "cpu", cpu.devices_per_node = 1, cpu.collective_latency_us = 10, cpu.bandwidth_efficiency = 0.8;
