@@ -63,8 +63,8 @@ MEASURED = [
      ["--model", "deepseek-v3", "--hardware", "h100", "--devices", "8", "--input-len", "4096"],
      {"prefill": 42600}),
 ]
-PARAMETERS = ["bandwidth_efficiency", "flops_efficiency", "attention_efficiency", "kernel_overhead_us",
-              "collective_latency_us", "inter_node_latency_us", "generic_mla_slowdown"]
+PARAMETERS = ["bandwidth_efficiency", "flops_efficiency", "expert_flops_efficiency", "attention_efficiency",
+              "kernel_overhead_us", "collective_latency_us", "inter_node_latency_us", "generic_mla_slowdown"]
 
 
 def predict(binary, flags, hardware_file=None):

@@ -234,6 +234,24 @@ def test_prefill_attention_runs_at_the_attention_efficiency(binary, work_dir):
         assert out.returncode == 1 and "attention_efficiency must be in (0, 1]" in out.stderr
 
 
+def test_routed_experts_compute_at_the_expert_flops_efficiency(binary, work_dir):
+    """A prefill chunk's routed-expert FLOPs run at expert_flops_efficiency of the units they run
+    on: DeepSeek-V3's 8,192-token prompt (one chunk, compute-bound) on 8 x H100, its FP8 experts
+    (58 MoE layers x 8 of 3 x 7168 x 2048) on the FP8 peak, counted here."""
+    def ttft(efficiency):
+        path = os.path.join(work_dir, f"h100-experts-{efficiency}.json")
+        json.dump([{"name": "h100", "expert_flops_efficiency": efficiency}], open(path, "w"))
+        return plan(binary, "--model", "deepseek-v3", "--hardware", "h100", "--devices", "8", "--prompt-len", "8192",
+                    "--hardware-file", path)["predicted"]["ttft_s"]
+    flops = 8192 * 2 * 58 * 8 * 3 * 7168 * 2048
+    assert ttft(0.5) - ttft(1.0) == pytest.approx(flops / (8 * 1979e12), rel=1e-9)
+    path = os.path.join(work_dir, "h100-bad-experts.json")
+    json.dump([{"name": "h100", "expert_flops_efficiency": 0}], open(path, "w"))
+    out = subprocess.run([binary, "plan", "--model", "deepseek-v3", "--hardware", "h100", "--hardware-file", path],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "expert_flops_efficiency and attention_efficiency must be in (0, 1]" in out.stderr
+
+
 def test_this_cpu_is_probed(binary, mini_config):
     out = plan(binary, "--model", mini_config, "--hardware", "this-cpu", "--devices", "1")
     assert out["hardware"] == "this-cpu" and out["predicted"]["single_stream_tok_s"] > 0

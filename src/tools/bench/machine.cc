@@ -124,7 +124,7 @@ Hardware this_cpu_hardware() {
   hw.bandwidth_efficiency = 1;  // the probe measures what streaming reads reach
   hw.bf16_tflops = measure_peak_fma_gflops() / 1e3;
   hw.fp8_tflops = measure_peak_int8_dot_gops() / 1e3;
-  hw.flops_efficiency = hw.attention_efficiency = 0.6;
+  hw.flops_efficiency = hw.expert_flops_efficiency = hw.attention_efficiency = 0.6;
   hw.kernel_overhead_us = measure_dispatch_us();
   hw.note = fmt::format("this machine, probed: {} threads, read {:.1f} GB/s, fp32 FMA {:.0f} GFLOP/s, int8 dot {:.0f} GOP/s, "
                         "dispatch {:.1f} us", thread_pool().size(), hw.bandwidth_gb_s, hw.bf16_tflops * 1e3,

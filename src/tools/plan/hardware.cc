@@ -29,6 +29,7 @@ Hardware from_json(const json& entry, Hardware hw) {
   read("inter_node_latency_us", hw.inter_node_latency_us);
   read("bandwidth_efficiency", hw.bandwidth_efficiency);
   read("flops_efficiency", hw.flops_efficiency);
+  read("expert_flops_efficiency", hw.expert_flops_efficiency);
   read("attention_efficiency", hw.attention_efficiency);
   read("kernel_overhead_us", hw.kernel_overhead_us);
   read("generic_mla_slowdown", hw.generic_mla_slowdown);
@@ -38,10 +39,10 @@ Hardware from_json(const json& entry, Hardware hw) {
   MLA_CHECK(hw.memory_gb > 0 && hw.bandwidth_gb_s > 0 && hw.bf16_tflops > 0 && hw.devices_per_node > 0,
             "hardware '{}': memory_gb, bandwidth_gb_s, bf16_tflops and devices_per_node must be positive", hw.name);
   const auto fraction = [](double x) { return x > 0 && x <= 1; };
-  MLA_CHECK(fraction(hw.bandwidth_efficiency) && fraction(hw.flops_efficiency) && fraction(hw.attention_efficiency) &&
-                hw.generic_mla_slowdown >= 1,
-            "hardware '{}': bandwidth_efficiency, flops_efficiency and attention_efficiency must be in (0, 1], "
-            "generic_mla_slowdown at least 1",
+  MLA_CHECK(fraction(hw.bandwidth_efficiency) && fraction(hw.flops_efficiency) && fraction(hw.expert_flops_efficiency) &&
+                fraction(hw.attention_efficiency) && hw.generic_mla_slowdown >= 1,
+            "hardware '{}': bandwidth_efficiency, flops_efficiency, expert_flops_efficiency and attention_efficiency must "
+            "be in (0, 1], generic_mla_slowdown at least 1",
             hw.name);
   return hw;
 }
@@ -54,13 +55,14 @@ std::vector<Hardware> builtin_hardware() {
   // The efficiencies and fixed costs, per vendor, are docs/planning.md's, with their sources.
   Hardware nvidia;
   nvidia.collective_latency_us = 5, nvidia.inter_node_latency_us = 30, nvidia.bandwidth_efficiency = 0.69;
-  nvidia.flops_efficiency = 0.53, nvidia.attention_efficiency = 0.63, nvidia.kernel_overhead_us = 3.4;
+  nvidia.flops_efficiency = 0.53, nvidia.expert_flops_efficiency = 0.6, nvidia.attention_efficiency = 0.63;
+  nvidia.kernel_overhead_us = 3.4;
   Hardware amd = nvidia;
   amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.75, amd.flops_efficiency = 0.3, amd.kernel_overhead_us = 5;
-  amd.attention_efficiency = 0.34;
+  amd.expert_flops_efficiency = 0.12, amd.attention_efficiency = 0.34;
   Hardware cpu;
   cpu.kind = "cpu", cpu.devices_per_node = 1, cpu.collective_latency_us = 10, cpu.bandwidth_efficiency = 0.8;
-  cpu.flops_efficiency = 0.6, cpu.attention_efficiency = 0.6, cpu.kernel_overhead_us = 2;
+  cpu.flops_efficiency = cpu.expert_flops_efficiency = cpu.attention_efficiency = 0.6, cpu.kernel_overhead_us = 2;
   auto gpu = [](Hardware base, std::string name, double memory_gb, double bandwidth_gb_s, double bf16, double fp8,
                 double fp4, double interconnect_gb_s, double inter_node_gb_s, double price, std::string note) {
     base.name = std::move(name), base.memory_gb = memory_gb, base.bandwidth_gb_s = bandwidth_gb_s;
@@ -99,6 +101,7 @@ json hardware_to_json(const std::vector<Hardware>& catalog) {
                    {"interconnect_gb_s", hw.interconnect_gb_s}, {"inter_node_gb_s", hw.inter_node_gb_s},
                    {"collective_latency_us", hw.collective_latency_us}, {"inter_node_latency_us", hw.inter_node_latency_us},
                    {"bandwidth_efficiency", hw.bandwidth_efficiency}, {"flops_efficiency", hw.flops_efficiency},
+                   {"expert_flops_efficiency", hw.expert_flops_efficiency},
                    {"attention_efficiency", hw.attention_efficiency},
                    {"kernel_overhead_us", hw.kernel_overhead_us}, {"generic_mla_slowdown", hw.generic_mla_slowdown},
                    {"devices_per_node", hw.devices_per_node},

@@ -24,6 +24,7 @@ struct Hardware {
   // Achievable fractions and fixed costs (docs/planning.md gives each one's source):
   double bandwidth_efficiency = 0.9;  // of bandwidth_gb_s that streaming weight reads reach
   double flops_efficiency = 0.6;      // of the dense peaks that large GEMMs reach
+  double expert_flops_efficiency = 0.6;  // of their units' peak that routed experts' grouped GEMMs reach
   double attention_efficiency = 0.6;  // of the bf16 peak that prefill's FlashAttention-style kernels reach
   double kernel_overhead_us = 3.4;    // one small kernel in a captured graph: launch plus its shortest run
   double generic_mla_slowdown = 8.5;  // the generic MLA kernel against the head-blocked one

@@ -33,7 +33,8 @@ Layout layout_of(const Plan& plan) {
 }
 
 // Per device: bytes/s the weights stream at, FLOP/s of the dense layers and of the routed
-// experts (MXFP4 experts on FP4 units, FP8 on FP8 units, where the device has them).
+// experts' grouped GEMMs (MXFP4 experts on FP4 units, FP8 on FP8 units, where the device has
+// them), each at its own efficiency.
 struct Rates {
   double bandwidth, dense_flops, expert_flops;
 };
@@ -46,8 +47,8 @@ Rates rates_of(const Plan& plan) {
   // GPUs run MXFP4 experts on FP4 units and INT4 ones as bf16 (W4A16); CPUs both on int8 products.
   const bool four_bit = format == "mxfp4" || format.starts_with("int4");
   const double expert = format == "mxfp4" && hw.fp4_tflops > 0 ? hw.fp4_tflops : hw.kind == "cpu" && four_bit ? fp8 : dense;
-  const double scale = 1e12 * hw.flops_efficiency;
-  return {hw.bandwidth_gb_s * kGB * hw.bandwidth_efficiency, dense * scale, expert * scale};
+  return {hw.bandwidth_gb_s * kGB * hw.bandwidth_efficiency, dense * 1e12 * hw.flops_efficiency,
+          expert * 1e12 * hw.expert_flops_efficiency};
 }
 
 double routed_active_params(const ModelSpec& m) {
