@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -18,7 +19,7 @@ struct PlanOptions {
   double measured_tok_s = 0, price = 0, inter_node_gb_s = 0;
   int64_t input_len = 1024, output_len = 400, prompt_len = 0, max_concurrency = 0;
   std::string speculative;
-  int64_t draft_tokens = 0;
+  std::optional<int64_t> draft_tokens;
   bool json = false, dump_catalog = false;
 };
 
@@ -56,7 +57,7 @@ void run_plan(const PlanOptions& options) {
   if (options.price > 0) input.price_per_hour = options.price;
   const Plan plan = make_plan(input);
   Workload workload{options.input_len, options.output_len, options.prompt_len, options.max_concurrency, std::nullopt};
-  MLA_CHECK(options.draft_tokens == 0 || !options.speculative.empty(), "--num-draft-tokens needs --speculative");
+  MLA_CHECK(!options.draft_tokens || !options.speculative.empty(), "--num-draft-tokens needs --speculative");
   if (!options.speculative.empty()) workload.speculative = parse_speculative(options.speculative, options.draft_tokens);
   const Prediction prediction = predict(plan, workload);
   if (options.json) {

@@ -174,6 +174,7 @@ def test_an_eagle_draft_costs_a_layer_and_the_lm_head_per_token(binary):
                                            (["--speculative", "medusa"], "unknown --speculative"),
                                            (["--speculative", "dspark", "--num-draft-tokens", "2"], "must be 1 to 3"),
                                            (["--speculative", "mtp", "--num-draft-tokens", "-1"], "--num-draft-tokens must be"),
+                                           (["--speculative", "mtp", "--num-draft-tokens", "0"], "--num-draft-tokens must be"),
                                            (["--num-draft-tokens", "3"], "--num-draft-tokens needs --speculative")])
 def test_bad_speculative_values_are_refused(binary, args, message):
     bad = subprocess.run([binary, "plan", *args], capture_output=True, text=True)

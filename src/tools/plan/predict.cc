@@ -253,7 +253,7 @@ std::string StepTime::binding() const {
   return std::max_element(std::begin(terms), std::end(terms))->second;
 }
 
-SpeculativeSpec parse_speculative(const std::string& text, int64_t draft_tokens) {
+SpeculativeSpec parse_speculative(const std::string& text, std::optional<int64_t> draft_tokens) {
   const size_t colon = text.find(':');
   SpeculativeSpec spec;
   spec.method = text.substr(0, colon);
@@ -278,8 +278,10 @@ SpeculativeSpec parse_speculative(const std::string& text, int64_t draft_tokens)
             spec.method,
             spec.method == "ngram" ? "prompt lookup's depends on how much the outputs repeat the prompts"
                                    : "an EAGLE draft's depends on its checkpoint");
-  MLA_CHECK(draft_tokens >= 0, "--num-draft-tokens must be positive, got {}", draft_tokens);
-  if (draft_tokens > 0) spec.draft_tokens = draft_tokens;
+  if (draft_tokens) {
+    MLA_CHECK(*draft_tokens >= 1, "--num-draft-tokens must be at least 1, got {}", *draft_tokens);
+    spec.draft_tokens = *draft_tokens;
+  }
   MLA_CHECK(spec.accept_length >= 1 && spec.accept_length <= double(spec.draft_tokens + 1),
             "--speculative {}: the mean acceptance length must be 1 to {} (the draft's {} tokens and one more), got {}",
             spec.method, spec.draft_tokens + 1, spec.draft_tokens, spec.accept_length);

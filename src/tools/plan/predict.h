@@ -21,11 +21,11 @@ struct SpeculativeSpec {
   double accept_length = 0;
   int64_t draft_layers = 0;   // dense layers at the target's width a draft runs (dspark, dflash; eagle per token)
 };
-// METHOD[:ACCEPT]; draft_tokens > 0 replaces the method's draft tokens a step. Throws for an
+// METHOD[:ACCEPT]; draft_tokens, when given, replaces the method's draft tokens a step. Throws for an
 // unknown method, an acceptance length outside [1, draft_tokens + 1], or eagle and ngram without
 // one (their acceptance is the draft checkpoint's and the prompts' repetition, which no figure
 // predicts).
-SpeculativeSpec parse_speculative(const std::string& text, int64_t draft_tokens = 0);
+SpeculativeSpec parse_speculative(const std::string& text, std::optional<int64_t> draft_tokens = std::nullopt);
 
 struct Workload {
   int64_t input_len = 1024, output_len = 400;
