@@ -297,10 +297,11 @@ Prediction predict(const Plan& plan, const Workload& workload) {
   out.single_stream_plain_tok_s = 1 / out.single_step.total();
   const double prefill_s = prefill_seconds(plan, double(workload.input_len), false);
   out.prefill_tok_s = double(workload.input_len) / prefill_s;
-  out.single_stream_tok_s = throughput_at(plan, workload, 1, prefill_s).tok_s_per_user;
-  if (const std::optional<SpeculativeSpec>& spec = workload.speculative) {
+  out.single_stream_tok_s = out.single_stream_plain_tok_s;
+  if (const std::optional<SpeculativeSpec>& spec = workload.speculative) {  // throughput_at's step at one stream
     out.verify_step = decode_step(plan, 1, double(spec->draft_tokens + 1), context);
     out.draft_s = draft_seconds(plan, *spec, 1, context);
+    out.single_stream_tok_s = spec->accept_length / (out.verify_step->total() + out.draft_s);
   }
   const int64_t limit = concurrency_limit(plan, workload);
   for (int64_t c = 1; c <= limit; c = c * 2 > limit && c < limit ? limit : c * 2) {
