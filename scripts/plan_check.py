@@ -44,6 +44,17 @@ MEASURED = [
       for c, name, spec, figures in [
           (2, "", [], {"tpot": 16.94}), (2, ", EAGLE3", ["--speculative", "eagle:3.97"], {"tpot": 5.40}),
           (40, "", [], {"total": 672.30}), (40, ", EAGLE3", ["--speculative", "eagle:3.93"], {"total": 872.58})]],
+    # AMD's ATOM engine on MI355X (graphs on, atom.benchmarks.benchmark_serving random prompts, output
+    # tok/s), the unprofiled baselines of rocm-trace-lite's overhead validation (sunway513/rocm-trace-lite,
+    # docs/extra/samples/index.html): DeepSeek-R1 FP8 at TP 8 and MXFP4 at TP 4, concurrency 1 and 64.
+    *[(f"{n} x MI355X, DeepSeek-R1 {w.upper()}, ATOM TP {n}, {i} in / {o} out, concurrency {c}",
+       ["--model", "deepseek-v3", "--weights", w, "--hardware", "mi355x", "--devices", str(n), "--tp", str(n),
+        "--input-len", str(i), "--output-len", str(o), "--max-concurrency", str(c)], {"total": tok_s})
+      for w, n, i, o, c, tok_s in [
+          ("fp8", 8, 1024, 1024, 1, 97.3), ("fp8", 8, 1024, 1024, 64, 2285.9),
+          ("fp8", 8, 128, 2048, 1, 100.9), ("fp8", 8, 128, 2048, 64, 3145.1),
+          ("mxfp4", 4, 1024, 1024, 1, 130.0), ("mxfp4", 4, 1024, 1024, 64, 2614.6),
+          ("mxfp4", 4, 128, 2048, 1, 131.2), ("mxfp4", 4, 128, 2048, 64, 2900.0)]],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
