@@ -55,6 +55,27 @@ MEASURED = [
           ("fp8", 8, 128, 2048, 1, 100.9), ("fp8", 8, 128, 2048, 64, 3145.1),
           ("mxfp4", 4, 1024, 1024, 1, 130.0), ("mxfp4", 4, 1024, 1024, 64, 2614.6),
           ("mxfp4", 4, 128, 2048, 1, 131.2), ("mxfp4", 4, 128, 2048, 64, 2900.0)]],
+    # ATOM's nightly benchmarks on MI355X (the dashboard data of ROCm/ATOM's gh-pages branch,
+    # benchmark-dashboard/data.js, the latest run of each cell, 2026-05-12 to 05-24): output tok/s of random prompts, 1,024
+    # out, at concurrency 4 to 256. MTP3 (3 draft tokens) is planned with the acceptance ATOM's GSM8K
+    # runs report (3.01 tokens a forward for FP8, 2.93 for MXFP4); the throughput runs' own is not
+    # published.
+    *[(f"{n} x MI355X, {label}, ATOM TP {n}, {i} in / 1024 out, concurrency {c}",
+       ["--model", model, "--weights", w, "--hardware", "mi355x", "--devices", str(n), "--tp", str(n),
+        "--input-len", str(i), "--output-len", "1024", "--max-concurrency", str(c),
+        *(["--speculative", spec, "--num-draft-tokens", "3"] if spec else [])], {"total": tok_s})
+      for label, model, w, n, spec, i, by_concurrency in [
+          ("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, "", 1024, [294.48, 1165.31, 3376.81, 6586.61]),
+          ("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, "", 8192, [315.47, 917.33, 1769.01, 2565.36]),
+          ("DeepSeek-R1 MXFP4", "deepseek-v3", "mxfp4", 4, "", 1024, [409.42, 1096.76, 2739.31, 5671.51]),
+          ("DeepSeek-R1 MXFP4", "deepseek-v3", "mxfp4", 4, "", 8192, [389.53, 841.56, 1549.65, 2043.17]),
+          ("Kimi K2.5 MXFP4", "kimi-k2", "mxfp4", 4, "", 1024, [434.37, 1120.64, 2448.74, 5207.17]),
+          ("Kimi K2.5 MXFP4", "kimi-k2", "mxfp4", 4, "", 8192, [381.95, 878.19, 1558.16, 2212.39]),
+          ("DeepSeek-R1 FP8, MTP3", "deepseek-v3", "fp8", 8, "mtp:3.01", 1024, [539.08, 1623.14, 3393.34, 7062.86]),
+          ("DeepSeek-R1 FP8, MTP3", "deepseek-v3", "fp8", 8, "mtp:3.01", 8192, [566.82, 1193.02, 2109.34, 3014.39]),
+          ("DeepSeek-R1 MXFP4, MTP3", "deepseek-v3", "mxfp4", 4, "mtp:2.93", 1024, [609.58, 1574.44, 3527.85, 6168.45]),
+          ("DeepSeek-R1 MXFP4, MTP3", "deepseek-v3", "mxfp4", 4, "mtp:2.93", 8192, [570.20, 1142.23, 1900.71, 2387.31])]
+      for c, tok_s in zip([4, 16, 64, 256], by_concurrency)],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
