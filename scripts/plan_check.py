@@ -76,6 +76,13 @@ MEASURED = [
           ("DeepSeek-R1 MXFP4, MTP3", "deepseek-v3", "mxfp4", 4, "mtp:2.93", 1024, [609.58, 1574.44, 3527.85, 6168.45]),
           ("DeepSeek-R1 MXFP4, MTP3", "deepseek-v3", "mxfp4", 4, "mtp:2.93", 8192, [570.20, 1142.23, 1900.71, 2387.31])]
       for c, tok_s in zip([4, 16, 64, 256], by_concurrency)],
+    # The same runs' mean TTFT of 8,192-token prompts at concurrency 4 (its lowest), in s.
+    *[(f"{n} x MI355X, {label}, ATOM TP {n}, 8192 in, TTFT at concurrency 4",
+       ["--model", model, "--weights", w, "--hardware", "mi355x", "--devices", str(n), "--tp", str(n),
+        "--prompt-len", "8192"], {"ttft": ttft_ms / 1000})
+      for label, model, w, n, ttft_ms in [("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, 294.86),
+                                          ("DeepSeek-R1 MXFP4", "deepseek-v3", "mxfp4", 4, 322.63),
+                                          ("Kimi K2.5 MXFP4", "kimi-k2", "mxfp4", 4, 313.63)]],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
