@@ -57,12 +57,13 @@ MEASURED = [
           ("mxfp4", 4, 128, 2048, 1, 131.2), ("mxfp4", 4, 128, 2048, 64, 2900.0)]],
     # ATOM's nightly benchmarks on MI355X (the dashboard data of ROCm/ATOM's gh-pages branch,
     # benchmark-dashboard/data.js, the latest run of each cell, 2026-05-12 to 05-24): output tok/s of random prompts, 1,024
-    # out, at concurrency 4 to 256. MTP3 (3 draft tokens) is planned with the acceptance ATOM's GSM8K
+    # out, at concurrency 4 to 256, with the latent cache in FP8 (the catalog's kv_cache_dtype,
+    # .github/benchmark/models.json). MTP3 (3 draft tokens) is planned with the acceptance ATOM's GSM8K
     # runs report (3.01 tokens a forward for FP8, 2.93 for MXFP4); the throughput runs' own is not
     # published.
     *[(f"{n} x MI355X, {label}, ATOM TP {n}, {i} in / 1024 out, concurrency {c}",
        ["--model", model, "--weights", w, "--hardware", "mi355x", "--devices", str(n), "--tp", str(n),
-        "--input-len", str(i), "--output-len", "1024", "--max-concurrency", str(c),
+        "--kv-cache-dtype", "fp8", "--input-len", str(i), "--output-len", "1024", "--max-concurrency", str(c),
         *(["--speculative", spec, "--num-draft-tokens", "3"] if spec else [])], {"total": tok_s})
       for label, model, w, n, spec, i, by_concurrency in [
           ("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, "", 1024, [294.48, 1165.31, 3376.81, 6586.61]),
@@ -79,7 +80,7 @@ MEASURED = [
     # The same runs' mean TTFT of 8,192-token prompts at concurrency 4 (its lowest), in s.
     *[(f"{n} x MI355X, {label}, ATOM TP {n}, 8192 in, TTFT at concurrency 4",
        ["--model", model, "--weights", w, "--hardware", "mi355x", "--devices", str(n), "--tp", str(n),
-        "--prompt-len", "8192"], {"ttft": ttft_ms / 1000})
+        "--kv-cache-dtype", "fp8", "--prompt-len", "8192"], {"ttft": ttft_ms / 1000})
       for label, model, w, n, ttft_ms in [("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, 294.86),
                                           ("DeepSeek-R1 MXFP4", "deepseek-v3", "mxfp4", 4, 322.63),
                                           ("Kimi K2.5 MXFP4", "kimi-k2", "mxfp4", 4, 313.63)]],

@@ -14,7 +14,7 @@ namespace mlaserve {
 namespace {
 
 struct PlanOptions {
-  std::string model = "kimi-k3", weights = "native", hardware = "mi355x", hardware_file, measured_file;
+  std::string model = "kimi-k3", weights = "native", kv_cache_dtype = "bf16", hardware = "mi355x", hardware_file, measured_file;
   int64_t devices = 8, devices_per_node = 0, tp = 0, context = 8192, concurrency = 1;
   double measured_tok_s = 0, price = 0, inter_node_gb_s = 0;
   int64_t input_len = 1024, output_len = 400, prompt_len = 0, max_concurrency = 0;
@@ -45,6 +45,7 @@ void run_plan(const PlanOptions& options) {
   PlanInput input;
   input.model = load_model_spec(options.model);
   input.weights = options.weights;
+  input.kv_cache_dtype = options.kv_cache_dtype;
   input.hardware = options.hardware == "this-cpu" ? this_cpu_hardware() : find_hardware(options.hardware, options.hardware_file);
   if (options.inter_node_gb_s > 0) input.hardware.inter_node_gb_s = options.inter_node_gb_s;
   input.devices = options.devices;
@@ -79,6 +80,9 @@ void add_plan_command(CLI::App& app) {
   std::string hardware_names;
   for (const Hardware& hardware : builtin_hardware())
     hardware_names += (hardware_names.empty() ? "" : " | ") + hardware.name;
+  cmd->add_option("--kv-cache-dtype", options->kv_cache_dtype,
+                  "bf16 | fp8 | fp32: the deployment's latent cache (vLLM's, SGLang's and ATOM's --kv-cache-dtype fp8 halves it)")
+      ->capture_default_str();
   cmd->add_option("--hardware", options->hardware,
                   hardware_names + " | this-cpu (this machine, probed), or a --hardware-file entry (--dump-catalog prints the catalog)")
       ->capture_default_str();

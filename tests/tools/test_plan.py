@@ -181,6 +181,28 @@ def test_bad_speculative_values_are_refused(binary, args, message):
     assert bad.returncode == 1 and message in bad.stderr
 
 
+def test_the_cache_dtype_sets_the_latent_bytes(binary):
+    """--kv-cache-dtype fp8 (as vLLM, SGLang and ATOM deploy) stores a latent value in one byte, fp32 in
+    four: the bytes a token, the tokens the free memory holds and a decode step's cache read follow
+    (DeepSeek-V3: its cache is all latent); Kimi K3's KDA state does not."""
+    base = ["--model", "deepseek-v3", "--hardware", "mi355x", "--devices", "8"]
+    out = {dtype: plan(binary, *base, "--kv-cache-dtype", dtype) for dtype in ("bf16", "fp8", "fp32")}
+    latent = out["bf16"]["kv_bytes_per_token"] // 2
+    assert latent == out["bf16"]["layers"]["mla"] * (512 + 64)
+    for dtype, size in (("fp8", 1), ("fp32", 4)):
+        assert out[dtype]["kv_cache_dtype"] == dtype
+        assert out[dtype]["kv_bytes_per_token"] == latent * size
+        assert out[dtype]["max_kv_tokens"] == pytest.approx(out["bf16"]["max_kv_tokens"] * 2 / size, rel=1e-6)
+        step, bf16_step = out[dtype]["predicted"]["decode_step_s"], out["bf16"]["predicted"]["decode_step_s"]
+        assert step["cache"] == pytest.approx(bf16_step["cache"] * size / 2, rel=1e-12)
+        assert step["weights"] == bf16_step["weights"]
+    k3 = ["--model", "kimi-k3", "--hardware", "mi355x", "--devices", "8"]
+    state = {dtype: plan(binary, *k3, "--kv-cache-dtype", dtype)["state_bytes_per_sequence"] for dtype in ("bf16", "fp8")}
+    assert state["fp8"] == state["bf16"] > 0
+    bad = subprocess.run([binary, "plan", *base, "--kv-cache-dtype", "int4"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "--kv-cache-dtype must be bf16, fp8 or fp32" in bad.stderr
+
+
 def test_time_to_first_token(binary):
     """12 heads a rank: the padded kernel and the generic one; 16 a rank: no choice to make."""
     k3 = plan(binary, "--model", "kimi-k3", "--hardware", "mi355x", "--prompt-len", "172000")["predicted"]

@@ -14,6 +14,14 @@ namespace {
 constexpr double kGB = 1e9;
 
 double linear_params(const ParamCounts& p) { return double(p.attention + p.dense_mlp + p.shared_experts); }
+
+// Bytes of one latent-cache value in the deployment's --kv-cache-dtype.
+int64_t kv_value_bytes(const std::string& dtype) {
+  if (dtype == "bf16") return 2;
+  if (dtype == "fp8") return 1;
+  if (dtype == "fp32") return 4;
+  fail("--kv-cache-dtype must be bf16, fp8 or fp32, not '{}'", dtype);
+}
 double bf16_params(const ParamCounts& p) { return double(p.embedding + p.lm_head + p.moe_other + p.norms); }
 
 // Free bytes for cache over all devices, and the cache cost of one sequence of `context`
@@ -106,7 +114,7 @@ Plan make_plan(const PlanInput& raw_input) {
   const double routed_active = double(m.moe_layers * m.experts_per_token * m.params_per_expert);
   plan.active_weight_bytes = routed_active * plan.format.routed_expert + linear_params(p) * plan.format.linear +
                              double(p.lm_head > 0 ? p.lm_head : p.embedding) * 2 + double(p.moe_other + p.norms) * 2;
-  plan.kv_bytes_per_token = m.kv_bytes_per_token(2);
+  plan.kv_bytes_per_token = m.kv_bytes_per_token(kv_value_bytes(in.kv_cache_dtype));
   plan.state_bytes_per_sequence = m.recurrent_state_bytes_per_sequence() + m.conv_state_bytes_per_sequence();
   const CacheBudget budget = cache_budget(plan, in.devices, in.context);
   plan.fits = budget.free_bytes >= budget.bytes_per_sequence * double(in.concurrency);
@@ -150,7 +158,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   const ParamCounts& p = m.params;
   nlohmann::json out = {
       {"model", m.name}, {"family", m.family}, {"weights", plan.format.format}, {"hardware", in.hardware.name}, {"hardware_note", in.hardware.note},
-      {"devices", in.devices}, {"devices_per_node", in.devices_per_node}, {"tp", in.tp}, {"context", in.context},
+      {"kv_cache_dtype", in.kv_cache_dtype}, {"devices", in.devices}, {"devices_per_node", in.devices_per_node}, {"tp", in.tp}, {"context", in.context},
       {"concurrency", in.concurrency}, {"total_params", p.total()}, {"active_params", m.active_params},
       {"params", {{"embedding", p.embedding}, {"lm_head", p.lm_head}, {"attention", p.attention}, {"dense_mlp", p.dense_mlp},
                   {"routed_experts", p.routed_experts}, {"shared_experts", p.shared_experts}, {"moe_other", p.moe_other},
@@ -188,7 +196,8 @@ std::string plan_to_table(const Plan& plan) {
   row(out, "Layers (MLA / KDA):", fmt::format("{} / {}", m.mla_layers, m.kda_layers));
   row(out, "Weight bytes:", fmt::format("{:.1f} GB ({:.1f} GiB); {:.2f} GB read per token", plan.weight_bytes / 1e9,
                                         plan.weight_bytes / double(1ull << 30), plan.active_weight_bytes / 1e9));
-  row(out, "KV bytes per token (MLA latent, bf16):", fmt::format("{} ({:.1f} KB)", plan.kv_bytes_per_token, plan.kv_bytes_per_token / 1e3));
+  row(out, fmt::format("KV bytes per token (MLA latent, {}):", in.kv_cache_dtype),
+      fmt::format("{} ({:.1f} KB)", plan.kv_bytes_per_token, plan.kv_bytes_per_token / 1e3));
   row(out, "State bytes per sequence (KDA):", fmt::format("{:.1f} MiB", plan.state_bytes_per_sequence / double(1 << 20)));
   row(out, "Weights / comm per token, per rank:", fmt::format("{:.1f} GB / {:.2f} MB", plan.weight_bytes_per_rank / 1e9,
                                                              plan.comm_bytes_per_token_per_rank / 1e6));
