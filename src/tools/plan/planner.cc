@@ -14,6 +14,7 @@ namespace {
 constexpr double kGB = 1e9;
 
 double linear_params(const ParamCounts& p) { return double(p.attention + p.dense_mlp + p.shared_experts); }
+double bf16_params(const ParamCounts& p) { return double(p.embedding + p.lm_head + p.moe_other + p.norms); }
 
 // Bytes of one latent-cache value in the deployment's --kv-cache-dtype.
 int64_t kv_value_bytes(const std::string& dtype) {
@@ -22,7 +23,6 @@ int64_t kv_value_bytes(const std::string& dtype) {
   if (dtype == "fp32") return 4;
   fail("--kv-cache-dtype must be bf16, fp8 or fp32, not '{}'", dtype);
 }
-double bf16_params(const ParamCounts& p) { return double(p.embedding + p.lm_head + p.moe_other + p.norms); }
 
 // Free bytes for cache over all devices, and the cache cost of one sequence of `context`
 // tokens: the MLA latent is replicated on every attention-TP rank, KDA state split by heads.

@@ -14,7 +14,7 @@ namespace mlaserve {
 struct PlanInput {
   ModelSpec model;
   std::string weights = "native";  // native | bf16 | fp8 | int4[:group] | mxfp4
-  std::string kv_cache_dtype = "bf16";  // bf16 | fp8 | fp32: a latent value in the deployment's cache
+  std::string kv_cache_dtype = "bf16";  // bf16 | fp8 | fp32: a value of the deployment's latent cache
   Hardware hardware;
   int64_t devices = 8;             // total
   int64_t devices_per_node = 0;    // 0: the hardware's
