@@ -84,6 +84,15 @@ MEASURED = [
       for label, model, w, n, ttft_ms in [("DeepSeek-R1 FP8", "deepseek-v3", "fp8", 8, 294.86),
                                           ("DeepSeek-R1 MXFP4", "deepseek-v3", "mxfp4", 4, 322.63),
                                           ("Kimi K2.5 MXFP4", "kimi-k2", "mxfp4", 4, 313.63)]],
+    # InferenceX's TensorRT-LLM runs (1.1.0rc2.post2, TP 8 with experts over 8, 2025-12-15) of
+    # DeepSeek-R1 FP8 at 1,024 in / 1,024 out, output tok/s (output_tput_per_gpu x 8), from the API
+    # snapshot in SemiAnalysisAI/InferenceX-app (packages/app/cypress/fixtures/api/benchmarks.json).
+    *[(f"8 x {hw.upper()}, DeepSeek-R1 FP8, TensorRT-LLM TP 8 EP 8, 1024 in / 1024 out, concurrency {c}",
+       ["--model", "deepseek-v3", "--weights", "fp8", "--hardware", hw, "--devices", "8", "--input-len", "1024",
+        "--output-len", "1024", "--max-concurrency", str(c)], {"total": 8 * per_gpu})
+      for hw, by_concurrency in [("b200", {4: 32.760, 8: 62.209, 16: 101.911, 32: 171.664}),
+                                 ("h200", {4: 34.337, 8: 58.882, 16: 93.801, 32: 148.142, 64: 228.305})]
+      for c, per_gpu in by_concurrency.items()],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
