@@ -93,6 +93,11 @@ MEASURED = [
       for hw, by_concurrency in [("b200", {4: 32.760, 8: 62.209, 16: 101.911, 32: 171.664}),
                                  ("h200", {4: 34.337, 8: 58.882, 16: 93.801, 32: 148.142, 64: 228.305})]
       for c, per_gpu in by_concurrency.items()],
+    # The same snapshot's SGLang v0.5.9 runs of DeepSeek-R1 MXFP4 at TP 4 on MI355X (2026-02-27).
+    *[(f"4 x MI355X, DeepSeek-R1 MXFP4, SGLang TP 4, 1024 in / 1024 out, concurrency {c}",
+       ["--model", "deepseek-v3", "--weights", "mxfp4", "--hardware", "mi355x", "--devices", "4", "--tp", "4",
+        "--input-len", "1024", "--output-len", "1024", "--max-concurrency", str(c)], {"total": 4 * per_gpu})
+      for c, per_gpu in {4: 89.889, 8: 156.389, 16: 255.105, 32: 393.358, 64: 582.221}.items()],
     # All requests sent at once (vllm bench serve, request rate unbounded): prefill-bound runs.
     ("8 x H200, DeepSeek-R1-0528 FP8, vLLM 0.11 TP 8, 100 requests of 32,000 in / 100 out (GPUStack performance lab)",
      ["--model", "deepseek-v3", "--hardware", "h200", "--devices", "8", "--input-len", "32000", "--output-len", "100",
