@@ -167,6 +167,22 @@ def test_an_eagle_draft_costs_a_layer_and_the_lm_head_per_token(binary):
     assert draft_s == pytest.approx(3 * forward, rel=1e-9)
 
 
+def test_an_mtp_draft_costs_a_layer_and_its_head_per_token(binary):
+    """DeepSeek-V3 on 8 x MI355X, one stream, MTP drafting 2 tokens: per draft token a target
+    layer's share of the plain step, and the module's eh_proj (2 x 7168 x 7168) with the shared LM
+    head (129,280 x 7168), bf16, read at the catalog's bandwidth, and 9 kernels (two input norms,
+    eh_proj and a step's six)."""
+    base = ["--model", "deepseek-v3", "--hardware", "mi355x", "--devices", "8", "--max-concurrency", "1"]
+    mtp = plan(binary, *base, "--speculative", "mtp", "--num-draft-tokens", "2")["predicted"]
+    plain = plan(binary, *base)["predicted"]
+    hw = catalog(binary, "mi355x")
+    hidden, vocab = 7168, 129280
+    head = (2 * hidden**2 + vocab * hidden) * 2 / (8 * hw["bandwidth_gb_s"] * 1e9 * hw["bandwidth_efficiency"])
+    head += 9 * hw["kernel_overhead_us"] * 1e-6
+    layer = plain["decode_step_s"]["total"] / 61
+    assert mtp["speculative"]["draft_s"] == pytest.approx(2 * (layer + head), rel=1e-9)
+
+
 @pytest.mark.parametrize("args, message", [(["--speculative", "ngram"], "needs a mean acceptance length"),
                                            (["--speculative", "eagle"], "needs a mean acceptance length"),
                                            (["--speculative", "dspark:9"], "must be 1 to 8"),

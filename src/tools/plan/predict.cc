@@ -201,16 +201,21 @@ double draft_layer_params(const ModelSpec& m, int64_t layers) {
 
 // Drafting's seconds a step. A block draft (DFlash, DSpark): one forward of its dense layers for
 // the whole block. An EAGLE draft: one dense layer and an LM head over the target's vocabulary,
-// a forward per draft token. MTP: one target-sized layer per draft token. Prompt lookup: nothing.
+// a forward per draft token. MTP, per draft token: a target-sized layer, and around it the
+// module's eh_proj (2 h x h) and the shared LM head, with its two input norms, eh_proj and a
+// step's kernels. Prompt lookup: nothing.
 double draft_seconds(const Plan& plan, const SpeculativeSpec& spec, double sequences, double context) {
   const ModelSpec& m = plan.input.model;
   const double replica_sequences = std::ceil(sequences / layout_of(plan).replicas);
   const double layer_kernels = kMlaKernels + kDenseMlpKernels;
   if (spec.method == "ngram") return 0;
-  if (spec.method == "mtp")
-    return double(spec.draft_tokens) * decode_step(plan, sequences, 1, context).total() / double(m.num_layers);
+  const double lm_head = double(m.params.lm_head > 0 ? m.params.lm_head : m.params.embedding);
+  if (spec.method == "mtp") {
+    const double hidden = double(m.hidden_size);
+    const double head = draft_forward_seconds(plan, 2 * hidden * hidden + lm_head, replica_sequences, 3 + kStepKernels);
+    return double(spec.draft_tokens) * (decode_step(plan, sequences, 1, context).total() / double(m.num_layers) + head);
+  }
   if (spec.method == "eagle") {
-    const double lm_head = double(m.params.lm_head > 0 ? m.params.lm_head : m.params.embedding);
     const double params = draft_layer_params(m, spec.draft_layers) + lm_head;
     return double(spec.draft_tokens) * draft_forward_seconds(plan, params, replica_sequences, layer_kernels + kStepKernels);
   }
