@@ -1,5 +1,7 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "grammar/matcher.h"
 
@@ -73,14 +75,72 @@ int32_t GrammarBuilder::repeat(const std::string& name, const Sequence& body, in
   return rule(name, {required});
 }
 
+namespace {
+
+// Which rules can match the empty string: those with an alternative of such rules only.
+std::vector<bool> nullable_rules(const std::vector<std::vector<Sequence>>& rules) {
+  std::vector<bool> nullable(rules.size(), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t rule = 0; rule < rules.size(); ++rule) {
+      if (nullable[rule]) continue;
+      for (const Sequence& sequence : rules[rule])
+        if (std::all_of(sequence.begin(), sequence.end(), [&](const Item& item) { return item.rule >= 0 && nullable[size_t(item.rule)]; }))
+          nullable[rule] = changed = true;
+    }
+  }
+  return nullable;
+}
+
+// Throws Error naming a rule that reaches itself without consuming a byte (left recursion,
+// direct or through rules that match the empty string), which no matcher could expand.
+void check_no_empty_cycles(const std::vector<std::vector<Sequence>>& rules, const std::vector<std::string>& names) {
+  const std::vector<bool> nullable = nullable_rules(rules);
+  std::vector<std::vector<int32_t>> leading(rules.size());  // rules reached before any byte
+  for (size_t rule = 0; rule < rules.size(); ++rule)
+    for (const Sequence& sequence : rules[rule])
+      for (const Item& item : sequence) {
+        if (item.rule < 0) break;
+        leading[rule].push_back(item.rule);
+        if (!nullable[size_t(item.rule)]) break;
+      }
+  enum : uint8_t { kUnseen, kOnPath, kDone };
+  std::vector<uint8_t> state(rules.size(), kUnseen);
+  std::vector<std::pair<int32_t, size_t>> path;  // depth-first, without recursion
+  for (size_t start = 0; start < rules.size(); ++start) {
+    if (state[start] != kUnseen) continue;
+    path.emplace_back(int32_t(start), 0);
+    state[start] = kOnPath;
+    while (!path.empty()) {
+      auto& [rule, next] = path.back();
+      if (next == leading[size_t(rule)].size()) {
+        state[size_t(rule)] = kDone;
+        path.pop_back();
+        continue;
+      }
+      const int32_t child = leading[size_t(rule)][next++];
+      MLA_CHECK(state[size_t(child)] != kOnPath, "grammar rule '{}' reaches itself without consuming a byte",
+                names[size_t(child)]);
+      if (state[size_t(child)] == kUnseen) {
+        state[size_t(child)] = kOnPath;
+        path.emplace_back(child, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Grammar GrammarBuilder::build(int32_t root) && {
   Grammar grammar;
   grammar.root = root;
   grammar.masks = std::make_shared<MaskCache>();
   grammar.names = names_;
   grammar.alternatives.resize(rules_.size());
-  for (size_t rule = 0; rule < rules_.size(); ++rule) {
+  for (size_t rule = 0; rule < rules_.size(); ++rule)
     MLA_CHECK(defined_[rule], "grammar rule '{}' is used but never defined", names_[rule]);
+  check_no_empty_cycles(rules_, names_);
+  for (size_t rule = 0; rule < rules_.size(); ++rule) {
     for (const Sequence& sequence : rules_[rule]) {
       grammar.alternatives[rule].push_back(int32_t(grammar.elements.size()));
       for (const Item& item : sequence) {

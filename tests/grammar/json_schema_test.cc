@@ -98,6 +98,16 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
                              R"({"type": "array", "maxItems": 1e21})", R"({"type": "array", "minItems": -1})",
                              R"({"type": "string", "minLength": 2.5})", R"({"type": 5})", R"({"properties": 5})"})
     EXPECT_THROW(json_schema_grammar(ojson::parse(schema)), Error) << schema;
+  // A $ref cycle that reads nothing between its turns has no text to match: refused by the rule.
+  for (const char* schema : {R"({"$ref": "#"})", R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+                             R"({"$defs": {"node": {"type": "object"}}, "$ref": "#"})"}) {
+    try {
+      json_schema_grammar(ojson::parse(schema));
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rule 'ref #"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Each character of JSON's alphabet (as a byte-level BPE vocabulary has every byte), then tokens

@@ -215,6 +215,9 @@ TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
                           hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}})"),
             "response_format");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,  // a $ref cycle: no text to match, refused at parse time
+                          hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}}})"),
+            "response_format");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "guided_regex": "a+"})"), "guided_regex");
 }
 
