@@ -68,9 +68,14 @@ bool Scheduler::ensure_decode_slot(Sequence* seq) {
 int64_t Scheduler::prefill_count(const Sequence* seq, int64_t budget) const {
   const int64_t known = int64_t(seq->tokens.size()), block = blocks_.block_size();
   int64_t end = std::min(known, seq->n_computed + budget);
-  // Recurrent state: a chunk that does not finish the prompt ends on a block boundary, where
-  // the engine can keep a snapshot (unless the budget is smaller than a block).
-  if (config_.recurrent_state && end < known && config_.chunked_prefill_size >= block) end = end / block * block;
+  // Recurrent state: a chunk ends on a block boundary, where the engine can keep a snapshot
+  // (unless the budget is smaller than a block), when it does not finish the prompt and at the
+  // prompt's last whole block, so that a request extending this prompt (a conversation's next
+  // turn) resumes there; the prompt's last few tokens follow in the next step.
+  if (config_.recurrent_state && config_.chunked_prefill_size >= block) {
+    const int64_t boundary = end / block * block;
+    if (end < known || boundary > seq->n_computed) end = boundary;
+  }
   return std::max<int64_t>(0, end - seq->n_computed);
 }
 

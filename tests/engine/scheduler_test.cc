@@ -139,5 +139,30 @@ TEST(Scheduler, RecurrentStateSlotsBoundariesAndRestores) {
   EXPECT_GE(again.state_slot, 0);
 }
 
+// A recurrent model's prompt stops at its last whole block, where the engine keeps a snapshot
+// for a longer prompt to resume from (a conversation's next turn), then finishes in the next
+// step; a prompt of whole blocks finishes at once.
+TEST(Scheduler, RecurrentPromptsStopAtTheirLastWholeBlock) {
+  BlockManager blocks(64, 4);
+  SchedulerConfig config{2, 64};
+  config.recurrent_state = true;
+  Scheduler scheduler(config, blocks);
+  Sequence a = make_sequence(0, 23), b = make_sequence(1, 12);
+  scheduler.add(&a);
+  scheduler.add(&b);
+  auto plan = scheduler.schedule();
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].n_tokens, 20);
+  EXPECT_FALSE(plan[0].needs_logits);
+  EXPECT_EQ(plan[1].n_tokens, 12);
+  EXPECT_TRUE(plan[1].needs_logits);
+  run(scheduler, plan);
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].start, 20);
+  EXPECT_EQ(plan[0].n_tokens, 3);
+  EXPECT_TRUE(plan[0].needs_logits);
+}
+
 }  // namespace
 }  // namespace mlaserve
