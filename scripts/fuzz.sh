@@ -32,6 +32,7 @@ for target in "${targets[@]}"; do
   rm -f fuzz-*.log
   dict=../fuzz/json.dict
   [[ $target == chat_template ]] && dict=../fuzz/jinja.dict
+  [[ $target == kimi_k3_output ]] && dict=../fuzz/xtml.dict
   [[ $target == tiktoken || $target == tokenizer_encode || $target == chat_output ]] && dict=""
   parallel=()
   ((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")

@@ -34,7 +34,7 @@ std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer
   if (options.chat) {
     ChatInput input;
     input.messages.push_back({{"role", "user"}, {"content", options.prompt}});
-    return tokenizer.encode(ChatTemplate::load(options.model_dir, tokenizer, options.chat_template).render(input));
+    return ChatTemplate::load(options.model_dir, tokenizer, options.chat_template).encode(input, tokenizer);
   }
   return tokenizer.encode_prompt(options.prompt);
 }

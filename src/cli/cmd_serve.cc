@@ -32,7 +32,7 @@ int64_t available_memory_bytes() {
 }
 
 struct ServeOptions {
-  std::string model_dir, chat_template, kv_dtype = "bf16", mla_prefill = "auto";
+  std::string model_dir, chat_template, kv_dtype = "bf16", mla_prefill = "auto", kimi_k3_prompt = "channel";
   double kv_cache_gb = 0, kv_cache_fraction = 0.25;
   int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30, state_snapshots = -1;
   SchedulerConfig scheduler;
@@ -126,7 +126,7 @@ void serve(const ServeOptions& options) {
   std::optional<ChatTemplate> chat_template;
   if (!follower) {
     tokenizer = Tokenizer::load(options.model_dir);
-    chat_template = ChatTemplate::load(options.model_dir, *tokenizer, options.chat_template);
+    chat_template = ChatTemplate::load(options.model_dir, *tokenizer, options.chat_template, options.kimi_k3_prompt == "channel");
     spdlog::info("chat template: {}", chat_template->origin());
   }
   spdlog::info("loading model from '{}'", options.model_dir);
@@ -200,15 +200,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", options->chat_template,
                   "Jinja chat template file to render chat requests with (default: the checkpoint's "
                   "chat_template.jinja or tokenizer_config.json chat_template)");
+  cmd->add_option("--kimi-k3-prompt", options->kimi_k3_prompt,
+                  "Kimi K3's generation prompt: channel (opens the think or response channel, as the checkpoint's "
+                  "encoding_k3.py) or message (opens only the assistant message, as Moonshot's API)")
+      ->check(CLI::IsMember({"channel", "message"}))
+      ->capture_default_str();
   cmd->add_option("--tool-parser", options->server.tool_parser,
                   "tool-call format parsed from chat output: auto (the chat template's), none, deepseek_v3, "
-                  "deepseek_v31, kimi_k2")
-      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "kimi_k2"}))
+                  "deepseek_v31, kimi_k2, kimi_k3")
+      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "kimi_k2", "kimi_k3"}))
       ->capture_default_str();
   cmd->add_option("--reasoning-parser", options->server.reasoning_parser,
-                  "<think> blocks split into reasoning_content: auto (when the chat template writes them), none, "
-                  "deepseek_r1, deepseek_v3, kimi_k2")
-      ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "deepseek_v3", "kimi_k2"}))
+                  "reasoning split into reasoning_content: auto (<think> blocks when the chat template writes them, "
+                  "K3's think channel with K3's format), none, deepseek_r1, deepseek_v3, kimi_k2, kimi_k3")
+      ->check(CLI::IsMember({"auto", "none", "deepseek_r1", "deepseek_v3", "kimi_k2", "kimi_k3"}))
       ->capture_default_str();
   cmd->add_option("--allowed-origins", options->server.allowed_origins,
                   "CORS: browser origins allowed to call the API (\"*\": any; default: none)")

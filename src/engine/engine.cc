@@ -251,13 +251,17 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
   return handle;
 }
 
-// The tokens' bytes for constrained decoding, made at the first request that needs them: special
-// tokens write nothing (a grammar never allows them), the end-of-sequence ones end it.
+// The tokens' bytes for constrained decoding, made at the first request that needs them, as
+// grammars spell them (grammar::token_spelling): only a grammar that names a special token allows
+// it; the end-of-sequence tokens end a grammar and write nothing.
 std::shared_ptr<const grammar::Vocabulary> Engine::grammar_vocabulary() {
   std::call_once(grammar_vocabulary_once_, [this] {
     std::vector<std::string> token_bytes(size_t(model_config_.vocab_size));
-    for (int32_t id = 0; id < int32_t(token_bytes.size()); ++id)
-      if (!tokenizer_.is_special(id)) token_bytes[size_t(id)] = tokenizer_.decode(std::span(&id, 1), false);
+    for (int32_t id = 0; id < int32_t(token_bytes.size()); ++id) {
+      const std::string text = tokenizer_.decode(std::span(&id, 1), false);
+      const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+      if (!eos) token_bytes[size_t(id)] = grammar::token_spelling(text, tokenizer_.is_special(id));
+    }
     grammar_vocabulary_ = std::make_shared<const grammar::Vocabulary>(token_bytes, eos_ids_);
   });
   return grammar_vocabulary_;

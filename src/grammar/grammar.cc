@@ -55,6 +55,34 @@ Sequence GrammarBuilder::join(std::initializer_list<Sequence> parts) {
   return out;
 }
 
+std::vector<Sequence> GrammarBuilder::utf8_character(const ByteSet& ascii) {
+  Item plain;
+  plain.bytes = ascii;
+  for (int value = 0x80; value < 0x100; ++value) plain.bytes.reset(size_t(value));
+  const Item tail = range(0x80, 0xbf);
+  Item e1_ec_ee_ef = range(0xe1, 0xef);
+  e1_ec_ee_ef.bytes.reset(0xed);
+  return {{plain},
+          {range(0xc2, 0xdf), tail},
+          {byte(0xe0), range(0xa0, 0xbf), tail},
+          {e1_ec_ee_ef, tail, tail},
+          {byte(0xed), range(0x80, 0x9f), tail},
+          {byte(0xf0), range(0x90, 0xbf), tail, tail},
+          {range(0xf1, 0xf3), tail, tail, tail},
+          {byte(0xf4), range(0x80, 0x8f), tail, tail}};
+}
+
+std::string special_token_spelling(std::string_view content) {
+  std::string spelling(1, '\xff');
+  spelling.append(content);
+  return spelling;
+}
+
+std::string token_spelling(std::string_view text, bool special) {
+  if (special) return special_token_spelling(text);
+  return text.find('\xff') == std::string_view::npos ? std::string(text) : std::string();
+}
+
 // min copies of body, then either a right-recursive tail (unbounded) or a chain of nested
 // optional copies: tail_k ::= body tail_(k-1) | empty.
 int32_t GrammarBuilder::repeat(const std::string& name, const Sequence& body, int min, int max) {

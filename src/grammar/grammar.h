@@ -51,6 +51,9 @@ class GrammarBuilder {
   static Sequence literal(std::string_view text);
   // Sequence concatenation.
   static Sequence join(std::initializer_list<Sequence> parts);
+  // One UTF-8 character as RFC 3629 defines it (no overlong forms, no surrogates, nothing past
+  // U+10FFFF): one of the `ascii` bytes, or a multi-byte sequence.
+  static std::vector<Sequence> utf8_character(const ByteSet& ascii);
   // body repeated min..max times (max < 0: unbounded). body must consume at least one byte.
   int32_t repeat(const std::string& name, const Sequence& body, int min, int max);
   int32_t optional(const std::string& name, const Sequence& body) { return repeat(name, body, 0, 1); }
@@ -63,6 +66,14 @@ class GrammarBuilder {
   std::vector<std::vector<Sequence>> rules_;
   std::vector<bool> defined_;
 };
+
+// A special token as grammars spell it: 0xFF, a byte no UTF-8 text holds, then its text; so a
+// grammar can ask for the token itself and never for ordinary tokens that merely spell its text.
+std::string special_token_spelling(std::string_view content);
+// A token as the vocabulary a matcher walks spells it (engine.cc): a special token as above; an
+// ordinary token that holds 0xFF (a byte-level piece no UTF-8 text holds) as nothing, so that no
+// run of ordinary tokens spells a special token.
+std::string token_spelling(std::string_view text, bool special);
 
 // Exactly one of `choices` (vLLM's guided_choice); throws Error when there is none.
 Grammar choice_grammar(const std::vector<std::string>& choices);

@@ -27,62 +27,28 @@ Item set_of(std::string_view bytes) {
   return item;
 }
 
-class JsonGrammar {
- public:
-  explicit JsonGrammar(const ojson& root);
-  int32_t any_object() const { return object_; }
-  int32_t schema_rule(const ojson& schema, const std::string& where);
-  Grammar build(int32_t root) && { return std::move(builder_).build(root); }
+}  // namespace
 
- private:
-  void add_primitives();
-  int32_t typed(const ojson& schema, const std::string& type, const std::string& where);
-  int32_t object_rule(const ojson& schema, const std::string& where);
-  int32_t array_rule(const ojson& schema, const std::string& where);
-  int32_t string_rule(const ojson& schema, const std::string& where);
-  int32_t number_rule(const ojson& schema, bool integer, const std::string& where);
-  int32_t reference(const std::string& ref, const std::string& where);
-  int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
-  int32_t map_of(const std::string& name, int32_t value);
-  int32_t list_of(const std::string& name, int32_t item, int min, int max);
-  static std::pair<int, int> bounds(const ojson& schema, const std::string& where, const char* min_key,
-                                    const char* max_key);
+JsonRules::JsonRules(GrammarBuilder& builder, const ojson& root) : root_(root), builder_(builder) { add_primitives(); }
 
-  const ojson& root_;
-  GrammarBuilder builder_;
-  int32_t ws_ = -1, character_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1,
-          array_ = -1;
-  std::map<std::string, int32_t> references_;
-  int rules_made_ = 0;
-};
-
-JsonGrammar::JsonGrammar(const ojson& root) : root_(root) { add_primitives(); }
-
-int32_t JsonGrammar::alternatives(const std::string& name, const std::vector<int32_t>& rules) {
+int32_t JsonRules::alternatives(const std::string& name, const std::vector<int32_t>& rules) {
   std::vector<Sequence> options;
   for (int32_t rule : rules) options.push_back({B::ref(rule)});
   return builder_.rule(name, std::move(options));
 }
 
 // The JSON grammar (RFC 8259) with bounded whitespace and digits; strings hold valid UTF-8.
-void JsonGrammar::add_primitives() {
+void JsonRules::add_primitives() {
   const int32_t indent = builder_.repeat("indent", {set_of(" \t")}, 0, 20);
   ws_ = builder_.rule("ws", {{}, B::literal(" "), {B::byte('\n'), B::ref(indent)}});
   const Item hex = set_of("0123456789abcdefABCDEF");
-  Item plain = B::range(0x20, 0x7f);
-  plain.bytes.reset('"');
-  plain.bytes.reset('\\');
-  // UTF-8 as RFC 3629 defines it: no overlong forms, no surrogates, nothing past U+10FFFF.
-  const Item tail = B::range(0x80, 0xbf);
-  Item e1_ec_ee_ef = B::range(0xe1, 0xef);
-  e1_ec_ee_ef.bytes.reset(0xed);
-  Item f1_f3 = B::range(0xf1, 0xf3);
-  character_ = builder_.rule("char", {{plain}, {B::range(0xc2, 0xdf), tail},
-                                      {B::byte(0xe0), B::range(0xa0, 0xbf), tail}, {e1_ec_ee_ef, tail, tail},
-                                      {B::byte(0xed), B::range(0x80, 0x9f), tail},
-                                      {B::byte(0xf0), B::range(0x90, 0xbf), tail, tail}, {f1_f3, tail, tail, tail},
-                                      {B::byte(0xf4), B::range(0x80, 0x8f), tail, tail},
-                                      {B::byte('\\'), set_of("\"\\/bfnrt")}, {B::byte('\\'), B::byte('u'), hex, hex, hex, hex}});
+  ByteSet plain = B::range(0x20, 0x7f).bytes;
+  plain.reset('"');
+  plain.reset('\\');
+  std::vector<Sequence> characters_or_escapes = B::utf8_character(plain);
+  characters_or_escapes.push_back({B::byte('\\'), set_of("\"\\/bfnrt")});
+  characters_or_escapes.push_back({B::byte('\\'), B::byte('u'), hex, hex, hex, hex});
+  character_ = builder_.rule("char", std::move(characters_or_escapes));
   const int32_t characters = builder_.repeat("chars", {B::ref(character_)}, 0, -1);
   string_ = builder_.rule("string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
   const int32_t digits = builder_.repeat("digits15", {B::range('0', '9')}, 0, 15);
@@ -100,7 +66,7 @@ void JsonGrammar::add_primitives() {
                            B::literal("true"), B::literal("false"), B::literal("null")});
 }
 
-int32_t JsonGrammar::reference(const std::string& ref, const std::string& where) {
+int32_t JsonRules::reference(const std::string& ref, const std::string& where) {
   auto found = references_.find(ref);
   if (found != references_.end()) return found->second;
   const ojson* target = nullptr;
@@ -117,7 +83,7 @@ int32_t JsonGrammar::reference(const std::string& ref, const std::string& where)
   return rule;
 }
 
-int32_t JsonGrammar::schema_rule(const ojson& schema, const std::string& where) {
+int32_t JsonRules::schema_rule(const ojson& schema, const std::string& where) {
   if (schema.is_boolean()) {
     MLA_CHECK(schema.get<bool>(), "JSON schema at {}: false accepts nothing", where);
     return value_;
@@ -163,7 +129,7 @@ int32_t JsonGrammar::schema_rule(const ojson& schema, const std::string& where) 
   return typed(schema, schema["type"].get<std::string>(), where);
 }
 
-int32_t JsonGrammar::typed(const ojson& schema, const std::string& type, const std::string& where) {
+int32_t JsonRules::typed(const ojson& schema, const std::string& type, const std::string& where) {
   if (type == "object") return object_rule(schema, where);
   if (type == "array") return array_rule(schema, where);
   if (type == "string") return string_rule(schema, where);
@@ -175,7 +141,7 @@ int32_t JsonGrammar::typed(const ojson& schema, const std::string& type, const s
 
 // The properties in the schema's order, each required one present, commas between: rule
 // (i, comma) matches properties i.. when `comma` says one was already written.
-int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) {
+int32_t JsonRules::object_rule(const ojson& schema, const std::string& where) {
   const ojson properties = schema.value("properties", ojson::object());
   if (properties.empty()) {
     const ojson extra = schema.value("additionalProperties", ojson(true));
@@ -207,14 +173,14 @@ int32_t JsonGrammar::object_rule(const ojson& schema, const std::string& where) 
   return builder_.rule(where + " object", {{B::byte('{'), B::ref(ws_), B::ref(after), B::byte('}')}});
 }
 
-int32_t JsonGrammar::array_rule(const ojson& schema, const std::string& where) {
+int32_t JsonRules::array_rule(const ojson& schema, const std::string& where) {
   const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
   const auto [min, max] = bounds(schema, where, "minItems", "maxItems");
   return list_of(where + " array", item, min, max);
 }
 
 // "{" members "}": any string keys, each value `value`.
-int32_t JsonGrammar::map_of(const std::string& name, int32_t value) {
+int32_t JsonRules::map_of(const std::string& name, int32_t value) {
   const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
   const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
   const int32_t members = builder_.optional(name + " members", B::join({member, {B::ref(more)}}));
@@ -222,7 +188,7 @@ int32_t JsonGrammar::map_of(const std::string& name, int32_t value) {
 }
 
 // "[" min..max items "]" (max < 0: unbounded).
-int32_t JsonGrammar::list_of(const std::string& name, int32_t item, int min, int max) {
+int32_t JsonRules::list_of(const std::string& name, int32_t item, int min, int max) {
   if (max == 0) return builder_.rule(name, {{B::byte('['), B::ref(ws_), B::byte(']')}});
   const Sequence element = {B::ref(item), B::ref(ws_)};
   const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, element}),
@@ -234,7 +200,7 @@ int32_t JsonGrammar::list_of(const std::string& name, int32_t item, int min, int
 
 // A bounded repetition is unrolled into one rule per count, so its bounds are capped.
 // minItems/maxItems or minLength/maxLength: integers in [0, kMaxBound], min <= max (max -1: none).
-std::pair<int, int> JsonGrammar::bounds(const ojson& schema, const std::string& where, const char* min_key,
+std::pair<int, int> JsonRules::bounds(const ojson& schema, const std::string& where, const char* min_key,
                                         const char* max_key) {
   const auto read = [&](const char* key, int absent) {
     if (!schema.contains(key)) return absent;
@@ -248,14 +214,14 @@ std::pair<int, int> JsonGrammar::bounds(const ojson& schema, const std::string& 
   return {min, max};
 }
 
-int32_t JsonGrammar::string_rule(const ojson& schema, const std::string& where) {
+int32_t JsonRules::string_rule(const ojson& schema, const std::string& where) {
   if (!schema.contains("minLength") && !schema.contains("maxLength")) return string_;
   const auto [min, max] = bounds(schema, where, "minLength", "maxLength");
   const int32_t characters = builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
   return builder_.rule(where + " string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
 }
 
-int32_t JsonGrammar::number_rule(const ojson& schema, bool integer, const std::string& where) {
+int32_t JsonRules::number_rule(const ojson& schema, bool integer, const std::string& where) {
   const int32_t any = integer ? integer_ : number_;
   if (!schema.contains("minimum")) return any;
   const ojson minimum = schema["minimum"];
@@ -270,19 +236,19 @@ int32_t JsonGrammar::number_rule(const ojson& schema, bool integer, const std::s
   return builder_.rule(where + " number", {{B::ref(natural), B::ref(fraction)}});
 }
 
-}  // namespace
-
 Grammar json_object_grammar() {
   const ojson empty = ojson::object();
-  JsonGrammar json(empty);
-  return std::move(json).build(json.any_object());
+  GrammarBuilder builder;
+  JsonRules json(builder, empty);
+  return std::move(builder).build(json.any_object());
 }
 
 Grammar json_schema_grammar(const ojson& schema) {
   try {
-    JsonGrammar json(schema);
+    GrammarBuilder builder;
+    JsonRules json(builder, schema);
     const int32_t root = json.schema_rule(schema, "#");
-    return std::move(json).build(root);
+    return std::move(builder).build(root);
   } catch (const nlohmann::json::exception& e) {  // a keyword's value of the wrong type
     fail("JSON schema: {}", e.what());
   }

@@ -10,7 +10,9 @@
 // spaces or tabs), integers to 16 digits and fractions to 16, as llama.cpp's grammars bound
 // them, so that a sampler cannot wander forever.
 #pragma once
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "grammar/grammar.h"
 
@@ -18,5 +20,38 @@ namespace mlaserve::grammar {
 
 Grammar json_object_grammar();
 Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
+
+// JSON's rules added to a grammar being built, for grammars that hold JSON values among other
+// text (Kimi K3's tool arguments). `root` is what $ref resolves against; it must outlive this.
+class JsonRules {
+ public:
+  JsonRules(GrammarBuilder& builder, const nlohmann::ordered_json& root);
+  int32_t any_object() const { return object_; }
+  int32_t any_value() const { return value_; }
+  // A value valid under `schema` (`where`: its path, for errors). Throws Error as above.
+  int32_t schema_rule(const nlohmann::ordered_json& schema, const std::string& where);
+
+ private:
+  using ojson = nlohmann::ordered_json;
+  void add_primitives();
+  int32_t typed(const ojson& schema, const std::string& type, const std::string& where);
+  int32_t object_rule(const ojson& schema, const std::string& where);
+  int32_t array_rule(const ojson& schema, const std::string& where);
+  int32_t string_rule(const ojson& schema, const std::string& where);
+  int32_t number_rule(const ojson& schema, bool integer, const std::string& where);
+  int32_t reference(const std::string& ref, const std::string& where);
+  int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
+  int32_t map_of(const std::string& name, int32_t value);
+  int32_t list_of(const std::string& name, int32_t item, int min, int max);
+  static std::pair<int, int> bounds(const ojson& schema, const std::string& where, const char* min_key,
+                                    const char* max_key);
+
+  const ojson& root_;
+  GrammarBuilder& builder_;
+  int32_t ws_ = -1, character_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1,
+          array_ = -1;
+  std::map<std::string, int32_t> references_;
+  int rules_made_ = 0;
+};
 
 }  // namespace mlaserve::grammar

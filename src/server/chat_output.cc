@@ -1,6 +1,7 @@
 #include "server/chat_output.h"
 
 #include "base/error.h"
+#include "server/kimi_k3_output.h"
 #include "tokenizer/text_streamer.h"
 
 namespace mlaserve {
@@ -64,14 +65,15 @@ namespace {
 const std::string kDeepseekCallEnd = "<｜tool▁call▁end｜>";
 
 const std::vector<std::pair<ToolCallFormat, const char*>> kFormatNames = {
-    {ToolCallFormat::DeepseekV3, "deepseek_v3"}, {ToolCallFormat::DeepseekV31, "deepseek_v31"}, {ToolCallFormat::KimiK2, "kimi_k2"}};
+    {ToolCallFormat::DeepseekV3, "deepseek_v3"}, {ToolCallFormat::DeepseekV31, "deepseek_v31"}, {ToolCallFormat::KimiK2, "kimi_k2"},
+    {ToolCallFormat::KimiK3, "kimi_k3"}};
 
 }  // namespace
 
 ToolCallFormat tool_call_format_from_name(std::string_view name) {
   for (const auto& [format, format_name] : kFormatNames)
     if (name == format_name) return format;
-  fail("unknown tool-call parser '{}' (deepseek_v3, deepseek_v31, kimi_k2)", name);
+  fail("unknown tool-call parser '{}' (deepseek_v3, deepseek_v31, kimi_k2, kimi_k3)", name);
 }
 
 const char* tool_call_format_name(ToolCallFormat format) {
@@ -86,20 +88,23 @@ std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view sour
   return source.find("```json") != std::string_view::npos ? ToolCallFormat::DeepseekV3 : ToolCallFormat::DeepseekV31;
 }
 
-ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source) {
+ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source,
+                         bool kimi_k3_format) {
   ChatParsing parsing;
   if (tool_parser == "auto")
-    parsing.tools = tool_call_format_of_template(template_source);
+    parsing.tools = kimi_k3_format ? ToolCallFormat::KimiK3 : tool_call_format_of_template(template_source);
   else if (tool_parser != "none")
     parsing.tools = tool_call_format_from_name(tool_parser);
   if (reasoning_parser == "auto") {
-    parsing.reasoning = template_source.find(kThinkClose) != std::string_view::npos;
+    parsing.reasoning = kimi_k3_format || template_source.find(kThinkClose) != std::string_view::npos;
   } else {
     MLA_CHECK(reasoning_parser == "none" || reasoning_parser == "deepseek_r1" || reasoning_parser == "deepseek_v3" ||
-                  reasoning_parser == "kimi_k2",
-              "unknown reasoning parser '{}' (auto, none, deepseek_r1, deepseek_v3, kimi_k2)", reasoning_parser);
+                  reasoning_parser == "kimi_k2" || reasoning_parser == "kimi_k3",
+              "unknown reasoning parser '{}' (auto, none, deepseek_r1, deepseek_v3, kimi_k2, kimi_k3)", reasoning_parser);
     parsing.reasoning = reasoning_parser != "none";
   }
+  parsing.kimi_k3 = parsing.tools == ToolCallFormat::KimiK3 || reasoning_parser == "kimi_k3" ||
+                    (kimi_k3_format && reasoning_parser == "auto");
   return parsing;
 }
 
@@ -228,11 +233,19 @@ ChatDelta ReasoningParser::finish() {
   return out;
 }
 
-ChatOutputParser::ChatOutputParser(bool parse_reasoning, bool reasoning_opened_in_prompt,
-                                   std::optional<ToolCallFormat> tools) {
-  if (parse_reasoning) reasoning_.emplace(reasoning_opened_in_prompt);
-  if (tools) tools_ = std::make_unique<ToolCallParser>(*tools);
+ChatOutputParser::ChatOutputParser(const ChatParsing& parsing, std::string_view prompt_text) {
+  if (parsing.kimi_k3) {
+    kimi_k3_ = std::make_unique<KimiK3OutputParser>(kimi_k3_opened(prompt_text), parsing.reasoning, parsing.tools.has_value());
+    return;
+  }
+  const size_t end = prompt_text.find_last_not_of(" \t\r\n");
+  if (parsing.reasoning)
+    reasoning_.emplace(end != std::string_view::npos && prompt_text.substr(0, end + 1).ends_with(kThinkOpen));
+  if (parsing.tools) tools_ = std::make_unique<ToolCallParser>(*parsing.tools);
 }
+
+ChatOutputParser::ChatOutputParser(ChatOutputParser&&) noexcept = default;
+ChatOutputParser::~ChatOutputParser() = default;
 
 ChatDelta ChatOutputParser::tools_on_content(ChatDelta delta) {
   if (!tools_) return delta;
@@ -242,6 +255,7 @@ ChatDelta ChatOutputParser::tools_on_content(ChatDelta delta) {
 }
 
 ChatDelta ChatOutputParser::feed(std::string_view text) {
+  if (kimi_k3_) return kimi_k3_->feed(text);
   ChatDelta delta;
   if (reasoning_)
     delta = reasoning_->feed(text);
@@ -251,6 +265,7 @@ ChatDelta ChatOutputParser::feed(std::string_view text) {
 }
 
 ChatDelta ChatOutputParser::finish() {
+  if (kimi_k3_) return kimi_k3_->finish();
   ChatDelta out = tools_on_content(reasoning_ ? reasoning_->finish() : ChatDelta{});
   if (tools_) out.append(tools_->finish());
   return out;

@@ -200,11 +200,13 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
       chat_template_(std::move(chat_template)),
       requests_{engine.tokenizer(), chat_template_, options_.served_model_name, engine.max_model_len(),
                 engine.vocab_size(), options_.generation,
-                chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source()), &grammars_},
+                chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source(),
+                             chat_template_.is_built_in() && chat_template_.format() == ChatFormat::KimiK3),
+                &grammars_},
       server_(std::make_unique<httplib::Server>()) {
   spdlog::info("chat output: tool calls {}, reasoning {}",
                requests_.parsing.tools ? tool_call_format_name(*requests_.parsing.tools) : "not parsed",
-               requests_.parsing.reasoning ? "<think> blocks" : "not parsed");
+               !requests_.parsing.reasoning ? "not parsed" : requests_.parsing.kimi_k3 ? "K3's think channel" : "<think> blocks");
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new LifoTaskQueue(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "grammar/json_schema.h"
+#include "grammar/kimi_k3_grammar.h"
 
 namespace mlaserve {
 namespace {
@@ -163,9 +164,9 @@ std::string tool_choice(const ojson& body, const ojson& tools) {
   return "function:" + name;
 }
 
-// The conversation rendered by the checkpoint's chat template (with the request's tools,
-// documents and chat_template_kwargs).
-std::string rendered_chat(const ojson& body, const ojson& tools, const RequestContext& context) {
+// The conversation as the chat template receives it: the request's messages, tools, documents
+// and chat_template_kwargs, and what it asks of the output (for formats that state it).
+ChatInput chat_input(const ojson& body, const ojson& tools) {
   auto found = body.find("messages");
   if (found == body.end() || !found->is_array() || found->empty())
     throw ApiError(400, "'messages' must be a non-empty list", "messages");
@@ -184,8 +185,21 @@ std::string rendered_chat(const ojson& body, const ojson& tools, const RequestCo
       throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
     input.kwargs = body["chat_template_kwargs"];
   }
+  input.tool_choice = body.value("tool_choice", ojson());
+  input.response_format = body.value("response_format", ojson());
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    if (!body["reasoning_effort"].is_string()) throw ApiError(400, "'reasoning_effort' must be a string", "reasoning_effort");
+    input.reasoning_effort = body["reasoning_effort"].get<std::string>();
+  }
+  return input;
+}
+
+// The conversation rendered by the checkpoint's chat template, as segments to encode.
+std::vector<PromptSegment> rendered_chat(const ChatInput& input, const RequestContext& context) {
   try {
-    return context.chat_template.render(input);
+    return context.chat_template.render_segments(input);
+  } catch (const ChatInputError& e) {
+    throw ApiError(400, e.what(), e.field);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("the chat template cannot render these messages: {}", e.what()), "messages");
   }
@@ -210,6 +224,23 @@ std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, 
   }, param);
 }
 
+// What response_format asks: nothing (absent, text), any JSON object (null: json_object), or a
+// value valid under json_schema's schema.
+std::optional<ojson> response_format_schema(const ojson& body) {
+  auto found = body.find("response_format");
+  if (found == body.end() || found->is_null()) return std::nullopt;
+  const std::string type = found->is_object() ? found->value("type", "") : "";
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return ojson();
+  if (type != "json_schema")
+    throw ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
+                   "response_format");
+  const ojson& spec = found->contains("json_schema") ? (*found)["json_schema"] : ojson();
+  if (!spec.is_object() || !spec.contains("schema"))
+    throw ApiError(400, "'response_format' json_schema needs 'json_schema': {\"name\", \"schema\"}", "response_format");
+  return spec["schema"];
+}
+
 // response_format (json_object, or json_schema with its schema), or vLLM's guided_json (a
 // schema) and guided_choice (exactly one of the strings).
 std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context) {
@@ -223,18 +254,8 @@ std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const 
       return grammar::choice_grammar(choices.get<std::vector<std::string>>());
     }, "guided_choice");
   }
-  auto found = body.find("response_format");
-  if (found == body.end() || found->is_null()) return nullptr;
-  const std::string type = found->is_object() ? found->value("type", "") : "";
-  if (type == "text") return nullptr;
-  if (type == "json_object") return compiled(context, ojson(), "response_format");
-  if (type != "json_schema")
-    throw ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
-                   "response_format");
-  const ojson& spec = found->contains("json_schema") ? (*found)["json_schema"] : ojson();
-  if (!spec.is_object() || !spec.contains("schema"))
-    throw ApiError(400, "'response_format' json_schema needs 'json_schema': {\"name\", \"schema\"}", "response_format");
-  return compiled(context, spec["schema"], "response_format");
+  const std::optional<ojson> schema = response_format_schema(body);
+  return schema ? compiled(context, *schema, "response_format") : nullptr;
 }
 
 // tool_choice required: a JSON list of calls, each one of the tools with its parameters (the
@@ -258,12 +279,10 @@ ojson named_call_schema(const ojson& tools, const std::string& name) {
   return ojson({{"type", "object"}});
 }
 
-// A chat request's prompt and what is parsed out of its output. Output parsing needs the
-// markup, so its text keeps special tokens.
-void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest& request) {
-  const ojson tools = tool_definitions(body);
-  const std::string choice = tool_choice(body, tools);
-  request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+// What a template's chat output holds: constrained JSON (response_format, a required or named
+// tool call) or reasoning and tool calls in the template's markup.
+void parse_chat_output(const ojson& body, const ojson& tools, const std::string& choice, ParsedRequest& request,
+                       const RequestContext& context) {
   request.engine.sampling.grammar = output_grammar(body, context);
   if (choice == "required") {
     request.required_tool_calls = true;
@@ -282,11 +301,51 @@ void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest&
                           "(serve with --tool-parser and a --chat-template that renders tools)", "tools");
     request.parsing.tools = context.parsing.tools;
   }
-  const std::string prompt = rendered_chat(body, tools, context);
-  const size_t end = prompt.find_last_not_of(" \t\r\n");
-  request.reasoning_opened_in_prompt = end != std::string::npos && std::string_view(prompt).substr(0, end + 1).ends_with("<think>");
-  request.engine.prompt = context.tokenizer.encode(prompt);
-  const bool parses = request.parsing.reasoning || request.parsing.tools;
+}
+
+// K3 writes its reasoning, answer and calls in channels, whatever the request: the output is
+// read as XTML, with calls when the request offers tools; response_format and a required or
+// named tool_choice decode under a grammar that writes XTML.
+void parse_kimi_k3_chat(const ojson& body, const ojson& tools, const std::string& choice, KimiK3Opened opened,
+                        ParsedRequest& request, const RequestContext& context) {
+  request.parsing = context.parsing;
+  request.parsing.tools.reset();
+  if (context.parsing.tools && tools.is_array() && !tools.empty() && choice != "none") request.parsing.tools = ToolCallFormat::KimiK3;
+  for (const char* key : {"guided_json", "guided_choice"})
+    if (body.contains(key) && !body[key].is_null())
+      throw ApiError(400, fmt::format("'{}' is not supported with Kimi K3's format (use response_format)", key), key);
+  grammar::KimiK3Constraint constraint{opened, response_format_schema(body)};
+  if (choice == "required") {
+    constraint.tools = tools;
+    constraint.one_call = !request.parallel_tool_calls;
+  } else if (choice.starts_with("function:")) {
+    for (const auto& tool : tools)
+      if (tool["function"]["name"] == choice.substr(9)) constraint.tools.push_back(tool);
+    constraint.one_call = constraint.named = true;
+  }
+  if (!constraint.response_schema && constraint.tools.empty()) return;
+  const std::string key = ojson({{"kimi_k3", int(opened)}, {"schema", constraint.response_schema.value_or("none")},
+                                 {"tools", constraint.tools}, {"one_call", constraint.one_call}, {"named", constraint.named}})
+                              .dump();
+  request.engine.sampling.grammar = compiled(context, key, [&] { return grammar::kimi_k3_grammar(constraint); },
+                                             constraint.tools.empty() ? "response_format" : "tools");
+}
+
+// A chat request's prompt and what is parsed out of its output. Output parsing needs the
+// markup, so its text keeps special tokens.
+void parse_chat(const ojson& body, const RequestContext& context, ParsedRequest& request) {
+  const ojson tools = tool_definitions(body);
+  const std::string choice = tool_choice(body, tools);
+  request.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+  const std::vector<PromptSegment> prompt = rendered_chat(chat_input(body, tools), context);
+  for (auto segment = prompt.rbegin(); segment != prompt.rend() && request.prompt_end.size() < 64; ++segment)
+    request.prompt_end.insert(0, segment->text);
+  if (context.parsing.kimi_k3)
+    parse_kimi_k3_chat(body, tools, choice, kimi_k3_opened(request.prompt_end), request, context);
+  else
+    parse_chat_output(body, tools, choice, request, context);
+  request.engine.prompt = encode_segments(prompt, context.tokenizer);
+  const bool parses = request.parsing.reasoning || request.parsing.tools || request.parsing.kimi_k3;
   request.engine.skip_special_tokens = boolean(body, "skip_special_tokens", true) && !parses;
 }
 
@@ -449,7 +508,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
 std::vector<int32_t> tokenize_request(const std::string& raw, const RequestContext& context) {
   return json_errors_refused([&] {
     const ojson body = request_object(raw);
-    if (body.contains("messages")) return context.tokenizer.encode(rendered_chat(body, tool_definitions(body), context));
+    if (body.contains("messages")) return encode_segments(rendered_chat(chat_input(body, tool_definitions(body)), context), context.tokenizer);
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
     const std::string text = body["prompt"].get<std::string>();
@@ -474,8 +533,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& 
       id_(id.empty() ? random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") : std::move(id)),
       index_(index),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
-  if (request.parsing.reasoning || request.parsing.tools)
-    parser_.emplace(request.parsing.reasoning, request.reasoning_opened_in_prompt, request.parsing.tools);
+  if (request.parsing.reasoning || request.parsing.tools || request.parsing.kimi_k3)
+    parser_.emplace(request.parsing, request.prompt_end);
   all_logprobs_ = request.endpoint == Endpoint::ChatCompletions
                       ? json{{"content", json::array()}}
                       : json{{"tokens", json::array()}, {"token_logprobs", json::array()},

@@ -36,10 +36,10 @@ struct ParsedRequest {
   bool logprobs = false;       // the response carries logprobs
   int64_t n = 1;               // independent choices (each its own engine request)
   // Chat: what is parsed out of the output (tool calls only for a request with tools and
-  // tool_choice auto), whether the prompt left a <think> open, and whether calls after the
-  // first are kept.
+  // tool_choice auto), the prompt's last characters (whether it left a <think> or a K3 channel
+  // open), and whether calls after the first are kept.
   ChatParsing parsing;
-  bool reasoning_opened_in_prompt = false;
+  std::string prompt_end;
   bool parallel_tool_calls = true;
   // tool_choice named: the whole output is this function's arguments (grammar-constrained).
   std::string forced_tool;

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/mmap_file.h"
 #include "jinja/template.h"
+#include "tokenizer/kimi_k3_chat.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 
@@ -128,12 +129,27 @@ std::shared_ptr<const jinja::Template> parse(const std::string& source, const st
   }
 }
 
-// The format whose role tokens the tokenizer has (<｜User｜> or <|im_user|>).
+bool has_kimi_k3_markers(const Tokenizer& tokenizer) {
+  for (std::string_view marker : {kimi_k3::kOpen, kimi_k3::kClose, kimi_k3::kSep, kimi_k3::kEndOfMessage})
+    if (!tokenizer.token_id(marker) || tokenizer.encode(marker).size() != 1) return false;
+  return true;
+}
+
+// The format whose tokens the tokenizer has (K3's markers, <|im_user|> or <｜User｜>).
 ChatFormat chat_format_of(const Tokenizer& tokenizer) {
+  if (has_kimi_k3_markers(tokenizer)) return ChatFormat::KimiK3;
   if (tokenizer.token_id("<|im_user|>")) return ChatFormat::KimiK2;
   if (tokenizer.token_id("<｜User｜>")) return ChatFormat::DeepseekV3;
-  fail("the tokenizer has neither DeepSeek-V3 (<｜User｜>) nor Kimi (<|im_user|>) chat tokens, "
-       "and the checkpoint ships no chat template");
+  fail("the tokenizer has neither Kimi K3 (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>), Kimi K2 (<|im_user|>) "
+       "nor DeepSeek-V3 (<｜User｜>) chat tokens, and the checkpoint ships no chat template");
+}
+
+const char* format_name(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::KimiK3: return "built-in Kimi K3 XTML format";
+    case ChatFormat::KimiK2: return "built-in Kimi K2 format";
+    default: return "built-in DeepSeek-V3 format";
+  }
 }
 
 }  // namespace
@@ -148,14 +164,17 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const nlohmann
   return chat;
 }
 
-ChatTemplate ChatTemplate::built_in(ChatFormat format) {
+ChatTemplate ChatTemplate::built_in(ChatFormat format, bool kimi_k3_open_channel) {
   ChatTemplate chat;
   chat.format_ = format;
-  chat.origin_ = format == ChatFormat::KimiK2 ? "built-in Kimi K2 format" : "built-in DeepSeek-V3 format";
+  chat.kimi_k3_open_channel_ = kimi_k3_open_channel;
+  chat.origin_ = format_name(format);
+  if (format == ChatFormat::KimiK3 && !kimi_k3_open_channel) chat.origin_ += " (the model opens its channel)";
   return chat;
 }
 
-ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& tokenizer, const std::string& override_path) {
+ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& tokenizer, const std::string& override_path,
+                                bool kimi_k3_open_channel) {
   const fs::path dir(model_dir);
   nlohmann::json config = nlohmann::json::object();
   if (fs::exists(dir / "tokenizer_config.json")) {
@@ -170,7 +189,7 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
     return from_source(read_text_file((dir / "chat_template.jinja").string()), config, (dir / "chat_template.jinja").string());
   const std::string origin = (dir / "tokenizer_config.json").string() + " chat_template";
   const auto found = config.find("chat_template");
-  if (found == config.end() || found->is_null()) return built_in(chat_format_of(tokenizer));
+  if (found == config.end() || found->is_null()) return built_in(chat_format_of(tokenizer), kimi_k3_open_channel);
   if (found->is_string()) return from_source(found->get<std::string>(), config, origin);
   MLA_CHECK(found->is_array(), "{} must be a string or a list of {{name, template}}", origin);
   ChatTemplate chat;
@@ -207,27 +226,46 @@ std::string ChatTemplate::render_jinja(const ChatInput& input) const {
   return chosen->render(variables);
 }
 
-std::string ChatTemplate::render(const ChatInput& input) const {
+std::string ChatTemplate::render_built_in(const ChatInput& input) const {
+  MLA_CHECK(input.tools.is_null() || input.tools.empty(),
+            "this checkpoint ships no chat template, and the {} renders no tools (serve it with --chat-template)", origin_);
+  const ojson messages = prepared_messages(input.messages, false);
+  std::vector<Turn> turns;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string role = messages[i]["role"].get<std::string>();
+    MLA_CHECK(role == "system" || role == "user" || role == "assistant",
+              "messages[{}]: role '{}' is not supported by the {} (system, user, assistant)", i, role, origin_);
+    turns.push_back({role, content_text(messages[i].value("content", ojson()), i)});
+  }
+  const bool prompt = input.add_generation_prompt && !input.continue_final_message;
+  return format_ == ChatFormat::KimiK2 ? kimi_k2(turns, prompt) : deepseek_v3(turns, prompt);
+}
+
+std::vector<PromptSegment> ChatTemplate::render_segments(const ChatInput& input) const {
   MLA_CHECK(!(input.add_generation_prompt && input.continue_final_message),
             "add_generation_prompt and continue_final_message cannot both be true");
-  std::string rendered;
-  if (!templates_.empty()) {
-    rendered = render_jinja(input);
-  } else {
-    MLA_CHECK(input.tools.is_null() || input.tools.empty(),
-              "this checkpoint ships no chat template, and the {} renders no tools (serve it with --chat-template)", origin_);
-    const ojson messages = prepared_messages(input.messages, false);
-    std::vector<Turn> turns;
-    for (size_t i = 0; i < messages.size(); ++i) {
-      const std::string role = messages[i]["role"].get<std::string>();
-      MLA_CHECK(role == "system" || role == "user" || role == "assistant",
-                "messages[{}]: role '{}' is not supported by the {} (system, user, assistant)", i, role, origin_);
-      turns.push_back({role, content_text(messages[i].value("content", ojson()), i)});
-    }
-    const bool prompt = input.add_generation_prompt && !input.continue_final_message;
-    rendered = format_ == ChatFormat::KimiK2 ? kimi_k2(turns, prompt) : deepseek_v3(turns, prompt);
+  if (templates_.empty() && format_ == ChatFormat::KimiK3) return render_kimi_k3(input, kimi_k3_open_channel_);
+  const std::string rendered = templates_.empty() ? render_built_in(input) : render_jinja(input);
+  return {{input.continue_final_message ? cut_after_final_message(rendered, input.messages.back()) : rendered, true}};
+}
+
+std::string ChatTemplate::render(const ChatInput& input) const {
+  std::string text;
+  for (const PromptSegment& segment : render_segments(input)) text += segment.text;
+  return text;
+}
+
+std::vector<int32_t> encode_segments(const std::vector<PromptSegment>& segments, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  for (const PromptSegment& segment : segments) {
+    const std::vector<int32_t> encoded = tokenizer.encode(segment.text, segment.allow_special);
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
   }
-  return input.continue_final_message ? cut_after_final_message(rendered, input.messages.back()) : rendered;
+  return ids;
+}
+
+std::vector<int32_t> ChatTemplate::encode(const ChatInput& input, const Tokenizer& tokenizer) const {
+  return encode_segments(render_segments(input), tokenizer);
 }
 
 }  // namespace mlaserve

@@ -473,7 +473,10 @@ void make_model(const MakeModelOptions& options) {
     if (done == total || done % std::max<size_t>(1, total / 20) == 0)
       spdlog::info("writing tensors: {}/{} ({}%)", done, total, done * 100 / total);
   });
-  write_tokenizer_files(options.out_dir, parsed.vocab_size);
+  if (config.value("model_type", "") == "kimi_k3")
+    write_kimi_k3_tokenizer_files(options.out_dir, parsed.vocab_size);
+  else
+    write_tokenizer_files(options.out_dir, parsed.vocab_size);
   spdlog::info("wrote '{}' ({} tensors)", options.out_dir, tensors.size());
 }
 

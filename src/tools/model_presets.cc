@@ -93,11 +93,16 @@ nlohmann::json kimi_k3_tiny() {
                     {"routed_scaling_factor", 1.0}, {"num_shared_experts", 2},
                     {"linear_attn_config", {{"full_attn_layers", {2, 5}}, {"kda_layers", {1, 3, 4}},
                                             {"use_full_rank_gate", true}, {"gate_lower_bound", -5.0}}}});
+  // K3's tokenizer layout: the 256 special ids after the ranks, [BOS] first, <|end_of_msg|> (the
+  // end of a turn) the third, [PAD] the last.
+  const int64_t specials = text["vocab_size"].get<int64_t>() - 256;
+  text.merge_patch({{"bos_token_id", specials}, {"eos_token_id", specials + 2}, {"pad_token_id", specials + 255}});
   return {{"architectures", {"KimiK3ForConditionalGeneration"}},
           {"model_type", "kimi_k3"},
           {"tie_word_embeddings", false},
-          {"bos_token_id", 0},
-          {"eos_token_id", 1},
+          {"bos_token_id", specials},
+          {"eos_token_id", specials + 2},
+          {"pad_token_id", specials + 255},
           {"text_config", text}};
 }
 

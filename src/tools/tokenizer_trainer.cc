@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/tokenizer_corpus.h"
 
 namespace mlaserve {
@@ -138,6 +139,24 @@ const char* const kChatTemplate =
     "{{ '<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<｜Assistant｜>' }}{% endif %}";
 
+std::string base64(std::string_view bytes) {
+  static const char* const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t group = 0;
+    for (size_t k = 0; k < 3; ++k) group = group << 8 | (k < n ? uint8_t(bytes[i + k]) : 0u);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? alphabet[(group >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+void write_json(const std::filesystem::path& path, const json& value) {
+  std::ofstream out(path);
+  out << value.dump(2) << "\n";
+  MLA_CHECK(out.good(), "cannot write '{}'", path.string());
+}
+
 }  // namespace
 
 void write_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
@@ -176,9 +195,31 @@ void write_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
                        {"chat_template", kChatTemplate}};
   const std::filesystem::path dir(model_dir);
   std::ofstream(dir / "tokenizer.json") << tokenizer.dump() << "\n";
-  std::ofstream out(dir / "tokenizer_config.json");
-  out << config.dump(2) << "\n";
-  MLA_CHECK(out.good(), "cannot write tokenizer files in '{}'", model_dir);
+  write_json(dir / "tokenizer_config.json", config);
+}
+
+const std::vector<std::pair<int, const char*>> kKimiK3SpecialTokens = {
+    {0, "[BOS]"}, {1, "[EOS]"}, {2, "<|end_of_msg|>"}, {3, "<|open|>"}, {4, "<|close|>"}, {5, "<|sep|>"},
+    {8, "<|MASK|>"}, {254, "[UNK]"}, {255, "[PAD]"}};
+
+void write_kimi_k3_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
+  MLA_CHECK(vocab_size >= 512 + kKimiReservedSpecialTokens, "vocab_size {} is too small for a Kimi K3 tokenizer (needs {})",
+            vocab_size, 512 + kKimiReservedSpecialTokens);
+  const int64_t ranks = vocab_size - kKimiReservedSpecialTokens;
+  auto merges = learn_merges(std::min(kMaxMerges, ranks - 256));
+  extend_merges(merges, ranks - 256);
+  std::string text;
+  for (int byte = 0; byte < 256; ++byte) text += fmt::format("{} {}\n", base64(std::string(1, char(byte))), byte);
+  for (size_t i = 0; i < merges.size(); ++i) text += fmt::format("{} {}\n", base64(merges[i].first + merges[i].second), 256 + i);
+  json decoder = json::object();
+  for (const auto& [offset, content] : kKimiK3SpecialTokens)
+    decoder[std::to_string(ranks + offset)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
+                                               {"rstrip", false}, {"single_word", false}, {"special", true}};
+  const std::filesystem::path dir(model_dir);
+  std::ofstream(dir / "tiktoken.model") << text;
+  write_json(dir / "tokenizer_config.json", {{"added_tokens_decoder", decoder}, {"bos_token", "[BOS]"}, {"eos_token", "[EOS]"},
+                                             {"pad_token", "[PAD]"}, {"unk_token", "[UNK]"},
+                                             {"model_max_length", 1048576}, {"tokenizer_class", "TikTokenTokenizer"}});
 }
 
 }  // namespace mlaserve

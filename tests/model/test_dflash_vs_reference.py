@@ -22,11 +22,18 @@ from bounds import EXACT_BOUND, relative_error  # noqa: E402
 from checkpoint import read_checkpoint, to_float  # noqa: E402
 
 
-def draft_config(target_cfg, heads, kv_heads, layers, markov_rank):
+def mask_token_id(target):
+    """Kimi K3's block drafts mask with its <|MASK|> token; the other targets have none (any id)."""
+    config = json.load(open(os.path.join(target, "tokenizer_config.json")))
+    masks = [int(i) for i, t in config.get("added_tokens_decoder", {}).items() if t["content"] == "<|MASK|>"]
+    return masks[0] if masks else 7
+
+
+def draft_config(target_cfg, heads, kv_heads, layers, markov_rank, mask):
     return {"vocab_size": target_cfg["vocab_size"], "hidden_size": target_cfg["hidden_size"], "intermediate_size": 96,
             "num_hidden_layers": 2, "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": 16,
             "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "block_size": 5,
-            "dflash_config": {"block_size": 5, "mask_token_id": 7, "target_layer_ids": layers,
+            "dflash_config": {"block_size": 5, "mask_token_id": mask, "target_layer_ids": layers,
                               "markov_rank": markov_rank}}
 
 
@@ -57,7 +64,8 @@ def test_block_draft_matches_the_reference(binary, tool, work_dir, name):
     ids = np.random.default_rng(seed).integers(0, 4000, size=12)
     cfg, states, embed, target_head = target_reference(preset, target, ids[:-1])
     layers = [cfg["num_hidden_layers"] - 1 if layer < 0 else layer for layer in layers]
-    dcfg = draft_config(cfg, heads, kv_heads, layers, markov_rank)
+    dcfg = draft_config(cfg, heads, kv_heads, layers, markov_rank, mask_token_id(target))
+    assert preset != "kimi-k3-tiny" or dcfg["dflash_config"]["mask_token_id"] == cfg["vocab_size"] - 256 + 8
     dflash_ref.write_random(draft, dcfg, seed, markov_rank, own_head)
     subprocess.run([tool, target, draft, draft, ",".join(map(str, ids))], check=True, capture_output=True)
     got = {k: np.load(os.path.join(draft, k + ".npy")).astype(np.float64) for k in ("features", "states", "logits", "tokens")}

@@ -50,11 +50,11 @@ void expect_parsed(const MakeParser& make, const std::string& text, const ChatDe
 }
 
 MakeParser tools(ToolCallFormat format) {
-  return [format] { return ChatOutputParser(false, false, format); };
+  return [format] { return ChatOutputParser(ChatParsing{format, false}, ""); };
 }
 
 MakeParser reasoning(bool opened_in_prompt, std::optional<ToolCallFormat> format = std::nullopt) {
-  return [=] { return ChatOutputParser(true, opened_in_prompt, format); };
+  return [=] { return ChatOutputParser(ChatParsing{format, true}, opened_in_prompt ? "<|User|>Hi<think>\n" : "<|User|>Hi"); };
 }
 
 TEST(ToolCallParser, KimiK2) {
@@ -124,6 +124,54 @@ TEST(ReasoningParser, ToolCallsAfterReasoning) {
   expect_parsed(reasoning(false, ToolCallFormat::KimiK2), text,
                 {"Need the weather <|tool_call_begin|> not yet.", "Checking.",
                  {{0, "functions.get_weather:0", "get_weather", "{\"city\": \"Oslo\"}"}}});
+}
+
+// Kimi K3's channels (server/kimi_k3_output.h), from where the prompt left the output.
+MakeParser kimi_k3(const std::string& prompt_end, bool calls = true) {
+  const std::optional<ToolCallFormat> format = calls ? std::optional(ToolCallFormat::KimiK3) : std::nullopt;
+  return [=] { return ChatOutputParser(ChatParsing{format, true, true}, prompt_end); };
+}
+
+const std::string kThinkOpened = "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+const std::string kResponseOpened = "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>";
+const std::string kMessageOpened = "<|open|>message role=\"assistant\"<|sep|>";
+const std::string kAnswer = "<|open|>response<|sep|>It is <b>sunny</b>.<|close|>response<|sep|><|close|>message<|sep|>";
+
+TEST(KimiK3Output, ReasoningThenContent) {
+  expect_parsed(kimi_k3(kThinkOpened), "Sun < rain | maybe.<|close|>think<|sep|>" + kAnswer,
+                {"Sun < rain | maybe.", "It is <b>sunny</b>.", {}});
+  // The model opening its channel again, the prompt having opened it or not.
+  expect_parsed(kimi_k3(kThinkOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer, {"Hm.", "It is <b>sunny</b>.", {}});
+  expect_parsed(kimi_k3(kMessageOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer, {"Hm.", "It is <b>sunny</b>.", {}});
+  expect_parsed(kimi_k3(kResponseOpened), "Hi.<|close|>response<|sep|><|close|>message<|sep|>", {"", "Hi.", {}});
+  expect_parsed(kimi_k3(kResponseOpened), "<|open|>response<|sep|>Hi.<|close|>response<|sep|>", {"", "Hi.", {}});
+  expect_parsed(kimi_k3(kThinkOpened), "cut off while thinking <|close|>thi", {"cut off while thinking <|close|>thi", "", {}});
+}
+
+TEST(KimiK3Output, TypedArgumentsBecomeAJsonObject) {
+  const std::string text =
+      "Need weather.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|><|open|>tools<|sep|>"
+      "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|>"
+      "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris \"Nord\"\\\n<|close|>argument<|sep|>"
+      "<|open|>argument key=\"days\" type=\"number\"<|sep|>2<|close|>argument<|sep|>"
+      "<|open|>argument key=\"opts\" type=\"object\"<|sep|>{\"a\": [1, true]}<|close|>argument<|sep|>"
+      "<|open|>argument key=\"k&quot;\" type=\"number\"<|sep|>two<|close|>argument<|sep|>"
+      "<|close|>call<|sep|>"
+      "<|open|>call tool=\"a&amp;b\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>{\"x\":1}<|close|>json<|sep|>"
+      "<|close|>call<|sep|><|open|>call tool=\"now\" index=\"3\"<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|><|close|>message<|sep|>";
+  expect_parsed(kimi_k3(kThinkOpened), text,
+                {"Need weather.", "Checking.",
+                 {{0, "", "get_weather", "{\"city\": \"Paris \\\"Nord\\\"\\\\\\n\", \"days\": 2, \"opts\": {\"a\": [1, true]}, \"k\\\"\": \"two\"}"},
+                  {1, "", "a&b", "{\"x\":1}"},
+                  {2, "", "now", "{}"}}});
+  // A request without tools: the block is dropped.
+  expect_parsed(kimi_k3(kThinkOpened, false), text, {"Need weather.", "Checking.", {}});
+  // Cut off inside a string value: what streamed stays.
+  expect_parsed(kimi_k3(kResponseOpened),
+                "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|>"
+                "<|open|>argument key=\"q\" type=\"string\"<|sep|>abc<|clo",
+                {"", "", {{0, "", "f", "{\"q\": \"abc<|clo"}}});
 }
 
 // A call's name arrives in its own step before any argument, as OpenAI streams it.

@@ -2,36 +2,11 @@
 // non-streaming completion, usage counts against token counts, a tool-calling round trip
 // (streaming and not), errors, and the API key.
 // Usage: node openai_client_test.js WORK_DIR MLASERVE MODEL_DIR CHAT_TEMPLATE
-const { spawn } = require("child_process");
-const path = require("path");
+const { check, startServer, stopServer, run } = require("./harness");
 
 const [work, binary, modelDir, chatTemplate] = process.argv.slice(2);
 const OpenAI = require(require.resolve("openai", { paths: [work] }));
 const apiKey = "test-key-123";
-let passed = 0, failed = 0;
-
-function check(label, condition, detail = "") {
-  if (condition) passed++;
-  else {
-    failed++;
-    console.log(`FAIL ${label} ${detail}`);
-  }
-}
-
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ["serve", "--model", modelDir, "--port", "0", "--api-key", apiKey,
-      "--served-model-name", "tiny", "--kv-cache-gb", "0.25", "--chat-template", chatTemplate], { stdio: ["ignore", "ignore", "pipe"] });
-    let log = "";
-    proc.stderr.on("data", (chunk) => {
-      log += chunk;
-      const found = log.match(/ready: serving .* on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (found) resolve({ proc, url: found[1] });
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited ${code}: ${log}`)));
-    setTimeout(() => reject(new Error("server did not start: " + log)), 120000);
-  });
-}
 
 // The request names a tool, so its arguments are decoded under the tool's parameters schema;
 // the random model's call is then replayed with the tool's result, as an agent would.
@@ -86,7 +61,8 @@ async function toolRoundTrip(client) {
 }
 
 async function main() {
-  const { proc, url } = await startServer();
+  const { proc, url } = await startServer(binary, ["--model", modelDir, "--api-key", apiKey, "--served-model-name", "tiny",
+    "--kv-cache-gb", "0.25", "--chat-template", chatTemplate]);
   const client = new OpenAI({ apiKey, baseURL: url + "/v1", maxRetries: 0 });
   try {
     const models = await client.models.list();
@@ -154,16 +130,8 @@ async function main() {
     const health = await fetch(url + "/health");
     check("health needs no key", health.status === 200, String(health.status));
   } finally {
-    const exited = new Promise((resolve) => proc.on("exit", resolve));
-    proc.kill("SIGTERM");
-    check("server exits 0 on SIGTERM", (await exited) === 0);
+    await stopServer(proc);
   }
 }
 
-main().catch((error) => {
-  console.log("FAIL " + error.stack);
-  failed++;
-}).finally(() => {
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
-});
+run(main);

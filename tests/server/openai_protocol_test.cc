@@ -20,7 +20,7 @@ class OpenAiProtocol : public ::testing::Test {
     generation_.top_p = 0.95;
   }
   ParsedRequest parse(Endpoint endpoint, const std::string& body) const {
-    const RequestContext context{*tokenizer_, *chat_template_, "micro", 64, 512, generation_, parsing_};
+    const RequestContext context{*tokenizer_, *chat_template_, "micro", max_model_len_, 512, generation_, parsing_};
     return parse_request(endpoint, body, context);
   }
   // The parameter an invalid body is refused for (and that it is refused with 400).
@@ -39,6 +39,7 @@ class OpenAiProtocol : public ::testing::Test {
   std::unique_ptr<ChatTemplate> chat_template_;
   GenerationConfig generation_;
   ChatParsing parsing_;  // what the server parses out of chat output
+  int64_t max_model_len_ = 64;
 };
 
 TEST_F(OpenAiProtocol, OmittedFieldsTakeTheCheckpointsDefaults) {
@@ -268,6 +269,76 @@ TEST_F(OpenAiProtocol, ToolCallsAndReasoningAreParsedOutOfTheText) {
   EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
   EXPECT_EQ(whole.final_response()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// A Kimi K3 tokenizer: the 256 bytes as tiktoken ranks, K3's special tokens after them.
+std::unique_ptr<Tokenizer> kimi_k3_tokenizer() {
+  static const char* const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string ranks;
+  for (int b = 0; b < 256; ++b)
+    ranks += std::string{alphabet[b >> 2], alphabet[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
+  return Tokenizer::from_tiktoken(ranks, kKimiPattern,
+                                  {{"<|end_of_msg|>", 258, true}, {"<|open|>", 259, true}, {"<|close|>", 260, true},
+                                   {"<|sep|>", 261, true}});
+}
+
+// K3's format end to end through the protocol: the prompt is the format's ids (/tokenize says
+// the same), named and required tool choices and response_format decode under an XTML grammar,
+// and the output's channels become reasoning, content and tool calls.
+TEST_F(OpenAiProtocol, KimiK3ConversationsToolsAndChannels) {
+  tokenizer_ = kimi_k3_tokenizer();
+  chat_template_ = std::make_unique<ChatTemplate>(ChatTemplate::built_in(ChatFormat::KimiK3));
+  parsing_ = chat_parsing("auto", "auto", "", true);
+  max_model_len_ = 4096;  // K3's turns in byte tokens
+  EXPECT_TRUE(parsing_.kimi_k3 && parsing_.reasoning && parsing_.tools == ToolCallFormat::KimiK3);
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+  const std::string body = R"({"messages": [{"role": "user", "content": "weather?"}], "tools": )" + tools +
+                           R"(, "chat_template_kwargs": {"thinking_effort": "low"}})";
+  const ParsedRequest request = parse(Endpoint::ChatCompletions, body);
+  ChatInput input;
+  input.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "weather?"}])");
+  input.tools = nlohmann::ordered_json::parse(tools);
+  input.kwargs = {{"thinking_effort", "low"}};
+  EXPECT_EQ(request.engine.prompt, chat_template_->encode(input, *tokenizer_));
+  EXPECT_EQ(tokenize_request(body, {*tokenizer_, *chat_template_, "micro", max_model_len_, 512, generation_, parsing_}),
+            request.engine.prompt);
+  EXPECT_TRUE(request.prompt_end.ends_with("<|open|>think<|sep|>"));
+  EXPECT_TRUE(request.parsing.kimi_k3 && request.parsing.tools == ToolCallFormat::KimiK3);
+  EXPECT_FALSE(request.engine.sampling.grammar);  // tool_choice auto: free, then parsed
+  EXPECT_FALSE(request.engine.skip_special_tokens);
+
+  const std::vector<std::string> pieces = {"Need it.<|close|>th", "ink<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>",
+      "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"st",
+      "ring\"<|sep|>Oslo<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"};
+  ResponseBuilder whole(request, *tokenizer_, "micro");
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    StreamEvent e = event(pieces[i], {5}, i + 1 == pieces.size());
+    if (e.finished) e.finish_reason = "stop";
+    whole.add(e);
+  }
+  const nlohmann::json choice = whole.final_response()["choices"][0];
+  EXPECT_EQ(choice["message"]["reasoning_content"], "Need it.");
+  EXPECT_EQ(choice["message"]["content"], "Checking.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+
+  const std::string named = R"({"messages": [{"role": "user", "content": "weather?"}], "tools": )" + tools +
+                            R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})";
+  const ParsedRequest forced = parse(Endpoint::ChatCompletions, named);
+  EXPECT_TRUE(forced.engine.sampling.grammar && forced.forced_tool.empty() && forced.parsing.tools.has_value());
+  EXPECT_TRUE(forced.prompt_end.ends_with("<|open|>response<|sep|>"));  // a named call turns thinking off
+  const ParsedRequest json_answer = parse(Endpoint::ChatCompletions,
+      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  EXPECT_TRUE(json_answer.engine.sampling.grammar && json_answer.parsing.reasoning);
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "guided_json": {}})"),
+            "guided_json");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"})"),
+            "reasoning_effort");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"thinking_effort": 3}})"),
+            "chat_template_kwargs");
 }
 
 }  // namespace

@@ -5,21 +5,12 @@
 // width in light and dark mode, and when the page is served at all (--webui, --no-webui, host).
 // Usage: node webui_test.js WORK_DIR MLASERVE MODEL_DIR CHAT_TEMPLATE CHROMIUM ARTIFACTS_DIR
 const { spawn } = require("child_process");
+const { check, run } = require("./harness");
 const path = require("path");
 
 const [work, binary, modelDir, chatTemplate, chromiumPath, artifacts] = process.argv.slice(2);
 const { chromium } = require(require.resolve("playwright-core", { paths: [work] }));
 const apiKey = "webui-key-42";
-let passed = 0, failed = 0;
-
-function check(label, condition, detail = "") {
-  if (condition) passed++;
-  else {
-    failed++;
-    console.log(`FAIL ${label} ${detail}`);
-  }
-}
-
 function startServer(extraArgs) {
   return new Promise((resolve, reject) => {
     const proc = spawn(binary, ["serve", "--model", modelDir, "--port", "0", "--served-model-name", "tiny",
@@ -227,10 +218,4 @@ async function main() {
   await whenServed();
 }
 
-main().catch((error) => {
-  failed++;
-  console.log(`FAIL ${error.stack}`);
-}).finally(() => {
-  console.log(`${passed} passed, ${failed} failed; screenshots in ${artifacts}`);
-  process.exit(failed ? 1 : 0);
-});
+run(main, `; screenshots in ${artifacts}`);
