@@ -304,6 +304,7 @@ void Engine::finish(Request& request, const std::string& reason, const std::stri
   event.finished = true;
   event.finish_reason = reason;
   event.error = error;
+  if (reason == "stop" && request.stops.stopped()) event.stop_string = request.stops.matched();
   event.prompt_tokens = request.seq.prompt_length;
   event.completion_tokens = request.completion_tokens;
   event.cached_tokens = std::max<int64_t>(0, request.cached_tokens);

@@ -75,6 +75,7 @@ struct StreamEvent {
   std::vector<TokenLogprobs> logprobs;  // one per token when requested
   bool finished = false;
   std::string finish_reason;          // stop | length | abort | error
+  std::string stop_string;            // finished: the request's stop string that ended it, if one did
   std::string error;                  // message when finish_reason is error
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: drafted, accepted

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "server/anthropic_protocol.h"
 #include "server/lifo_task_queue.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
@@ -172,6 +173,104 @@ void answer_generate(Engine& engine, const RequestContext& context, const Server
   }
 }
 
+using ErrorBody = std::function<json(int status, const std::string& message)>;
+
+json openai_error_body(int status, const std::string& message) { return error_body(status, message); }
+
+void send_error(httplib::Response& res, int status, const std::string& message, const ErrorBody& body) {
+  res.status = status;
+  if (status == 429 || status == 503) res.set_header("Retry-After", "1");
+  res.set_content(body(status, message).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// Streams one request's answer as the protocol's server-sent events; a client that goes away
+// cancels it.
+void stream_answer(httplib::Response& res, std::shared_ptr<RequestHandle> handle, std::shared_ptr<ChatAnswer> answer) {
+  auto finished = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [handle, answer, finished, started = false](size_t, httplib::DataSink& sink) mutable {
+        auto write = [&](const std::vector<std::string>& frames) {
+          for (const std::string& frame : frames)
+            if (!sink.is_writable() || !sink.write(frame.data(), frame.size())) return false;
+          return true;
+        };
+        if (!started && !write(answer->stream_start())) return handle->cancel(), false;
+        started = true;
+        for (const StreamEvent& event : handle->wait(kPollInterval)) {
+          const bool failed = event.finish_reason == "error" || event.finish_reason == "abort";
+          if (failed) {
+            write({answer->stream_error(event.finish_reason == "error" ? 500 : 503,
+                                        event.finish_reason == "error" ? "internal error: " + event.error
+                                                                       : "the request was cancelled (server shutting down)")});
+          } else if (!write(answer->stream_event(event))) {
+            return handle->cancel(), false;
+          }
+          if (event.finished) {
+            *finished = true;
+            sink.done();
+            return true;
+          }
+        }
+        return sink.is_writable() ? true : (handle->cancel(), false);
+      },
+      [handle, finished](bool) {
+        if (!*finished) handle->cancel();
+      });
+}
+
+// A request of a protocol that answers one choice (Anthropic's messages), submitted to the
+// engine and answered streamed or whole, every failure in the protocol's error shape.
+void answer_one(Engine& engine, const std::function<ParsedRequest()>& parse,
+                const std::function<std::shared_ptr<ChatAnswer>(const ParsedRequest&)>& make_answer, const ErrorBody& error_body,
+                httplib::Response& res) {
+  try {
+    auto request = std::make_shared<ParsedRequest>(parse());
+    std::shared_ptr<ChatAnswer> made = make_answer(*request);
+    // The answer reads the request: both live as long as the stream.
+    std::shared_ptr<ChatAnswer> answer(made.get(), [request, made](ChatAnswer*) {});
+    auto handle = engine.submit(request->engine);
+    if (request->stream) return stream_answer(res, handle, answer);
+    for (bool done = false; !done;) {
+      for (const StreamEvent& event : handle->wait(kPollInterval)) {
+        if (event.finish_reason == "error") return handle->cancel(), send_error(res, 500, "internal error: " + event.error, error_body);
+        if (event.finish_reason == "abort")
+          return handle->cancel(), send_error(res, 503, "the request was cancelled (server shutting down)", error_body);
+        answer->add(event);
+        done = event.finished;
+      }
+    }
+    res.set_content(answer->response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  } catch (const ApiError& e) {
+    send_error(res, e.status, e.what(), error_body);
+  } catch (const EngineRejection& e) {
+    send_error(res, e.status, e.what(), error_body);
+  } catch (const std::exception& e) {
+    spdlog::error("request failed: {}", e.what());
+    send_error(res, 500, std::string("internal error: ") + e.what(), error_body);
+  }
+}
+
+// A POST handler that reads the whole body, then hands it on; `error_body` shapes its errors. The
+// body is read through a content reader: httplib's own buffering refuses bodies of type
+// application/x-www-form-urlencoded (what `curl -d` sends) past 8 KB, a limit compiled into
+// Debian's library; read here, only max_body_bytes applies, and any type is parsed as JSON.
+httplib::Server::HandlerWithContentReader with_body(std::function<void(const std::string&, httplib::Response&)> handle,
+                                                    const ErrorBody& error_body = openai_error_body) {
+  return [handle = std::move(handle), error_body](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+    std::string body;
+    const bool complete = read([&body](const char* data, size_t size) {
+      body.append(data, size);
+      return true;
+    });
+    if (!complete)
+      return res.status == 413 ? send_error(res, 413, "the request body is too large", error_body)
+                               : send_error(res, 400, "the request body could not be read", error_body);
+    handle(body, res);
+  };
+}
+
 // httplib's own errors (no route, a body past the limit, a handler's exception) in OpenAI's shape.
 void add_error_handlers(httplib::Server& server) {
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -218,11 +317,15 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
 HttpServer::~HttpServer() = default;
 
 void HttpServer::add_routes() {
+  // The API key as OpenAI's clients send it (Authorization: Bearer) or Anthropic's (x-api-key).
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.method == "OPTIONS" || !req.path.starts_with("/v1/"))
       return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "missing or invalid API key (Authorization: Bearer ...)");
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key || req.get_header_value("x-api-key") == options_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string message = "missing or invalid API key (Authorization: Bearer ..., or x-api-key)";
+    if (req.path.starts_with("/v1/messages")) send_error(res, 401, message, anthropic_error_body);
+    else send_error(res, 401, message);
     return httplib::Server::HandlerResponse::Handled;
   });
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
@@ -235,28 +338,33 @@ void HttpServer::add_routes() {
                         {"owned_by", "mlaserve"}, {"max_model_len", engine_.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
-  // The body is read through a content reader: httplib's own buffering refuses bodies of type
-  // application/x-www-form-urlencoded (what `curl -d` sends) past 8 KB, a limit compiled into
-  // Debian's library; read here, only max_body_bytes applies, and any type is parsed as JSON.
-  auto generate = [this](Endpoint endpoint) {
-    return [this, endpoint](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
-      std::string body;
-      const bool complete = read([&body](const char* data, size_t size) {
-        body.append(data, size);
-        return true;
-      });
-      if (!complete)
-        return res.status == 413 ? send_error(res, 413, "the request body is too large")
-                                 : send_error(res, 400, "the request body could not be read");
-      answer_generate(engine_, requests_, options_, endpoint, body, res);
-    };
-  };
-  server_->Post("/v1/completions", generate(Endpoint::Completions));
-  server_->Post("/v1/chat/completions", generate(Endpoint::ChatCompletions));
+  server_->Post("/v1/completions", with_body([this](const std::string& body, httplib::Response& res) {
+    answer_generate(engine_, requests_, options_, Endpoint::Completions, body, res);
+  }));
+  server_->Post("/v1/chat/completions", with_body([this](const std::string& body, httplib::Response& res) {
+    answer_generate(engine_, requests_, options_, Endpoint::ChatCompletions, body, res);
+  }));
+  add_messages_routes();
   add_token_routes();
   add_webui();
   add_cors();
   add_error_handlers(*server_);
+}
+
+// Anthropic's Messages API: /v1/messages (whole or streamed) and /v1/messages/count_tokens.
+void HttpServer::add_messages_routes() {
+  server_->Post("/v1/messages", with_body([this](const std::string& body, httplib::Response& res) {
+    answer_one(engine_, [&] { return parse_messages_request(body, requests_); },
+               [this](const ParsedRequest& request) { return std::make_shared<MessageAnswer>(request, options_.served_model_name); },
+               anthropic_error_body, res);
+  }, anthropic_error_body));
+  server_->Post("/v1/messages/count_tokens", with_body([this](const std::string& body, httplib::Response& res) {
+    try {
+      res.set_content(json{{"input_tokens", count_message_tokens(body, requests_)}}.dump(), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e.status, e.what(), anthropic_error_body);
+    }
+  }, anthropic_error_body));
 }
 
 // vLLM's /tokenize (a prompt, or chat messages through the chat template) and /detokenize.

@@ -1,5 +1,5 @@
-// The OpenAI-compatible HTTP front end (cpp-httplib): routes, API key, SSE streaming and
-// errors in OpenAI's shape. Each request runs on one of the server's threads and talks to
+// The HTTP front end (cpp-httplib): OpenAI's and Anthropic's routes, API key, SSE streaming and
+// errors in each protocol's shape. Each request runs on one of the server's threads and talks to
 // the engine through its RequestHandle.
 #pragma once
 #include <memory>
@@ -47,6 +47,7 @@ class HttpServer {
 
  private:
   void add_routes();
+  void add_messages_routes();
   void add_token_routes();
   void add_cors();
   void add_webui();

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "grammar/json_schema.h"
 #include "grammar/kimi_k3_grammar.h"
+#include "server/chat_stream.h"
 
 namespace mlaserve {
 namespace {
@@ -377,11 +378,6 @@ void refuse_unsupported(const ojson& body) {
   if (present("suffix") && body["suffix"] != "") refuse("suffix", "no insertion");
 }
 
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}", prefix, rng());
-}
-
 // Nesting deeper than this is refused: the JSON values, the chat template's values and the
 // schema compiler recurse over it, and a body of a million brackets would overflow the stack.
 constexpr int kMaxBodyDepth = 64;
@@ -501,6 +497,12 @@ auto json_errors_refused(Parse parse) {
 
 }  // namespace
 
+ojson request_body(const std::string& raw) { return request_object(raw); }
+
+ParsedRequest parse_chat_request(const ojson& body, const RequestContext& context) {
+  return json_errors_refused([&] { return parse_request_body(Endpoint::ChatCompletions, body, context); });
+}
+
 ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const RequestContext& context) {
   return json_errors_refused([&] { return parse_request_body(endpoint, request_object(raw), context); });
 }
@@ -532,9 +534,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& 
       model_(std::move(model)),
       id_(id.empty() ? random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") : std::move(id)),
       index_(index),
+      chat_(request),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
-  if (request.parsing.reasoning || request.parsing.tools || request.parsing.kimi_k3)
-    parser_.emplace(request.parsing, request.prompt_end);
   all_logprobs_ = request.endpoint == Endpoint::ChatCompletions
                       ? json{{"content", json::array()}}
                       : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
@@ -590,43 +591,6 @@ json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::
   return out;
 }
 
-// tool_choice required: the JSON list of calls, read whole at the end (text that does not
-// parse, as when max_tokens cut it, stays content).
-ChatDelta ResponseBuilder::required_calls(const StreamEvent& event) {
-  ChatDelta delta;
-  required_text_ += event.text;
-  if (!event.finished) return delta;
-  const ojson calls = ojson::parse(required_text_, nullptr, false);
-  if (!calls.is_array()) {
-    delta.content = required_text_;
-    return delta;
-  }
-  for (size_t i = 0; i < calls.size(); ++i)
-    delta.tool_calls.push_back({int(i), "", calls[i]["name"].get<std::string>(), calls[i]["parameters"].dump()});
-  return delta;
-}
-
-// The event's text as reasoning, content and tool calls.
-ChatDelta ResponseBuilder::parsed(const StreamEvent& event) {
-  ChatDelta delta;
-  if (!request_.forced_tool.empty()) {  // the output is the arguments
-    if (call_ids_.empty() || !event.text.empty())
-      delta.tool_calls.push_back({0, "", call_ids_.empty() ? request_.forced_tool : "", event.text});
-  } else if (request_.required_tool_calls) {
-    delta = required_calls(event);
-  } else if (parser_) {
-    delta = parser_->feed(event.text);
-    if (event.finished) delta.append(parser_->finish());
-  } else {
-    delta.content = event.text;
-  }
-  if (!request_.parallel_tool_calls)
-    std::erase_if(delta.tool_calls, [](const ToolCallDelta& call) { return call.index > 0; });
-  for (const auto& call : delta.tool_calls)
-    if (size_t(call.index) >= call_ids_.size()) call_ids_.push_back(call.id.empty() ? random_id("call_") : call.id);
-  return delta;
-}
-
 // OpenAI's tool_calls: streamed, a call's first step has id, type and name and the rest only
 // argument pieces; whole, each call complete.
 json ResponseBuilder::tool_calls_json(const std::vector<ToolCallDelta>& calls, bool streaming) const {
@@ -635,7 +599,7 @@ json ResponseBuilder::tool_calls_json(const std::vector<ToolCallDelta>& calls, b
     json function = {{"arguments", call.arguments}};
     json item = {{"index", call.index}, {"function", function}};
     if (!streaming || !call.name.empty()) {
-      item["id"] = call_ids_[size_t(call.index)];
+      item["id"] = chat_.call_id(call.index);
       item["type"] = "function";
       item["function"]["name"] = call.name;
     }
@@ -652,12 +616,7 @@ void ResponseBuilder::record_finish(const StreamEvent& event) {
   cached_tokens_ = event.cached_tokens;
   draft_tokens_ = event.draft_tokens;
   accepted_draft_tokens_ = event.accepted_draft_tokens;
-  finish_reason_ = finish_reason(event);
-}
-
-// A turn that ended on its stop token after calling tools finishes with "tool_calls".
-std::string ResponseBuilder::finish_reason(const StreamEvent& event) const {
-  return event.finish_reason == "stop" && !call_ids_.empty() ? "tool_calls" : event.finish_reason;
+  finish_reason_ = request_.endpoint == Endpoint::ChatCompletions ? chat_.finish_reason() : event.finish_reason;
 }
 
 std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event) {
@@ -670,7 +629,7 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
     chunks.push_back(dump(first));
     sent_role_ = true;
   }
-  const ChatDelta delta = chat ? parsed(event) : ChatDelta{};
+  const ChatDelta delta = chat ? chat_.next(event) : ChatDelta{};
   if (event.finished) record_finish(event);
   const bool nothing = chat ? delta.empty() : event.text.empty();
   if (nothing && !event.finished && !request_.logprobs) return chunks;
@@ -705,7 +664,7 @@ void ResponseBuilder::add(const StreamEvent& event) {
       for (auto& value : values) all_logprobs_[key].push_back(value);
   }
   if (request_.endpoint == Endpoint::ChatCompletions)
-    message_.append(parsed(event));
+    message_.append(chat_.next(event));
   else
     text_ += event.text;
   if (event.finished) record_finish(event);

@@ -46,7 +46,10 @@ std::string StopStringFilter::push(std::string_view text) {
   MLA_CHECK(!stopped_, "text pushed after a stop string");
   held_ += text;
   size_t stop_at = std::string::npos;
-  for (const auto& stop : stops_) stop_at = std::min(stop_at, held_.find(stop));
+  for (const auto& stop : stops_) {
+    const size_t at = held_.find(stop);
+    if (at < stop_at) stop_at = at, matched_ = stop;
+  }
   if (stop_at != std::string::npos) {
     stopped_ = true;
     std::string before = held_.substr(0, stop_at);

@@ -38,10 +38,11 @@ class StopStringFilter {
   std::string push(std::string_view text);
   std::string flush();  // the held text, when the stream ends for another reason
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string found, once stopped
 
  private:
   std::vector<std::string> stops_;
-  std::string held_;
+  std::string held_, matched_;
   bool stopped_ = false;
 };
 

@@ -63,6 +63,7 @@ struct StopCase {
   std::vector<std::string> stops;
   std::string want;  // the text sent
   bool stopped;
+  std::string matched;  // the stop string found
 };
 
 std::vector<std::string> pieces_of(const std::string& text, size_t cut) {
@@ -71,12 +72,12 @@ std::vector<std::string> pieces_of(const std::string& text, size_t cut) {
 
 TEST(StopStringFilter, SendsTheTextBeforeTheFirstStopHoweverItIsCut) {
   const StopCase cases[] = {
-      {"Hello STOP world", {"STOP"}, "Hello ", true},
-      {"Hello STO", {"STOP"}, "Hello STO", false},              // a prefix at the end is sent by flush
-      {"one two three", {"three", "two"}, "one ", true},         // the earliest match wins
-      {"aaab", {"aab"}, "a", true},                              // overlapping starts
-      {"\n\nUser:", {"\nUser:"}, "\n", true},
-      {"no stop here", {}, "no stop here", false},
+      {"Hello STOP world", {"STOP"}, "Hello ", true, "STOP"},
+      {"Hello STO", {"STOP"}, "Hello STO", false, ""},              // a prefix at the end is sent by flush
+      {"one two three", {"three", "two"}, "one ", true, "two"},     // the earliest match wins
+      {"aaab", {"aab"}, "a", true, "aab"},                          // overlapping starts
+      {"\n\nUser:", {"\nUser:"}, "\n", true, "\nUser:"},
+      {"no stop here", {}, "no stop here", false, ""},
   };
   for (const StopCase& c : cases) {
     std::vector<std::vector<std::string>> cuttings;
@@ -100,6 +101,7 @@ TEST(StopStringFilter, SendsTheTextBeforeTheFirstStopHoweverItIsCut) {
       if (!filter.stopped()) sent += filter.flush();
       EXPECT_EQ(sent, c.want) << c.text << ", " << pieces.size() << " pieces";
       EXPECT_EQ(filter.stopped(), c.stopped) << c.text;
+      EXPECT_EQ(filter.matched(), c.matched) << c.text;
     }
   }
 }
