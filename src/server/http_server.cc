@@ -15,6 +15,7 @@
 #include "server/lifo_task_queue.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
+#include "server/responses_protocol.h"
 #include "server/web_assets.h"
 
 namespace mlaserve {
@@ -173,14 +174,19 @@ void answer_generate(Engine& engine, const RequestContext& context, const Server
   }
 }
 
-using ErrorBody = std::function<json(int status, const std::string& message)>;
+// A protocol's error shape: OpenAI's (error_body, the parameter named) or Anthropic's.
+using ErrorBody = std::function<json(int status, const std::string& message, const std::string& param)>;
 
-json openai_error_body(int status, const std::string& message) { return error_body(status, message); }
+json openai_error_body(int status, const std::string& message, const std::string& param) {
+  return error_body(status, message, param);
+}
 
-void send_error(httplib::Response& res, int status, const std::string& message, const ErrorBody& body) {
+json anthropic_error(int status, const std::string& message, const std::string&) { return anthropic_error_body(status, message); }
+
+void send_error(httplib::Response& res, int status, const std::string& message, const ErrorBody& body, const std::string& param = "") {
   res.status = status;
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
-  res.set_content(body(status, message).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content(body(status, message, param).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 // Streams one request's answer as the protocol's server-sent events; a client that goes away
@@ -243,7 +249,7 @@ void answer_one(Engine& engine, const std::function<ParsedRequest()>& parse,
     }
     res.set_content(answer->response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   } catch (const ApiError& e) {
-    send_error(res, e.status, e.what(), error_body);
+    send_error(res, e.status, e.what(), error_body, e.param);
   } catch (const EngineRejection& e) {
     send_error(res, e.status, e.what(), error_body);
   } catch (const std::exception& e) {
@@ -324,7 +330,7 @@ void HttpServer::add_routes() {
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key || req.get_header_value("x-api-key") == options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string message = "missing or invalid API key (Authorization: Bearer ..., or x-api-key)";
-    if (req.path.starts_with("/v1/messages")) send_error(res, 401, message, anthropic_error_body);
+    if (req.path.starts_with("/v1/messages")) send_error(res, 401, message, anthropic_error);
     else send_error(res, 401, message);
     return httplib::Server::HandlerResponse::Handled;
   });
@@ -345,6 +351,7 @@ void HttpServer::add_routes() {
     answer_generate(engine_, requests_, options_, Endpoint::ChatCompletions, body, res);
   }));
   add_messages_routes();
+  add_responses_routes();
   add_token_routes();
   add_webui();
   add_cors();
@@ -356,15 +363,46 @@ void HttpServer::add_messages_routes() {
   server_->Post("/v1/messages", with_body([this](const std::string& body, httplib::Response& res) {
     answer_one(engine_, [&] { return parse_messages_request(body, requests_); },
                [this](const ParsedRequest& request) { return std::make_shared<MessageAnswer>(request, options_.served_model_name); },
-               anthropic_error_body, res);
-  }, anthropic_error_body));
+               anthropic_error, res);
+  }, anthropic_error));
   server_->Post("/v1/messages/count_tokens", with_body([this](const std::string& body, httplib::Response& res) {
     try {
       res.set_content(json{{"input_tokens", count_message_tokens(body, requests_)}}.dump(), "application/json");
     } catch (const ApiError& e) {
-      send_error(res, e.status, e.what(), anthropic_error_body);
+      send_error(res, e.status, e.what(), anthropic_error);
     }
-  }, anthropic_error_body));
+  }, anthropic_error));
+}
+
+// OpenAI's Responses API: POST /v1/responses (whole or streamed), and GET and DELETE of a stored
+// response by id.
+void HttpServer::add_responses_routes() {
+  server_->Post("/v1/responses", with_body([this](const std::string& body, httplib::Response& res) {
+    auto responses = std::make_shared<ResponsesRequest>();
+    answer_one(engine_,
+               [&] {
+                 try {
+                   *responses = responses_to_chat(request_body(body), responses_);
+                 } catch (const nlohmann::ordered_json::exception& e) {
+                   throw ApiError(400, fmt::format("malformed request: {}", e.what()));
+                 }
+                 return parse_chat_request(responses->chat, requests_);
+               },
+               [&](const ParsedRequest& request) {
+                 return std::make_shared<ResponseAnswer>(request, std::move(*responses), options_.served_model_name, responses_);
+               },
+               openai_error_body, res);
+  }));
+  server_->Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto response = responses_.response(req.matches[1]);
+    if (!response) return send_error(res, 404, fmt::format("Response with id '{}' not found.", req.matches[1].str()), "response_id");
+    res.set_content(response->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  });
+  server_->Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!responses_.erase(req.matches[1]))
+      return send_error(res, 404, fmt::format("Response with id '{}' not found.", req.matches[1].str()), "response_id");
+    res.set_content(json{{"id", req.matches[1].str()}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
+  });
 }
 
 // vLLM's /tokenize (a prompt, or chat messages through the chat template) and /detokenize.

@@ -1,4 +1,4 @@
-// The HTTP front end (cpp-httplib): OpenAI's and Anthropic's routes, API key, SSE streaming and
+// The HTTP front end (cpp-httplib): OpenAI's (chat completions, responses) and Anthropic's routes, API key, SSE streaming and
 // errors in each protocol's shape. Each request runs on one of the server's threads and talks to
 // the engine through its RequestHandle.
 #pragma once
@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
+#include "server/responses_protocol.h"
 #include "tokenizer/chat_template.h"
 
 namespace httplib {
@@ -48,6 +49,7 @@ class HttpServer {
  private:
   void add_routes();
   void add_messages_routes();
+  void add_responses_routes();
   void add_token_routes();
   void add_cors();
   void add_webui();
@@ -55,6 +57,7 @@ class HttpServer {
   ServerOptions options_;
   ChatTemplate chat_template_;
   GrammarCache grammars_;
+  ResponseStore responses_;  // /v1/responses kept for previous_response_id and GET
   RequestContext requests_;  // what requests are parsed against
   std::unique_ptr<httplib::Server> server_;
   int listening_socket_ = -1;  // seen while binding, to raise its backlog

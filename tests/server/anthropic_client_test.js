@@ -49,7 +49,7 @@ async function createAndStream(client) {
 }
 
 function validInput(input) {
-  return input && typeof input.city === "string" && input.city.length <= 10 && Number.isInteger(input.days) && input.days >= 1;
+  return input && typeof input.city === "string" && [...input.city].length <= 10 && Number.isInteger(input.days) && input.days >= 1;
 }
 
 async function toolRoundTrip(client) {

@@ -3,6 +3,7 @@
 // Anthropic's content blocks, stream events and stop reasons.
 #include "server/anthropic_protocol.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 namespace mlaserve {
@@ -94,11 +95,11 @@ std::vector<std::string> trace(const std::vector<std::string>& frames) {
     EXPECT_TRUE(frame.starts_with("event: ") && frame.ends_with("\n\n")) << frame;
     const json event = json::parse(frame.substr(frame.find("data: ") + 6));
     EXPECT_EQ(frame.substr(7, frame.find('\n') - 7), event["type"].get<std::string>());
-    std::string line = event["type"];
-    if (event["type"] == "content_block_start") line += " " + event["content_block"]["type"].get<std::string>();
-    if (event["type"] == "content_block_delta") line += " " + event["delta"].dump();
-    if (event["type"] == "message_delta") line += " " + event["delta"]["stop_reason"].get<std::string>();
-    out.push_back(line);
+    std::vector<std::string> words = {event["type"]};
+    if (event["type"] == "content_block_start") words.push_back(event["content_block"]["type"]);
+    if (event["type"] == "content_block_delta") words.push_back(event["delta"].dump());
+    if (event["type"] == "message_delta") words.push_back(event["delta"]["stop_reason"]);
+    out.push_back(fmt::format("{}", fmt::join(words, " ")));
   }
   return out;
 }

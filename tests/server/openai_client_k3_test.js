@@ -35,7 +35,7 @@ const tools = [{ type: "function", function: { name: "get_weather", description:
 function validArguments(text) {
   try {
     const args = JSON.parse(text);
-    return typeof args.city === "string" && args.city.length <= 12 && Number.isInteger(args.days) && args.days >= 1 &&
+    return typeof args.city === "string" && [...args.city].length <= 12 && Number.isInteger(args.days) && args.days >= 1 &&
       (args.unit === undefined || ["C", "F"].includes(args.unit));
   } catch (error) {
     return false;

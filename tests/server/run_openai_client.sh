@@ -14,7 +14,9 @@ mkdir -p "$work"
 [ -f "$work/tiny/config.json" ] || "$binary" make-model --preset tiny --dtype bf16 --seed 7 "$work/tiny" 2>/dev/null
 # Kimi K2 Thinking's template: it renders tools, tool calls and tool results.
 node "$here/openai_client_test.js" "$work" "$binary" "$work/tiny" "$here/../data/chat_templates/kimi-k2-thinking.jinja"
-# Kimi K3: no template, its own XTML protocol; through OpenAI's API and Anthropic's.
+# Kimi K3: no template, its own XTML protocol; through chat completions, Anthropic's messages and
+# OpenAI's responses.
 [ -f "$work/kimi-k3-tiny/config.json" ] || "$binary" make-model --preset kimi-k3-tiny --dtype mxfp4 --seed 7 "$work/kimi-k3-tiny" 2>/dev/null
 node "$here/openai_client_k3_test.js" "$work" "$binary" "$work/kimi-k3-tiny"
 node "$here/anthropic_client_test.js" "$work" "$binary" "$work/kimi-k3-tiny"
+node "$here/responses_client_test.js" "$work" "$binary" "$work/kimi-k3-tiny"
