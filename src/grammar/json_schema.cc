@@ -6,6 +6,8 @@
 #include <set>
 
 #include "base/error.h"
+#include "grammar/number_ranges.h"
+#include "grammar/pattern.h"
 
 namespace mlaserve::grammar {
 namespace {
@@ -17,9 +19,11 @@ constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
                                             "format", "deprecated", "readOnly", "writeOnly", "contentMediaType",
                                             "contentEncoding", "$defs", "definitions", "strict"};
-const std::set<std::string> kHandled = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
-                                        "allOf", "$ref", "nullable", "minimum"};
+const std::set<std::string> kHandled = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
+                                        "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum", "const",
+                                        "anyOf", "oneOf", "allOf", "$ref", "nullable", "minimum", "maximum",
+                                        "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties",
+                                        "propertyNames", "additionalItems"};
 
 Item set_of(std::string_view bytes) {
   Item item;
@@ -66,9 +70,7 @@ void JsonRules::add_primitives() {
                            B::literal("true"), B::literal("false"), B::literal("null")});
 }
 
-int32_t JsonRules::reference(const std::string& ref, const std::string& where) {
-  auto found = references_.find(ref);
-  if (found != references_.end()) return found->second;
+const ojson* JsonRules::resolved(const std::string& ref, const std::string& where) const {
   const ojson* target = nullptr;
   if (ref == "#") target = &root_;
   for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
@@ -77,6 +79,13 @@ int32_t JsonRules::reference(const std::string& ref, const std::string& where) {
       target = &root_[section][ref.substr(std::string(prefix).size())];
   }
   MLA_CHECK(target, "JSON schema at {}: $ref '{}' does not resolve (#, #/$defs/NAME or #/definitions/NAME)", where, ref);
+  return target;
+}
+
+int32_t JsonRules::reference(const std::string& ref, const std::string& where) {
+  auto found = references_.find(ref);
+  if (found != references_.end()) return found->second;
+  const ojson* target = resolved(ref, where);
   const int32_t rule = builder_.declare("ref " + ref);
   references_[ref] = rule;  // before the definition: a schema may refer to itself
   builder_.define(rule, {{B::ref(schema_rule(*target, ref))}});
@@ -112,10 +121,7 @@ int32_t JsonRules::schema_rule(const ojson& schema, const std::string& where) {
       options.push_back(schema_rule(schema[key][i], fmt::format("{}/{}/{}", where, key, i)));
     return alternatives(name, options);
   }
-  if (schema.contains("allOf")) {
-    MLA_CHECK(schema["allOf"].is_array() && schema["allOf"].size() == 1, "JSON schema at {}: only an allOf of one schema is supported", where);
-    return schema_rule(schema["allOf"][0], where + "/allOf/0");
-  }
+  if (schema.contains("allOf")) return schema_rule(merged_all_of(schema, where), where + "/allOf");
   if (!schema.contains("type")) {
     if (schema.contains("properties") || schema.contains("additionalProperties")) return object_rule(schema, where);
     if (schema.contains("items")) return array_rule(schema, where);
@@ -145,16 +151,31 @@ int32_t JsonRules::object_rule(const ojson& schema, const std::string& where) {
   const ojson properties = schema.value("properties", ojson::object());
   if (properties.empty()) {
     const ojson extra = schema.value("additionalProperties", ojson(true));
-    if (extra == true) return object_;
     if (extra == false) return builder_.rule(where + " empty object", {{B::byte('{'), B::ref(ws_), B::byte('}')}});
-    return map_of(where + " object", schema_rule(extra, where + "/additionalProperties"));
+    if (extra == true && !schema.contains("propertyNames")) return object_;
+    const int32_t value = extra == true ? value_ : schema_rule(extra, where + "/additionalProperties");
+    const int32_t key = schema.contains("propertyNames") ? schema_rule(schema["propertyNames"], where + "/propertyNames") : string_;
+    return map_of(where + " object", value, key);
   }
   std::set<std::string> required;
   for (const auto& name : schema.value("required", ojson::array())) required.insert(name.get<std::string>());
-  std::vector<std::pair<std::string, int32_t>> members;
-  for (const auto& [key, value] : properties.items()) members.emplace_back(key, schema_rule(value, where + "/" + key));
   for (const auto& name : required)
     MLA_CHECK(properties.contains(name), "JSON schema at {}: required property '{}' is not in properties", where, name);
+  // minProperties/maxProperties: the first optional properties become required, or the last
+  // ones are left out, so that every object written has an allowed count.
+  const auto [min_count, max_count] = bounds(schema, where, "minProperties", "maxProperties");
+  MLA_CHECK(min_count <= int(properties.size()) && (max_count < 0 || max_count >= int(required.size())),
+            "JSON schema at {}: minProperties/maxProperties cannot be met by its properties", where);
+  std::vector<std::pair<std::string, int32_t>> members;
+  int optional_kept = 0;
+  for (const auto& [key, value] : properties.items()) {
+    if (!required.contains(key)) {
+      if (int(required.size()) < min_count) required.insert(key);
+      else if (max_count >= 0 && int(required.size()) + optional_kept >= max_count) continue;
+      else ++optional_kept;
+    }
+    members.emplace_back(key, schema_rule(value, where + "/" + key));
+  }
   int32_t after = builder_.rule(where + " end", {{}}), after_comma = after;  // (n, false) and (n, true)
   for (size_t i = members.size(); i-- > 0;) {
     const auto& [key, value] = members[i];
@@ -173,15 +194,37 @@ int32_t JsonRules::object_rule(const ojson& schema, const std::string& where) {
   return builder_.rule(where + " object", {{B::byte('{'), B::ref(ws_), B::ref(after), B::byte('}')}});
 }
 
+// items, minItems and maxItems; with prefixItems, those items in order (all of them), then up to
+// maxItems of `items` (none unless maxItems says more: writing no more is always valid).
 int32_t JsonRules::array_rule(const ojson& schema, const std::string& where) {
-  const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
   const auto [min, max] = bounds(schema, where, "minItems", "maxItems");
-  return list_of(where + " array", item, min, max);
+  // Draft 7 writes a tuple as an items list with additionalItems for the rest.
+  const bool listed = schema.contains("items") && schema["items"].is_array();
+  if (!schema.contains("prefixItems") && !listed) {
+    const int32_t item = schema.contains("items") ? schema_rule(schema["items"], where + "/items") : value_;
+    return list_of(where + " array", item, min, max);
+  }
+  const ojson& prefix = listed ? schema["items"] : schema["prefixItems"];
+  MLA_CHECK(prefix.is_array() && !prefix.empty(), "JSON schema at {}: prefixItems must be a non-empty list", where);
+  const int count = int(prefix.size());
+  MLA_CHECK(max < 0 || max >= count, "JSON schema at {}: maxItems {} is below the {} prefixItems", where, max, count);
+  Sequence elements = {B::byte('['), B::ref(ws_)};
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) elements = B::join({elements, B::literal(","), {B::ref(ws_)}});
+    elements = B::join({elements, {B::ref(schema_rule(prefix[i], fmt::format("{}/prefixItems/{}", where, i))), B::ref(ws_)}});
+  }
+  const ojson rest = listed ? schema.value("additionalItems", ojson(false)) : schema.value("items", ojson(false));
+  if (rest != false && max > count) {
+    const int32_t item = schema_rule(rest, where + "/items");
+    elements.push_back(B::ref(builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, {B::ref(item), B::ref(ws_)}}),
+                                              std::max(min - count, 0), max - count)));
+  }
+  return builder_.rule(where + " tuple", {B::join({elements, {B::byte(']')}})});
 }
 
-// "{" members "}": any string keys, each value `value`.
-int32_t JsonRules::map_of(const std::string& name, int32_t value) {
-  const Sequence member = {B::ref(string_), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
+// "{" members "}": keys `key` (any string by default), each value `value`.
+int32_t JsonRules::map_of(const std::string& name, int32_t value, int32_t key) {
+  const Sequence member = {B::ref(key < 0 ? string_ : key), B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
   const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, member}), 0, -1);
   const int32_t members = builder_.optional(name + " members", B::join({member, {B::ref(more)}}));
   return builder_.rule(name, {{B::byte('{'), B::ref(ws_), B::ref(members), B::byte('}')}});
@@ -214,27 +257,73 @@ std::pair<int, int> JsonRules::bounds(const ojson& schema, const std::string& wh
   return {min, max};
 }
 
+// A string of a known format (its pattern: a format's strings satisfy the patterns clients
+// publish beside it), or matching `pattern`, or any, within minLength..maxLength.
 int32_t JsonRules::string_rule(const ojson& schema, const std::string& where) {
-  if (!schema.contains("minLength") && !schema.contains("maxLength")) return string_;
   const auto [min, max] = bounds(schema, where, "minLength", "maxLength");
-  const int32_t characters = builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
+  std::optional<std::string> pattern = schema.contains("format") && schema["format"].is_string()
+                                           ? format_pattern(schema["format"].get<std::string>()) : std::nullopt;
+  if (!pattern && schema.contains("pattern")) {
+    MLA_CHECK(schema["pattern"].is_string(), "JSON schema at {}: pattern must be a string", where);
+    pattern = schema["pattern"].get<std::string>();
+  }
+  if (!pattern && !schema.contains("minLength") && !schema.contains("maxLength")) return string_;
+  const int32_t characters = pattern ? pattern_rule(builder_, where, *pattern, {min, max})
+                                     : builder_.repeat(where + " chars", {B::ref(character_)}, min, max);
   return builder_.rule(where + " string", {{B::byte('"'), B::ref(characters), B::byte('"')}});
 }
 
+// minimum/maximum and their exclusive forms (numbers, or draft 4's booleans beside minimum and
+// maximum) as number_ranges.h writes them.
 int32_t JsonRules::number_rule(const ojson& schema, bool integer, const std::string& where) {
-  const int32_t any = integer ? integer_ : number_;
-  if (!schema.contains("minimum")) return any;
-  const ojson minimum = schema["minimum"];
-  MLA_CHECK(minimum == 0 || minimum == 1, "JSON schema at {}: only minimum 0 or 1 is supported, got {}", where, minimum.dump());
-  const int32_t digits = builder_.repeat(where + " digits", {B::range('0', '9')}, 0, 15);
-  const Sequence positive = {B::range('1', '9'), B::ref(digits)};
-  std::vector<Sequence> naturals = {positive};
-  if (minimum == 0) naturals.push_back(B::literal("0"));
-  const int32_t natural = builder_.rule(where + " natural", naturals);
-  if (integer) return natural;
-  const int32_t fraction = builder_.optional(where + " fraction", {B::byte('.'), B::ref(builder_.repeat(where + " fraction digits", {B::range('0', '9')}, 1, 16))});
-  return builder_.rule(where + " number", {{B::ref(natural), B::ref(fraction)}});
+  NumberBounds bounds;
+  auto bound = [&](const char* key, const char* exclusive_key, std::optional<double>& value, bool& exclusive) {
+    if (schema.contains(key)) {
+      MLA_CHECK(schema[key].is_number(), "JSON schema at {}: {} must be a number", where, key);
+      value = schema[key].get<double>();
+    }
+    if (!schema.contains(exclusive_key)) return;
+    const ojson& given = schema[exclusive_key];
+    MLA_CHECK(given.is_number() || given.is_boolean(), "JSON schema at {}: {} must be a number", where, exclusive_key);
+    if (given.is_boolean()) {
+      exclusive = given.get<bool>() && value.has_value();
+    } else if (!value || (std::string(key) == "minimum" ? given.get<double>() >= *value : given.get<double>() <= *value)) {
+      value = given.get<double>();
+      exclusive = true;
+    }
+  };
+  bound("minimum", "exclusiveMinimum", bounds.low, bounds.low_exclusive);
+  bound("maximum", "exclusiveMaximum", bounds.high, bounds.high_exclusive);
+  if (!bounds.low && !bounds.high) return integer ? integer_ : number_;
+  return integer ? integer_in_range(builder_, where, bounds) : number_in_range(builder_, where, bounds);
 }
+
+// allOf of object schemas (or $refs to them) as one object: every branch's properties (a later
+// branch's schema for a name given twice) and required names.
+ojson JsonRules::merged_all_of(const ojson& schema, const std::string& where) {
+  MLA_CHECK(schema["allOf"].is_array() && !schema["allOf"].empty(), "JSON schema at {}: 'allOf' must be a non-empty list", where);
+  if (schema["allOf"].size() == 1 && schema.size() == 1) return schema["allOf"][0];
+  ojson merged = schema;
+  merged.erase("allOf");
+  ojson properties = merged.value("properties", ojson::object()), required = merged.value("required", ojson::array());
+  for (size_t i = 0; i < schema["allOf"].size(); ++i) {
+    ojson branch = schema["allOf"][i];
+    for (int hops = 0; branch.is_object() && branch.contains("$ref") && hops < 16; ++hops) branch = *resolved(branch["$ref"].get<std::string>(), where);
+    const bool object = branch.is_object() && (branch.value("type", "object") == "object" || branch.contains("properties"));
+    MLA_CHECK(object, "JSON schema at {}/allOf/{}: only an allOf of object schemas is supported", where, i);
+    const ojson branch_properties = branch.value("properties", ojson::object());
+    const ojson branch_required = branch.value("required", ojson::array());
+    for (const auto& [key, value] : branch_properties.items()) properties[key] = value;
+    for (const auto& name : branch_required)
+      if (std::find(required.begin(), required.end(), name) == required.end()) required.push_back(name);
+    if (branch.contains("additionalProperties")) merged["additionalProperties"] = branch["additionalProperties"];
+  }
+  merged["type"] = "object";
+  merged["properties"] = properties;
+  merged["required"] = required;
+  return merged;
+}
+
 
 Grammar json_object_grammar() {
   const ojson empty = ojson::object();

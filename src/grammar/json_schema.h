@@ -1,14 +1,18 @@
 // Grammars for JSON text: any JSON object (response_format json_object), or text that validates
-// against a JSON Schema (response_format json_schema, tool arguments). Supported: type (or a
-// list of types), properties (in the schema's order; the required ones always, the others
-// optionally; no properties beyond them), additionalProperties as the value schema of an object
-// without properties, items with minItems/maxItems, minLength/maxLength (up to 4096), enum,
-// const, anyOf/oneOf (as alternatives), a one-schema allOf, $ref into $defs/definitions or to
-// the root (recursion allowed), nullable, minimum 0 or 1 for numbers and integers. Annotations
-// (title, description, default, examples, format, ...) are ignored; any other keyword is an
-// Error naming it and where it is. Whitespace is bounded ("", " ", or a newline and up to 20
-// spaces or tabs), integers to 16 digits and fractions to 16, as llama.cpp's grammars bound
-// them, so that a sampler cannot wander forever.
+// against a JSON Schema (response_format json_schema, tool arguments), as clients write schemas
+// (zod, Pydantic, OpenAI strict mode). Supported: type (or a list of types, "null" among them),
+// properties (in the schema's order; the required ones always, the others optionally; no
+// properties beyond them; minProperties/maxProperties met by requiring or leaving out optional
+// ones), additionalProperties as the value schema of an object without properties (its keys
+// under propertyNames), items, prefixItems (or draft 7's items list and additionalItems),
+// minItems/maxItems, minLength/maxLength (up to 4096), pattern and the formats of
+// pattern.h, minimum/maximum/exclusiveMinimum/exclusiveMaximum (number_ranges.h), enum and const
+// of any values, anyOf/oneOf (as alternatives), allOf of object schemas (merged), $ref into
+// $defs/definitions or to the root (recursion allowed), nullable. Annotations (title,
+// description, default, examples, format, ...) are ignored; any other keyword is an Error naming
+// it and where it is. Whitespace is bounded ("", " ", or a newline and up to 20 spaces or tabs),
+// integers to 16 digits and fractions to 16, as llama.cpp's grammars bound them, so that a
+// sampler cannot wander forever.
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>
@@ -40,8 +44,10 @@ class JsonRules {
   int32_t string_rule(const ojson& schema, const std::string& where);
   int32_t number_rule(const ojson& schema, bool integer, const std::string& where);
   int32_t reference(const std::string& ref, const std::string& where);
+  const ojson* resolved(const std::string& ref, const std::string& where) const;
+  ojson merged_all_of(const ojson& schema, const std::string& where);
   int32_t alternatives(const std::string& name, const std::vector<int32_t>& rules);
-  int32_t map_of(const std::string& name, int32_t value);
+  int32_t map_of(const std::string& name, int32_t value, int32_t key = -1);
   int32_t list_of(const std::string& name, int32_t item, int min, int max);
   static std::pair<int, int> bounds(const ojson& schema, const std::string& where, const char* min_key,
                                     const char* max_key);

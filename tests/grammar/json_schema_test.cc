@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "base/error.h"
@@ -83,8 +84,9 @@ TEST(JsonGrammar, ChoicesAreMatchedWhole) {
 }
 
 TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
-  for (const char* schema : {R"({"type": "string", "pattern": "^a"})", R"({"properties": {"x": {"type": "integer", "maximum": 3}}})",
-                             R"({"$ref": "#/$defs/missing"})", R"({"type": "thing"})"}) {
+  for (const char* schema : {R"js({"type": "string", "pattern": "^(?=a)"})js", R"({"properties": {"x": {"type": "integer", "multipleOf": 3}}})",
+                             R"({"$ref": "#/$defs/missing"})", R"({"type": "thing"})", R"({"type": "integer", "minimum": 5, "maximum": 3})",
+                             R"js({"type": "string", "pattern": "(a)\\1"})js", R"({"allOf": [{"type": "string"}, {"type": "object"}]})"}) {
     try {
       json_schema_grammar(ojson::parse(schema));
       ADD_FAILURE() << "accepted " << schema;
@@ -108,6 +110,131 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
       EXPECT_NE(std::string(e.what()).find("rule 'ref #"), std::string::npos) << e.what();
     }
   }
+}
+
+// Every integer of -250..250 is written whole exactly when it lies within the bounds.
+TEST(JsonGrammar, IntegerBoundsAreExact) {
+  struct Case {
+    const char* schema;
+    std::function<bool(int)> inside;
+  };
+  const Case cases[] = {
+      {R"({"type": "integer", "minimum": -17, "maximum": 123})", [](int v) { return v >= -17 && v <= 123; }},
+      {R"({"type": "integer", "exclusiveMinimum": 0})", [](int v) { return v > 0; }},
+      {R"({"type": "integer", "exclusiveMaximum": -9.5})", [](int v) { return v < -9.5; }},
+      {R"({"type": "integer", "minimum": 1.5, "exclusiveMaximum": 200})", [](int v) { return v >= 2 && v < 200; }},
+      {R"({"type": "integer", "minimum": 7, "exclusiveMinimum": true, "maximum": 99})", [](int v) { return v > 7 && v <= 99; }},
+      {R"({"type": "integer", "maximum": 0})", [](int v) { return v <= 0; }},
+  };
+  for (const Case& c : cases) {
+    const Grammar grammar = json_schema_grammar(ojson::parse(c.schema));
+    for (int v = -250; v <= 250; ++v) {  // outside: refused, or a prefix of a number inside ("1" of "10")
+      const std::string got = verdict(grammar, std::to_string(v));
+      ASSERT_TRUE(c.inside(v) ? got == "whole" : got != "whole") << c.schema << " " << v << ": " << got;
+    }
+    EXPECT_EQ(verdict(grammar, "-0"), "refused") << c.schema;
+    EXPECT_EQ(verdict(grammar, "007"), "refused") << c.schema;
+  }
+  const Grammar up = json_schema_grammar(ojson::parse(R"({"type": "integer", "minimum": 5})"));
+  EXPECT_EQ(verdict(up, "9999999999999999"), "whole");
+  EXPECT_EQ(verdict(up, "99999999999999999"), "refused");  // 17 digits: past the bound
+}
+
+// Numbers written under bounds lie within them (any decimal text), and the ones inside that the
+// grammar writes include the integers, fractions on whole units inside, and fractions within one
+// unit.
+TEST(JsonGrammar, NumberBoundsWriteOnlyNumbersInside) {
+  struct Case {
+    const char* schema;
+    double low, high;
+    bool low_open, high_open;
+    std::vector<const char*> written;
+  };
+  const Case cases[] = {
+      {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false, {"0", "1", "0.5", "0.25"}},
+      {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})", 0, 1, true, true, {"0.5", "0.001"}},
+      {R"({"type": "number", "minimum": 0.1, "maximum": 0.9})", 0.1, 0.9, false, false, {"0.10", "0.90", "0.55"}},
+      {R"({"type": "number", "minimum": -2.5, "maximum": 3.25})", -2.5, 3.25, false, false, {"-2", "3", "-1.75", "2.5"}},
+      {R"({"type": "number", "minimum": -0.75, "maximum": -0.25})", -0.75, -0.25, false, false, {"-0.500", "-0.250"}},
+      {R"({"type": "number", "exclusiveMinimum": 10})", 10, 1e300, true, false, {"11", "10.5", "1234.5678"}},
+  };
+  std::mt19937 rng(3);
+  for (const Case& c : cases) {
+    const Grammar grammar = json_schema_grammar(ojson::parse(c.schema));
+    for (const char* text : c.written) EXPECT_EQ(verdict(grammar, text), "whole") << c.schema << " " << text;
+    for (int trial = 0; trial < 3000; ++trial) {
+      std::string text = rng() % 2 ? "-" : "";
+      text += std::to_string(rng() % (trial % 3 == 0 ? 2000 : 5));
+      if (rng() % 3) {
+        text += ".";
+        for (size_t digits = 1 + rng() % 4; digits-- > 0;) text += char('0' + rng() % 10);
+      }
+      const double value = std::stod(text);
+      const bool inside = (c.low_open ? value > c.low : value >= c.low) && (c.high_open ? value < c.high : value <= c.high);
+      if (!inside) {
+        ASSERT_NE(verdict(grammar, text), "whole") << c.schema << " " << text;
+      }
+    }
+  }
+}
+
+TEST(JsonGrammar, PatternsAndFormats) {
+  const Grammar code = json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]{2,4}-\\d+(\\.(x|yz))?$"})"));
+  for (const char* text : {R"("ab-12")", R"("abcd-0.yz")", R"("zz-9.x")"}) EXPECT_EQ(verdict(code, text), "whole") << text;
+  for (const char* text : {R"("a-1")", R"("abcde-1")", R"("ab-")", R"("AB-1")", R"("ab-1.y")"})
+    EXPECT_EQ(verdict(code, text), "refused") << text;
+  // Characters JSON escapes are written escaped; a negated class takes any other character.
+  const Grammar quoted = json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^\"[^\"]*\"\\\\\\n$"})"));
+  EXPECT_EQ(verdict(quoted, R"("\"é x\"\\\n")"), "whole");
+  EXPECT_EQ(verdict(quoted, R"("\"a\"b\"\\\n")"), "refused");
+  EXPECT_EQ(verdict(quoted, "\"\"a\"\\\\\\n\""), "refused");  // a raw quote is not JSON
+  // minLength/maxLength bound the pattern's repetitions.
+  const Grammar bounded = json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})"));
+  for (const char* text : {R"("ab")", R"("abc")"}) EXPECT_EQ(verdict(bounded, text), "whole") << text;
+  for (const char* text : {R"("a")", R"("abcd")"}) EXPECT_EQ(verdict(bounded, text), "refused") << text;
+  const std::pair<const char*, std::vector<const char*>> formats[] = {
+      {"date-time", {R"("2024-05-06T07:08:09Z")", R"("1999-12-28T23:59:59.123456Z")"}},
+      {"date", {R"("2024-02-28")"}},
+      {"time", {R"("07:08:09")"}},
+      {"duration", {R"("P3D")", R"("PT4H30M")"}},
+      {"email", {R"("ann.lee@example.com")"}},
+      {"uuid", {R"("123e4567-e89b-42d3-a456-426614174000")"}},
+      {"ipv4", {R"("192.168.0.255")"}},
+      {"ipv6", {R"("2001:db8:0:0:0:0:2:1")"}},
+      {"uri", {R"("https://example.com/a/b")"}},
+      {"hostname", {R"("api.example.com")"}},
+  };
+  for (const auto& [format, texts] : formats) {
+    const Grammar grammar = json_schema_grammar(ojson({{"type", "string"}, {"format", format}, {"pattern", "(?=unused)"}}));
+    for (const char* text : texts) EXPECT_EQ(verdict(grammar, text), "whole") << format << " " << text;
+    EXPECT_EQ(verdict(grammar, R"("not it")"), "refused") << format;
+  }
+  const Grammar offset = json_schema_grammar(ojson::parse(R"({"type": "string", "format": "date-time"})"));
+  EXPECT_EQ(verdict(offset, R"("2024-05-06T07:08:09+01:00")"), "refused");  // UTC only, as zod's default
+  EXPECT_EQ(verdict(json_schema_grammar(ojson::parse(R"({"type": "string", "format": "color"})")), R"("red")"), "whole");
+}
+
+TEST(JsonGrammar, AllOfPrefixItemsAndPropertyCounts) {
+  const Grammar merged = json_schema_grammar(ojson::parse(R"({"$defs": {"base": {"type": "object",
+      "properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+      "allOf": [{"$ref": "#/$defs/base"}, {"properties": {"name": {"type": "string"}}, "required": ["name"]}]})"));
+  EXPECT_EQ(verdict(merged, R"({"id": 1, "name": "x"})"), "whole");
+  EXPECT_EQ(verdict(merged, R"({"name": "x"})"), "refused");
+  const Grammar tuple = json_schema_grammar(ojson::parse(R"({"type": "array", "prefixItems": [{"type": "integer"},
+      {"type": "string"}], "minItems": 2, "maxItems": 2})"));
+  EXPECT_EQ(verdict(tuple, R"([1, "a"])"), "whole");
+  for (const char* text : {R"([1])", R"(["a", 1])", R"([1, "a", 2])"}) EXPECT_EQ(verdict(tuple, text), "refused") << text;
+  const Grammar open = json_schema_grammar(ojson::parse(R"({"type": "array", "prefixItems": [{"type": "integer"}],
+      "items": {"type": "boolean"}, "maxItems": 3})"));
+  EXPECT_EQ(verdict(open, R"([1, true, false])"), "whole");
+  EXPECT_EQ(verdict(open, R"([1, true, false, true])"), "refused");
+  const Grammar counted = json_schema_grammar(ojson::parse(R"({"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "integer"}, "c": {"type": "integer"}}, "minProperties": 1, "maxProperties": 2})"));
+  for (const char* text : {R"({"a": 1})", R"({"a": 1, "b": 2})"}) EXPECT_EQ(verdict(counted, text), "whole") << text;
+  for (const char* text : {R"({})", R"({"a": 1, "b": 2, "c": 3})"}) EXPECT_EQ(verdict(counted, text), "refused") << text;
+  const Grammar anything = json_schema_grammar(ojson::parse(R"({"enum": [{"a": [1, null]}, "x", 2.5], "title": "t", "$schema": "s"})"));
+  EXPECT_EQ(verdict(anything, R"({"a":[1,null]})"), "whole");
+  EXPECT_EQ(verdict(anything, "2.5"), "whole");
 }
 
 // Each character of JSON's alphabet (as a byte-level BPE vocabulary has every byte), then tokens

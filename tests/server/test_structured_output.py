@@ -1,7 +1,9 @@
 """Constrained decoding through the server, on a random model (which writes no JSON by itself):
 response_format json_schema on 50 seeded requests, each answer validated against the schema
-with the jsonschema package; json_object; vLLM's guided_choice; a schema keyword it does not
-support refused by name. Run by CTest through pytest (tests/conftest.py)."""
+with the jsonschema package; the schemas of 20 Pydantic models with constrained fields (Debian's
+python3-pydantic, 1.10), each answer parsed by its model; json_object; vLLM's guided_choice; a
+schema keyword it does not support refused by name. Run by CTest through pytest
+(tests/conftest.py)."""
 import json
 import os
 import sys
@@ -11,6 +13,7 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydantic_models import MODELS  # noqa: E402
 from server_fixture import Server, make_tiny_model  # noqa: E402
 
 SCHEMA = {
@@ -98,8 +101,25 @@ def test_guided_choice_answers_one_of_the_choices(server):
 
 def test_unsupported_formats_are_refused_by_name(server):
     status, body = chat(server, 1, response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "string", "pattern": "^a+$"}}})
-    assert status == 400 and "'pattern'" in body["error"]["message"], body
+        "name": "x", "schema": {"type": "integer", "multipleOf": 3}}})
+    assert status == 400 and "'multipleOf'" in body["error"]["message"], body
     assert body["error"]["param"] == "response_format"
+    status, body = chat(server, 1, response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "string", "pattern": "^(?!a)b+$"}}})
+    assert status == 400 and "lookarounds" in body["error"]["message"], body
     status, body = chat(server, 1, response_format={"type": "yaml"})
     assert status == 400 and body["error"]["param"] == "response_format", body
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_pydantic_schemas_decode_to_valid_instances(server, name):
+    """Each model's own JSON schema (titles, definitions, $refs, constrained types, formats and
+    all, as Pydantic writes it) constrains the answer, and the model parses it."""
+    model = MODELS[name]
+    response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": model.schema()}}
+    for seed in range(3):
+        status, body = chat(server, 1000 + seed, response_format=response_format, max_tokens=1500)
+        assert status == 200, body
+        choice = body["choices"][0]
+        assert choice["finish_reason"] == "stop", body
+        model.parse_raw(choice["message"]["content"])  # raises on an invalid instance
