@@ -184,12 +184,54 @@ Grammar GrammarBuilder::build(int32_t root) && {
   return grammar;
 }
 
-Grammar choice_grammar(const std::vector<std::string>& choices) {
+Grammar choice_grammar(const std::vector<std::string>& choices, const std::optional<ThinkingFirst>& thinking) {
   MLA_CHECK(!choices.empty(), "a choice grammar needs at least one choice");
   GrammarBuilder builder;
   std::vector<Sequence> alternatives;
   for (const auto& choice : choices) alternatives.push_back(GrammarBuilder::literal(choice));
-  return std::move(builder).build(builder.rule("choice", std::move(alternatives)));
+  const int32_t choice = builder.rule("choice", std::move(alternatives));
+  return std::move(builder).build(thinking ? thinking_then(builder, choice, *thinking) : choice);
+}
+
+// A state per matched prefix of `forbidden` (Knuth-Morris-Pratt): each byte leads to the state of
+// the longest prefix the text then ends with; the byte that would complete it is not allowed.
+int32_t GrammarBuilder::text_without(const std::string& name, std::string_view forbidden) {
+  const size_t length = forbidden.size();
+  std::vector<size_t> border(length, 0);
+  for (size_t i = 1, k = 0; i < length; ++i) {
+    while (k > 0 && forbidden[i] != forbidden[k]) k = border[k - 1];
+    if (forbidden[i] == forbidden[k]) ++k;
+    border[i] = k;
+  }
+  auto next = [&](size_t state, char byte) {
+    while (state > 0 && forbidden[state] != byte) state = border[state - 1];
+    return forbidden[state] == byte ? state + 1 : state;
+  };
+  std::vector<int32_t> states(length);
+  for (size_t k = 0; k < length; ++k) states[k] = declare(name + " " + std::to_string(k));
+  for (size_t k = 0; k < length; ++k) {
+    std::vector<ByteSet> to(length);
+    for (int b = 0; b < 0xff; ++b) {
+      const size_t j = next(k, char(b));
+      if (j < length) to[j].set(size_t(b));
+    }
+    std::vector<Sequence> options = {{}};
+    for (size_t j = 0; j < length; ++j)
+      if (to[j].any()) options.push_back({Item{to[j], -1}, ref(states[j])});
+    define(states[k], std::move(options));
+  }
+  return states[0];
+}
+
+int32_t thinking_then(GrammarBuilder& builder, int32_t document, const ThinkingFirst& thinking) {
+  Item space;
+  for (char c : std::string_view(" \t\r\n")) space.bytes.set(uint8_t(c));
+  const Sequence reasoning = GrammarBuilder::join({{GrammarBuilder::ref(builder.text_without("reasoning", thinking.close))},
+                                                   GrammarBuilder::literal(thinking.close),
+                                                   {GrammarBuilder::ref(builder.repeat("after reasoning", {space}, 0, 4))}});
+  if (thinking.opened_in_prompt) return builder.rule("thinking first", {GrammarBuilder::join({reasoning, {GrammarBuilder::ref(document)}})});
+  const int32_t block = builder.optional("reasoning block", GrammarBuilder::join({GrammarBuilder::literal(thinking.open), reasoning}));
+  return builder.rule("thinking first", {{GrammarBuilder::ref(block), GrammarBuilder::ref(document)}});
 }
 
 }  // namespace mlaserve::grammar

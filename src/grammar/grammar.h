@@ -5,6 +5,7 @@
 #include <bitset>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,8 @@ class GrammarBuilder {
   // One UTF-8 character as RFC 3629 defines it (no overlong forms, no surrogates, nothing past
   // U+10FFFF): one of the `ascii` bytes, or a multi-byte sequence.
   static std::vector<Sequence> utf8_character(const ByteSet& ascii);
+  // Any bytes (but 0xFF, which spells special tokens) that do not hold `forbidden`.
+  int32_t text_without(const std::string& name, std::string_view forbidden);
   // body repeated min..max times (max < 0: unbounded). body must consume at least one byte.
   int32_t repeat(const std::string& name, const Sequence& body, int min, int max);
   int32_t optional(const std::string& name, const Sequence& body) { return repeat(name, body, 0, 1); }
@@ -75,7 +78,16 @@ std::string special_token_spelling(std::string_view content);
 // run of ordinary tokens spells a special token.
 std::string token_spelling(std::string_view text, bool special);
 
+// A thinking model's reasoning before the document, as vLLM lets it reason first: `open` (unless
+// the prompt opened it), text without `close`, `close` and up to 4 whitespace bytes; all of it
+// optional unless the prompt opened it.
+struct ThinkingFirst {
+  bool opened_in_prompt = false;
+  std::string open = "<think>", close = "</think>";
+};
+int32_t thinking_then(GrammarBuilder& builder, int32_t document, const ThinkingFirst& thinking);
+
 // Exactly one of `choices` (vLLM's guided_choice); throws Error when there is none.
-Grammar choice_grammar(const std::vector<std::string>& choices);
+Grammar choice_grammar(const std::vector<std::string>& choices, const std::optional<ThinkingFirst>& thinking = std::nullopt);
 
 }  // namespace mlaserve::grammar

@@ -325,19 +325,19 @@ ojson JsonRules::merged_all_of(const ojson& schema, const std::string& where) {
 }
 
 
-Grammar json_object_grammar() {
+Grammar json_object_grammar(const std::optional<ThinkingFirst>& thinking) {
   const ojson empty = ojson::object();
   GrammarBuilder builder;
   JsonRules json(builder, empty);
-  return std::move(builder).build(json.any_object());
+  return std::move(builder).build(thinking ? thinking_then(builder, json.any_object(), *thinking) : json.any_object());
 }
 
-Grammar json_schema_grammar(const ojson& schema) {
+Grammar json_schema_grammar(const ojson& schema, const std::optional<ThinkingFirst>& thinking) {
   try {
     GrammarBuilder builder;
     JsonRules json(builder, schema);
     const int32_t root = json.schema_rule(schema, "#");
-    return std::move(builder).build(root);
+    return std::move(builder).build(thinking ? thinking_then(builder, root, *thinking) : root);
   } catch (const nlohmann::json::exception& e) {  // a keyword's value of the wrong type
     fail("JSON schema: {}", e.what());
   }

@@ -22,8 +22,9 @@
 
 namespace mlaserve::grammar {
 
-Grammar json_object_grammar();
-Grammar json_schema_grammar(const nlohmann::ordered_json& schema);
+// With `thinking`, a thinking model's reasoning may come first (grammar.h).
+Grammar json_object_grammar(const std::optional<ThinkingFirst>& thinking = std::nullopt);
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema, const std::optional<ThinkingFirst>& thinking = std::nullopt);
 
 // JSON's rules added to a grammar being built, for grammars that hold JSON values among other
 // text (Kimi K3's tool arguments). `root` is what $ref resolves against; it must outlive this.

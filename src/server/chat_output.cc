@@ -233,14 +233,17 @@ ChatDelta ReasoningParser::finish() {
   return out;
 }
 
+bool think_opened_in_prompt(std::string_view prompt_text) {
+  const size_t end = prompt_text.find_last_not_of(" \t\r\n");
+  return end != std::string_view::npos && prompt_text.substr(0, end + 1).ends_with(kThinkOpen);
+}
+
 ChatOutputParser::ChatOutputParser(const ChatParsing& parsing, std::string_view prompt_text) {
   if (parsing.kimi_k3) {
     kimi_k3_ = std::make_unique<KimiK3OutputParser>(kimi_k3_opened(prompt_text), parsing.reasoning, parsing.tools.has_value());
     return;
   }
-  const size_t end = prompt_text.find_last_not_of(" \t\r\n");
-  if (parsing.reasoning)
-    reasoning_.emplace(end != std::string_view::npos && prompt_text.substr(0, end + 1).ends_with(kThinkOpen));
+  if (parsing.reasoning) reasoning_.emplace(think_opened_in_prompt(prompt_text));
   if (parsing.tools) tools_ = std::make_unique<ToolCallParser>(*parsing.tools);
 }
 

@@ -90,6 +90,9 @@ class ReasoningParser {
   std::string buffer_;
 };
 
+// Whether the prompt ends with <think> (whitespace aside): the output starts as reasoning.
+bool think_opened_in_prompt(std::string_view prompt_text);
+
 class KimiK3OutputParser;
 
 // Reasoning first, then tool calls in the content that follows it; or K3's channels. The prompt's

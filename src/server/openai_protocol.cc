@@ -218,10 +218,12 @@ std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, 
   }
 }
 
-// The grammar of a JSON schema (null: any JSON object).
-std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param) {
-  return compiled(context, schema.dump(), [&] {
-    return schema.is_null() ? grammar::json_object_grammar() : grammar::json_schema_grammar(schema);
+// The grammar of a JSON schema (null: any JSON object), after free reasoning with `thinking`.
+std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param,
+                                                 const std::optional<grammar::ThinkingFirst>& thinking = std::nullopt) {
+  const std::string key = (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + schema.dump();
+  return compiled(context, key, [&] {
+    return schema.is_null() ? grammar::json_object_grammar(thinking) : grammar::json_schema_grammar(schema, thinking);
   }, param);
 }
 
@@ -243,20 +245,22 @@ std::optional<ojson> response_format_schema(const ojson& body) {
 }
 
 // response_format (json_object, or json_schema with its schema), or vLLM's guided_json (a
-// schema) and guided_choice (exactly one of the strings).
-std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context) {
+// schema) and guided_choice (exactly one of the strings), after free reasoning with `thinking`.
+std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context,
+                                                       const std::optional<grammar::ThinkingFirst>& thinking = std::nullopt) {
   if (body.contains("guided_json") && !body["guided_json"].is_null())
-    return compiled(context, body["guided_json"], "guided_json");
+    return compiled(context, body["guided_json"], "guided_json", thinking);
   if (body.contains("guided_choice") && !body["guided_choice"].is_null()) {
     const ojson& choices = body["guided_choice"];
     if (!choices.is_array() || choices.empty() || !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
       throw ApiError(400, "'guided_choice' must be a non-empty list of strings", "guided_choice");
-    return compiled(context, "guided_choice " + choices.dump(), [&] {
-      return grammar::choice_grammar(choices.get<std::vector<std::string>>());
+    const std::string key = (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + choices.dump();
+    return compiled(context, "guided_choice " + key, [&] {
+      return grammar::choice_grammar(choices.get<std::vector<std::string>>(), thinking);
     }, "guided_choice");
   }
   const std::optional<ojson> schema = response_format_schema(body);
-  return schema ? compiled(context, *schema, "response_format") : nullptr;
+  return schema ? compiled(context, *schema, "response_format", thinking) : nullptr;
 }
 
 // tool_choice required: a JSON list of calls, each one of the tools with its parameters (the
@@ -284,7 +288,11 @@ ojson named_call_schema(const ojson& tools, const std::string& name) {
 // tool call) or reasoning and tool calls in the template's markup.
 void parse_chat_output(const ojson& body, const ojson& tools, const std::string& choice, ParsedRequest& request,
                        const RequestContext& context) {
-  request.engine.sampling.grammar = output_grammar(body, context);
+  // A thinking template reasons first, freely; the document's grammar starts where it ends.
+  std::optional<grammar::ThinkingFirst> thinking;
+  if (context.parsing.reasoning) thinking = grammar::ThinkingFirst{think_opened_in_prompt(request.prompt_end)};
+  request.engine.sampling.grammar = output_grammar(body, context, thinking);
+  request.parsing.reasoning = context.parsing.reasoning;
   if (choice == "required") {
     request.required_tool_calls = true;
     request.engine.sampling.grammar =
@@ -294,8 +302,8 @@ void parse_chat_output(const ojson& body, const ojson& tools, const std::string&
     request.engine.sampling.grammar =
         compiled(context, named_call_schema(tools, request.forced_tool), "tools");
   }
-  // Constrained output is JSON from its first token: there is no reasoning to split off.
-  request.parsing.reasoning = context.parsing.reasoning && !request.engine.sampling.grammar;
+  // A forced call's output is its JSON from the first token: there is no reasoning to split off.
+  if (choice == "required" || choice.starts_with("function:")) request.parsing.reasoning = false;
   if (choice == "auto") {
     if (!context.parsing.tools)
       throw ApiError(400, "'tools' cannot be used: the chat template writes no tool calls this server can parse "

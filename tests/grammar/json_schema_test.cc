@@ -237,6 +237,21 @@ TEST(JsonGrammar, AllOfPrefixItemsAndPropertyCounts) {
   EXPECT_EQ(verdict(anything, "2.5"), "whole");
 }
 
+// A thinking model's reasoning first, free but for the closing tag, then the document.
+TEST(JsonGrammar, ThinkingFirst) {
+  const ojson schema = ojson::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})");
+  const Grammar optional = json_schema_grammar(schema, ThinkingFirst{false});
+  for (const char* text : {R"({"ok": true})", "<think>Hm, </thin k> <think> {x}</think>\n\n{\"ok\": false}", "<think></think>{\"ok\": true}"})
+    EXPECT_EQ(verdict(optional, text), "whole") << text;
+  for (const char* text : {"Hm</think>{\"ok\": true}", "<think>a</think>b</think>{\"ok\": true}", "<think>a</think>     {\"ok\": true}"})
+    EXPECT_EQ(verdict(optional, text), "refused") << text;
+  const Grammar opened = json_schema_grammar(schema, ThinkingFirst{true});
+  EXPECT_EQ(verdict(opened, "Let me see.</think>\n{\"ok\": true}"), "whole");
+  EXPECT_EQ(verdict(opened, R"({"ok": true})"), "prefix");  // still reasoning: its text may hold anything
+  EXPECT_EQ(verdict(json_object_grammar(ThinkingFirst{true}), "x</think>{}"), "whole");
+  EXPECT_EQ(verdict(Grammar(choice_grammar({"yes", "no"}, ThinkingFirst{false})), "<think>?</think>no"), "whole");
+}
+
 // Each character of JSON's alphabet (as a byte-level BPE vocabulary has every byte), then tokens
 // of a few of them, and some beyond.
 std::vector<std::string> random_tokens(std::mt19937& rng, int count) {

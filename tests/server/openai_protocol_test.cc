@@ -210,6 +210,21 @@ TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   EXPECT_EQ(calls[1]["function"]["name"], "f");
 
   EXPECT_TRUE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})").engine.sampling.grammar);
+
+  // With a reasoning template, the answer reasons first: the reasoning is parsed out and the
+  // document is the content; a forced call is JSON from its first token.
+  parsing_ = {std::nullopt, true};
+  const ParsedRequest thinking = parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})");
+  EXPECT_TRUE(thinking.engine.sampling.grammar && thinking.parsing.reasoning);
+  ResponseBuilder thought(thinking, *tokenizer_, "micro");
+  StreamEvent answer = event("<think>Easy.</think>\n{\"a\": 1}", {5}, true);
+  answer.finish_reason = "stop";
+  thought.add(answer);
+  const nlohmann::json message = thought.final_response()["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Easy.");
+  EXPECT_EQ(message["content"], "\n{\"a\": 1}");
+  EXPECT_FALSE(parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": "required"})").parsing.reasoning);
+  parsing_ = {};
   EXPECT_TRUE(parse(Endpoint::Completions, R"({"prompt": [1], "guided_json": {"type": "integer"}})").engine.sampling.grammar);
   EXPECT_FALSE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "text"}})").engine.sampling.grammar);
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_schema"}})"), "response_format");
