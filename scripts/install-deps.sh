@@ -10,7 +10,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin libnuma-dev python3)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(libgtest-dev libgmock-dev libbenchmark-dev python3-numpy python3-torch libopenblas0 bible-kjv python3-jsonschema python3-pytest
-             python3-pydantic python3-email-validator chromium)
+             python3-pydantic python3-email-validator python3-jinja2 chromium)
 fi
 missing=()
 for package in "${packages[@]}"; do

@@ -23,6 +23,7 @@ struct Node {
     Macro,        // name; children: parameters (Name, or KeywordArgument for a default); body
     CallBlock,    // children[0]: the Call; children[1..]: caller's parameters; body
     FilterBlock,  // children[0]: a Filter whose operand (children[0]) is null; body
+    With,         // children: Name, value, Name, value...; body
     Break,
     Continue,
     Nothing,  // {% generation %} and comments
@@ -54,8 +55,8 @@ struct Node {
   Node(Kind node_kind, int source_line) : kind(node_kind), line(source_line) {}
 };
 
-// Parses a template as @huggingface/jinja does (lstrip_blocks and trim_blocks on, one trailing
-// newline dropped); throws Error naming the line of anything it cannot parse, and of any filter
+// Parses a template as Jinja2 does with transformers' settings (lstrip_blocks and trim_blocks on,
+// one trailing newline dropped); throws Error naming the line of anything it cannot parse, and of any filter
 // or test it does not implement.
 NodeList parse_template(std::string_view source);
 

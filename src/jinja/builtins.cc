@@ -15,13 +15,26 @@
 #include "jinja/ast.h"
 #include "jinja/budget.h"
 #include "jinja/chars.h"
+#include "jinja/python_str.h"
 
 namespace mlaserve::jinja {
-namespace {
 
 using ValueKind = Value::Kind;
 
-std::string strip(const std::string& text, bool left, bool right) {
+// Python's str.strip family: whitespace, or (given) any of `chars`' characters.
+std::string strip(const std::string& text, bool left, bool right, const Value* chars) {
+  if (chars && !chars->is_none()) {
+    MLA_CHECK(chars->is_string(), "strip's argument must be a string, got {}", chars->type_name());
+    const std::vector<std::string> set = utf8_characters(chars->as_string());
+    std::vector<std::string> characters = utf8_characters(text);
+    const auto in_set = [&](const std::string& c) { return std::find(set.begin(), set.end(), c) != set.end(); };
+    size_t begin = 0, end = characters.size();
+    while (left && begin < end && in_set(characters[begin])) ++begin;
+    while (right && end > begin && in_set(characters[end - 1])) --end;
+    std::string out;
+    for (size_t i = begin; i < end; ++i) out += characters[i];
+    return out;
+  }
   size_t begin = 0, end = text.size();
   while (left && begin < end && is_space(text[begin])) ++begin;
   while (right && end > begin && is_space(text[end - 1])) --end;
@@ -29,20 +42,45 @@ std::string strip(const std::string& text, bool left, bool right) {
 }
 
 std::string ascii_case(std::string text, bool upper) {
-  for (char& c : text) c = char(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : text) c = upper ? to_upper(c) : to_lower(c);
   return text;
 }
 
-// The reference's title: a word character after a non-word one (or at the start) goes upper
-// case; the rest stays as it is.
+namespace {
+
+// Python's str.title: the first letter of each run of letters upper case, the others lower
+// (a non-ASCII character counts as a letter, so that "héllo" stays one word).
 std::string title_case(std::string text) {
-  for (size_t i = 0; i < text.size(); ++i)
-    if (is_word(text[i]) && (i == 0 || !is_word(text[i - 1]))) text[i] = char(std::toupper(static_cast<unsigned char>(text[i])));
+  const auto letter = [](char c) { return is_alpha(c) || uint8_t(c) >= 0x80; };
+  for (size_t i = 0; i < text.size(); ++i) text[i] = i > 0 && letter(text[i - 1]) ? to_lower(text[i]) : to_upper(text[i]);
   return text;
+}
+
+}  // namespace
+
+std::string capitalize(const std::string& text) {
+  return text.empty() ? text : std::string(1, to_upper(text[0])) + ascii_case(text.substr(1), false);
+}
+
+// Python's str.center (and ljust, rjust): the extra space of an odd padding goes right unless the
+// width is odd too.
+std::string pad(const std::string& text, int64_t width, const std::string& fill, char align) {
+  const auto length = int64_t(utf8_length(text));
+  if (width <= length) return text;
+  check_string_size(size_t(width));
+  const int64_t margin = width - length;
+  const int64_t left = align == '<' ? 0 : align == '>' ? margin : margin / 2 + (margin & width & 1);
+  std::string out;
+  for (int64_t i = 0; i < left; ++i) out += fill;
+  out += text;
+  for (int64_t i = left; i < margin; ++i) out += fill;
+  return out;
 }
 
 // A sort of n items: about n log2 n comparisons.
 void charge_sort(size_t n) { charge_steps(n * size_t(std::bit_width(n))); }
+
+namespace {
 
 // text.find(pattern, from) in time linear in the text: glibc's memmem (the two-way algorithm),
 // since std::string's find may compare the whole pattern at every offset (32 MiB of 'a'
@@ -124,6 +162,8 @@ bool matches_prefix_or_suffix(const std::string& text, const Value& pattern, boo
   return std::any_of(pattern.items().begin(), pattern.items().end(), check);
 }
 
+}  // namespace
+
 int64_t int_argument(const Arguments& args, size_t index, std::string_view name, int64_t fallback) {
   const Value* value = args.get(index, name);
   if (!value || value->is_none()) return fallback;
@@ -144,45 +184,312 @@ const Value& argument(const Arguments& args, size_t index, std::string_view name
   return *value;
 }
 
+namespace {
+
+// One conversion of a format: [[fill]align][sign][0][width][.precision][type], as Python's
+// format spec (str.format) and printf's flags (%) both reduce to it.
+struct Spec {
+  std::string fill = " ";
+  char align = 0, sign = 0, type = 0;
+  bool zero = false;
+  int64_t width = 0, precision = -1;
+};
+
+std::string format_value(const Value& value, const Spec& spec) {
+  std::string body;
+  const char type = spec.type;
+  if (type == 's' || type == 0 || type == 'r') {
+    body = type == 'r' ? value.repr() : value.str();
+    if (spec.precision >= 0) body = slice_value(Value(body), nullptr, &spec.precision, 1).as_string();
+  } else if (type == 'c') {
+    MLA_CHECK(value.kind() == ValueKind::Int, "%c needs an integer");
+    body = std::string(1, char(value.as_int()));
+  } else {
+    MLA_CHECK(value.is_number() || value.kind() == ValueKind::Bool, "format '{}' needs a number, got {}", type, value.type_name());
+    const double x = value.as_number();
+    const std::string sign = spec.sign == '+' ? "+" : spec.sign == ' ' ? " " : "";
+    if (type == 'd' || type == 'i' || type == 'u') body = fmt::format("{}", int64_t(std::trunc(x)));
+    else if (type == 'x' || type == 'X' || type == 'o' || type == 'b') {
+      const int64_t n = int64_t(std::trunc(x));
+      body = (n < 0 ? "-" : "") + fmt::format(fmt::runtime(std::string("{:") + type + "}"), uint64_t(n < 0 ? -n : n));
+    } else if (type == '%') {
+      body = fmt::format("{:.{}f}%", x * 100, spec.precision < 0 ? 6 : spec.precision);
+    } else if (std::string_view("fFeEgG").find(type) != std::string_view::npos) {
+      body = fmt::format(fmt::runtime(fmt::format("{{:.{}{}}}", spec.precision < 0 ? 6 : spec.precision, type)), x);
+    } else {
+      fail("unsupported format type '{}'", type);
+    }
+    if (!body.empty() && body[0] != '-') body = sign + body;
+  }
+  const auto length = int64_t(utf8_length(body));
+  if (spec.width <= length) return body;
+  if (spec.zero && !spec.align && type && type != 's' && type != 'r') {  // zeros after the sign
+    const size_t after_sign = !body.empty() && (body[0] == '-' || body[0] == '+' || body[0] == ' ') ? 1 : 0;
+    return body.substr(0, after_sign) + std::string(size_t(spec.width - length), '0') + body.substr(after_sign);
+  }
+  const char align = spec.align ? spec.align : (type && type != 's' && type != 'r' && type != 'c') ? '>' : '<';
+  return pad(body, spec.width, spec.fill, align == '=' ? '>' : align);
+}
+
+int64_t read_count(std::string_view text, size_t& i) {
+  int64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') n = std::min<int64_t>(n * 10 + (text[i++] - '0'), 1 << 20);
+  return n;
+}
+
+}  // namespace
+
+// printf-style `format % values`: %s %r %d %i %f %e %g %x %o %c %% with flags, width and
+// precision; a tuple gives one value a conversion, a dict names them (%(key)s).
+std::string printf_format(const std::string& format, const Value& values) {
+  std::string out;
+  size_t next = 0;
+  const bool several = values.is_tuple();
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out += format[i];
+      continue;
+    }
+    MLA_CHECK(++i < format.size(), "incomplete format");
+    if (format[i] == '%') {
+      out += '%';
+      continue;
+    }
+    const Value* value = nullptr;
+    Value keyed;
+    if (format[i] == '(') {
+      const size_t close = format.find(')', i);
+      MLA_CHECK(close != std::string::npos && values.has_attributes(), "a %(key) format needs a dict");
+      const Value* found = values.attributes().find(format.substr(i + 1, close - i - 1));
+      MLA_CHECK(found, "format key '{}' is missing", format.substr(i + 1, close - i - 1));
+      keyed = *found;
+      value = &keyed;
+      i = close + 1;
+    }
+    Spec spec;
+    for (; i < format.size() && std::string_view("-+ 0#").find(format[i]) != std::string_view::npos; ++i) {
+      if (format[i] == '-') spec.align = '<';
+      if (format[i] == '+' || (format[i] == ' ' && spec.sign != '+')) spec.sign = format[i];
+      if (format[i] == '0') spec.zero = true;
+    }
+    spec.width = read_count(format, i);
+    if (i < format.size() && format[i] == '.') spec.precision = read_count(format, ++i);
+    MLA_CHECK(i < format.size(), "incomplete format");
+    spec.type = format[i];
+    if (!value) {
+      if (several) {
+        MLA_CHECK(next < values.items().size(), "not enough arguments for format string");
+        value = &values.items()[next++];
+      } else {
+        MLA_CHECK(next++ == 0, "not enough arguments for format string");
+        value = &values;
+      }
+    }
+    if (spec.type == 'r' || spec.type == 'a') spec.type = 'r';
+    out += format_value(*value, spec);
+    check_string_size(out.size());
+  }
+  MLA_CHECK(!several || next == values.items().size(), "not all arguments converted during string formatting");
+  return out;
+}
+
+namespace {
+
+// Python's str.format: {} {0} {name} fields, {{ }} braces, and a spec after ':'.
+std::string python_format(const std::string& format, const Arguments& args) {
+  std::string out;
+  size_t automatic = 0;
+  for (size_t i = 0; i < format.size(); ++i) {
+    const char c = format[i];
+    if ((c == '{' || c == '}') && i + 1 < format.size() && format[i + 1] == c) {
+      out += c;
+      ++i;
+      continue;
+    }
+    if (c != '{') {
+      MLA_CHECK(c != '}', "single '{}' encountered in format string", "}");
+      out += c;
+      continue;
+    }
+    const size_t close = format.find('}', i);
+    MLA_CHECK(close != std::string::npos, "single '{}' encountered in format string", "{");
+    const std::string field = format.substr(i + 1, close - i - 1);
+    const size_t colon = field.find(':');
+    const std::string name = field.substr(0, colon);
+    const Value* value = nullptr;
+    if (name.empty()) value = args.get(automatic++, "");
+    else if (std::all_of(name.begin(), name.end(), ::isdigit)) value = args.get(size_t(std::stoull(name.substr(0, 9))), "");
+    else value = args.keyword(name);
+    MLA_CHECK(value, "format field '{}' has no argument", name);
+    Spec spec;
+    if (colon != std::string::npos) {
+      const std::string text = field.substr(colon + 1);
+      size_t k = 0;
+      if (text.size() >= 2 && std::string_view("<>^=").find(text[1]) != std::string_view::npos) spec.fill = text.substr(0, 1), k = 1;
+      if (k < text.size() && std::string_view("<>^=").find(text[k]) != std::string_view::npos) spec.align = text[k++];
+      if (k < text.size() && (text[k] == '+' || text[k] == '-' || text[k] == ' ')) spec.sign = text[k++];
+      if (k < text.size() && text[k] == '0') spec.zero = true, ++k;
+      spec.width = read_count(text, k);
+      if (k < text.size() && text[k] == '.') spec.precision = read_count(text, ++k);
+      if (k < text.size()) spec.type = text[k++];
+      MLA_CHECK(k == text.size(), "format spec '{}' is not supported", text);
+    }
+    out += format_value(*value, spec);
+    check_string_size(out.size());
+    i = close;
+  }
+  return out;
+}
+
+// str.count, str.index/rindex (an error when missing), str.find/rfind: by characters.
+int64_t find_in(const std::string& text, const std::string& needle, bool from_right) {
+  size_t found = std::string::npos;
+  if (!from_right) found = find_text(text, needle, 0);
+  else found = text.rfind(needle);
+  return found == std::string::npos ? -1 : int64_t(utf8_length(text.substr(0, found)));
+}
+
+Value partition(const std::string& text, const std::string& separator, bool from_right) {
+  MLA_CHECK(!separator.empty(), "empty separator");
+  const size_t at = from_right ? text.rfind(separator) : find_text(text, separator, 0);
+  if (at == std::string::npos)
+    return from_right ? Value::tuple({Value(""), Value(""), Value(text)}) : Value::tuple({Value(text), Value(""), Value("")});
+  return Value::tuple({Value(text.substr(0, at)), Value(separator), Value(text.substr(at + separator.size()))});
+}
+
+// str.splitlines: at \n, \r\n, \r, \v, \f and \x1c-\x1e.
+Value split_lines(const std::string& text, bool keep_ends) {
+  Array lines;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c != '\n' && c != '\r' && c != '\v' && c != '\f' && !(c >= '\x1c' && c <= '\x1e')) continue;
+    const size_t end = c == '\r' && i + 1 < text.size() && text[i + 1] == '\n' ? i + 2 : i + 1;
+    lines.emplace_back(text.substr(start, (keep_ends ? end : i) - start));
+    start = end;
+    i = end - 1;
+  }
+  if (start < text.size()) lines.emplace_back(text.substr(start));
+  return Value::array(std::move(lines));
+}
+
+// Python's str.isdigit, isalpha, ... over ASCII (a non-ASCII character counts as neither).
+Value string_predicate(const std::string& text, const std::string& name) {
+  if (name == "islower" || name == "isupper") {
+    const bool cased = std::any_of(text.begin(), text.end(), is_alpha);
+    const bool all = std::none_of(text.begin(), text.end(), name == "islower" ? is_upper : is_lower);
+    return Value(cased && all);
+  }
+  const auto all_of = [&](auto predicate) { return Value(!text.empty() && std::all_of(text.begin(), text.end(), predicate)); };
+  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return all_of([](char c) { return c >= '0' && c <= '9'; });
+  if (name == "isalpha") return all_of(is_alpha);
+  if (name == "isalnum") return all_of([](char c) { return is_alpha(c) || (c >= '0' && c <= '9'); });
+  return all_of(is_space);  // "isspace"
+}
+
 Value string_method(const std::string& text, const std::string& name) {
-  const auto bind = [&](auto fn) { return Value::function([text, fn](const Arguments& args) { return fn(text, args); }); };
-  if (name == "upper") return bind([](const std::string& s, const Arguments&) { return Value(ascii_case(s, true)); });
-  if (name == "lower") return bind([](const std::string& s, const Arguments&) { return Value(ascii_case(s, false)); });
-  if (name == "strip") return bind([](const std::string& s, const Arguments&) { return Value(strip(s, true, true)); });
-  if (name == "lstrip") return bind([](const std::string& s, const Arguments&) { return Value(strip(s, true, false)); });
-  if (name == "rstrip") return bind([](const std::string& s, const Arguments&) { return Value(strip(s, false, true)); });
-  if (name == "title") return bind([](const std::string& s, const Arguments&) { return Value(title_case(s)); });
-  if (name == "capitalize")
-    return bind([](const std::string& s, const Arguments&) {
-      return Value(s.empty() ? s : ascii_case(s.substr(0, 1), true) + s.substr(1));
+  const auto bind = [&](auto fn) { return Value::function([text, fn](const Arguments& args) { return Value(fn(text, args)); }); };
+  const auto string_argument = [](const Arguments& args, size_t index, const char* param, const char* method) {
+    const Value& value = argument(args, index, param, method);
+    MLA_CHECK(value.is_string(), "{}'s argument must be a string, got {}", method, value.type_name());
+    return value.as_string();
+  };
+  if (name == "upper" || name == "lower")
+    return bind([upper = name == "upper"](const std::string& s, const Arguments&) { return ascii_case(s, upper); });
+  if (name == "swapcase")
+    return bind([](std::string s, const Arguments&) {
+      for (char& c : s) c = is_upper(c) ? to_lower(c) : to_upper(c);
+      return s;
     });
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return bind([left = name != "rstrip", right = name != "lstrip"](const std::string& s, const Arguments& args) {
+      return strip(s, left, right, args.get(0, "chars"));
+    });
+  if (name == "title") return bind([](const std::string& s, const Arguments&) { return title_case(s); });
+  if (name == "capitalize") return bind([](const std::string& s, const Arguments&) { return capitalize(s); });
   if (name == "startswith" || name == "endswith") {
     const bool prefix = name == "startswith";
     return bind([prefix](const std::string& s, const Arguments& args) {
-      return Value(matches_prefix_or_suffix(s, argument(args, 0, "prefix", prefix ? "startswith" : "endswith"), prefix));
+      return matches_prefix_or_suffix(s, argument(args, 0, "prefix", prefix ? "startswith" : "endswith"), prefix);
     });
   }
-  if (name == "split")
-    return bind([](const std::string& s, const Arguments& args) {
-      return split(s, args.get(0, "sep"), int_argument(args, 1, "maxsplit", -1));
+  if (name == "split" || name == "rsplit")
+    return bind([right = name == "rsplit"](const std::string& s, const Arguments& args) {
+      const int64_t max_split = int_argument(args, 1, "maxsplit", -1);
+      if (!right || max_split < 0) return split(s, args.get(0, "sep"), max_split);
+      // From the right: split the reversed text by the reversed separator, and reverse back.
+      const Value* separator = args.get(0, "sep");
+      const auto reversed = [](std::string t) { return std::string(t.rbegin(), t.rend()); };
+      Value separator_reversed = separator && separator->is_string() ? Value(reversed(separator->as_string())) : Value::none();
+      Value parts = split(reversed(s), &separator_reversed, max_split);
+      Array out;
+      for (auto it = parts.items().rbegin(); it != parts.items().rend(); ++it) out.emplace_back(reversed(it->as_string()));
+      return Value::array(std::move(out));
     });
+  if (name == "splitlines")
+    return bind([](const std::string& s, const Arguments& args) { return split_lines(s, bool_argument(args, 0, "keepends", false)); });
   if (name == "replace")
-    return bind([](const std::string& s, const Arguments& args) {
-      const Value& from = argument(args, 0, "old", "replace");
-      const Value& to = argument(args, 1, "new", "replace");
-      MLA_CHECK(from.is_string() && to.is_string(), "replace takes strings");
-      return Value(replace_all(s, from.as_string(), to.as_string(), int_argument(args, 2, "count", -1)));
+    return bind([string_argument](const std::string& s, const Arguments& args) {
+      return replace_all(s, string_argument(args, 0, "old", "replace"), string_argument(args, 1, "new", "replace"),
+                         int_argument(args, 2, "count", -1));
     });
-  if (name == "find")
-    return bind([](const std::string& s, const Arguments& args) {
-      const Value& needle = argument(args, 0, "sub", "find");
-      MLA_CHECK(needle.is_string(), "find takes a string");
-      const size_t found = find_text(s, needle.as_string(), 0);
-      return Value(found == std::string::npos ? int64_t(-1) : int64_t(utf8_length(s.substr(0, found))));
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex")
+    return bind([name, string_argument](const std::string& s, const Arguments& args) {
+      const int64_t at = find_in(s, string_argument(args, 0, "sub", name.c_str()), name[0] == 'r');
+      MLA_CHECK(at >= 0 || name.find("index") == std::string::npos, "substring not found");
+      return at;
     });
-  if (name == "length") return Value(int64_t(utf8_length(text)));
+  if (name == "count")
+    return bind([string_argument](const std::string& s, const Arguments& args) {
+      const std::string needle = string_argument(args, 0, "sub", "count");
+      if (needle.empty()) return int64_t(utf8_length(s) + 1);
+      int64_t n = 0;
+      for (size_t at = find_text(s, needle, 0); at != std::string::npos; at = find_text(s, needle, at + needle.size())) ++n;
+      return n;
+    });
+  if (name == "join")
+    return bind([](const std::string& s, const Arguments& args) {
+      const Value& items = argument(args, 0, "iterable", "join");
+      MLA_CHECK(items.is_array(), "join takes a list of strings, got {}", items.type_name());
+      std::string out;
+      for (size_t i = 0; i < items.items().size(); ++i) {
+        MLA_CHECK(items.items()[i].is_string(), "join: item {} is {}, not a string", i, items.items()[i].type_name());
+        out += (i ? s : "") + items.items()[i].as_string();
+        check_string_size(out.size());
+      }
+      return out;
+    });
+  if (name == "center" || name == "ljust" || name == "rjust")
+    return bind([align = name == "center" ? '^' : name == "ljust" ? '<' : '>'](const std::string& s, const Arguments& args) {
+      const Value* fill = args.get(1, "fillchar");
+      return pad(s, int_argument(args, 0, "width", 0), fill && fill->is_string() ? fill->as_string() : " ", align);
+    });
+  if (name == "zfill")
+    return bind([](const std::string& s, const Arguments& args) {
+      Spec spec;
+      spec.width = int_argument(args, 0, "width", 0);
+      const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+      const auto length = int64_t(utf8_length(s));
+      return spec.width <= length ? s : s.substr(0, sign) + std::string(size_t(spec.width - length), '0') + s.substr(sign);
+    });
+  if (name == "partition" || name == "rpartition")
+    return Value::function([text, right = name == "rpartition", string_argument](const Arguments& args) {
+      return partition(text, string_argument(args, 0, "sep", "partition"), right);
+    });
+  if (name == "removeprefix" || name == "removesuffix")
+    return bind([prefix = name == "removeprefix", string_argument](const std::string& s, const Arguments& args) {
+      const std::string affix = string_argument(args, 0, prefix ? "prefix" : "suffix", "removeprefix");
+      if (prefix) return s.starts_with(affix) ? s.substr(affix.size()) : s;
+      return s.ends_with(affix) ? s.substr(0, s.size() - affix.size()) : s;
+    });
+  if (name == "format") return bind([](const std::string& s, const Arguments& args) { return python_format(s, args); });
+  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric" || name == "isalpha" || name == "isalnum" ||
+      name == "isspace" || name == "islower" || name == "isupper")
+    return Value::function([text, name](const Arguments&) { return string_predicate(text, name); });
   return Value();
 }
+
+}  // namespace
 
 Value dictsort(const Value& object, const Arguments& args) {
   const bool case_sensitive = bool_argument(args, 0, "case_sensitive", false);
@@ -191,7 +498,7 @@ Value dictsort(const Value& object, const Arguments& args) {
   MLA_CHECK(!by || (by->is_string() && (by->as_string() == "key" || by_value)), "dictsort's 'by' must be 'key' or 'value'");
   const bool reverse = bool_argument(args, 2, "reverse", false);
   Array pairs;
-  for (const auto& [key, value] : object.attributes().entries) pairs.push_back(Value::array({Value(key), value}));
+  for (const auto& [key, value] : object.attributes().entries) pairs.push_back(Value::tuple({Value(key), value}));
   charge_sort(pairs.size());
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
     const int order = compare(a.items()[by_value ? 1 : 0], b.items()[by_value ? 1 : 0], case_sensitive);
@@ -199,6 +506,8 @@ Value dictsort(const Value& object, const Arguments& args) {
   });
   return Value::array(std::move(pairs));
 }
+
+namespace {
 
 Value dict_method(const Value& object, const std::string& name) {
   const auto entries = [object](auto project) {
@@ -217,36 +526,37 @@ Value dict_method(const Value& object, const std::string& name) {
     });
   if (name == "items")
     return Value::function([entries](const Arguments&) {
-      return entries([](const auto& e) { return Value::array({Value(e.first), e.second}); });
+      return entries([](const auto& e) { return Value::tuple({Value(e.first), e.second}); });
     });
   if (name == "keys")
     return Value::function([entries](const Arguments&) { return entries([](const auto& e) { return Value(e.first); }); });
   if (name == "values")
     return Value::function([entries](const Arguments&) { return entries([](const auto& e) { return e.second; }); });
   if (name == "dictsort") return Value::function([object](const Arguments& args) { return dictsort(object, args); });
+  if (name == "update" || name == "pop" || name == "popitem" || name == "setdefault" || name == "clear")
+    fail("access to attribute '{}' of 'dict' object is unsafe (the sandbox allows no changes to a dict)", name);
   return Value();
 }
 
+// A list's methods as Jinja2's immutable sandbox allows them: index and count; the ones that
+// change it (append, pop, ...) are an error, as they are for transformers.
 Value list_method(const Value& list, const std::string& name) {
-  if (name == "append")
-    return Value::function([list](const Arguments& args) {
-      Value item = argument(args, 0, "item", "append");
-      MLA_CHECK(!item.reaches(list), "cannot append to a list a value holding that list");
-      check_list_size(list.items().size() + 1);
-      list.items().push_back(std::move(item));
-      return Value::none();
+  if (name == "index" || name == "count")
+    return Value::function([list, index = name == "index"](const Arguments& args) {
+      const Value& item = argument(args, 0, "value", index ? "index" : "count");
+      int64_t count = 0;
+      charge_steps(list.items().size());
+      for (size_t i = 0; i < list.items().size(); ++i) {
+        if (!loosely_equal(list.items()[i], item)) continue;
+        if (index) return Value(int64_t(i));
+        ++count;
+      }
+      MLA_CHECK(!index, "{} is not in list", item.repr());
+      return Value(count);
     });
-  if (name == "pop")
-    return Value::function([list](const Arguments& args) {
-      Array& items = list.items();
-      int64_t index = int_argument(args, 0, "index", -1);
-      if (index < 0) index += int64_t(items.size());
-      MLA_CHECK(index >= 0 && index < int64_t(items.size()), "pop index out of range");
-      Value item = items[size_t(index)];
-      items.erase(items.begin() + index);
-      return item;
-    });
-  if (name == "length") return Value(int64_t(list.items().size()));
+  if (name == "append" || name == "pop" || name == "extend" || name == "insert" || name == "remove" || name == "clear" ||
+      name == "sort" || name == "reverse")
+    fail("access to attribute '{}' of 'list' object is unsafe (the sandbox allows no changes to a list)", name);
   return Value();
 }
 
@@ -374,306 +684,50 @@ Value concatenate(const std::string& left, const std::string& right) {
   return Value(left + right);
 }
 
+// A string or list repeated (Python's "ab" * 3, [1] * 2).
+Value repeated(const Value& sequence, int64_t times) {
+  times = std::max<int64_t>(times, 0);
+  if (sequence.is_string()) {
+    check_string_size(sequence.as_string().size() * size_t(std::min<int64_t>(times, int64_t(1) << 40)));
+    std::string out;
+    for (int64_t i = 0; i < times; ++i) out += sequence.as_string();
+    return Value(std::move(out));
+  }
+  check_list_size(sequence.items().size() * size_t(std::min<int64_t>(times, int64_t(1) << 40)));
+  Array items;
+  for (int64_t i = 0; i < times; ++i) items.insert(items.end(), sequence.items().begin(), sequence.items().end());
+  return sequence.is_tuple() ? Value::tuple(std::move(items)) : Value::array(std::move(items));
+}
+
 }  // namespace
 
 Value binary_operation(const std::string& op, const Value& left, const Value& right) {
+  const auto numeric = [](const Value& v) { return v.is_number() || v.kind() == ValueKind::Bool; };
   if (op == "==") return Value(loosely_equal(left, right));
   if (op == "!=") return Value(!loosely_equal(left, right));
   if (op == "in") return right.is_undefined() ? Value(false) : Value(contains(right, left));
   if (op == "not in") return right.is_undefined() ? Value(true) : Value(!contains(right, left));
-  if (op == "~") {
-    MLA_CHECK(!left.is_none() && !right.is_none(), "cannot concatenate none with ~");
-    return concatenate(left.str(), right.str());
+  if (op == "~") return concatenate(left.str(), right.str());
+  if (op == "%" && left.is_string()) return Value(printf_format(left.as_string(), right));
+  if (numeric(left) && numeric(right)) {
+    const auto as_number = [](const Value& v) { return v.kind() == ValueKind::Bool ? Value(int64_t(v.as_bool())) : v; };
+    return arithmetic(op, as_number(left), as_number(right));
   }
-  if (left.is_number() && right.is_number()) return arithmetic(op, left, right);
-  if (op == "**" && (left.is_number() || left.kind() == ValueKind::Bool) && (right.is_number() || right.kind() == ValueKind::Bool))
-    return arithmetic(op, left, right);
   MLA_CHECK(!left.is_undefined() && !right.is_undefined(), "cannot apply {} to an undefined value", op);
-  MLA_CHECK(!left.is_none() && !right.is_none(), "cannot apply {} to none", op);
+  if (op == "*" && (left.is_string() || left.is_array()) && right.kind() == ValueKind::Int) return repeated(left, right.as_int());
+  if (op == "*" && (right.is_string() || right.is_array()) && left.kind() == ValueKind::Int) return repeated(right, left.as_int());
   if (op == "+" && left.is_array() && right.is_array()) {
     check_list_size(left.items().size() + right.items().size());
     Array items = left.items();
     items.insert(items.end(), right.items().begin(), right.items().end());
     return Value::array(std::move(items));
   }
-  if (op == "+" && (left.is_string() || right.is_string())) return concatenate(left.str(), right.str());
+  if (op == "+" && left.is_string() && right.is_string()) return concatenate(left.as_string(), right.as_string());
   if (left.is_string() && right.is_string() && (op == "<" || op == ">" || op == "<=" || op == ">=")) {
     const int order = left.as_string().compare(right.as_string());
     return Value(op == "<" ? order < 0 : op == ">" ? order > 0 : op == "<=" ? order <= 0 : order >= 0);
   }
   fail("unsupported operator '{}' between {} and {}", op, left.type_name(), right.type_name());
-}
-
-namespace {
-
-Value to_json_filter(const Value& operand, const Arguments& args) {
-  JsonFormat format;
-  const int64_t indent = int_argument(args, 0, "indent", 0);
-  MLA_CHECK(indent >= 0, "tojson's indent must not be negative, got {}", indent);
-  check_string_size(size_t(indent));
-  format.indent = int(indent);
-  format.ensure_ascii = bool_argument(args, 99, "ensure_ascii", false);
-  format.sort_keys = bool_argument(args, 99, "sort_keys", false);
-  if (const Value* separators = args.keyword("separators"); separators && !separators->is_none()) {
-    MLA_CHECK(separators->is_array() && separators->items().size() == 2 && separators->items()[0].is_string() &&
-                  separators->items()[1].is_string(),
-              "tojson's separators must be two strings");
-    format.item_separator = separators->items()[0].as_string();
-    format.key_separator = separators->items()[1].as_string();
-  }
-  return Value(to_json(operand, format));
-}
-
-Value sort_filter(const Value& operand, const Arguments& args) {
-  MLA_CHECK(operand.is_array(), "sort needs a list, got {}", operand.type_name());
-  const bool reverse = bool_argument(args, 0, "reverse", false);
-  const bool case_sensitive = bool_argument(args, 1, "case_sensitive", false);
-  const Value* attribute = args.get(2, "attribute");
-  const auto key = [&](const Value& item) {
-    if (!attribute || attribute->is_none()) return item;
-    Value value = item;
-    const std::string path = attribute->str();
-    for (size_t start = 0; start <= path.size();) {
-      const size_t dot = std::min(path.find('.', start), path.size());
-      value = get_attribute(value, path.substr(start, dot - start));
-      start = dot + 1;
-    }
-    return value;
-  };
-  Array items = operand.items();
-  charge_sort(items.size());
-  std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-    const int order = compare(key(a), key(b), case_sensitive);
-    return reverse ? order > 0 : order < 0;
-  });
-  return Value::array(std::move(items));
-}
-
-Value select_attribute(const Value& operand, const Arguments& args, bool select) {
-  MLA_CHECK(operand.is_array(), "selectattr/rejectattr need a list, got {}", operand.type_name());
-  const Value& attribute = argument(args, 0, "attribute", "selectattr");
-  MLA_CHECK(attribute.is_string(), "selectattr's attribute must be a string");
-  Array out;
-  for (const Value& item : operand.items()) {
-    MLA_CHECK(item.has_attributes(), "selectattr/rejectattr need a list of dicts");
-    const Value value = get_attribute(item, attribute.as_string());
-    bool result = false;
-    if (args.positional.size() > 1) {
-      Arguments test_args;
-      test_args.positional.assign(args.positional.begin() + 2, args.positional.end());
-      result = value.truthy() && run_test(args.positional[1].str(), value, test_args);
-    } else {
-      result = value.truthy();
-    }
-    if (result == select) out.push_back(item);
-  }
-  return Value::array(std::move(out));
-}
-
-Value map_filter(const Value& operand, const Arguments& args) {
-  MLA_CHECK(operand.is_array(), "map needs a list, got {}", operand.type_name());
-  const Value* attribute = args.keyword("attribute");
-  MLA_CHECK(attribute && attribute->is_string(), "map is implemented with attribute= only");
-  const Value* fallback = args.keyword("default");
-  Array out;
-  for (const Value& item : operand.items()) {
-    MLA_CHECK(item.has_attributes(), "map(attribute=) needs a list of dicts");
-    const Value value = get_attribute(item, attribute->as_string());
-    out.push_back(value.is_undefined() && fallback ? *fallback : value);
-  }
-  return Value::array(std::move(out));
-}
-
-Value indent_filter(const Value& operand, const Arguments& args) {
-  const Value* width = args.get(0, "width");
-  const int64_t spaces = width && width->is_string() ? 0 : std::max<int64_t>(0, int_argument(args, 0, "width", 4));
-  check_string_size(size_t(spaces));
-  const std::string pad = width && width->is_string() ? width->as_string() : std::string(size_t(spaces), ' ');
-  const bool first = bool_argument(args, 1, "first", false), blank = bool_argument(args, 2, "blank", false);
-  std::string out;
-  const std::string& text = operand.as_string();
-  size_t start = 0;
-  for (int line = 0; start <= text.size(); ++line) {
-    const size_t end = std::min(text.find('\n', start), text.size());
-    const std::string piece = text.substr(start, end - start);
-    if (line > 0) out += '\n';
-    out += ((line > 0 || first) && (blank || !piece.empty()) ? pad : "") + piece;
-    check_string_size(out.size());
-    start = end + 1;
-  }
-  return Value(std::move(out));
-}
-
-Value number_filter(const std::string& name, const Value& operand, const Arguments& args) {
-  const bool to_int = name == "int";
-  const Value* fallback = args.get(0, "default");
-  if (operand.is_string()) {
-    const std::string text = strip(operand.as_string(), true, false);
-    char* end = nullptr;
-    errno = 0;
-    const long long integer = to_int ? std::strtoll(text.c_str(), &end, 10) : 0;
-    const double parsed = to_int ? 0 : std::strtod(text.c_str(), &end);
-    if (end == text.c_str()) return fallback ? *fallback : to_int ? Value(int64_t(0)) : Value(0.0);
-    MLA_CHECK(!to_int || errno != ERANGE, "integer '{}' out of range", text);
-    return to_int ? Value(int64_t(integer)) : Value(parsed);
-  }
-  MLA_CHECK(operand.is_number() || operand.kind() == ValueKind::Bool, "cannot apply {} to {}", name, operand.type_name());
-  return to_int ? Value(integer_result(std::trunc(operand.as_number()))) : Value(operand.as_number());
-}
-
-Value html_escape(const Value& operand) {
-  std::string out;
-  for (char c : operand.str()) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return Value(std::move(out));
-}
-
-int64_t length_of(const Value& operand) {
-  if (operand.is_array()) return int64_t(operand.items().size());
-  if (operand.is_string()) return int64_t(utf8_length(operand.as_string()));
-  if (operand.has_attributes()) return int64_t(operand.attributes().entries.size());
-  fail("cannot take the length of {}", operand.type_name());
-}
-
-Value sequence_filter(const std::string& name, const Value& operand) {
-  Array items;
-  if (operand.is_array()) {
-    items = operand.items();
-  } else if (operand.is_string()) {
-    check_list_size(utf8_length(operand.as_string()));
-    for (std::string& character : utf8_characters(operand.as_string())) items.emplace_back(std::move(character));
-  } else {
-    fail("cannot apply {} to {}", name, operand.type_name());
-  }
-  if (name == "list") return Value::array(std::move(items));
-  if (name == "first") return items.empty() ? Value() : items.front();
-  if (name == "last") return items.empty() ? Value() : items.back();
-  if (name == "reverse") {
-    std::reverse(items.begin(), items.end());
-    if (!operand.is_string()) return Value::array(std::move(items));
-    std::string text;
-    for (const Value& character : items) text += character.as_string();
-    return Value(std::move(text));
-  }
-  Array unique;  // "unique"
-  for (const Value& item : items) {
-    charge_steps(unique.size());
-    if (std::none_of(unique.begin(), unique.end(), [&](const Value& seen) { return loosely_equal(seen, item); }))
-      unique.push_back(item);
-  }
-  return Value::array(std::move(unique));
-}
-
-Value string_filter(const std::string& name, const Value& operand, const Arguments& args) {
-  MLA_CHECK(operand.is_string(), "cannot apply {} to {}", name, operand.type_name());
-  const std::string& text = operand.as_string();
-  if (name == "upper" || name == "lower") return Value(ascii_case(text, name == "upper"));
-  if (name == "title") return Value(title_case(text));
-  if (name == "capitalize") return string_method(text, "capitalize").function()(args);
-  if (name == "trim") return Value(strip(text, true, true));
-  if (name == "indent") return indent_filter(operand, args);
-  return string_method(text, "replace").function()(args);  // "replace"
-}
-
-}  // namespace
-
-Value apply_filter(const std::string& name, const Value& operand, const Arguments& args) {
-  if (name == "safe") return operand;
-  if (name == "tojson") return to_json_filter(operand, args);
-  if (name == "string") return Value(operand.str());
-  if (name == "length" || name == "count") return Value(length_of(operand));
-  if (name == "list" || name == "first" || name == "last" || name == "reverse" || name == "unique")
-    return sequence_filter(name, operand);
-  if (name == "sort") return sort_filter(operand, args);
-  if (name == "join") {
-    const Value* separator = args.get(0, "d");
-    std::string out;
-    const Value items = sequence_filter("list", operand);
-    for (size_t i = 0; i < items.items().size(); ++i) {
-      out += (i > 0 && separator ? separator->str() : "") + items.items()[i].str();
-      check_string_size(out.size());
-    }
-    return Value(std::move(out));
-  }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "trim" || name == "indent" ||
-      name == "replace")
-    return string_filter(name, operand, args);
-  if (name == "int" || name == "float") return number_filter(name, operand, args);
-  if (name == "abs") {
-    MLA_CHECK(operand.is_number(), "abs needs a number, got {}", operand.type_name());
-    return operand.kind() == ValueKind::Int ? Value(int64_t(std::llabs(operand.as_int()))) : Value(std::fabs(operand.as_number()));
-  }
-  if (name == "bool") return Value(operand.truthy());
-  if (name == "items") {
-    MLA_CHECK(operand.has_attributes(), "items needs a dict, got {}", operand.type_name());
-    return dict_method(operand, "items").function()(args);
-  }
-  if (name == "dictsort") {
-    MLA_CHECK(operand.has_attributes(), "dictsort needs a dict, got {}", operand.type_name());
-    return dictsort(operand, args);
-  }
-  if (name == "default" || name == "d") {
-    const Value* fallback = args.get(0, "default_value");
-    const bool boolean = bool_argument(args, 1, "boolean", false);
-    if (operand.is_undefined() || (boolean && !operand.truthy())) return fallback ? *fallback : Value("");
-    return operand;
-  }
-  if (name == "selectattr" || name == "rejectattr") return select_attribute(operand, args, name == "selectattr");
-  if (name == "map") return map_filter(operand, args);
-  if (name == "escape" || name == "e") return html_escape(operand);
-  fail("unsupported filter '{}'", name);
-}
-
-bool known_filter(std::string_view name) {
-  static const std::set<std::string_view> kFilters = {
-      "safe",  "tojson", "string",   "length",     "count", "list",    "first",    "last",   "reverse",
-      "unique", "sort",  "join",     "upper",      "lower", "title",   "capitalize", "trim", "indent",
-      "replace", "int",  "float",    "abs",        "bool",  "items",   "dictsort", "default", "d",
-      "selectattr", "rejectattr", "map", "escape", "e"};
-  return kFilters.count(name) > 0;
-}
-
-bool run_test(const std::string& name, const Value& operand, const Arguments& args) {
-  const auto other = [&]() -> const Value& { return argument(args, 0, "other", name); };
-  if (name == "defined") return !operand.is_undefined();
-  if (name == "undefined") return operand.is_undefined();
-  if (name == "none") return operand.is_none();
-  if (name == "boolean") return operand.kind() == ValueKind::Bool;
-  if (name == "true") return operand.kind() == ValueKind::Bool && operand.as_bool();
-  if (name == "false") return operand.kind() == ValueKind::Bool && !operand.as_bool();
-  if (name == "string") return operand.is_string();
-  if (name == "number") return operand.is_number();
-  if (name == "integer") return operand.kind() == ValueKind::Int;
-  if (name == "float") return operand.kind() == ValueKind::Float;
-  if (name == "mapping") return operand.is_object();
-  if (name == "iterable") return operand.is_array() || operand.is_string() || operand.is_object();
-  if (name == "sequence") return operand.is_array() || operand.is_string() || operand.is_object();
-  if (name == "callable") return operand.kind() == ValueKind::Callable;
-  if (name == "lower") return operand.is_string() && operand.as_string() == ascii_case(operand.as_string(), false);
-  if (name == "upper") return operand.is_string() && operand.as_string() == ascii_case(operand.as_string(), true);
-  if (name == "odd" || name == "even") {
-    MLA_CHECK(operand.kind() == ValueKind::Int, "'{}' needs an integer, got {}", name, operand.type_name());
-    return (operand.as_int() % 2 != 0) == (name == "odd");
-  }
-  if (name == "eq" || name == "equalto" || name == "sameas") return loosely_equal(operand, other());
-  if (name == "ne") return !loosely_equal(operand, other());
-  if (name == "in") return contains(other(), operand);
-  fail("unsupported test '{}'", name);
-}
-
-bool known_test(std::string_view name) {
-  static const std::set<std::string_view> kTests = {
-      "defined", "undefined", "none", "boolean", "true", "false", "string", "number", "integer", "float", "mapping",
-      "iterable", "sequence", "callable", "lower", "upper", "odd", "even", "eq", "equalto", "sameas", "ne", "in"};
-  return kTests.count(name) > 0;
 }
 
 namespace {
@@ -697,15 +751,24 @@ Value range_function(const Arguments& args) {
   return Value::array(std::move(items));
 }
 
-Value namespace_function(const Arguments& args) {
+// The entries of namespace(mapping, **entries) and dict(mapping, **entries), as Python's dict
+// builds them.
+Object entries_of(const Arguments& args, std::string_view function) {
+  MLA_CHECK(args.positional.size() <= 1, "{} takes at most one positional argument", function);
   Object entries;
-  MLA_CHECK(args.positional.size() <= 1, "namespace takes at most one positional argument");
   if (!args.positional.empty()) {
-    MLA_CHECK(args.positional[0].is_object(), "namespace's argument must be a dict");
+    MLA_CHECK(args.positional[0].is_object(), "{}'s argument must be a dict", function);
     entries = args.positional[0].attributes();
   }
   for (const auto& [key, value] : args.keywords) entries.set(key, value);
-  return Value::name_space(std::move(entries));
+  return entries;
+}
+
+// joiner(sep=", "): a function that returns "" the first time it is called, sep after that.
+Value joiner_function(const Arguments& args) {
+  const Value* separator = args.get(0, "sep");
+  return Value::function([separator = separator ? separator->str() : ", ", called = std::make_shared<bool>(false)](
+                             const Arguments&) { return Value(std::exchange(*called, true) ? separator : ""); });
 }
 
 // strftime_now(format) in local time: %Y %m %d %b %B %H %M %% as the reference formats them.
@@ -741,7 +804,9 @@ const Object& global_functions() {
     g.set("False", Value(false));
     g.set("None", Value::none());
     g.set("range", Value::function(range_function));
-    g.set("namespace", Value::function(namespace_function));
+    g.set("namespace", Value::function([](const Arguments& args) { return Value::name_space(entries_of(args, "namespace")); }));
+    g.set("dict", Value::function([](const Arguments& args) { return Value::object(entries_of(args, "dict")); }));
+    g.set("joiner", Value::function(joiner_function));
     g.set("strftime_now", Value::function(strftime_now));
     g.set("raise_exception", Value::function([](const Arguments& args) -> Value {
       fail("the template raised an exception: {}", args.positional.empty() ? "" : args.positional[0].str());

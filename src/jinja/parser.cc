@@ -1,6 +1,7 @@
-// Lexer and recursive-descent parser. Operator precedence, loosest first, as the reference's:
+// Lexer and recursive-descent parser. Operator precedence, loosest first, as Jinja2's:
 // a if b else c; or; and; not; comparisons and in; + - ~; * / // %; **; is; |; unary - +;
 // calls, attributes and subscripts.
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 
@@ -60,8 +61,9 @@ class Lexer {
     advance(end - pos_);
     if (end < source_.size()) {
       const char tag = source_[end + 1];
-      if (tag == '%' || tag == '#') lstrip_block(text, end);
-      if (end + 2 < source_.size() && source_[end + 2] == '-')
+      const char modifier = end + 2 < source_.size() ? source_[end + 2] : '\0';
+      if ((tag == '%' || tag == '#') && modifier != '+') lstrip_block(text, end);  // {%+ keeps them
+      if (modifier == '-')
         while (!text.empty() && is_space(text.back())) text.pop_back();
     }
     if (!text.empty()) tokens_.push_back({Token::Kind::Text, std::move(text), line});
@@ -84,8 +86,9 @@ class Lexer {
     const char tag = source_[pos_ + 1];
     if (tag == '#') return lex_comment();
     const bool statement = tag == '%';
+    if (statement && lex_raw()) return;
     tokens_.push_back({statement ? Token::Kind::OpenStatement : Token::Kind::OpenExpression, "", line_});
-    advance(source_[pos_ + 2] == '-' ? 3 : 2);
+    advance(source_[pos_ + 2] == '-' || (statement && source_[pos_ + 2] == '+') ? 3 : 2);
     int curly_depth = 0;
     while (true) {
       skip_whitespace();
@@ -93,15 +96,68 @@ class Lexer {
       const std::string_view rest = source_.substr(pos_);
       const std::string_view close = statement ? "%}" : "}}";
       const bool dash = rest.size() >= 3 && rest[0] == '-' && rest.substr(1, 2) == close;
-      if (dash || (rest.substr(0, 2) == close && (statement || curly_depth == 0))) {
+      const bool plus = statement && rest.size() >= 3 && rest[0] == '+' && rest.substr(1, 2) == close;  // no trim_blocks
+      if (dash || plus || (rest.substr(0, 2) == close && (statement || curly_depth == 0))) {
         tokens_.push_back({statement ? Token::Kind::CloseStatement : Token::Kind::CloseExpression, "", line_});
-        advance(dash ? 3 : 2);
+        advance(dash || plus ? 3 : 2);
         if (dash) skip_whitespace();
-        else if (statement && pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
+        else if (statement && !plus && pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
         return;
       }
       lex_expression_token(curly_depth);
     }
+  }
+
+  // The tag "{%[-+] name [-+]%}" at `at`: the index after it and its modifiers, or npos.
+  struct BlockTag {
+    size_t end = std::string_view::npos;
+    char open_modifier = 0, close_modifier = 0;
+  };
+  BlockTag block_tag(size_t at, std::string_view name) const {
+    BlockTag tag;
+    if (source_.substr(at, 2) != "{%") return tag;
+    size_t i = at + 2;
+    if (i < source_.size() && (source_[i] == '-' || source_[i] == '+')) tag.open_modifier = source_[i++];
+    while (i < source_.size() && is_space(source_[i])) ++i;
+    if (source_.substr(i, name.size()) != name) return tag;
+    i += name.size();
+    while (i < source_.size() && is_space(source_[i])) ++i;
+    if (i < source_.size() && (source_[i] == '-' || source_[i] == '+')) tag.close_modifier = source_[i++];
+    if (source_.substr(i, 2) != "%}") return tag;
+    tag.end = i + 2;
+    return tag;
+  }
+
+  // {% raw %}...{% endraw %}: the text between as it is (the tags' whitespace control applied).
+  bool lex_raw() {
+    const BlockTag open = block_tag(pos_, "raw");
+    if (open.end == std::string_view::npos) return false;
+    size_t close_at = open.end;
+    BlockTag close;
+    while ((close_at = source_.find("{%", close_at)) != std::string_view::npos) {
+      close = block_tag(close_at, "endraw");
+      if (close.end != std::string_view::npos) break;
+      close_at += 2;
+    }
+    if (close_at == std::string_view::npos) fail_at(line_, "'raw' is never closed");
+    const int line = line_;
+    size_t start = open.end;
+    if (open.close_modifier == '-') {
+      while (start < close_at && is_space(source_[start])) ++start;
+    } else if (open.close_modifier != '+' && start < close_at && source_[start] == '\n') {
+      ++start;  // trim_blocks
+    }
+    std::string text(source_.substr(start, close_at - start));
+    if (close.open_modifier == '-') {
+      while (!text.empty() && is_space(text.back())) text.pop_back();
+    } else if (close.open_modifier != '+') {
+      lstrip_block(text, close_at);
+    }
+    if (!text.empty()) tokens_.push_back({Token::Kind::Text, std::move(text), line});
+    advance(close.end - pos_);
+    if (close.close_modifier == '-') skip_whitespace();
+    else if (close.close_modifier != '+' && pos_ < source_.size() && source_[pos_] == '\n') advance(1);
+    return true;
   }
 
   void lex_comment() {
@@ -116,17 +172,7 @@ class Lexer {
   void lex_expression_token(int& curly_depth) {
     const char c = source_[pos_];
     if (c == '\'' || c == '"') return lex_string(c);
-    if (is_digit(c)) {
-      size_t end = pos_;
-      while (end < source_.size() && is_digit(source_[end])) ++end;
-      const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::Operator && tokens_.back().text == ".";
-      if (!after_dot && end + 1 < source_.size() && source_[end] == '.' && is_digit(source_[end + 1])) {
-        ++end;
-        while (end < source_.size() && is_digit(source_[end])) ++end;
-      }
-      tokens_.push_back({Token::Kind::Number, std::string(source_.substr(pos_, end - pos_)), line_});
-      return advance(end - pos_);
-    }
+    if (is_digit(c)) return lex_number();
     if (is_word(c)) {
       size_t end = pos_;
       while (end < source_.size() && is_word(source_[end])) ++end;
@@ -143,6 +189,37 @@ class Lexer {
       return advance(op.size());
     }
     fail_at(line_, fmt::format("unexpected character '{}'", c));
+  }
+
+  // Digits with single underscores between them, from pos.
+  size_t digits_end(size_t pos, bool (*digit)(char)) const {
+    while (pos < source_.size() && (digit(source_[pos]) || (source_[pos] == '_' && pos + 1 < source_.size() && digit(source_[pos + 1]))))
+      ++pos;
+    return pos;
+  }
+
+  // As Jinja2's lexer: 0x, 0o and 0b integers, decimal integers, and floats with a fraction
+  // and/or an exponent; underscores between digits. An integer right after '.' is an index
+  // (a.0.1) and takes no fraction.
+  void lex_number() {
+    static const auto decimal = [](char c) { return is_digit(c); };
+    const std::string_view rest = source_.substr(pos_);
+    size_t end = pos_;
+    if (rest.size() > 2 && rest[0] == '0' && std::string_view("xXoObB").find(rest[1]) != std::string_view::npos) {
+      static const auto hex = [](char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+      end = digits_end(pos_ + 2, hex);
+    } else {
+      end = digits_end(pos_, decimal);
+      const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::Operator && tokens_.back().text == ".";
+      if (!after_dot && end + 1 < source_.size() && source_[end] == '.' && is_digit(source_[end + 1])) end = digits_end(end + 1, decimal);
+      if (!after_dot && end < source_.size() && (source_[end] == 'e' || source_[end] == 'E')) {
+        size_t exponent = end + 1;
+        if (exponent < source_.size() && (source_[exponent] == '+' || source_[exponent] == '-')) ++exponent;
+        if (exponent < source_.size() && is_digit(source_[exponent])) end = digits_end(exponent, decimal);
+      }
+    }
+    tokens_.push_back({Token::Kind::Number, std::string(source_.substr(pos_, end - pos_)), line_});
+    advance(end - pos_);
   }
 
   void lex_string(char quote) {
@@ -317,6 +394,7 @@ class Parser {
     if (name == "macro") return macro_statement();
     if (name == "call") return call_statement();
     if (name == "filter") return filter_statement();
+    if (name == "with") return with_statement();
     if (name == "break" || name == "continue" || name == "generation" || name == "endgeneration") {
       auto control = node(name == "break" ? Kind::Break : name == "continue" ? Kind::Continue : Kind::Nothing);
       expect_close();
@@ -354,6 +432,7 @@ class Parser {
       next();
       result->children.push_back(or_expression());
     }
+    if (at_name("recursive")) fail("recursive loops are not supported");
     expect_close();
     result->body = statements_until({"endfor", "else"}, "for");
     if (at_name("else")) {
@@ -449,6 +528,24 @@ class Parser {
     return result;
   }
 
+  // {% with a = 1, b = x %}...{% endwith %}: names for the body only.
+  NodePtr with_statement() {
+    auto result = node(Kind::With);
+    while (peek().kind == TokenKind::Name) {
+      auto target = node(Kind::Name);
+      target->name = next().text;
+      expect_operator("=");
+      result->children.push_back(std::move(target));
+      result->children.push_back(expression());
+      if (!at_operator(",")) break;
+      next();
+    }
+    expect_close();
+    result->body = statements_until({"endwith"}, "with");
+    end_tag("endwith");
+    return result;
+  }
+
   NodePtr filter_statement() {
     auto result = node(Kind::FilterBlock);
     auto filter = node(Kind::Filter);
@@ -530,8 +627,12 @@ class Parser {
     return result;
   }
 
+  // a < b < c is (a < b) and (b < c), as Python chains comparisons (b is evaluated twice; template
+  // expressions have no side effects to repeat).
   NodePtr comparison() {
     NodePtr left = additive();
+    NodePtr chain;
+    const Node* last = nullptr;  // the previous comparison's right operand
     while (true) {
       std::string op;
       if (at_name("not") && at_name("in", 1)) {
@@ -544,11 +645,29 @@ class Parser {
                   peek().text == "<=" || peek().text == ">=")) {
         op = peek().text;
       } else {
-        return left;
+        return chain ? std::move(chain) : std::move(left);
       }
       next();
-      left = binary(op, std::move(left), additive());
+      if (!chain) {
+        chain = binary(op, std::move(left), additive());
+        last = chain->children[1].get();
+        continue;
+      }
+      NodePtr again = copy_expression(*last);
+      NodePtr next_comparison = binary(op, std::move(again), additive());
+      last = next_comparison->children[1].get();
+      chain = binary("and", std::move(chain), std::move(next_comparison));
     }
+  }
+
+  // A copy of an expression node, for the middle operand of a chained comparison.
+  static NodePtr copy_expression(const Node& original) {
+    auto copy = std::make_unique<Node>(original.kind, original.line);
+    copy->name = original.name;
+    copy->value = original.value;
+    copy->negate = original.negate;
+    for (const NodePtr& child : original.children) copy->children.push_back(child ? copy_expression(*child) : nullptr);
+    return copy;
   }
 
   NodePtr additive() {
@@ -591,10 +710,22 @@ class Parser {
       result->name = next().text;
       if (!known_test(result->name)) fail(fmt::format("unsupported test '{}'", result->name));
       result->children.push_back(std::move(operand));
-      if (at_operator("(")) append_arguments(*result);
+      if (at_operator("(")) {
+        append_arguments(*result);
+      } else if (test_argument_follows()) {  // is divisibleby 3, is in xs: one argument, no parentheses
+        result->children.push_back(postfix(primary()));
+      }
       operand = std::move(result);
     }
     return operand;
+  }
+
+  // As Jinja2: a test takes one argument without parentheses when a name (other than else, or,
+  // and), a literal, or a bracket follows.
+  bool test_argument_follows() const {
+    const Token& token = peek();
+    if (token.kind == TokenKind::Name) return token.text != "else" && token.text != "or" && token.text != "and";
+    return token.kind == TokenKind::Number || token.kind == TokenKind::String || at_operator("[") || at_operator("{");
   }
 
   NodePtr filtered() {
@@ -685,19 +816,27 @@ class Parser {
     return result;
   }
 
-  // An integer or decimal literal as the lexer cut it (digits, at most one '.').
-  Value number_literal(const std::string& text) {
+  // A number literal as the lexer cut it: an integer (decimal, 0x, 0o, 0b) in 64 bits, or a float.
+  Value number_literal(std::string text) {
+    text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+    int base = 10;
+    size_t skip = 0;
+    if (text.size() > 2 && text[0] == '0' && std::string_view("xXoObB").find(text[1]) != std::string_view::npos) {
+      base = text[1] == 'x' || text[1] == 'X' ? 16 : text[1] == 'o' || text[1] == 'O' ? 8 : 2;
+      skip = 2;
+    }
+    const char* begin = text.data() + skip;
     const char* end = text.data() + text.size();
-    if (text.find('.') == std::string::npos) {
+    if (base != 10 || text.find_first_of(".eE") == std::string::npos) {
       int64_t integer = 0;
-      const auto [stop, error] = std::from_chars(text.data(), end, integer);
+      const auto [stop, error] = std::from_chars(begin, end, integer, base);
       if (error == std::errc() && stop == end) return Value(integer);
     } else {
       double number = 0;
-      const auto [stop, error] = std::from_chars(text.data(), end, number);
+      const auto [stop, error] = std::from_chars(begin, end, number);
       if (error == std::errc() && stop == end) return Value(number);
     }
-    fail(fmt::format("number {} is out of range", text));
+    fail(fmt::format("number {} is not a 64-bit integer or a float", text));
   }
 
   NodePtr primary() {
@@ -729,9 +868,24 @@ class Parser {
     }
   }
 
+  // (expression), or a tuple: (), (a,), (a, b).
   NodePtr parenthesized() {
     next();
-    NodePtr inner = expression_sequence();
+    if (at_operator(")")) {
+      next();
+      return node(Kind::Tuple);
+    }
+    NodePtr inner = expression();
+    if (at_operator(",")) {
+      auto tuple = node(Kind::Tuple);
+      tuple->children.push_back(std::move(inner));
+      while (at_operator(",")) {
+        next();
+        if (at_operator(")")) break;
+        tuple->children.push_back(expression());
+      }
+      inner = std::move(tuple);
+    }
     expect_operator(")");
     return inner;
   }

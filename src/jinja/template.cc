@@ -34,6 +34,16 @@ ScopePtr child_of(const ScopePtr& parent) {
 
 enum class Flow { Normal, Break, Continue };
 
+// Whether statements read a name (a macro reads varargs or kwargs).
+bool reads_name(const NodeList& nodes, std::string_view name) {
+  for (const NodePtr& node : nodes) {
+    if (!node) continue;
+    if (node->kind == Node::Kind::Name && node->name == name) return true;
+    if (reads_name(node->children, name) || reads_name(node->body, name) || reads_name(node->alternate, name)) return true;
+  }
+  return false;
+}
+
 void emit(std::string& out, const std::string& text) {
   charge_string(text.size(), out.size() + text.size());
   out += text;
@@ -88,11 +98,7 @@ class Renderer {
 Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
   switch (node.kind) {
     case Kind::Text: emit(out, node.name); break;
-    case Kind::Output: {
-      const Value value = eval(*node.children[0], scope);
-      if (!value.is_undefined() && !value.is_none()) emit(out, value.str());
-      break;
-    }
+    case Kind::Output: emit(out, eval(*node.children[0], scope).str()); break;
     case Kind::If:
       return render(eval(*node.children[0], scope).truthy() ? node.body : node.alternate, scope, out);
     case Kind::For: return render_for(node, scope, out);
@@ -109,6 +115,12 @@ Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::st
                              arguments(filter.children, 1, scope)).str());
       break;
     }
+    case Kind::With: {
+      const ScopePtr inner = child_of(scope);
+      for (size_t i = 0; i + 1 < node.children.size(); i += 2)
+        inner->variables[node.children[i]->name] = eval(*node.children[i + 1], scope);
+      return render(node.body, inner, out);
+    }
     case Kind::Break: return Flow::Break;
     case Kind::Continue: return Flow::Continue;
     case Kind::Nothing: break;
@@ -117,8 +129,8 @@ Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::st
   return Flow::Normal;
 }
 
-// As the reference: a dict iterates over its keys, a string over its characters; the else
-// block renders when no iteration ran to its end.
+// As Jinja2: a dict iterates over its keys, a string over its characters, an undefined value
+// over nothing; the else block renders when no iteration ran to its end.
 Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& out) {
   const ScopePtr loop_scope = child_of(scope);
   const Value iterable = eval(*node.children[1], loop_scope);
@@ -130,7 +142,7 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
   } else if (iterable.is_string()) {
     check_list_size(utf8_length(iterable.as_string()));
     for (std::string& character : utf8_characters(iterable.as_string())) candidates.emplace_back(std::move(character));
-  } else {
+  } else if (!iterable.is_undefined()) {
     fail("cannot loop over {}", iterable.type_name());
   }
   Array items;
@@ -156,6 +168,12 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
     loop.set("length", Value(n));
     loop.set("previtem", i > 0 ? items[i - 1] : Value());
     loop.set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
+    loop.set("depth", Value(int64_t(1)));
+    loop.set("depth0", Value(int64_t(0)));
+    loop.set("cycle", Value::function([i](const Arguments& args) {
+      MLA_CHECK(!args.positional.empty(), "loop.cycle needs at least one value");
+      return args.positional[i % args.positional.size()];
+    }));
     loop_scope->variables["loop"] = Value::object(std::move(loop));
     assign(*node.children[0], items[i], loop_scope);
     const Flow flow = render(node.body, loop_scope, out);
@@ -201,14 +219,23 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
       ~Leave() { --depth; }
     } leave{macro_depth_};
     const ScopePtr body_scope = child_of(defined_in);
-    MLA_CHECK(args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
+    // As Jinja2: extra positional arguments are `varargs`, unknown keywords `kwargs`, for a
+    // macro whose body reads them; otherwise an error.
+    const bool takes_varargs = reads_name(node.body, "varargs"), takes_kwargs = reads_name(node.body, "kwargs");
+    MLA_CHECK(takes_varargs || args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
               node.name, node.children.size(), args.positional.size());
+    Array varargs;
+    for (size_t i = node.children.size(); i < args.positional.size(); ++i) varargs.push_back(args.positional[i]);
+    Object kwargs;
     for (const auto& [key, value] : args.keywords) {
       const bool known = key == "caller" || std::any_of(node.children.begin(), node.children.end(),
                                                         [&key = key](const NodePtr& p) { return p->name == key; });
-      MLA_CHECK(known, "macro '{}' has no parameter '{}'", node.name, key);
+      MLA_CHECK(known || takes_kwargs, "macro '{}' has no parameter '{}'", node.name, key);
+      if (!known) kwargs.set(key, value);
       if (key == "caller") body_scope->variables["caller"] = value;
     }
+    if (takes_varargs) body_scope->variables["varargs"] = Value::tuple(std::move(varargs));
+    if (takes_kwargs) body_scope->variables["kwargs"] = Value::object(std::move(kwargs));
     std::vector<const Node*> defaults;
     for (size_t i = 0; i < node.children.size(); ++i) {
       const Node& parameter = *node.children[i];
@@ -261,7 +288,7 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
     case Kind::Tuple: {
       Array items;
       for (const NodePtr& item : node.children) items.push_back(eval(*item, scope));
-      return Value::array(std::move(items));
+      return node.kind == Kind::Tuple ? Value::tuple(std::move(items)) : Value::array(std::move(items));
     }
     case Kind::Dict: {
       Object object;
@@ -272,7 +299,11 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       }
       return Value::object(std::move(object));
     }
-    case Kind::Attribute: return get_attribute(eval(*node.children[0], scope), node.name);
+    case Kind::Attribute: {
+      const Value object = eval(*node.children[0], scope);
+      MLA_CHECK(!object.is_undefined(), "cannot read attribute '{}' of an undefined value", node.name);
+      return get_attribute(object, node.name);
+    }
     case Kind::Index: return subscript(node, scope);
     case Kind::Slice: return slice(node, scope);
     case Kind::Call: {
@@ -309,6 +340,7 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
 Value Renderer::subscript(const Node& node, const ScopePtr& scope) {
   const Value object = eval(*node.children[0], scope);
   const Value key = eval(*node.children[1], scope);
+  MLA_CHECK(!object.is_undefined(), "cannot index an undefined value");
   if (key.is_string()) return get_attribute(object, key.as_string());
   MLA_CHECK(key.kind() == Value::Kind::Int, "cannot index {} with {}", object.type_name(), key.type_name());
   return get_item(object, key.as_int());

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include <fmt/format.h>
+
 #include "base/error.h"
 #include "jinja/budget.h"
 
@@ -53,6 +55,12 @@ Value Value::array(Array items) {
   Value v;
   v.kind_ = Kind::List;
   v.array_ = std::make_shared<Array>(std::move(items));
+  return v;
+}
+
+Value Value::tuple(Array items) {
+  Value v = array(std::move(items));
+  v.tuple_ = true;
   return v;
 }
 
@@ -157,68 +165,148 @@ const char* Value::type_name() const {
   return kNames[int(kind_)];
 }
 
-std::string number_to_json(double value) {
-  if (!std::isfinite(value)) return "null";
-  if (value == 0) return "0";
-  // ECMAScript's Number::toString: the shortest digits that round-trip, then fixed notation
-  // for decimal exponents in (-7, 21], exponential beyond.
+// Python's repr of a float: the shortest digits that round-trip, in fixed notation for decimal
+// exponents in [-4, 16) with at least one digit after the point, else d.ddde+XX.
+std::string python_float(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (value == 0) return std::signbit(value) ? "-0.0" : "0.0";
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof buffer, std::fabs(value), std::chars_format::scientific);
   const std::string scientific(buffer, result.ptr);
   const size_t e = scientific.find('e');
   std::string digits = scientific.substr(0, e);
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-  const int n = std::stoi(scientific.substr(e + 1)) + 1;  // value = 0.digits x 10^n
+  const int exponent = std::stoi(scientific.substr(e + 1));  // value = d.ddd x 10^exponent
   const int k = int(digits.size());
   std::string out = value < 0 ? "-" : "";
-  if (k <= n && n <= 21) {
-    out.append(digits).append(size_t(n - k), '0');
-  } else if (0 < n && n <= 21) {
-    out.append(digits, 0, size_t(n)).append(".").append(digits, size_t(n));
-  } else if (-6 < n && n <= 0) {
-    out.append("0.").append(size_t(-n), '0').append(digits);
-  } else {
+  if (exponent >= 16 || exponent < -4) {
     out += digits.substr(0, 1);
     if (k > 1) out.append(".").append(digits, 1);
-    out.append(n - 1 >= 0 ? "e+" : "e-").append(std::to_string(std::abs(n - 1)));
+    return out + fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
   }
+  if (exponent < 0) return out.append("0.").append(size_t(-exponent - 1), '0').append(digits);
+  if (k <= exponent + 1) return out.append(digits).append(size_t(exponent + 1 - k), '0').append(".0");
+  return out.append(digits, 0, size_t(exponent + 1)).append(".").append(digits, size_t(exponent + 1));
+}
+
+namespace {
+
+// Python's repr of a string: single quotes unless it holds one and no double quote; backslash,
+// the quote and control characters escaped.
+std::string python_string(std::string_view text) {
+  const bool double_quoted = text.find('\'') != std::string_view::npos && text.find('"') == std::string_view::npos;
+  const char quote = double_quoted ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : text) {
+    if (c == '\\' || c == uint8_t(quote)) out += '\\', out += char(c);
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += char(c);
+  }
+  return out + quote;
+}
+
+// Deeper values are an error rather than a recursion that could overflow the stack.
+constexpr int kMaxReprDepth = 1000;
+
+void write_repr(const Value& value, int depth, std::string& out) {
+  using Kind = Value::Kind;
+  MLA_CHECK(depth <= kMaxReprDepth, "the value nests deeper than {} levels", kMaxReprDepth);
+  switch (value.kind()) {
+    case Kind::String: out += python_string(value.as_string()); return;
+    case Kind::Undefined: out += "Undefined"; return;
+    case Kind::List: {
+      const bool tuple = value.is_tuple();
+      out += tuple ? '(' : '[';
+      const Array& items = value.items();
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) out += ", ";
+        write_repr(items[i], depth + 1, out);
+        check_string_size(out.size());  // shared lists can nest exponentially many copies
+      }
+      out += tuple ? (items.size() == 1 ? ",)" : ")") : "]";
+      return;
+    }
+    case Kind::Dict:
+    case Kind::Namespace: {
+      const bool name_space = value.kind() == Kind::Namespace;
+      out += name_space ? "<Namespace {" : "{";
+      const auto& entries = value.attributes().entries;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (i > 0) out += ", ";
+        out += python_string(entries[i].first) + ": ";
+        write_repr(entries[i].second, depth + 1, out);
+        check_string_size(out.size());
+      }
+      out += name_space ? "}>" : "}";
+      return;
+    }
+    default: out += value.str();
+  }
+}
+
+}  // namespace
+
+std::string Value::repr() const {
+  std::string out;
+  write_repr(*this, 0, out);
   return out;
 }
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::Undefined:
-    case Kind::None: return "";
-    case Kind::Bool: return bool_ ? "true" : "false";
+    case Kind::Undefined: return "";
+    case Kind::None: return "None";
+    case Kind::Bool: return bool_ ? "True" : "False";
     case Kind::Int: return std::to_string(int_);
-    case Kind::Float:
-      if (std::isnan(float_)) return "NaN";
-      if (std::isinf(float_)) return float_ > 0 ? "Infinity" : "-Infinity";
-      if (float_ == 0) return std::signbit(float_) ? "-0.0" : "0.0";
-      if (std::trunc(float_) == float_ && std::fabs(float_) < 1e21) return number_to_json(float_) + ".0";
-      return number_to_json(float_);
+    case Kind::Float: return python_float(float_);
     case Kind::String: return string_;
-    case Kind::List:
-    case Kind::Dict:
-    case Kind::Namespace: {
-      JsonFormat format;
-      format.undefined_as_null = false;
-      return to_json(*this, format);
-    }
     case Kind::Callable: return "<function>";
+    default: return repr();
   }
-  return "";
 }
 
-bool loosely_equal(const Value& a, const Value& b) {
+namespace {
+
+bool equal_at_depth(const Value& a, const Value& b, int depth) {
   using Kind = Value::Kind;
+  MLA_CHECK(depth <= 1000, "values nested deeper than 1000 levels compared");
   const auto numeric = [](const Value& v) { return v.is_number() || v.kind() == Kind::Bool; };
   if (numeric(a) && numeric(b)) return a.as_number() == b.as_number();
-  const auto nothing = [](const Value& v) { return v.is_undefined() || v.is_none(); };
-  if (nothing(a) || nothing(b)) return nothing(a) && nothing(b);
-  if (a.is_string() && b.is_string()) return a.as_string() == b.as_string();
-  return a.same_container(b);
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Kind::Undefined:
+    case Kind::None: return true;
+    case Kind::String: return a.as_string() == b.as_string();
+    case Kind::List: {  // item by item, as Python compares lists
+      if (a.same_container(b)) return true;
+      if (a.items().size() != b.items().size()) return false;
+      charge_steps(a.items().size());
+      for (size_t i = 0; i < a.items().size(); ++i)
+        if (!equal_at_depth(a.items()[i], b.items()[i], depth + 1)) return false;
+      return true;
+    }
+    case Kind::Dict: {  // the same keys with equal values, in any order
+      if (a.same_container(b)) return true;
+      const auto& entries = a.attributes().entries;
+      if (entries.size() != b.attributes().entries.size()) return false;
+      charge_steps(entries.size());
+      for (const auto& [key, value] : entries) {
+        const Value* other = b.attributes().find(key);
+        if (!other || !equal_at_depth(value, *other, depth + 1)) return false;
+      }
+      return true;
+    }
+    default: return a.same_container(b);
+  }
 }
+
+}  // namespace
+
+bool loosely_equal(const Value& a, const Value& b) { return equal_at_depth(a, b, 0); }
 
 namespace {
 
@@ -234,6 +322,12 @@ int compare(const Value& a, const Value& b, bool case_sensitive) {
   const auto numeric = [](const Value& v) { return v.is_number() || v.kind() == Value::Kind::Bool; };
   if (numeric(a) && numeric(b)) return a.as_number() < b.as_number() ? -1 : a.as_number() > b.as_number() ? 1 : 0;
   if ((a.is_none() && b.is_none()) || (a.is_undefined() && b.is_undefined())) return 0;
+  if (a.is_array() && b.is_array()) {  // item by item, then the shorter first
+    const size_t n = std::min(a.items().size(), b.items().size());
+    for (size_t i = 0; i < n; ++i)
+      if (const int order = compare(a.items()[i], b.items()[i], case_sensitive)) return order;
+    return a.items().size() < b.items().size() ? -1 : a.items().size() > b.items().size() ? 1 : 0;
+  }
   MLA_CHECK(a.is_string() && b.is_string(), "cannot compare {} with {}", a.type_name(), b.type_name());
   const std::string x = case_sensitive ? a.as_string() : ascii_lower(a.as_string());
   const std::string y = case_sensitive ? b.as_string() : ascii_lower(b.as_string());
@@ -310,11 +404,15 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
   base[0] = '\n';
   const std::string child = base + std::string(size_t(format.indent), ' ');
   switch (value.kind()) {
-    case Kind::Undefined: out += format.undefined_as_null ? "null" : "undefined"; return;
+    case Kind::Undefined: throw Error("cannot convert an undefined value to JSON");
     case Kind::None: out += "null"; return;
     case Kind::Bool: out += value.as_bool() ? "true" : "false"; return;
     case Kind::Int: out += std::to_string(value.as_int()); return;
-    case Kind::Float: out += number_to_json(value.as_number()); return;
+    case Kind::Float: {  // Python's json.dumps: repr, and NaN and Infinity as JavaScript spells them
+      const double x = value.as_number();
+      out += std::isnan(x) ? "NaN" : std::isinf(x) ? (x > 0 ? "Infinity" : "-Infinity") : python_float(x);
+      return;
+    }
     case Kind::String: out += string_to_json(value.as_string(), format.ensure_ascii); return;
     case Kind::Callable: throw Error("cannot convert a function to JSON");
     case Kind::List: {
@@ -364,11 +462,7 @@ Value from_json(const nlohmann::ordered_json& json) {
     case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: return Value(int64_t(json.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: {
-      const double x = json.get<double>();
-      const bool whole = std::isfinite(x) && std::trunc(x) == x && std::fabs(x) < 9007199254740992.0;
-      return whole ? Value(int64_t(x)) : Value(x);
-    }
+    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
     case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array items;

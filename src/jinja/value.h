@@ -1,8 +1,8 @@
-// The values a chat template computes with: Python-like (None, bools, ints, floats, strings,
-// lists, dicts in insertion order, namespaces, callables), lists, dicts and namespaces shared
-// by reference as in Python. Printing and tojson follow @huggingface/jinja, the renderer
-// transformers.js uses, byte for byte: booleans print as true/false, a whole float keeps ".0",
-// tojson writes numbers as JavaScript does.
+// The values a chat template computes with, as Python's (None, bools, ints, floats, strings,
+// lists and tuples, dicts in insertion order, namespaces, callables), lists, dicts and
+// namespaces shared by reference as in Python. Printing is Python's str and repr and tojson is
+// Python's json.dumps, as Jinja2 under transformers renders chat templates (True, None, 1.0,
+// ['a', 1], (1, 2), {'k': None}).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -47,6 +47,7 @@ class Value {
   Value(std::string value);
   Value(const char* value) : Value(std::string(value)) {}
   static Value array(Array items = {});
+  static Value tuple(Array items);  // a list that prints as Python's tuple
   static Value object(Object items);
   static Value object();
   static Value name_space(Object items);
@@ -58,6 +59,7 @@ class Value {
   bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Float; }
   bool is_string() const { return kind_ == Kind::String; }
   bool is_array() const { return kind_ == Kind::List; }
+  bool is_tuple() const { return kind_ == Kind::List && tuple_; }
   bool is_object() const { return kind_ == Kind::Dict; }
   // A dict or a namespace: what attributes are read from.
   bool has_attributes() const { return kind_ == Kind::Dict || kind_ == Kind::Namespace; }
@@ -75,7 +77,8 @@ class Value {
   bool reaches(const Value& container) const;
 
   bool truthy() const;
-  std::string str() const;  // as {{ value }} prints it
+  std::string str() const;   // Python's str: as {{ value }} prints it
+  std::string repr() const;  // Python's repr: as a list prints its items
   const char* type_name() const;
 
  private:
@@ -83,7 +86,7 @@ class Value {
   void move_nested_containers(std::vector<Value>& pending);
 
   Kind kind_ = Kind::Undefined;
-  bool bool_ = false;
+  bool bool_ = false, tuple_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string string_;
@@ -98,11 +101,12 @@ struct Object {
   void set(std::string key, Value value);
 };
 
-// Loose equality as the reference's ==: numbers by value (1 == 1.0, true == 1), strings by
-// content, undefined == none, lists, dicts and namespaces by identity.
+// Python's ==: numbers by value (1 == 1.0, True == 1), strings by content, lists item by item,
+// dicts by keys and values, namespaces and functions by identity; undefined equals only
+// undefined (Jinja2's Undefined).
 bool loosely_equal(const Value& a, const Value& b);
-// Ordering for sort and dictsort: numbers (and bools) by value, strings by bytes (lowercased
-// unless case_sensitive); other pairs throw Error.
+// Ordering for sort, min, max and dictsort: numbers (and bools) by value, strings by bytes
+// (lowercased unless case_sensitive), lists item by item; other pairs throw Error.
 int compare(const Value& a, const Value& b, bool case_sensitive);
 
 struct JsonFormat {
@@ -110,13 +114,13 @@ struct JsonFormat {
   bool ensure_ascii = false;
   bool sort_keys = false;
   std::string item_separator, key_separator;  // empty: ", " and ": " (indented: ",")
-  bool undefined_as_null = true;  // printing a list writes "undefined" instead
 };
+// Python's json.dumps (an undefined value is an Error, as it is for Jinja2's tojson).
 std::string to_json(const Value& value, const JsonFormat& format = {});
-// JSON.stringify of one number.
-std::string number_to_json(double value);
+// Python's repr of a float.
+std::string python_float(double value);
 
-// A request's JSON as values: numbers with no fraction become ints, as in JavaScript.
+// A request's JSON as values, as Python's json.loads reads it (1.0 stays a float).
 Value from_json(const nlohmann::ordered_json& json);
 
 // UTF-8 helpers: code points, so that length, indexing and slicing count characters.

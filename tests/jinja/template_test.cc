@@ -102,7 +102,7 @@ TEST(Jinja, DeepNestingAndRunawayRecursionAreErrors) {
 
 TEST(Jinja, NumberLiteralsOutOfRangeAreErrors) {
   EXPECT_EQ(render("{{ 9223372036854775807 }}"), "9223372036854775807");
-  EXPECT_TRUE(error_of([] { render("{{ 99999999999999999999 }}"); }).find("out of range") != std::string::npos);
+  EXPECT_TRUE(error_of([] { render("{{ 99999999999999999999 }}"); }).find("not a 64-bit integer") != std::string::npos);
 }
 
 // Python's arithmetic: floor division and a remainder with the divisor's sign; division by
@@ -120,15 +120,14 @@ TEST(Jinja, ArithmeticAsPythonWithErrorsForZeroAndOverflow) {
         << big;
 }
 
-// A namespace or list that would hold itself is an error: the reference cycle would never be
-// freed (the fuzzer's "{% set ns.n = ns %}" leaked every render).
+// A namespace that would hold itself is an error: the reference cycle would never be freed (the
+// fuzzer's "{% set ns.n = ns %}" leaked every render). Lists cannot change (Jinja2's sandbox).
 TEST(Jinja, ValuesCannotHoldThemselves) {
   EXPECT_TRUE(error_of([] { render("{% set ns = namespace(n=0) %}{% set ns.n = ns %}"); }).find("holding") != std::string::npos);
   EXPECT_TRUE(error_of([] { render("{% set ns = namespace(n=0) %}{% set ns.n = [1, [ns]] %}"); }).find("holding") !=
               std::string::npos);
-  EXPECT_TRUE(error_of([] { render("{% set l = [] %}{{ l.append([l]) }}"); }).find("holding") != std::string::npos);
+  EXPECT_TRUE(error_of([] { render("{% set l = [] %}{{ l.append([l]) }}"); }).find("unsafe") != std::string::npos);
   EXPECT_EQ(render("{% set a = namespace(x=1) %}{% set b = namespace(a=a) %}{% set a.x = 2 %}{{ b.a.x }}"), "2");
-  EXPECT_EQ(render("{% set l = [] %}{% set m = [1] %}{{ l.append(m) }}{{ l | length }}"), "1");
 }
 
 std::string render_within(std::string_view source, const RenderLimits& limits) {
@@ -169,8 +168,6 @@ TEST(Jinja, EachRenderBoundIsAnErrorOnlyPastIt) {
   EXPECT_EQ(render_within("{{ [1, 2] + [3, 4] }}", limits), "[1, 2, 3, 4]");
   EXPECT_TRUE(contains(error_of([&] { render_within("{{ [1, 2] + [3, 4, 5] }}", limits); }), "list of more than 4"));
   EXPECT_TRUE(contains(error_of([&] { render_within("{{ range(5) }}", limits); }), "list of more than 4"));
-  EXPECT_TRUE(contains(error_of([&] { render_within("{% set l = [1, 2, 3, 4] %}{{ l.append(5) }}", limits); }),
-                       "list of more than 4"));
   EXPECT_TRUE(contains(error_of([&] { render_within("{{ 'a b c d e'.split() }}", limits); }), "list of more than 4"));
   EXPECT_TRUE(contains(error_of([&] { render_within("{% for c in 'abcde' %}{% endfor %}", limits); }),
                        "list of more than 4"));
@@ -203,18 +200,17 @@ TEST(Jinja, EachRenderBoundIsAnErrorOnlyPastIt) {
                        "more than 200 steps"));
 }
 
-// Lists nested 200,000 deep, or sharing lists 2^60 ways, are walked, printed and freed
-// without a recursion per level (which overflowed the stack).
+// Lists nested deep, or sharing lists 2^60 ways, are walked, printed and freed without a
+// recursion per level (which overflowed the stack).
 TEST(Jinja, DeepAndSharedValuesNeitherRecurseNorBlowUp) {
-  const std::string chain =  // each pass appends a new list to the innermost one
-      "{% set ns = namespace(inner=[]) %}{% set root = ns.inner %}{% for i in range(200000) %}{% set new = [] %}"
-      "{{ ns.inner.append(new) }}{% set ns.inner = new %}{% endfor %}";
+  const std::string chain =  // each pass nests the list one level deeper
+      "{% set ns = namespace(l=[]) %}{% for i in range(1200) %}{% set ns.l = [ns.l] %}{% endfor %}";
   RenderLimits enough;
   enough.steps = size_t(4) << 20;
-  EXPECT_EQ(render_within(chain + "{{ root|length }}", enough), "1");
-  EXPECT_TRUE(contains(error_of([&] { render_within(chain + "{{ root|tojson }}", enough); }), "nests deeper than 1000 levels"));
+  EXPECT_EQ(render_within(chain + "{{ ns.l|length }}", enough), "1");
+  EXPECT_TRUE(contains(error_of([&] { render_within(chain + "{{ ns.l|tojson }}", enough); }), "nests deeper than 1000 levels"));
   EXPECT_TRUE(
-      contains(error_of([&] { render_within(chain + "{% set ns.m = [root, ns] %}", enough); }), "holding that namespace"));
+      contains(error_of([&] { render_within(chain + "{% set ns.m = [ns.l, ns] %}", enough); }), "holding that namespace"));
   const std::string shared =
       "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}";
   EXPECT_TRUE(contains(error_of([&] { render(shared + "{% set ns.m = [ns.l, ns] %}"); }), "holding that namespace"));
@@ -236,7 +232,7 @@ TEST(Jinja, ComparisonsAndSearchesStayWithinTheBudget) {
   RenderLimits limits;
   limits.steps = 1000;
   EXPECT_EQ(render_within("{{ range(20)|unique|length }} {{ 7 in range(20) }} {{ range(20)|sort|first }}", limits),
-            "20 true 0");
+            "20 True 0");
   for (const char* quadratic : {"{{ range(200)|unique|length }}", "{% for i in range(30) %}{{ i in range(30) }}{% endfor %}",
                                 "{{ range(500)|sort|length }}"})
     EXPECT_TRUE(contains(error_of([&] { render_within(quadratic, limits); }), "more than 1000 steps")) << quadratic;
@@ -245,10 +241,10 @@ TEST(Jinja, ComparisonsAndSearchesStayWithinTheBudget) {
       "{% set ns.p = ns.a[:2097152] ~ 'b' %}";
   EXPECT_EQ(render(text + "{{ ns.p in ns.a }} {{ ns.a.find(ns.p) }} {{ ns.a.replace(ns.p, '') == ns.a }}"
                           "{{ ns.a.split(ns.p)|length }}"),
-            "false -1 true1");
+            "False -1 True1");
   EXPECT_EQ(render(text + "{% set long = ns.a[:100] ~ 'b' ~ ns.a[:100] %}{{ ('xy' ~ long ~ 'z').find(long) }} "
                           "{{ long in ('xy' ~ long) }} {{ ('1' ~ long ~ '2' ~ long ~ '3').split(long)|join(',') }}"),
-            "2 true 1,2,3");
+            "2 True 1,2,3");
 }
 
 // Ranges, slices and int() at the ends of int64 as Python gives them, or an error: never an
@@ -274,16 +270,16 @@ TEST(Jinja, FiltersTestsAndMethods) {
   EXPECT_EQ(render("{{ d | tojson }}", context), "{\"b\": 2, \"a\": \"x\u00e9\"}");
   EXPECT_EQ(render("{{ d | tojson(ensure_ascii=true) }}", context), "{\"b\": 2, \"a\": \"x\\u00e9\"}");
   EXPECT_EQ(render("{{ d | tojson(indent=2) }}", context), "{\n  \"b\": 2,\n  \"a\": \"x\u00e9\"\n}");
-  EXPECT_EQ(render("{{ [1.5, 2.0, none, true] | tojson }}"), "[1.5, 2, null, true]");
+  EXPECT_EQ(render("{{ [1.5, 2.0, none, true] | tojson }}"), "[1.5, 2.0, null, true]");
   EXPECT_EQ(render("{{ s | trim }}|{{ s.strip().upper() }}|{{ s | length }}", context), "Hi there|HI THERE|12");
   EXPECT_EQ(render("{{ 'a,b,c'.split(',', 1) | tojson }}"), "[\"a\", \"b,c\"]");
   EXPECT_EQ(render("{{ 'x</think>y'.split('</think>')[-1] }}{{ 'abc'[::-1] }}{{ [1, 2, 3][1:] | join('-') }}"),
             "ycba2-3");
   EXPECT_EQ(render("{{ d.get('c', 'none') }}{{ d.get('b') }}{{ d | dictsort | first | first }}", context), "none2a");
   EXPECT_EQ(render("{{ x is defined }}{{ none is none }}{{ 3 is integer }}{{ d is mapping }}{{ 'a' is string }}", context),
-            "falsetruetruetruetrue");
+            "FalseTrueTrueTrueTrue");
   EXPECT_EQ(render("{{ missing | default('fallback') }}{{ 7 // 2 }}{{ 7 / 2 }}{{ 2 ** 3 }}{{ 1.0 }}"), "fallback33.581.0");
-  EXPECT_EQ(render("{{ 'ab' ~ 1 ~ none | string }}{{ 'b' in 'abc' }}{{ 'z' not in ['z'] }}"), "ab1truefalse");
+  EXPECT_EQ(render("{{ 'ab' ~ 1 ~ none | string }}{{ 'b' in 'abc' }}{{ 'z' not in ['z'] }}"), "ab1NoneTrueFalse");
 }
 
 TEST(Jinja, UnsupportedConstructsNameTheirLineAtParse) {
@@ -304,12 +300,14 @@ TEST(Jinja, RuntimeErrorsNameTheirLine) {
   EXPECT_NE(error_of([] { render("{{ 1 + none }}"); }).find("line 1:"), std::string::npos);
 }
 
-TEST(Jinja, NumbersPrintAsTheReferencePrintsThem) {
-  EXPECT_EQ(number_to_json(0.1), "0.1");
-  EXPECT_EQ(number_to_json(1e21), "1e+21");
-  EXPECT_EQ(number_to_json(1.5e-7), "1.5e-7");
-  EXPECT_EQ(number_to_json(123456789012.5), "123456789012.5");
-  EXPECT_EQ(number_to_json(-0.000001), "-0.000001");
+TEST(Jinja, NumbersPrintAsPythonPrintsThem) {
+  EXPECT_EQ(python_float(0.1), "0.1");
+  EXPECT_EQ(python_float(1e21), "1e+21");
+  EXPECT_EQ(python_float(1.5e-7), "1.5e-07");
+  EXPECT_EQ(python_float(123456789012.5), "123456789012.5");
+  EXPECT_EQ(python_float(-0.000001), "-1e-06");
+  EXPECT_EQ(python_float(1e16), "1e+16");
+  EXPECT_EQ(python_float(1e15), "1000000000000000.0");
   EXPECT_EQ(render("{{ 2.5 }} {{ -0.0 }} {{ 10 / 4 }} {{ 3 * 1.0 }}"), "2.5 -0.0 2.5 3.0");
 }
 

@@ -137,7 +137,7 @@ TEST(ChatTemplate, SpecialTokensToolsDocumentsAndKwargsAreVariables) {
   input.tools = ojson::parse(R"([{"type": "function", "function": {"name": "lookup"}}])");
   input.documents = ojson::parse(R"([{"text": "a"}, {"text": "b"}])");
   input.kwargs = ojson::parse(R"({"thinking": true})");
-  EXPECT_EQ(chat.render(input), "<s>lookup|2|true|false</s>");
+  EXPECT_EQ(chat.render(input), "<s>lookup|2|True|False</s>");
   input.kwargs = ojson::parse(R"({"messages": []})");
   EXPECT_TRUE(contains(thrown_message([&] { chat.render(input); }), "'messages'"));
 }
