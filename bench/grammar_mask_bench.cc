@@ -1,7 +1,7 @@
 // Constrained decoding's cost per token at a Kimi-sized vocabulary: the token mask of a JSON
 // schema's grammar at the states a document passes through, computed afresh (a state not seen
-// before in the request) and from the request's cache, and over whole documents of random
-// allowed tokens (what a request pays per token on average); building the vocabulary's trie.
+// before) on a vocabulary that has seen no grammar or has seen others, and from the cache, and
+// over a whole document (what a request pays per token on average); building the trie.
 // The vocabulary is make-model's byte-level BPE of 163,840 tokens (Kimi K2's size), or a real
 // checkpoint's with MLASERVE_BENCH_TOKENIZER=DIR (e.g. DeepSeek-V3's tokenizer.json).
 //   build/bench/grammar_mask_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
@@ -52,28 +52,72 @@ std::shared_ptr<const grammar::Vocabulary> vocabulary() {
   return shared;
 }
 
+// The person schema; with a suffix, its keys renamed (name7, age7, ...): a new schema whose
+// strings, integers and enums are those of every other.
+std::string person_schema(const std::string& suffix) {
+  return R"({"type": "object", "properties": {"name)" + suffix + R"(": {"type": "string"}, "age)" + suffix +
+         R"(": {"type": "integer"}, "tags)" + suffix + R"(": {"type": "array", "items": {"enum": ["a", "b", "c"]}}, "active)" +
+         suffix + R"(": {"type": "boolean"}}, "required": ["name)" + suffix + R"(", "age)" + suffix + R"(", "tags)" + suffix +
+         R"(", "active)" + suffix + R"("]})";
+}
+
+std::shared_ptr<grammar::Grammar> person_grammar(const std::string& suffix) {
+  return std::make_shared<grammar::Grammar>(grammar::json_schema_grammar(nlohmann::ordered_json::parse(person_schema(suffix))));
+}
+
 std::shared_ptr<const grammar::Grammar> person_grammar() {
-  static const auto grammar = std::make_shared<const grammar::Grammar>(grammar::json_schema_grammar(nlohmann::ordered_json::parse(R"({
-      "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-      "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}}, "active": {"type": "boolean"}},
-      "required": ["name", "age", "tags", "active"]})")));
+  static const std::shared_ptr<const grammar::Grammar> grammar = person_grammar("");
   return grammar;
 }
 
 // The states: before the document, inside a string (nearly every token allowed: the walk's worst
 // case), before a number, inside an array of enum values.
-const std::vector<std::string> kPrefixes = {"", "{\"name\": \"Ann Lee, from ", "{\"name\": \"Ann\", \"age\": ",
-                                            "{\"name\": \"Ann\", \"age\": 31, \"tags\": [\"a\", "};
+std::string person_prefix(int state, const std::string& suffix) {
+  const std::string name = "{\"name" + suffix + "\": \"Ann";
+  const std::string age = name + "\", \"age" + suffix + "\": ";
+  const std::string prefixes[] = {"", name + " Lee, from ", age, age + "31, \"tags" + suffix + "\": [\"a\", "};
+  return prefixes[state];
+}
 
+std::shared_ptr<grammar::Grammar> uncached(const grammar::Grammar& grammar) {
+  auto fresh = std::make_shared<grammar::Grammar>(grammar);
+  fresh->masks = std::make_shared<grammar::MaskCache>();
+  return fresh;
+}
+
+// Fresh grammars for each iteration: in a process that has seen no grammar (new_process: a new
+// vocabulary, every stack top a trie walk), or of a new schema in a process that has decoded
+// others (the long-lived vocabulary knows the tops of JSON strings, integers and enums; the new
+// keys' tops are walks, and only the uncertain tokens are tried against the state).
+struct Fresh {
+  std::shared_ptr<grammar::Grammar> grammar;
+  std::shared_ptr<const grammar::Vocabulary> words;
+  std::string suffix;
+};
+Fresh fresh(bool new_process) {
+  static int schemas = 0;
+  Fresh out;
+  out.suffix = new_process ? "" : std::to_string(schemas++);
+  out.grammar = person_grammar(out.suffix);
+  out.words = new_process ? std::make_shared<const grammar::Vocabulary>(token_bytes(), std::vector<int32_t>{1}) : vocabulary();
+  if (!new_process && schemas == 1) {  // the first one teaches the vocabulary the shared tops
+    for (int state = 1; state < 4; ++state) {
+      grammar::Matcher at(person_grammar("x"), out.words);
+      at.accept_bytes(person_prefix(state, "x"));
+      at.allowed_tokens();
+    }
+  }
+  return out;
+}
+
+// A state's first mask (arg 1 = 0: in a new process, 1: of a new schema).
 void BM_FirstMask(benchmark::State& state) {
-  const std::string& prefix = kPrefixes[size_t(state.range(0))];
   int64_t allowed = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    auto fresh = std::make_shared<grammar::Grammar>(*person_grammar());
-    fresh->masks = std::make_shared<grammar::MaskCache>();  // nothing cached
-    grammar::Matcher matcher(fresh, vocabulary());
-    matcher.accept_bytes(prefix);
+    const Fresh f = fresh(state.range(1) == 0);
+    grammar::Matcher matcher(f.grammar, f.words);
+    matcher.accept_bytes(person_prefix(int(state.range(0)), f.suffix));
     state.ResumeTiming();
     const grammar::TokenBitmask& mask = matcher.allowed_tokens();
     allowed = 0;
@@ -81,28 +125,26 @@ void BM_FirstMask(benchmark::State& state) {
   }
   state.counters["allowed_tokens"] = double(allowed);
 }
-BENCHMARK(BM_FirstMask)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FirstMask)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Iterations(20)->Unit(benchmark::kMillisecond);
 
-// Inside a string of at most 64 characters, 10 written: each length is a state of its own, so
-// the walk cannot take the shortcut of an unbounded string's loop.
+// Inside a string of at most 64 characters, 10 written: each length is a stack top of its own
+// (the rules left to write differ), in a new process (arg 0) or once seen (1).
 void BM_BoundedStringMask(benchmark::State& state) {
   const auto bounded = std::make_shared<const grammar::Grammar>(grammar::json_schema_grammar(
       nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 64}}})")));
   for (auto _ : state) {
     state.PauseTiming();
-    auto fresh = std::make_shared<grammar::Grammar>(*bounded);
-    fresh->masks = std::make_shared<grammar::MaskCache>();
-    grammar::Matcher matcher(fresh, vocabulary());
+    grammar::Matcher matcher(uncached(*bounded), state.range(0) == 1 ? vocabulary() : fresh(true).words);
     matcher.accept_bytes("{\"name\": \"Ada Lovel");
     state.ResumeTiming();
     benchmark::DoNotOptimize(matcher.allowed_tokens().data());
   }
 }
-BENCHMARK(BM_BoundedStringMask)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BoundedStringMask)->Arg(0)->Arg(1)->Iterations(20)->Unit(benchmark::kMillisecond);
 
 void BM_CachedMask(benchmark::State& state) {
   grammar::Matcher matcher(person_grammar(), vocabulary());
-  matcher.accept_bytes(kPrefixes[1]);
+  matcher.accept_bytes(person_prefix(1, ""));
   matcher.allowed_tokens();
   for (auto _ : state) {
     matcher.accept_bytes("x");  // the same state again: a string goes on
@@ -112,23 +154,23 @@ void BM_CachedMask(benchmark::State& state) {
 BENCHMARK(BM_CachedMask)->Unit(benchmark::kMicrosecond);
 
 // A whole answer, token by token as the tokenizer splits it: the mask and the accept for each
-// token, as a request pays them; the first request with the schema (nothing cached: arg 0) and
-// a later one (arg 1).
+// token, as a request pays them: the first request in a new process (arg 0), the first with a
+// new schema (1), the same schema again (2: every state's mask cached).
 void BM_Document(benchmark::State& state) {
-  const std::vector<int32_t> answer = tokenizer().encode(
-      R"({"name": "Ada Lovelace, analyst of the Analytical Engine", "age": 36, "tags": ["a", "c", "b"], "active": true})");
-  auto warm = std::make_shared<grammar::Grammar>(*person_grammar());
-  warm->masks = std::make_shared<grammar::MaskCache>();
+  const auto answer = [](const std::string& suffix) {
+    return tokenizer().encode(R"({"name)" + suffix + R"(": "Ada Lovelace, analyst of the Analytical Engine", "age)" + suffix +
+                              R"(": 36, "tags)" + suffix + R"(": ["a", "c", "b"], "active)" + suffix + R"(": true})");
+  };
+  const auto again = uncached(*person_grammar());
+  size_t tokens = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    auto grammar = warm;
-    if (state.range(0) == 0) {
-      grammar = std::make_shared<grammar::Grammar>(*person_grammar());
-      grammar->masks = std::make_shared<grammar::MaskCache>();
-    }
-    grammar::Matcher matcher(grammar, vocabulary());
+    Fresh f = state.range(0) == 2 ? Fresh{again, vocabulary(), ""} : fresh(state.range(0) == 0);
+    grammar::Matcher matcher(f.grammar, f.words);
+    const std::vector<int32_t> ids = answer(f.suffix);
+    tokens = ids.size() + 1;
     state.ResumeTiming();
-    for (int32_t token : answer) {
+    for (int32_t token : ids) {
       const grammar::TokenBitmask& mask = matcher.allowed_tokens();
       if (!((mask[size_t(token) / 64] >> (token % 64)) & 1) || !matcher.accept_token(token)) {
         state.SkipWithError("the answer's token is not allowed");
@@ -137,14 +179,15 @@ void BM_Document(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(matcher.allowed_tokens().data());  // the end of sequence
   }
-  state.counters["tokens"] = double(answer.size() + 1);
+  state.counters["tokens"] = double(tokens);
 }
-BENCHMARK(BM_Document)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Document)->Arg(0)->Arg(1)->Iterations(20)->Unit(benchmark::kMillisecond);  // a new vocabulary or schema each
+BENCHMARK(BM_Document)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // Applying a mask to the logits: a string's (nearly every token allowed) and a number's (11).
 void BM_ApplyMask(benchmark::State& state) {
   grammar::Matcher matcher(person_grammar(), vocabulary());
-  matcher.accept_bytes(kPrefixes[size_t(state.range(0))]);
+  matcher.accept_bytes(person_prefix(int(state.range(0)), ""));
   const grammar::TokenBitmask mask = matcher.allowed_tokens();
   std::vector<float> logits(size_t(vocabulary()->size()), 1.0f);
   for (auto _ : state) {

@@ -17,7 +17,7 @@ struct BenchServeOptions {
   BenchOptions bench;
   RandomDataset dataset;
   SharedPrefixDataset gsp;
-  std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf";
+  std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf", response_format_file;
   int64_t max_concurrency = 0, warmup_requests = 0, long_prefill = 0;
   bool no_progress = false;
 };
@@ -119,6 +119,7 @@ nlohmann::json config_json(const BenchServeOptions& options) {
                            {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
                            {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
                            {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
+  if (!options.bench.response_format.empty()) config["response_format"] = nlohmann::json::parse(options.bench.response_format);
   if (options.dataset_name == kSharedPrefix)
     config["gsp"] = {{"num_groups", options.gsp.num_groups}, {"prompts_per_group", options.gsp.prompts_per_group},
                      {"system_prompt_len", options.gsp.system_prompt_len},
@@ -134,6 +135,14 @@ int bench_serve(BenchServeOptions& options) {
   MLA_CHECK(!options.tokenizer_dir.empty(), "bench-serve needs --tokenizer DIR (the served model's tokenizer files)");
   options.bench.request_rate = options.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(options.request_rate);
   options.bench.progress = !options.no_progress;
+  if (!options.response_format_file.empty()) {
+    MLA_CHECK(options.bench.endpoint == "chat", "--response-format needs --endpoint chat");
+    std::ifstream file(options.response_format_file);
+    MLA_CHECK(file.good(), "cannot read '{}'", options.response_format_file);
+    const nlohmann::json format = nlohmann::json::parse(file, nullptr, false);
+    MLA_CHECK(format.is_object(), "'{}' is not a JSON object (a chat request's response_format)", options.response_format_file);
+    options.bench.response_format = format.dump();
+  }
   auto tokenizer = Tokenizer::load(options.tokenizer_dir);
   if (options.bench.model.empty()) options.bench.model = discover_model(options.bench);
   nlohmann::json out = options.long_prefill > 0 ? run_long_prefill(options, *tokenizer) : run_levels(options, *tokenizer);
@@ -178,6 +187,8 @@ void add_bench_serve_command(CLI::App& app) {
   cmd->add_option("--seed", options->dataset.seed, "dataset and arrival seed")->capture_default_str();
   cmd->add_option("--warmup-requests", options->warmup_requests, "requests sent first and not counted")->capture_default_str();
   cmd->add_flag("--ignore-eos", options->bench.ignore_eos, "ask the server to generate --output-len tokens");
+  cmd->add_option("--response-format", options->response_format_file,
+                  "a JSON file holding a response_format object sent with each chat request (constrained decoding)");
   cmd->add_option("--timeout", options->bench.timeout_s, "seconds per request")->capture_default_str();
   cmd->add_option("--json", options->json_file, "write all results and per-request records");
   cmd->add_option("--sweep", options->sweep, "concurrency levels, e.g. 1,2,4,8,16,32 (draws an SVG chart)");

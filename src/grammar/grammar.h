@@ -29,7 +29,7 @@ struct Grammar {
   std::vector<std::vector<int32_t>> alternatives;  // per rule
   std::vector<std::string> names;                  // per rule, for errors and dumps
   int32_t root = -1;
-  // The token masks of the states seen so far, shared by every request with this grammar.
+  // The token masks of the states and stack tops seen so far, shared by every request with this grammar.
   std::shared_ptr<MaskCache> masks;
 };
 

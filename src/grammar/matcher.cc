@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <unordered_map>
 
 #include "base/error.h"
 
@@ -54,6 +55,19 @@ void Vocabulary::build(int32_t node, const std::vector<int32_t>& order, size_t l
   }
   for (size_t i = 0; i < groups.size(); ++i)
     build(first_child + int32_t(i), order, groups[i].first, groups[i].second, depth + 1);
+  nodes_[size_t(node)].subtree_end = int32_t(node_tokens_.size());
+}
+
+std::shared_ptr<const PositionMask> Vocabulary::find_position(const std::string& structure) const {
+  std::lock_guard lock(positions_mutex_);
+  auto found = positions_.find(structure);
+  return found == positions_.end() ? nullptr : found->second;
+}
+
+void Vocabulary::add_position(std::string structure, std::shared_ptr<const PositionMask> mask) const {
+  std::lock_guard lock(positions_mutex_);
+  if (positions_.size() >= kPositionCapacity) positions_.clear();
+  positions_.emplace(std::move(structure), std::move(mask));
 }
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
@@ -110,31 +124,44 @@ bool Matcher::same_stacks(const std::vector<int32_t>& a, bool a_accepting, const
   return true;
 }
 
-// Every token below `node` whose bytes the stacks at levels_[depth] accept; frames made for a
-// subtree are dropped when it is done. A node whose state is the walk's common path at its depth
-// (path_, such as a string after d plain characters) reaches the next level's path state by any
-// byte of the path's class with no grammar work at all.
-void Matcher::fill(int32_t node, size_t depth, TokenBitmask& mask) {
+// The tokens below `node` by what the stacks at levels_[depth] (a stack top's, its last frame's
+// end standing for the root's) decide alone: accepted when their bytes fit inside the rule, or end
+// it; uncertain when the rule may have ended before their last byte (left_rule: at a shallower
+// depth), since what follows the rule is the stack's below. Frames made for a subtree are dropped
+// when it is done. A node whose state is the walk's common path at its depth (path_, such as a
+// string after d plain characters) reaches the next level's path state by any byte of the path's
+// class with no grammar work at all.
+void Matcher::fill(int32_t node, size_t depth, bool left_rule, PositionMask& mask) {
   const Vocabulary::Node& parent = vocabulary_->nodes_[size_t(node)];
   const PathLevel* here = on_path_[depth] ? path_at(depth) : nullptr;
   const PathLevel* below = path_at(depth + 1);
+  const std::vector<int32_t>& node_tokens = vocabulary_->node_tokens_;
   for (int32_t child = parent.first_child; child < parent.first_child + parent.children; ++child) {
     const Vocabulary::Node& next_node = vocabulary_->nodes_[size_t(child)];
     const size_t mark = frames_.size();
     std::vector<int32_t>& next = levels_[depth + 1];
-    bool accepting = false;
+    bool ended = false;  // the rule ended right after this byte
     if (here && here->bytes.test(next_node.byte)) {
       next = below->tops;
-      accepting = below->accepting;
+      ended = below->accepting;
       on_path_[depth + 1] = true;
     } else {
       next.clear();
-      advance(levels_[depth], next_node.byte, next, accepting);
-      on_path_[depth + 1] = below && same_stacks(next, accepting, below->tops, below->accepting);
+      advance(levels_[depth], next_node.byte, next, ended);
+      on_path_[depth + 1] = below && same_stacks(next, ended, below->tops, below->accepting);
     }
-    if (!next.empty() || accepting) {
-      for (int32_t i = 0; i < next_node.tokens; ++i) set_bit(mask, vocabulary_->node_tokens_[size_t(next_node.first_token + i)]);
-      if (!next.empty() && next_node.children > 0) fill(child, depth + 1, mask);
+    const auto tokens_at = [&](int32_t begin, int32_t end) { return std::span(node_tokens).subspan(size_t(begin), size_t(end - begin)); };
+    const auto own = tokens_at(next_node.first_token, next_node.first_token + next_node.tokens);
+    if (!next.empty() || ended) {
+      for (int32_t id : own) set_bit(mask.accepted, id);
+    } else if (left_rule) {
+      mask.uncertain.insert(mask.uncertain.end(), own.begin(), own.end());
+    }
+    if (!next.empty() && next_node.children > 0) {
+      fill(child, depth + 1, left_rule || ended, mask);
+    } else if (left_rule || ended) {  // nothing inside the rule continues: the stack below decides
+      const auto deeper = tokens_at(next_node.first_token + next_node.tokens, next_node.subtree_end);
+      mask.uncertain.insert(mask.uncertain.end(), deeper.begin(), deeper.end());
     }
     frames_.resize(mark);
   }
@@ -150,11 +177,11 @@ const Matcher::PathLevel* Matcher::path_at(size_t depth) const {
 // to continue (letters first) leads to, while at least kPathClassBytes bytes lead there (a
 // permissive state such as a string's contents), until it repeats itself or the tokens end.
 // Its frames stay until the walk is over.
-void Matcher::start_walk() {
-  levels_[0] = tops_;
+void Matcher::start_walk(const std::vector<int32_t>& tops, bool accepting) {
+  levels_[0] = tops;
   on_path_.assign(levels_.size(), false);
   on_path_[0] = true;
-  path_.assign(1, PathLevel{tops_, accepting_, {}});
+  path_.assign(1, PathLevel{tops, accepting, {}});
   path_loops_ = false;
   std::vector<int32_t> next, candidate;
   while (path_.size() < levels_.size() - 1) {
@@ -166,17 +193,17 @@ void Matcher::start_walk() {
       if (step >= 26 && byte >= 'a' && byte <= 'z') continue;
       const size_t mark = frames_.size();
       next.clear();
-      bool accepting = false;
-      advance(level.tops, byte, next, accepting);
+      bool ended = false;
+      advance(level.tops, byte, next, ended);
       if (next.empty()) {
         frames_.resize(mark);
       } else if (!found) {
         found = true;
         candidate = next;  // its frames are kept
-        candidate_accepting = accepting;
+        candidate_accepting = ended;
         bytes.set(byte);
       } else {
-        if (same_stacks(next, accepting, candidate, candidate_accepting)) bytes.set(byte);
+        if (same_stacks(next, ended, candidate, candidate_accepting)) bytes.set(byte);
         frames_.resize(mark);
       }
     }
@@ -200,14 +227,9 @@ std::string Matcher::signature() const {
   return key;
 }
 
-void apply_token_mask(const TokenBitmask& allowed, float* logits, int64_t vocab_size) {
-  for (int64_t word = 0; word * 64 < vocab_size; ++word) {
-    const uint64_t bits = size_t(word) < allowed.size() ? allowed[size_t(word)] : 0;
-    if (bits == ~uint64_t(0)) continue;
-    const int64_t end = std::min<int64_t>(64, vocab_size - word * 64);
-    for (int64_t bit = 0; bit < end; ++bit)
-      if (!((bits >> bit) & 1)) logits[word * 64 + bit] = -INFINITY;
-  }
+bool MaskCache::same_vocabulary(const Vocabulary& vocabulary) {
+  if (vocabulary_ == 0) vocabulary_ = vocabulary.id();
+  return vocabulary.id() == vocabulary_;
 }
 
 std::shared_ptr<const TokenBitmask> MaskCache::find(const Vocabulary& vocabulary, const std::string& state) {
@@ -219,22 +241,146 @@ std::shared_ptr<const TokenBitmask> MaskCache::find(const Vocabulary& vocabulary
 
 void MaskCache::add(const Vocabulary& vocabulary, std::string state, std::shared_ptr<const TokenBitmask> mask) {
   std::lock_guard lock(mutex_);
-  if (vocabulary_ != 0 && vocabulary.id() != vocabulary_) return;
-  vocabulary_ = vocabulary.id();
+  if (!same_vocabulary(vocabulary)) return;
   if (masks_.size() >= kCapacity) masks_.clear();
   masks_.emplace(std::move(state), std::move(mask));
 }
 
+std::shared_ptr<const PositionMask> MaskCache::find_position(const Vocabulary& vocabulary, const std::string& positions) {
+  std::lock_guard lock(mutex_);
+  if (vocabulary.id() != vocabulary_) return nullptr;
+  auto found = positions_.find(positions);
+  return found == positions_.end() ? nullptr : found->second;
+}
+
+void MaskCache::add_position(const Vocabulary& vocabulary, std::string positions, std::shared_ptr<const PositionMask> mask) {
+  std::lock_guard lock(mutex_);
+  if (same_vocabulary(vocabulary)) positions_.emplace(std::move(positions), std::move(mask));
+}
+
+namespace {
+
+constexpr size_t kMaxTopFrames = 8;
+constexpr size_t kDelimiterBytes = 16;
+
+void append_bytes(std::string& out, const void* data, size_t size) { out.append(static_cast<const char*>(data), size); }
+
+// The rules a matcher sees from each of `positions` to the end of its alternative, with the
+// rules they reach, numbered in the order first met: equal for equal structure in any grammar.
+std::string structure_of(const Grammar& grammar, const std::vector<int32_t>& positions) {
+  std::string out;
+  std::vector<int32_t> order;  // rule ids, in canonical order
+  std::unordered_map<int32_t, int32_t> canonical;
+  const auto write_run = [&](int32_t at) {
+    for (;; ++at) {
+      const Element& element = grammar.elements[size_t(at)];
+      out += char(element.kind);
+      if (element.kind == Element::Kind::End) return;
+      if (element.kind == Element::Kind::Bytes) {
+        for (size_t word = 0; word < 4; ++word) {
+          const uint64_t bits = ((element.bytes >> (64 * word)) & ByteSet(~uint64_t(0))).to_ullong();
+          append_bytes(out, &bits, sizeof bits);
+        }
+        continue;
+      }
+      auto [found, added] = canonical.emplace(element.rule, int32_t(order.size()));
+      if (added) order.push_back(element.rule);
+      append_bytes(out, &found->second, sizeof(int32_t));
+    }
+  };
+  for (int32_t position : positions) write_run(position);
+  for (size_t i = 0; i < order.size(); ++i) {  // grows as rules are met
+    out += '#';
+    for (int32_t start : grammar.alternatives[size_t(order[i])]) write_run(start);
+  }
+  return out;
+}
+
+}  // namespace
+
+// The positions of a stack's top, top first: its top frame, and the frames under it down to the
+// first that waits for a delimiter (a set of at most kDelimiterBytes bytes, such as a string's
+// closing quote), so that few tokens get past it.
+std::vector<int32_t> Matcher::stack_top(int32_t frame) const {
+  std::vector<int32_t> positions = {frames_[size_t(frame)].position};
+  for (int32_t below = frames_[size_t(frame)].parent; below >= 0 && positions.size() < kMaxTopFrames;
+       below = frames_[size_t(below)].parent) {
+    const int32_t position = frames_[size_t(below)].position;
+    positions.push_back(position);
+    const Element& element = grammar_->elements[size_t(position)];
+    if (element.kind == Element::Kind::Bytes && element.bytes.count() <= kDelimiterBytes) break;
+  }
+  return positions;
+}
+
+// A stack top's mask: from this grammar's cache, else from the vocabulary's (any grammar with the
+// same rules there), else a walk of the trie from those frames alone, the last one's end
+// standing for the root's.
+std::shared_ptr<const PositionMask> Matcher::position_mask(int32_t top) {
+  const std::vector<int32_t> positions = stack_top(top);
+  std::string key;
+  append_bytes(key, positions.data(), positions.size() * sizeof(int32_t));
+  std::shared_ptr<const PositionMask> mask;
+  if (grammar_->masks && (mask = grammar_->masks->find_position(*vocabulary_, key))) return mask;
+  std::string structure = structure_of(*grammar_, positions);
+  mask = vocabulary_->find_position(structure);
+  if (!mask) {
+    auto walked = std::make_shared<PositionMask>();
+    walked->accepted.assign(size_t(vocabulary_->size() + 63) / 64, 0);
+    const size_t mark = frames_.size();
+    int32_t frame = -1;
+    for (auto position = positions.rbegin(); position != positions.rend(); ++position) frame = push_frame(*position, frame);
+    start_walk({frame}, false);
+    fill(0, 0, false, *walked);
+    frames_.resize(mark);
+    vocabulary_->add_position(std::move(structure), walked);
+    mask = std::move(walked);
+  }
+  if (grammar_->masks) grammar_->masks->add_position(*vocabulary_, std::move(key), mask);
+  return mask;
+}
+
+bool Matcher::allows(int32_t id) {
+  const size_t mark = frames_.size();
+  std::vector<int32_t> tops = tops_;
+  bool accepting = accepting_;
+  const bool allowed = advance_bytes(tops, accepting, vocabulary_->bytes(id));
+  frames_.resize(mark);
+  return allowed;
+}
+
+void apply_token_mask(const TokenBitmask& allowed, float* logits, int64_t vocab_size) {
+  for (int64_t word = 0; word * 64 < vocab_size; ++word) {
+    const uint64_t bits = size_t(word) < allowed.size() ? allowed[size_t(word)] : 0;
+    if (bits == ~uint64_t(0)) continue;
+    float* out = logits + word * 64;
+    const int64_t end = std::min<int64_t>(64, vocab_size - word * 64);
+    if (bits == 0) {
+      std::fill(out, out + end, -INFINITY);
+      continue;
+    }
+    for (int64_t bit = 0; bit < end; ++bit) out[bit] = (bits >> bit) & 1 ? out[bit] : -INFINITY;  // a select the compiler vectorizes
+  }
+}
+
+// The union of the stack tops' accepted tokens, and of their uncertain tokens those the whole
+// state accepts.
 const TokenBitmask& Matcher::allowed_tokens() {
   if (current_mask_) return *current_mask_;
   const std::string key = signature();
   if (grammar_->masks) current_mask_ = grammar_->masks->find(*vocabulary_, key);
   if (current_mask_) return *current_mask_;
   auto mask = std::make_shared<TokenBitmask>(size_t(vocabulary_->size() + 63) / 64, 0);
-  const size_t mark = frames_.size();
-  start_walk();
-  fill(0, 0, *mask);
-  frames_.resize(mark);
+  std::vector<std::shared_ptr<const PositionMask>> parts;
+  for (int32_t top : tops_) {
+    std::shared_ptr<const PositionMask> part = position_mask(top);
+    if (std::find(parts.begin(), parts.end(), part) != parts.end()) continue;
+    for (size_t word = 0; word < mask->size(); ++word) (*mask)[word] |= part->accepted[word];
+    parts.push_back(std::move(part));
+  }
+  for (const auto& part : parts)
+    for (int32_t id : part->uncertain)
+      if (!((*mask)[size_t(id) / 64] >> (id % 64) & 1) && allows(id)) set_bit(*mask, id);
   if (accepting_)
     for (int32_t eos : vocabulary_->eos_ids_)
       if (eos < vocabulary_->size()) set_bit(*mask, eos);

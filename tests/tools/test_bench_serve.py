@@ -1,6 +1,7 @@
 """bench-serve against mlaserve's own server on the tiny model: token counts equal the
-server's, a sweep writes a chart, a failing server is reported as failing, long prefill, the
-shared-prefix dataset, and the accept length of a speculative server. Run by CTest through
+server's, a sweep writes a chart, a failing server is reported as failing, a response_format
+reaches the server, long prefill, the shared-prefix dataset, and the accept length of a
+speculative server. Run by CTest through
 pytest (tests/conftest.py)."""
 import json
 import os
@@ -67,6 +68,26 @@ def test_a_failing_server_is_reported(binary, tiny, server, work_dir):
     errors = json.load(open(out))
     assert proc.returncode != 0
     assert errors["failed"] == 3 and any("HTTP 400" in message for message in errors["errors"]), errors["errors"]
+
+
+def test_a_response_format_is_sent_with_each_chat_request(binary, tiny, server, work_dir):
+    """--response-format: every request carries it, so the server constrains them (a schema it
+    refuses fails every request with the server's 400 naming the keyword)."""
+    def run(name, response_format):
+        path, out = os.path.join(work_dir, name + ".json"), os.path.join(work_dir, name + "-run.json")
+        json.dump(response_format, open(path, "w"))
+        proc = bench(binary, url_of(server), tiny, "--endpoint", "chat", "--input-len", "16", "--output-len", "8",
+                     "--num-prompts", "3", "--response-format", path, "--json", out)
+        return proc, json.load(open(out))
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    proc, result = run("format", {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}})
+    assert proc.returncode == 0 and result["completed"] == 3, result.get("errors")
+    assert result["config"]["response_format"]["json_schema"]["schema"] == schema
+    refused = dict(schema, properties={"n": {"type": "integer", "multipleOf": 3}})
+    proc, result = run("refused", {"type": "json_schema", "json_schema": {"name": "n", "schema": refused}})
+    assert proc.returncode != 0 and result["failed"] == 3
+    assert all("multipleOf" in message for message in result["errors"]), result["errors"]
 
 
 def test_shared_prefix_dataset(binary, tiny, server, work_dir):

@@ -42,6 +42,7 @@ std::string request_body(const BenchOptions& options, const BenchPrompt& prompt)
   json body = {{"model", options.model}, {"max_tokens", prompt.output_tokens}, {"temperature", 0.0}, {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
   if (options.ignore_eos) body["ignore_eos"] = true;
+  if (!options.response_format.empty()) body["response_format"] = json::parse(options.response_format);
   if (options.endpoint == "chat")
     body["messages"] = json::array({{{"role", "user"}, {"content", prompt.text}}});
   else

@@ -19,6 +19,7 @@ struct BenchOptions {
   double request_rate = std::numeric_limits<double>::infinity();  // Poisson arrivals per second
   uint64_t seed = 0;
   bool ignore_eos = false;
+  std::string response_format;           // a chat request's response_format object as JSON (empty: none)
   double timeout_s = 600;                // per request
   bool progress = true;                  // a progress bar on stderr
 };
