@@ -1,10 +1,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/mmap_file.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "io/generation_config.h"
@@ -15,7 +18,7 @@ namespace mlaserve {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir, prompt, ids, chat_template;
+  std::string model_dir, prompt, ids, prompt_file, ids_file, chat_template;
   int64_t max_new_tokens = 32;
   // Unset: the checkpoint's generation_config.json, else greedy with no filters.
   std::optional<double> temperature, top_p, min_p;
@@ -27,16 +30,30 @@ struct GenerateOptions {
   SpeculativeFlags speculative;
 };
 
+// Token ids from a file: separated by commas, whitespace or both.
+std::vector<int32_t> read_id_file(const std::string& path) {
+  std::string text = read_text_file(path);
+  std::replace_if(text.begin(), text.end(), [](char c) { return std::isspace(uint8_t(c)); }, ',');
+  std::string list;
+  for (char c : text)
+    if (c != ',' || (!list.empty() && list.back() != ',')) list += c;
+  if (!list.empty() && list.back() == ',') list.pop_back();
+  MLA_CHECK(!list.empty(), "'{}' holds no token ids", path);
+  return parse_id_list(list);
+}
+
 // The prompt the options describe: ids, or text (with the tokenizer's BOS, or as a user message
-// rendered by the checkpoint's chat template).
+// rendered by the checkpoint's chat template), given inline or in a file.
 std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer& tokenizer) {
+  if (!options.ids_file.empty()) return read_id_file(options.ids_file);
   if (!options.ids.empty()) return parse_id_list(options.ids);
+  const std::string prompt = options.prompt_file.empty() ? options.prompt : read_text_file(options.prompt_file);
   if (options.chat) {
     ChatInput input;
-    input.messages.push_back({{"role", "user"}, {"content", options.prompt}});
+    input.messages.push_back({{"role", "user"}, {"content", prompt}});
     return ChatTemplate::load(options.model_dir, tokenizer, options.chat_template).encode(input, tokenizer);
   }
-  return tokenizer.encode_prompt(options.prompt);
+  return tokenizer.encode_prompt(prompt);
 }
 
 // The request: sampled as the options or else the checkpoint's generation_config.json say,
@@ -128,7 +145,8 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
 // Loads the model and runs the request through the engine, as serve does; under mpirun the
 // other ranks follow rank 0.
 void run_generate(const GenerateOptions& options) {
-  MLA_CHECK(!options.prompt.empty() || !options.ids.empty(), "generate needs --prompt or --ids");
+  MLA_CHECK(!options.prompt.empty() || !options.ids.empty() || !options.prompt_file.empty() || !options.ids_file.empty(),
+            "generate needs --prompt, --ids, --prompt-file or --ids-file");
   MLA_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive");
   check_speculative_flags(options.speculative);
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
@@ -152,7 +170,12 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", options->model_dir, "model directory")->required();
   auto* prompt = cmd->add_option("--prompt", options->prompt, "prompt text");
   auto* ids = cmd->add_option("--ids", options->ids, "prompt as comma-separated token ids");
-  prompt->excludes(ids);
+  auto* prompt_file = cmd->add_option("--prompt-file", options->prompt_file, "prompt text read from a file (a prompt too long for the command line)");
+  auto* ids_file = cmd->add_option("--ids-file", options->ids_file, "prompt as token ids read from a file, separated by commas or whitespace");
+  const std::vector<CLI::Option*> sources = {prompt, ids, prompt_file, ids_file};
+  for (CLI::Option* a : sources)
+    for (CLI::Option* b : sources)
+      if (a != b) a->excludes(b);
   cmd->add_option("-n,--max-new-tokens", options->max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", options->temperature,
                   "0: greedy (default: the checkpoint's generation_config.json, else 0)");

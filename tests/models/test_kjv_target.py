@@ -6,7 +6,8 @@
   the same export (weights dequantized by tests/reference/checkpoint.py), for BF16, FP8, INT4
   and MXFP4 (exported by tools/train/export.py), with exact activations (bound 1e-4 relative) and
   with int8 activations (bound 1%);
-- golden: the first 64 greedy tokens of a few prompts, as pinned in tests/models/kjv_golden.json;
+- golden: the first 64 greedy tokens of a few prompts, as pinned in tests/models/kjv_golden.json,
+  and a prompt given in a file as given inline;
 - drafts: each committed draft (MTP layer, dense draft, DFlash block draft) drafting greedily
   against the target's greedy continuation of held-out prompts (tools/train/acceptance.py)
   commits more than 1.4 tokens a target forward on average (1: no draft).
@@ -113,6 +114,27 @@ def test_golden_greedy_continuation(binary, prompt):
     out = subprocess.run([binary, "generate", "--model", MODEL, "--prompt", prompt, "-n", "64", "--temperature", "0",
                           "--ignore-eos"], check=True, capture_output=True, text=True).stdout
     assert out == want
+
+
+def test_prompts_from_files(binary, tmp_path):
+    """--prompt-file and --ids-file (prompts too long for a command line) give what --prompt and
+    --ids give; ids may be split by commas, spaces and newlines; a bad id is named."""
+    prompt = next(iter(json.load(open(os.path.join(HERE, "kjv_golden.json")))["greedy"]))
+    generate = [binary, "generate", "--model", MODEL, "-n", "16", "--temperature", "0", "--ignore-eos"]
+    inline = subprocess.run(generate + ["--prompt", prompt], check=True, capture_output=True, text=True).stdout
+    (tmp_path / "prompt.txt").write_text(prompt)
+    from_file = subprocess.run(generate + ["--prompt-file", str(tmp_path / "prompt.txt")], check=True, capture_output=True,
+                               text=True).stdout
+    assert from_file == inline
+    ids = [5, 17, 230, 41, 9, 1000, 12]
+    inline = subprocess.run(generate + ["--ids", ",".join(map(str, ids))], check=True, capture_output=True, text=True).stdout
+    (tmp_path / "ids.txt").write_text(f"{ids[0]}, {ids[1]}\n" + " ".join(map(str, ids[2:])) + "\n")
+    from_file = subprocess.run(generate + ["--ids-file", str(tmp_path / "ids.txt")], check=True, capture_output=True,
+                               text=True).stdout
+    assert from_file == inline
+    (tmp_path / "bad.txt").write_text("5 17 x9")
+    bad = subprocess.run(generate + ["--ids-file", str(tmp_path / "bad.txt")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "'x9' is not a token id" in bad.stderr
 
 
 @pytest.mark.parametrize("name", ["MTP layer, 3 chained", "dense draft, 3 tokens", "DFlash block draft"])
