@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -88,18 +89,15 @@ float fp8_e4m3_to_f32(uint8_t bits) {
 uint8_t f32_to_fp8_e4m3(float value) {
   if (std::isnan(value)) return 0x7f;
   const uint8_t sign = std::signbit(value) ? 0x80 : 0;
-  // Codes 0..0x7e are the non-negative finite values in increasing order: find the two
-  // neighbours of |value| and take the nearer, ties to the even code (as torch rounds).
   const float magnitude = std::fmin(std::fabs(value), 448.0f);
-  const float* table = fp8_e4m3_table();
-  const float* upper = std::lower_bound(table, table + 0x7f, magnitude);
-  const int upper_code = int(upper - table);
-  if (upper_code == 0) return sign;
-  const int lower_code = upper_code - 1;
-  const float to_lower = magnitude - table[lower_code], to_upper = table[upper_code] - magnitude;
-  if (to_lower < to_upper) return sign | uint8_t(lower_code);
-  if (to_upper < to_lower) return sign | uint8_t(upper_code);
-  return sign | uint8_t((lower_code & 1) == 0 ? lower_code : upper_code);
+  // Below 2^-6 the codes are the multiples of 2^-9 (code 8 is 2^-6 itself, the first normal).
+  if (magnitude < 0x1p-6f) return sign | uint8_t(std::nearbyint(magnitude * 512.0f));
+  // A normal value: fp32's exponent and top three mantissa bits, rounded to nearest even in
+  // place (a carry moves into the exponent), then E4M3's bias of 7 for fp32's 127.
+  uint32_t bits;
+  std::memcpy(&bits, &magnitude, 4);
+  bits += 0x7ffff + ((bits >> 20) & 1);
+  return sign | uint8_t((bits >> 20) - (120u << 3));
 }
 
 const float* fp8_e4m3_table() {

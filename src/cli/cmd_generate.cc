@@ -30,18 +30,6 @@ struct GenerateOptions {
   SpeculativeFlags speculative;
 };
 
-// Token ids from a file: separated by commas, whitespace or both.
-std::vector<int32_t> read_id_file(const std::string& path) {
-  std::string text = read_text_file(path);
-  std::replace_if(text.begin(), text.end(), [](char c) { return std::isspace(uint8_t(c)); }, ',');
-  std::string list;
-  for (char c : text)
-    if (c != ',' || (!list.empty() && list.back() != ',')) list += c;
-  if (!list.empty() && list.back() == ',') list.pop_back();
-  MLA_CHECK(!list.empty(), "'{}' holds no token ids", path);
-  return parse_id_list(list);
-}
-
 // The prompt the options describe: ids, or text (with the tokenizer's BOS, or as a user message
 // rendered by the checkpoint's chat template), given inline or in a file.
 std::vector<int32_t> make_prompt(const GenerateOptions& options, const Tokenizer& tokenizer) {
@@ -78,7 +66,7 @@ EngineConfig engine_config(const GenerateOptions& options, const EngineRequest& 
   EngineConfig config;
   const int64_t length = int64_t(request.prompt.size()) + request.max_tokens;
   config.kv_cache_tokens = (length + config.block_size - 1) / config.block_size * config.block_size;
-  config.cache_dtype = options.kv_dtype == "fp32" ? CacheDType::F32 : CacheDType::BF16;
+  config.cache_dtype = cache_dtype_from_name(options.kv_dtype);
   config.scheduler.max_num_seqs = 1;
   config.state_snapshots = 0;
   config.eos_token_ids = generation.eos_token_ids;
@@ -187,8 +175,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--chat", options->chat, "send the prompt as a user message through the model's chat template");
   cmd->add_option("--chat-template", options->chat_template, "Jinja chat template file for --chat (default: the checkpoint's)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
-  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths, as logits computes) | bf16 (as serve stores it)")
-      ->check(CLI::IsMember({"bf16", "fp32"}))
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths, as logits computes) | bf16 | fp8 (as serve stores them)")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
       ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   add_speculative_flags(cmd, options->speculative);

@@ -15,7 +15,7 @@ namespace mlaserve {
 namespace {
 
 struct PerplexityOptions {
-  std::string model_dir, file;
+  std::string model_dir, file, kv_dtype = "fp32";
   int64_t ctx = 512, chunks = 0;
   ParallelFlags parallel;
 };
@@ -34,12 +34,13 @@ void draw_progress(int64_t done, int64_t total, double perplexity) {
 void run_perplexity(const PerplexityOptions& options) {
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
   auto tokenizer = Tokenizer::load(options.model_dir);
+  const CacheDType cache_dtype = cache_dtype_from_name(options.kv_dtype);
   const std::vector<int32_t> ids = tokenizer->encode_prompt(read_text_file(options.file), false);
   MLA_CHECK(options.ctx <= model->config().max_position_embeddings, "--ctx {} exceeds the model's context length {}",
             options.ctx, model->config().max_position_embeddings);
   if (is_mpi_follower()) return follow_rank_zero(*model, executor_options(options.parallel));
   auto executor = create_executor(*model, executor_options(options.parallel));
-  SingleSequence sequence(*executor, options.ctx);
+  SingleSequence sequence(*executor, options.ctx, cache_dtype);
   const std::optional<int32_t> bos = tokenizer->add_bos() ? tokenizer->bos_id() : std::nullopt;
   spdlog::info("{} tokens of '{}', chunks of {} scored on their second half", ids.size(), options.file, options.ctx);
   const PerplexityResult result = perplexity(
@@ -60,6 +61,9 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-f,--file", options->file, "text file")->required();
   cmd->add_option("-c,--ctx", options->ctx, "tokens a chunk; each is scored on its second half")->capture_default_str();
   cmd->add_option("--chunks", options->chunks, "score at most this many chunks (0: all)")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths) | bf16 | fp8: the latent cache's values")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
+      ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] { run_perplexity(*options); });
 }

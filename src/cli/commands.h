@@ -50,5 +50,6 @@ void apply_speculative_flags(const SpeculativeFlags& flags, const CausalLM& mode
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the bad element.
 std::vector<int32_t> parse_id_list(const std::string& text);
+std::vector<int32_t> read_id_file(const std::string& path);  // ids separated by commas, whitespace or both
 
 }  // namespace mlaserve

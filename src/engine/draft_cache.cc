@@ -12,13 +12,18 @@ int64_t pool_blocks(const DraftBudget& budget) {
   return (tokens + budget.block_size - 1) / budget.block_size;
 }
 
+// A drafter's cache keeps bf16 under an fp8 target cache: its rows need not be MLA latents
+// (a block draft's are hidden states) and drafts only propose, so it is kept simple.
+CacheDType draft_dtype(CacheDType target) { return target == CacheDType::FP8 ? CacheDType::BF16 : target; }
+
 }  // namespace
 
 DraftCache::DraftCache(const DraftBudget& budget, int64_t layers, int64_t latent_dim)
     : budget_(budget),
       layers_(layers),
       latent_dim_(latent_dim),
-      bytes_(size_t(pool_blocks(budget) * budget.block_size * layers * latent_dim) * cache_dtype_size(budget.cache_dtype)),
+      dtype_(draft_dtype(budget.cache_dtype)),
+      bytes_(size_t(pool_blocks(budget) * budget.block_size * layers * cache_row_bytes(dtype_, latent_dim, 0))),
       blocks_(pool_blocks(budget), budget.block_size),
       pool_(std::make_unique<uint8_t[]>(bytes_)) {}
 
@@ -46,7 +51,7 @@ std::optional<DraftCache::Reservation> DraftCache::reserve(int64_t id, std::span
 
 LatentCacheView DraftCache::view(int64_t id) const {
   const std::vector<int32_t>& table = tables_.at(id);
-  return LatentCacheView{pool_.get(), budget_.cache_dtype, table.data(), int64_t(table.size()), budget_.block_size,
+  return LatentCacheView{pool_.get(), dtype_, table.data(), int64_t(table.size()), budget_.block_size,
                          layers_, latent_dim_};
 }
 

@@ -17,7 +17,7 @@ namespace mlaserve {
 
 class DraftCache {
  public:
-  // layers x latent_dim values a position, of budget.cache_dtype.
+  // layers x latent_dim values a position, of budget.cache_dtype (bf16 where that is fp8).
   DraftCache(const DraftBudget& budget, int64_t layers, int64_t latent_dim);
   size_t bytes() const { return bytes_; }
   int64_t tokens() const { return blocks_.total_blocks() * blocks_.block_size(); }
@@ -39,6 +39,7 @@ class DraftCache {
  private:
   DraftBudget budget_;
   int64_t layers_, latent_dim_;
+  CacheDType dtype_;
   size_t bytes_;
   BlockManager blocks_;
   std::unique_ptr<uint8_t[]> pool_;

@@ -85,7 +85,7 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       tokenizer_(tokenizer),
       config_(config),
       latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
-                     model_config_.kv_bytes_per_token(int64_t(cache_dtype_size(config.cache_dtype))) + 63) / 64 * 64),
+                     model_config_.kv_bytes_per_token(config.cache_dtype) + 63) / 64 * 64),
       state_bytes_(model_config_.recurrent_state_bytes()),
       snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
       pool_(executor_.allocate_cache(
@@ -156,7 +156,7 @@ void Engine::warm_up() {
   const auto view = [&](int64_t s) {
     return LatentCacheView{pool_, config_.cache_dtype, tables.data() + s * (shared_blocks + 1), shared_blocks + 1,
                            config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(),
-                           state_bytes_ > 0 ? state_offset(s) : -1};
+                           state_bytes_ > 0 ? state_offset(s) : -1, model_config_.qk_rope_head_dim};
   };
   // Verifying positions stay in each sequence's own last block.
   const int64_t own_positions = context - shared_blocks * config_.block_size;
@@ -411,7 +411,8 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
     LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
-                         config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim()};
+                         config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(), -1,
+                         model_config_.qk_rope_head_dim};
     if (seq.state_slot >= 0) view.state_offset = state_offset(seq.state_slot);
     if (seq.restore_tokens > 0) restore_state(seq);
     std::span<const int32_t> tokens = std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens));

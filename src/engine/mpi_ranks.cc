@@ -28,8 +28,8 @@ struct RankCommand {
 
 // Message layout (int64 words): kind, then for Forward: n_sequences and per sequence
 // n_tokens, start_position, path, logits, cache dtype, n_blocks, block_size, n_layers,
-// latent_dim, state_offset, the block table (one word each) and the tokens (one word each).
-constexpr int64_t kSequenceHeader = 10;
+// latent_dim, state_offset, rope_dim, the block table (one word each) and the tokens (one word each).
+constexpr int64_t kSequenceHeader = 11;
 
 void send(Communicator& comm, std::vector<int64_t> message) {
   int64_t length = int64_t(message.size());
@@ -53,7 +53,7 @@ void send_forward(Communicator& comm, std::span<const ForwardSequence> batch) {
     const LatentCacheView& cache = seq.cache;
     message.insert(message.end(), {int64_t(seq.tokens.size()), seq.start_position, int64_t(seq.path),
                                    int64_t(seq.logits), int64_t(cache.dtype), cache.n_blocks, cache.block_size,
-                                   cache.n_layers, cache.latent_dim, cache.state_offset});
+                                   cache.n_layers, cache.latent_dim, cache.state_offset, cache.rope_dim});
     message.insert(message.end(), cache.block_table, cache.block_table + cache.n_blocks);
     message.insert(message.end(), seq.tokens.begin(), seq.tokens.end());
   }
@@ -87,7 +87,7 @@ RankCommand receive_rank_command(Communicator& comm, void* pool) {
     seq.start_position = h[1];
     seq.path = MlaPath(h[2]);
     seq.logits = ForwardSequence::Logits(h[3]);
-    seq.cache = {pool, CacheDType(h[4]), nullptr, h[5], h[6], h[7], h[8], h[9]};
+    seq.cache = {pool, CacheDType(h[4]), nullptr, h[5], h[6], h[7], h[8], h[9], h[10]};
     const int64_t n_tokens = h[0], n_blocks = h[5];
     at += kSequenceHeader;
     MLA_CHECK(n_tokens >= 0 && n_blocks >= 0 && at + size_t(n_blocks + n_tokens) <= words.size(),

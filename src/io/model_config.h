@@ -8,6 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kernels/latent_cache_view.h"  // CacheDType
 #include "kernels/moe_router.h"  // ScoringFunc, TopkMethod
 #include "kernels/rope.h"        // YarnScaling
 
@@ -81,8 +82,10 @@ struct ModelConfig {
   // Layers with a latent cache: every layer, or Kimi Linear's MLA layers (cache rows are
   // indexed by the MLA layer's ordinal among them).
   int64_t cache_layers() const { return kda ? num_hidden_layers - kda->kda_layers() : num_hidden_layers; }
-  // Latent cache bytes one token costs: cache_layers x kv_latent_dim x bytes a value.
-  int64_t kv_bytes_per_token(int64_t bytes_per_value) const { return cache_layers() * kv_latent_dim() * bytes_per_value; }
+  // Latent cache bytes one token costs: cache_layers rows of the cache dtype's layout.
+  int64_t kv_bytes_per_token(CacheDType dtype) const {
+    return cache_layers() * cache_row_bytes(dtype, kv_latent_dim(), qk_rope_head_dim);
+  }
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }
   double softmax_scale() const;  // qk_head_dim^-1/2, times mscale(factor, mscale_all_dim)^2
 };

@@ -47,7 +47,7 @@ namespace MLASERVE_KERNELS_NS {
 // the blocked kernel's bf16 products, a key width of whole 32-value steps.
 bool mla_amx_tiles_take(const MlaAbsorbedParams& params);
 
-// True when the blocked kernel multiplies in bf16 for these params: a bf16 cache on a host
+// True when the blocked kernel multiplies in bf16 for these params: a bf16 or fp8 cache on a host
 // with AVX512_BF16 (rank a multiple of 16, even rope width). Queries and softmax weights are
 // then rounded to bf16 (relative error up to 2^-9 a product); otherwise every product is fp32.
 bool mla_blocked_bf16_products(const MlaAbsorbedParams& params);

@@ -23,7 +23,20 @@ namespace MLASERVE_KERNELS_NS::mla_tiles {
 // Cached row `position` as fp32: in place for an fp32 cache, else widened into `buffer`.
 inline const float* row_f32(const MlaAbsorbedParams& p, int64_t position, float* buffer) {
   if (p.cache.dtype == CacheDType::F32) return p.cache.f32_row(p.layer, position);
-  simd::widen_bf16(p.cache.bf16_row(p.layer, position), buffer, p.kv_lora_rank + p.qk_rope_head_dim);
+  if (p.cache.dtype == CacheDType::BF16) {
+    simd::widen_bf16(p.cache.bf16_row(p.layer, position), buffer, p.kv_lora_rank + p.qk_rope_head_dim);
+    return buffer;
+  }
+  const uint8_t* row = p.cache.row(p.layer, position);
+  const uint8_t* scales = row + p.kv_lora_rank;
+  for (int64_t block = 0; block < fp8_scale_count(p.kv_lora_rank); ++block) {
+    const int64_t first = block * kFp8ScaleBlock;
+    float scale;
+    std::memcpy(&scale, scales + 4 * block, 4);
+    simd::widen_fp8_e4m3(row + first, scale, buffer + first, std::min(kFp8ScaleBlock, p.kv_lora_rank - first));
+  }
+  simd::widen_bf16(reinterpret_cast<const uint16_t*>(scales + 4 * fp8_scale_count(p.kv_lora_rank)),
+                   buffer + p.kv_lora_rank, p.qk_rope_head_dim);
   return buffer;
 }
 
@@ -86,7 +99,7 @@ class NextRowsPrefetch {
   NextRowsPrefetch() = default;
   NextRowsPrefetch(const MlaAbsorbedParams& p, int64_t first, int64_t n, ReadNextPrefetch& read_next)
       : cache_(&p.cache), read_next_(&read_next), layer_(p.layer), position_(first), end_(first + n),
-        row_bytes_(int64_t(cache_dtype_size(p.cache.dtype)) * p.cache.latent_dim), offset_(row_bytes_),
+        row_bytes_(p.cache.row_bytes()), offset_(row_bytes_),
         lines_(n * ((row_bytes_ + 63) / 64)) {}
 
   // The caller will call step() `calls` times over the current tile: each prefetches its share.
@@ -108,8 +121,7 @@ class NextRowsPrefetch {
   const char* next_line() {
     if (offset_ == row_bytes_) {
       if (position_ == end_) return nullptr;
-      row_ = static_cast<const char*>(cache_->pool) +
-             cache_->offset(layer_, position_++) * int64_t(cache_dtype_size(cache_->dtype));
+      row_ = reinterpret_cast<const char*>(cache_->row(layer_, position_++));
       offset_ = 0;
     }
     const char* address = row_ + offset_;
@@ -191,6 +203,46 @@ template <int B>
 thread_local std::vector<float> Fp32Tiles<B>::rows_;
 
 #if defined(__AVX512BF16__)
+// A tile's cached rows as bf16, where the bf16 and AMX tile kernels read them: a BF16 cache's
+// rows in place, an FP8 cache's widened into the thread's buffer (each code times its
+// power-of-two scale is exact in bf16, so the products are those of a BF16 cache holding the
+// dequantised values). Staged once a tile for all the head blocks that read it.
+struct StagedTile {
+  std::vector<uint16_t> buffer;  // [kTile][width] for an FP8 cache
+  const uint16_t* rows[kTile];
+};
+inline StagedTile& staged_tile() {
+  thread_local StagedTile tile;
+  return tile;
+}
+
+inline void widen_fp8_row_to_bf16(const MlaAbsorbedParams& p, const uint8_t* row, uint16_t* out) {
+  const int64_t rank = p.kv_lora_rank;  // a multiple of 16 (mla_blocked_bf16_products)
+  const uint8_t* scales = row + rank;
+  for (int64_t i = 0; i < rank; i += 16) {
+    float scale;
+    std::memcpy(&scale, scales + 4 * (i / kFp8ScaleBlock), 4);
+    const __m512 values =
+        simd::fp8_e4m3_times(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)), _mm512_set1_ps(scale));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), __m256i(_mm512_cvtneps_pbh(values)));
+  }
+  std::memcpy(out + rank, scales + 4 * fp8_scale_count(rank), size_t(p.qk_rope_head_dim) * 2);
+}
+
+inline void stage_bf16_tile(const MlaAbsorbedParams& p, int64_t first, int64_t n) {
+  StagedTile& tile = staged_tile();
+  if (p.cache.dtype == CacheDType::BF16) {
+    for (int64_t i = 0; i < n; ++i) tile.rows[i] = p.cache.bf16_row(p.layer, first + i);
+    return;
+  }
+  const int64_t width = p.kv_lora_rank + p.qk_rope_head_dim;
+  tile.buffer.resize(size_t(kTile * width));
+  for (int64_t i = 0; i < n; ++i) {
+    widen_fp8_row_to_bf16(p, p.cache.row(p.layer, first + i), tile.buffer.data() + i * width);
+    tile.rows[i] = tile.buffer.data() + i * width;
+  }
+}
+
 // The tile kernels for a bf16 cache on hosts with AVX512_BF16: products of bf16 pairs summed
 // in fp32 by vdpbf16ps (32 multiply-adds an instruction, twice fp32 FMA's rate), as GPU MLA
 // kernels compute. The cached rows are read in place; the queries are rounded to bf16 once
@@ -234,8 +286,9 @@ class Bf16Tiles {
     }
   }
 
-  void score(int64_t first, int64_t n, float scores[B][kTile]) {
-    for (int64_t i = 0; i < n; ++i) tile_rows_[i] = p_.cache.bf16_row(p_.layer, first + i);
+  // The tile's rows are those stage_bf16_tile(p, first, n) staged.
+  void score(int64_t n, float scores[B][kTile]) {
+    std::copy_n(staged_tile().rows, n, tile_rows_);
     const int64_t pairs = (p_.kv_lora_rank + p_.qk_rope_head_dim) / 2;
     for (int64_t i = 0; i < n; i += kRows) {
       __m512 acc[kRows];
@@ -335,9 +388,9 @@ class AmxTiles : public Bf16Tiles<16> {
     return mla_blocked_bf16_products(p) && (p.kv_lora_rank + p.qk_rope_head_dim) % 32 == 0;
   }
 
-  void score(int64_t first, int64_t n, float scores[16][kTile]) {
+  void score(int64_t n, float scores[16][kTile]) {
     const int64_t width = p_.kv_lora_rank + p_.qk_rope_head_dim;
-    for (int64_t i = 0; i < n; ++i) tile_rows_[i] = p_.cache.bf16_row(p_.layer, first + i);
+    std::copy_n(staged_tile().rows, n, tile_rows_);
     alignas(64) float dots[16][16];  // [position][head]
     for (int64_t i = 0; i < n; i += 16) {
       const int64_t rows = std::min<int64_t>(16, n - i);

@@ -441,6 +441,42 @@ inline void widen_bf16(const uint16_t* x, float* out, int64_t n) {
   }
 }
 
+// out[i] = e4m3(codes[i]) * scale, scale a power of two (the product exact). The code's 7
+// magnitude bits placed at fp32's bits 20-26 read as the value times 2^-120 (a subnormal code
+// as an fp32 subnormal, so every code is exact), then two exact multiplies.
+#if defined(__AVX512F__)
+inline __m512 fp8_e4m3_times(__m128i codes16, __m512 scale) {
+  // maskz forms: GCC 12 warns of the plain ones' undefined passthrough.
+  const __m512i codes = _mm512_maskz_cvtepu8_epi32(0xffff, codes16);
+  const __m512i magnitude = _mm512_maskz_slli_epi32(0xffff, _mm512_and_si512(codes, _mm512_set1_epi32(0x7f)), 20);
+  const __m512i sign = _mm512_maskz_slli_epi32(0xffff, _mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
+  const __m512 value = _mm512_castsi512_ps(_mm512_or_si512(magnitude, sign));
+  return _mm512_mul_ps(_mm512_mul_ps(value, _mm512_set1_ps(0x1p120f)), scale);
+}
+#endif
+inline void widen_fp8_e4m3(const uint8_t* codes, float scale, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, fp8_e4m3_times(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)),
+                                             _mm512_set1_ps(scale)));
+#elif defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m256i magnitude = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)), 20);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    const __m256 value = _mm256_castsi256_ps(_mm256_or_si256(magnitude, sign));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(value, _mm256_set1_ps(0x1p120f)), _mm256_set1_ps(scale)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = (uint32_t(codes[i] & 0x7f) << 20) | (uint32_t(codes[i] & 0x80) << 24);
+    float value;
+    __builtin_memcpy(&value, &bits, 4);
+    out[i] = value * 0x1p120f * scale;
+  }
+}
+
 // y[i] += alpha * bf16(x[i])
 inline void axpy_bf16(float alpha, const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;

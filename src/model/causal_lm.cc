@@ -110,7 +110,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, Activatio
 }
 
 size_t sequence_cache_bytes(const ModelConfig& config, int64_t capacity, CacheDType dtype) {
-  return size_t(capacity * config.cache_layers() * config.kv_latent_dim()) * cache_dtype_size(dtype) +
+  return size_t(capacity * config.kv_bytes_per_token(dtype)) +
          size_t(config.recurrent_state_bytes());
 }
 
@@ -126,6 +126,7 @@ LatentCacheView sequence_cache_view(const ModelConfig& config, int64_t capacity,
   view.block_size = capacity;
   view.n_layers = config.cache_layers();
   view.latent_dim = config.kv_latent_dim();
+  view.rope_dim = config.qk_rope_head_dim;
   return view;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "base/error.h"
 
@@ -35,6 +36,23 @@ TEST(DType, Fp8EncodeIsNearestForEveryCode) {
       const float next = fp8_e4m3_to_f32(uint8_t(code + 1));
       EXPECT_EQ(f32_to_fp8_e4m3(value + (next - value) * 0.49f), code);
     }
+  }
+}
+
+// Random magnitudes over E4M3's whole range (and past it) against a search for the nearest code.
+TEST(DType, Fp8EncodeMatchesNearestSearch) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> exponent(-14.0f, 10.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float value = std::exp2(exponent(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    const float magnitude = std::fmin(std::fabs(value), 448.0f);
+    int best = 0;
+    for (int code = 1; code < 0x7f; ++code) {
+      const float error = std::fabs(fp8_e4m3_to_f32(uint8_t(code)) - magnitude);
+      const float best_error = std::fabs(fp8_e4m3_to_f32(uint8_t(best)) - magnitude);
+      if (error < best_error || (error == best_error && code % 2 == 0)) best = code;
+    }
+    ASSERT_EQ(f32_to_fp8_e4m3(value), (value < 0 ? 0x80 : 0) | best) << value;
   }
 }
 

@@ -60,25 +60,31 @@ class MicroEngine : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
+// In each cache dtype (an fp8 cache's blocks shared by prefixes and rebuilt after preemption
+// like a bf16 one's).
 TEST_F(MicroEngine, BatchedGreedyEqualsAlone) {
-  const EngineConfig config = small_pool(40);  // small: forces preemption with 16 requests
-  auto& model = model_;
-  auto& tokenizer = tokenizer_;
-  std::vector<std::vector<int32_t>> alone;
-  {
+  for (const CacheDType dtype : {CacheDType::BF16, CacheDType::FP8}) {
+    EngineConfig config = small_pool(40);  // small: forces preemption with 16 requests
+    config.cache_dtype = dtype;
+    auto& model = model_;
+    auto& tokenizer = tokenizer_;
+    std::vector<std::vector<int32_t>> alone;
+    {
+      Engine engine(*model, *tokenizer, config);
+      for (int i = 0; i < 16; ++i) alone.push_back(run_to_end(engine.submit(greedy(i))));
+    }
     Engine engine(*model, *tokenizer, config);
-    for (int i = 0; i < 16; ++i) alone.push_back(run_to_end(engine.submit(greedy(i))));
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 16; ++i) handles.push_back(engine.submit(greedy(i)));
+    for (int i = 0; i < 16; ++i)
+      EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i << ", " << cache_dtype_name(dtype);
+    EXPECT_GT(engine.metrics().preemptions.load(), 0);
+    EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
+    // Gauges are updated at the end of the engine's step, after the last event was sent.
+    for (int wait = 0; wait < 100 && engine.metrics().kv_blocks_used.load() != 0; ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
   }
-  Engine engine(*model, *tokenizer, config);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 16; ++i) handles.push_back(engine.submit(greedy(i)));
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
-  EXPECT_GT(engine.metrics().preemptions.load(), 0);
-  EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
-  // Gauges are updated at the end of the engine's step, after the last event was sent.
-  for (int wait = 0; wait < 100 && engine.metrics().kv_blocks_used.load() != 0; ++wait)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(engine.metrics().kv_blocks_used.load(), 0);
 }
 
 // Kimi Linear: each running sequence holds a KDA state slot; a preempted sequence is
@@ -89,22 +95,26 @@ TEST(Engine, KimiLinearBatchedGreedyEqualsAlone) {
   testing::write_model(dir.path(), model_preset("kimi-linear-tiny"), StorageDType::BF16, 5);
   auto model = load_causal_lm(dir.path());
   auto tokenizer = Tokenizer::load(dir.path());
-  EngineConfig config;
-  config.block_size = 4;
-  config.kv_cache_tokens = 4 * 40;
-  config.scheduler.chunked_prefill_size = 32;
-  config.scheduler.max_num_seqs = 6;
-  std::vector<std::vector<int32_t>> alone;
-  {
+  for (const CacheDType dtype : {CacheDType::BF16, CacheDType::FP8}) {
+    EngineConfig config;
+    config.cache_dtype = dtype;
+    config.block_size = 4;
+    config.kv_cache_tokens = 4 * 40;
+    config.scheduler.chunked_prefill_size = 32;
+    config.scheduler.max_num_seqs = 6;
+    std::vector<std::vector<int32_t>> alone;
+    {
+      Engine engine(*model, *tokenizer, config);
+      for (int i = 0; i < 12; ++i) alone.push_back(run_to_end(engine.submit(greedy(i))));
+    }
     Engine engine(*model, *tokenizer, config);
-    for (int i = 0; i < 12; ++i) alone.push_back(run_to_end(engine.submit(greedy(i))));
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 12; ++i) handles.push_back(engine.submit(greedy(i)));
+    for (int i = 0; i < 12; ++i)
+      EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i << ", " << cache_dtype_name(dtype);
+    EXPECT_GT(engine.metrics().preemptions.load(), 0);
+    EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
   }
-  Engine engine(*model, *tokenizer, config);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 12; ++i) handles.push_back(engine.submit(greedy(i)));
-  for (int i = 0; i < 12; ++i) EXPECT_EQ(run_to_end(handles[i]), alone[i]) << "request " << i;
-  EXPECT_GT(engine.metrics().preemptions.load(), 0);
-  EXPECT_GT(engine.metrics().prefix_hit_tokens.load(), 0);
 }
 
 TEST(Engine, RejectsWhatCanNeverRun) {
@@ -219,8 +229,12 @@ double expect_speculative_greedy_equals_plain(const CausalLM& model, const Token
 }
 
 TEST_F(MicroEngine, NgramSpeculativeGreedyEqualsPlainAloneAndInABatch) {
-  // A pool small enough that 16 requests preempt.
-  expect_speculative_greedy_equals_plain(*model_, *tokenizer_, small_pool(120), [] { return make_drafter("ngram"); });
+  // A pool small enough that 16 requests preempt; verification over an fp8 cache too.
+  for (const CacheDType dtype : {CacheDType::BF16, CacheDType::FP8}) {
+    EngineConfig config = small_pool(120);
+    config.cache_dtype = dtype;
+    expect_speculative_greedy_equals_plain(*model_, *tokenizer_, config, [] { return make_drafter("ngram"); });
+  }
 }
 
 // The target itself as its draft model: lossless, and nearly every draft is accepted (the

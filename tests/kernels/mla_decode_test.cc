@@ -37,6 +37,7 @@ struct Case {
   int64_t n_heads, n_queries, first_position;
   CacheDType dtype;
   int64_t rope = kRope;  // 16: 40 bf16 pairs a row, two blocks of 16 and 8 (and no AMX tiles)
+  int64_t rank = kRank;  // 320: an FP8 row of three scale blocks, the last of 64 codes
 };
 
 struct Fixture {
@@ -48,14 +49,14 @@ struct Fixture {
 
 Fixture make(const Case& c, uint64_t seed = 0) {
   Fixture f;
-  const int64_t width = kRank + c.rope;
+  const int64_t width = c.rank + c.rope;
   const int64_t positions = c.first_position + c.n_queries, n_blocks = (positions + kBlock - 1) / kBlock;
-  f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * kRank), 1 + 10 * seed, 0.3f);
+  f.q_latent = testing::random_vector(size_t(c.n_queries * c.n_heads * c.rank), 1 + 10 * seed, 0.3f);
   f.q_pe = testing::random_vector(size_t(c.n_queries * c.n_heads * c.rope), 2 + 10 * seed, 0.3f);
   f.table.resize(size_t(n_blocks));
   std::iota(f.table.rbegin(), f.table.rend(), 0);  // reversed: block b of the sequence is pool block n-1-b
-  f.pool.resize(size_t(n_blocks * kBlock * 2 * width) * cache_dtype_size(c.dtype));
-  f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, width};
+  f.pool.resize(size_t(n_blocks * kBlock * 2 * cache_row_bytes(c.dtype, width, c.rope)));
+  f.params.cache = {f.pool.data(), c.dtype, f.table.data(), n_blocks, kBlock, 2, width, -1, c.rope};
   const std::vector<float> rows = testing::random_vector(size_t(positions * width), 3 + 10 * seed);
   for (int64_t s = 0; s < positions; ++s) f.params.cache.store(1, s, rows.data() + s * width);
   f.params.q_latent = f.q_latent.data();
@@ -64,37 +65,38 @@ Fixture make(const Case& c, uint64_t seed = 0) {
   f.params.n_queries = c.n_queries;
   f.params.first_position = c.first_position;
   f.params.n_heads = c.n_heads;
-  f.params.kv_lora_rank = kRank;
+  f.params.kv_lora_rank = c.rank;
   f.params.qk_rope_head_dim = c.rope;
   f.params.softmax_scale = 0.2f;
   return f;
 }
 
+// In float64 over the cache's values as load() reads them (an FP8 cache's dequantised).
 std::vector<float> reference(const Fixture& f) {
   const MlaAbsorbedParams& p = f.params;
-  const int64_t rope = p.qk_rope_head_dim;
-  std::vector<float> out(size_t(p.n_queries * p.n_heads * kRank));
-  std::vector<float> row(size_t(kRank + rope));
+  const int64_t rope = p.qk_rope_head_dim, rank = p.kv_lora_rank;
+  std::vector<float> out(size_t(p.n_queries * p.n_heads * rank));
+  std::vector<float> row(size_t(rank + rope));
   for (int64_t q = 0; q < p.n_queries; ++q)
     for (int64_t h = 0; h < p.n_heads; ++h) {
       const int64_t item = q * p.n_heads + h, n_visible = p.first_position + q + 1;
       std::vector<double> scores(static_cast<size_t>(n_visible));
       for (int64_t s = 0; s < n_visible; ++s) {
-        p.cache.load(p.layer, s, 0, kRank + rope, row.data());
+        p.cache.load(p.layer, s, 0, rank + rope, row.data());
         double dot = 0;
-        for (int64_t d = 0; d < kRank; ++d) dot += double(p.q_latent[item * kRank + d]) * row[size_t(d)];
-        for (int64_t d = 0; d < rope; ++d) dot += double(p.q_pe[item * rope + d]) * row[size_t(kRank + d)];
+        for (int64_t d = 0; d < rank; ++d) dot += double(p.q_latent[item * rank + d]) * row[size_t(d)];
+        for (int64_t d = 0; d < rope; ++d) dot += double(p.q_pe[item * rope + d]) * row[size_t(rank + d)];
         scores[size_t(s)] = p.softmax_scale * dot;
       }
       const double max = *std::max_element(scores.begin(), scores.end());
       double sum = 0;
       for (double& score : scores) sum += score = std::exp(score - max);
-      std::vector<double> acc(static_cast<size_t>(kRank), 0.0);
+      std::vector<double> acc(static_cast<size_t>(rank), 0.0);
       for (int64_t s = 0; s < n_visible; ++s) {
-        p.cache.load(p.layer, s, 0, kRank, row.data());
-        for (int64_t d = 0; d < kRank; ++d) acc[size_t(d)] += scores[size_t(s)] / sum * row[size_t(d)];
+        p.cache.load(p.layer, s, 0, rank, row.data());
+        for (int64_t d = 0; d < rank; ++d) acc[size_t(d)] += scores[size_t(s)] / sum * row[size_t(d)];
       }
-      for (int64_t d = 0; d < kRank; ++d) out[size_t(item * kRank + d)] = float(acc[size_t(d)]);
+      for (int64_t d = 0; d < rank; ++d) out[size_t(item * rank + d)] = float(acc[size_t(d)]);
     }
   return out;
 }
@@ -104,7 +106,10 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
   for (const Case& c : {Case{1, 1, 0, CacheDType::F32}, Case{3, 2, 40, CacheDType::BF16}, Case{4, 1, 700, CacheDType::BF16},
                         Case{8, 3, 300, CacheDType::F32}, Case{12, 1, 1023, CacheDType::BF16}, Case{12, 2, 5, CacheDType::F32},
                         Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32},
-                        Case{16, 1, 300, CacheDType::BF16, 16}, Case{8, 2, 90, CacheDType::BF16, 16}}) {
+                        Case{16, 1, 300, CacheDType::BF16, 16}, Case{8, 2, 90, CacheDType::BF16, 16},
+                        Case{1, 1, 0, CacheDType::FP8}, Case{4, 1, 700, CacheDType::FP8}, Case{12, 1, 1023, CacheDType::FP8},
+                        Case{16, 2, 600, CacheDType::FP8}, Case{8, 3, 300, CacheDType::FP8, 16},
+                        Case{16, 1, 400, CacheDType::FP8, kRope, 320}, Case{12, 1, 200, CacheDType::FP8, 16, 320}}) {
     Fixture f = make(c);
     const std::vector<float> want = reference(f);
     std::vector<float> got(want.size());
@@ -130,7 +135,8 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
 // together, and the parts of a block lie a block count apart when they are merged.
 TEST(MlaDecode, PartsOfSeveralHeadBlocksMergeIntoEachBlock) {
   ScopedThreadPool pool(8);
-  for (const Case& c : {Case{48, 1, 700, CacheDType::BF16}, Case{32, 1, 300, CacheDType::F32}}) {
+  for (const Case& c : {Case{48, 1, 700, CacheDType::BF16}, Case{32, 1, 300, CacheDType::F32},
+                        Case{32, 1, 500, CacheDType::FP8}}) {
     Fixture f = make(c, 5);
     const std::vector<float> want = reference(f);
     std::vector<float> got(want.size(), NAN);
@@ -146,7 +152,7 @@ TEST(MlaDecode, PartsOfSeveralHeadBlocksMergeIntoEachBlock) {
 // each sequence, at its own depth and with its own queries and cache, gets its own reference.
 TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
   ScopedThreadPool pool(2);
-  for (CacheDType dtype : {CacheDType::F32, CacheDType::BF16})
+  for (CacheDType dtype : {CacheDType::F32, CacheDType::BF16, CacheDType::FP8})
     for (int64_t n_heads : {16, 12, 8, 1}) {
       std::vector<Fixture> fixtures;
       std::vector<std::vector<float>> want, got;
@@ -170,7 +176,7 @@ TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
         for (size_t s = 0; s < fixtures.size(); ++s)
           EXPECT_TRUE(testing::relative_close(got[s], want[s], bf16 ? 1e-2 : 1e-5))
               << mla_decode_kernel_name(choice) << ", heads " << n_heads << ", sequence " << s << ", "
-              << (dtype == CacheDType::BF16 ? "bf16" : "fp32");
+              << cache_dtype_name(dtype);
       }
     }
 }
@@ -182,7 +188,9 @@ TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
 TEST(MlaDecode, UniformAttentionAveragesEveryRowOnce) {
   ScopedThreadPool pool(2);
   for (const Case& c : {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 96, CacheDType::BF16}, Case{8, 2, 48, CacheDType::BF16},
-                        Case{4, 1, 1022, CacheDType::BF16}, Case{16, 1, 700, CacheDType::F32}}) {
+                        Case{4, 1, 1022, CacheDType::BF16}, Case{16, 1, 700, CacheDType::F32},
+                        Case{16, 1, 700, CacheDType::FP8}, Case{12, 1, 96, CacheDType::FP8, kRope, 320},
+                        Case{8, 2, 48, CacheDType::FP8, 16}}) {
     Fixture f = make(c);
     std::fill(f.q_latent.begin(), f.q_latent.end(), 0.0f);
     std::fill(f.q_pe.begin(), f.q_pe.end(), 0.0f);
@@ -202,7 +210,7 @@ TEST(MlaDecode, ReadNextChangesNoBit) {
   const ByteRange read_next[] = {{weights.data(), 1000}, {weights.data() + 4096, 250001}};
   for (const Case& c : {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 300, CacheDType::F32}, Case{8, 2, 200, CacheDType::BF16}}) {
     Fixture f = make(c);
-    std::vector<float> alone(size_t(c.n_queries * c.n_heads * kRank)), hinted(alone.size());
+    std::vector<float> alone(size_t(c.n_queries * c.n_heads * c.rank)), hinted(alone.size());
     f.params.out_latent = alone.data();
     mla_absorbed_attention(f.params);
     f.params.out_latent = hinted.data();
@@ -249,20 +257,22 @@ TEST(MlaDecodeTiles, ReadNextSharesSplitEachRangeOverTheThreads) {
 // The next tile's prefetch asks for every line of its rows, each row where the paged cache
 // keeps it (blocks out of order, rows of a block one layer's stride apart), and no other.
 TEST(MlaDecodeTiles, NextRowsPrefetchCoversTheNextTilesRows) {
-  for (CacheDType dtype : {CacheDType::BF16, CacheDType::F32}) {
+  for (CacheDType dtype : {CacheDType::BF16, CacheDType::F32, CacheDType::FP8}) {
     const Fixture f = make(Case{16, 1, 100, dtype});
     mla_tiles::ReadNextPrefetch nothing;
     mla_tiles::NextRowsPrefetch prefetch(f.params, 13, 40, nothing);  // rows 13..52: 4 cache blocks
-    const int64_t row_bytes = (kRank + kRope) * int64_t(cache_dtype_size(dtype));
+    const int64_t row_bytes = cache_row_bytes(dtype, kRank + kRope, kRope);
     std::vector<const char*> want;
     for (int64_t position = 13; position < 53; ++position) {
-      const char* row = static_cast<const char*>(f.params.cache.pool) +
-                        f.params.cache.offset(1, position) * int64_t(cache_dtype_size(dtype));
+      // Pool block table[position / kBlock], layer 1 of 2, row position % kBlock.
+      const int64_t block = f.table[size_t(position / kBlock)];
+      const char* row = reinterpret_cast<const char*>(f.pool.data()) +
+                        ((block * 2 + 1) * kBlock + position % kBlock) * row_bytes;
       for (int64_t offset = 0; offset < row_bytes; offset += 64) want.push_back(row + offset);
     }
     std::vector<const char*> got;
     while (const char* line = prefetch.next_line()) got.push_back(line);
-    EXPECT_EQ(got, want) << (dtype == CacheDType::BF16 ? "bf16" : "fp32");
+    EXPECT_EQ(got, want) << cache_dtype_name(dtype);
   }
 }
 

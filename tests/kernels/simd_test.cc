@@ -7,11 +7,28 @@
 #include <cmath>
 #include <vector>
 
+#include "base/dtype.h"
+
 namespace mlaserve {
 namespace {
 
 // The vectorised exponential behind every softmax, against std::exp: shifted scores from 0
 // down to -100 (below the clamp), odd lengths for the scalar tail.
+// Every E4M3 code but the NaNs (subnormals included), at scales from 2^-100 to 2^100, in runs
+// that leave a scalar tail: exactly the code's value times the scale.
+TEST(WidenFp8, EveryCodeTimesItsScaleExactly) {
+  std::vector<uint8_t> codes;
+  for (int code = 0; code < 256; ++code)
+    if ((code & 0x7f) != 0x7f) codes.push_back(uint8_t(code));
+  std::vector<float> out(codes.size());
+  for (int exponent : {-100, -7, 0, 3, 100}) {
+    const float scale = std::ldexp(1.0f, exponent);
+    simd::widen_fp8_e4m3(codes.data(), scale, out.data(), int64_t(codes.size()));
+    for (size_t i = 0; i < codes.size(); ++i)
+      ASSERT_EQ(out[i], fp8_e4m3_to_f32(codes[i]) * scale) << "code " << int(codes[i]) << ", scale 2^" << exponent;
+  }
+}
+
 TEST(ExpShifted, MatchesStdExp) {
   for (int64_t n : {1, 7, 8, 61}) {
     std::vector<float> x(static_cast<size_t>(n)), want(x.size());

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from checkpoint import Weights
+from fp8_cache_ref import cached
 
 
 def rms_norm(x, weight, eps):
@@ -57,6 +58,9 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
+QUERY_BLOCK = 1024
+
+
 def attention(w, cfg, p, x):
     t, heads = x.shape[0], cfg["num_attention_heads"]
     nope, rope, vdim, rank = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
@@ -70,23 +74,28 @@ def attention(w, cfg, p, x):
     q = q.reshape(t, heads, nope + rope).transpose(1, 0, 2)  # [H, T, qk]
     latent = w.apply(p + "kv_a_proj_with_mqa", x)
     compressed, k_pe = latent[:, :rank], latent[:, rank:]
-    kv = rms_norm(compressed, w.get(p + "kv_a_layernorm.weight"), eps) @ w.linear(p + "kv_b_proj").T
-    kv = kv.reshape(t, heads, nope + vdim).transpose(1, 0, 2)  # [H, T, nope + v]
     cos, sin = rope_tables(cfg, np.arange(t))
+    normed, k_pe = cached(rms_norm(compressed, w.get(p + "kv_a_layernorm.weight"), eps), apply_rope(k_pe, cos, sin),
+                          cfg.get("latent_cache", "exact"))
+    kv = normed @ w.linear(p + "kv_b_proj").T
+    kv = kv.reshape(t, heads, nope + vdim).transpose(1, 0, 2)  # [H, T, nope + v]
     q_pe = apply_rope(q[..., nope:], cos, sin)
-    k_pe = apply_rope(k_pe[None], cos, sin)  # shared by heads
+    k_pe = k_pe[None]  # shared by heads
     query = np.concatenate([q[..., :nope], q_pe], axis=-1)
     key = np.concatenate([kv[..., :nope], np.broadcast_to(k_pe, (heads, t, rope))], axis=-1)
     scale = (nope + rope) ** -0.5
     scaling = cfg.get("rope_scaling")
     if scaling and scaling.get("mscale_all_dim", 0):
         scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
-    scores = query @ key.transpose(0, 2, 1) * scale
-    scores = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
-    probs = np.exp(scores - scores.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    out = (probs @ kv[..., nope:]).transpose(1, 0, 2).reshape(t, heads * vdim)
-    return w.apply(p + "o_proj", out)
+    out = np.empty((heads, t, vdim))
+    for first in range(0, t, QUERY_BLOCK):  # [H, block, t] scores at a time: long prompts fit in memory
+        last = min(t, first + QUERY_BLOCK)
+        scores = query[:, first:last] @ key[:, :last].transpose(0, 2, 1) * scale
+        scores = np.where(np.arange(last)[None, :] <= np.arange(first, last)[:, None], scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        out[:, first:last] = probs @ kv[:, :last, nope:]
+    return w.apply(p + "o_proj", out.transpose(1, 0, 2).reshape(t, heads * vdim))
 
 
 def mlp(w, p, x):
@@ -175,7 +184,10 @@ def mtp(cfg, w, hidden, next_ids):
     return states, states @ head(w, cfg).T
 
 
-def forward(model_dir, ids, activations="int8", requantize_q4=False):
+def forward(model_dir, ids, activations="int8", requantize_q4=False, latent_cache="exact"):
+    """Logits [tokens, vocab]; latent_cache: the cache's values as `exact`, `bf16` or `fp8` stores
+    them (fp8_cache_ref)."""
     cfg, w = load(model_dir, activations, requantize_q4)
+    cfg["latent_cache"] = latent_cache
     final = final_hidden(cfg, w, ids)
     return final @ head(w, cfg).T if cfg.get("tie_word_embeddings") else w.apply("lm_head", final)

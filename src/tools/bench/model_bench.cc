@@ -42,13 +42,12 @@ class BenchCaches {
   BenchCaches(ModelExecutor& executor, int64_t n_sequences, int64_t capacity, CacheDType dtype)
       : config_(executor.config()), capacity_(capacity), dtype_(dtype), block_ids_(size_t(n_sequences)) {
     for (size_t b = 0; b < block_ids_.size(); ++b) block_ids_[b] = int32_t(b);
-    latent_bytes_ = (n_sequences * capacity * config_.cache_layers() * config_.kv_latent_dim() *
-                         int64_t(cache_dtype_size(dtype)) + 63) / 64 * 64;
+    latent_bytes_ = (n_sequences * capacity * config_.kv_bytes_per_token(dtype) + 63) / 64 * 64;
     pool_ = executor.allocate_cache(size_t(latent_bytes_ + n_sequences * config_.recurrent_state_bytes()));
   }
   LatentCacheView view(int64_t sequence) const {
     LatentCacheView view{pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.cache_layers(),
-                         config_.kv_latent_dim()};
+                         config_.kv_latent_dim(), -1, config_.qk_rope_head_dim};
     if (config_.recurrent_state_bytes() > 0) view.state_offset = latent_bytes_ + sequence * config_.recurrent_state_bytes();
     return view;
   }
@@ -210,7 +209,7 @@ DecodeBytes decode_bytes(const ModelExecutor& executor, const ModelBenchOptions&
   const ModelConfig& config = executor.config();
   const RankWeightBytes weights = executor.weight_bytes();
   const double weights_per_token = weights.active_per_token;
-  const double kv_per_token = double(config.cache_layers() * config.kv_latent_dim() * int64_t(cache_dtype_size(dtype))) *
+  const double kv_per_token = double(config.kv_bytes_per_token(dtype)) *
                               double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   // A batch step reads the weights once, and each routed expert any of its tokens chose once:
   // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
@@ -299,12 +298,11 @@ void check_model_bench_options(const ModelBenchOptions& options) {
             "-p, -n, --batch and --repetitions must be positive");
   MLA_CHECK(options.depth >= 0, "--depth must not be negative, got {}", options.depth);
   MLA_CHECK(options.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got {}", options.num_draft_tokens);
-  MLA_CHECK(options.cache_dtype == "bf16" || options.cache_dtype == "fp32", "--kv-cache-dtype must be bf16 or fp32");
 }
 
 nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
   check_model_bench_options(options);
-  const CacheDType dtype = options.cache_dtype == "bf16" ? CacheDType::BF16 : CacheDType::F32;
+  const CacheDType dtype = cache_dtype_from_name(options.cache_dtype);
   const MlaPath prefill_path = mla_path_from_name(options.mla_prefill);
   const ModelSpec spec = load_model_spec(options.model_dir);
   const MeasuredRuns measured = measure_runs(options, executor, dtype, prefill_path);

@@ -36,7 +36,9 @@ struct ModelSpec {
   ModelConfig config;  // as the engine reads it (parse_model_config)
 
   // MLA latent cache: layers x (kv_lora_rank + qk_rope_head_dim) x bytes_per_value.
-  int64_t kv_bytes_per_token(int64_t bytes_per_value = 2) const { return config.kv_bytes_per_token(bytes_per_value); }
+  int64_t kv_bytes_per_token(int64_t bytes_per_value = 2) const {
+    return config.cache_layers() * config.kv_latent_dim() * bytes_per_value;
+  }
   // KDA: fp32 recurrent state [heads, d, d] + fp32 conv windows of the last kernel-1 q/k/v inputs.
   int64_t recurrent_state_bytes_per_sequence() const;
   int64_t conv_state_bytes_per_sequence() const;
