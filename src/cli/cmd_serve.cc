@@ -33,7 +33,8 @@ int64_t available_memory_bytes() {
 
 struct ServeOptions {
   std::string model_dir, chat_template, kv_dtype = "bf16", mla_prefill = "auto", kimi_k3_prompt = "channel";
-  double kv_cache_gb = 0, kv_cache_fraction = 0.25;
+  std::string prefix_cache_dir;
+  double kv_cache_gb = 0, kv_cache_fraction = 0.25, prefix_cache_disk_gb = 16;
   int64_t block_size = 16, max_model_len = 0, shutdown_timeout_s = 30, state_snapshots = -1;
   SchedulerConfig scheduler;
   int64_t max_queue = 256;
@@ -76,6 +77,12 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   config.scheduler = options.scheduler;
   config.prefill_path = mla_path_from_name(options.mla_prefill);
   config.max_queue = options.max_queue;
+  if (!options.prefix_cache_dir.empty()) {
+    config.prefix_cache_disk.dir = options.prefix_cache_dir;
+    config.prefix_cache_disk.budget_bytes = int64_t(options.prefix_cache_disk_gb * double(1 << 30));
+    config.prefix_cache_disk.model_key =
+        model_cache_key(options.model_dir, fmt::format("{} {}", options.kv_dtype, options.block_size));
+  }
   config.max_model_len = options.max_model_len > 0 ? std::min(options.max_model_len, model.max_position_embeddings)
                                                    : model.max_position_embeddings;
   const int64_t per_token = model.kv_bytes_per_token(config.cache_dtype);
@@ -242,6 +249,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
+  cmd->add_option("--prefix-cache-dir", options->prefix_cache_dir,
+                  "keep the prefix cache's blocks in this directory too: written when evicted from memory and at "
+                  "shutdown, read back when a prompt's prefix matches, in this process or after a restart");
+  cmd->add_option("--prefix-cache-disk-gb", options->prefix_cache_disk_gb,
+                  "this model's files in --prefix-cache-dir at most (the oldest are dropped)")
+      ->capture_default_str();
   cmd->add_option("--state-snapshots", options->state_snapshots,
                   "KDA models: recurrent-state snapshots kept for prefix caching (default: --max-num-seqs)");
   add_parallel_flags(cmd, options->parallel);

@@ -108,6 +108,7 @@ int32_t BlockManager::take_block() {
     free_.pop_back();
   } else {
     id = lru_front_;
+    if (on_evict_) on_evict_(id, blocks_[size_t(id)].hash, tokens_of(id));
     lru_remove(id);
     index_erase(blocks_[size_t(id)].hash);
     blocks_[size_t(id)].published = false;
@@ -159,6 +160,33 @@ void BlockManager::publish(std::span<const int32_t> table, std::span<const int32
     std::ranges::copy(block_tokens, block_tokens_.begin() + table[b] * block_size_);
     index_insert(table[b]);
   }
+}
+
+std::optional<int32_t> BlockManager::adopt(std::span<const int32_t> tokens, int64_t n) {
+  std::vector<int32_t> pinned = lookup(tokens, n);
+  MLA_CHECK(int64_t(pinned.size()) == n, "internal: adopting block {} of a prefix with {} cached", n, pinned.size());
+  for (int32_t id : pinned)
+    if (blocks_[size_t(id)].refs++ == 0) lru_remove(id);
+  std::optional<int32_t> adopted;
+  const auto block_tokens = tokens.subspan(size_t(n * block_size_), size_t(block_size_));
+  const uint64_t hash = chain_hash(n > 0 ? prefix_hash(tokens, n) : 0, block_tokens);
+  if (available_blocks() > 0 && index_find(hash) == kNone) {
+    const int32_t id = take_block();
+    Block& block = blocks_[size_t(id)];
+    block.published = true;
+    block.hash = hash;
+    std::ranges::copy(block_tokens, block_tokens_.begin() + id * block_size_);
+    index_insert(id);
+    pinned.push_back(id);
+    adopted = id;
+  }
+  release(pinned);
+  return adopted;
+}
+
+void BlockManager::visit_cached(const EvictionHook& visit) const {
+  for (int32_t id = 0; id < int32_t(blocks_.size()); ++id)
+    if (blocks_[size_t(id)].published) visit(id, blocks_[size_t(id)].hash, tokens_of(id));
 }
 
 void BlockManager::release(std::vector<int32_t>& table) {

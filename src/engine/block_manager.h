@@ -7,6 +7,7 @@
 // the hash index), so serving allocates nothing here and its memory does not grow.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -37,6 +38,17 @@ class BlockManager {
   void publish(std::span<const int32_t> table, std::span<const int32_t> tokens, int64_t n_computed);
   // Drops the sequence's references; its published blocks stay cached, the rest are freed.
   void release(std::vector<int32_t>& table);
+
+  // A block for the full block after the first n of `tokens` (which must be cached; they are
+  // kept from eviction meanwhile), published as that prefix and left cached and unused: the
+  // caller fills it (from the disk tier). nullopt when no block is free or evictable.
+  std::optional<int32_t> adopt(std::span<const int32_t> tokens, int64_t n);
+  // Called with a cached block's id, prefix hash and tokens just before it is evicted for reuse
+  // (its rows still in place).
+  using EvictionHook = std::function<void(int32_t id, uint64_t hash, std::span<const int32_t> tokens)>;
+  void on_evict(EvictionHook hook) { on_evict_ = std::move(hook); }
+  // Every cached block (used or not), as the eviction hook sees it.
+  void visit_cached(const EvictionHook& visit) const;
 
   // How many leading full blocks of `tokens` allocate() would reuse now (it never reuses the
   // block holding the last token).
@@ -83,6 +95,7 @@ class BlockManager {
   int64_t n_evictable_ = 0;
   std::vector<int32_t> index_;  // block ids by hash
   int64_t queried_tokens_ = 0, hit_tokens_ = 0;
+  EvictionHook on_evict_;
 };
 
 }  // namespace mlaserve

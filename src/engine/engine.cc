@@ -20,9 +20,11 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
 }
 
 SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
-                                 std::function<int64_t(std::span<const int32_t>, int64_t)> restorable_blocks) {
+                                 std::function<int64_t(std::span<const int32_t>, int64_t)> restorable_blocks,
+                                 std::function<void(std::span<const int32_t>)> before_admit) {
   config.recurrent_state = recurrent_state;
   if (recurrent_state) config.restorable_blocks = std::move(restorable_blocks);
+  config.before_admit = std::move(before_admit);
   return config;
 }
 
@@ -87,6 +89,7 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
                      model_config_.kv_bytes_per_token(config.cache_dtype) + 63) / 64 * 64),
       state_bytes_(model_config_.recurrent_state_bytes()),
+      block_bytes_(config.block_size * model_config_.kv_bytes_per_token(config.cache_dtype)),
       snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
       pool_(executor_.allocate_cache(
           size_t(latent_bytes_ + (config.scheduler.max_num_seqs * (config.drafter ? 2 : 1) + snapshots_.capacity()) *
@@ -95,7 +98,8 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0,
                                   [this](std::span<const int32_t> tokens, int64_t cached) {
                                     return restorable_blocks(tokens, cached);
-                                  }),
+                                  },
+                                  [this](std::span<const int32_t> tokens) { load_from_disk(tokens); }),
                  blocks_),
       draft_policy_(config.num_draft_tokens) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
@@ -108,6 +112,17 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   }
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
+  if (!config_.prefix_cache_disk.dir.empty()) {
+    MLA_CHECK(state_bytes_ == 0, "--prefix-cache-dir is not supported yet for models with KDA layers (Kimi Linear, "
+              "Kimi K3): their state snapshots are not written to disk");
+    MLA_CHECK(executor_.ranks() == 1, "--prefix-cache-dir is not supported yet with {} ranks (--tp, MPI): blocks are "
+              "read into rank 0's pool only", executor_.ranks());
+    disk_.emplace(config_.prefix_cache_disk, config_.block_size, block_bytes_);
+    disk_block_.resize(size_t(block_bytes_));
+    blocks_.on_evict([this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+      spill_to_disk(block, hash, tokens);
+    });
+  }
   // The warm-up runs on the engine's thread, whose thread-local scratch buffers it sizes; its
   // failure is the constructor's. The thread owns the promise, so setting it cannot race its
   // destruction.
@@ -202,6 +217,26 @@ int64_t Engine::restorable_blocks(std::span<const int32_t> tokens, int64_t cache
   for (int64_t k = cached_blocks; k > 0; --k)
     if (snapshots_.find(hashes[size_t(k - 1)], k * config_.block_size)) return k;
   return 0;
+}
+
+void Engine::load_from_disk(std::span<const int32_t> tokens) {
+  if (!disk_) return;
+  const int64_t reusable = (int64_t(tokens.size()) - 1) / config_.block_size;  // never the last token's block
+  int64_t cached = blocks_.cached_prefix_blocks(tokens);
+  if (cached >= reusable) return;
+  const std::vector<uint64_t> hashes = blocks_.prefix_hashes(tokens, reusable);
+  for (; cached < reusable && disk_->contains(hashes[size_t(cached)]); ++cached) {
+    const auto block_tokens = tokens.subspan(size_t(cached * config_.block_size), size_t(config_.block_size));
+    if (!disk_->read(hashes[size_t(cached)], block_tokens, disk_block_.data())) return;
+    const std::optional<int32_t> block = blocks_.adopt(tokens, cached);
+    if (!block) return;
+    std::memcpy(pool_block(*block), disk_block_.data(), disk_block_.size());
+    metrics_.prefix_disk_hit_tokens += config_.block_size;
+  }
+}
+
+void Engine::spill_to_disk(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+  if (!disk_->contains(hash)) disk_->write(hash, tokens, pool_block(block));
 }
 
 void Engine::restore_state(Sequence& seq) {
@@ -548,6 +583,11 @@ void Engine::update_gauges() {
   metrics_.kv_blocks_used = blocks_.used_blocks();
   metrics_.prefix_queried_tokens = blocks_.prefix_queried_tokens();
   metrics_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+  if (disk_) {
+    metrics_.prefix_disk_bytes = disk_->bytes();
+    metrics_.prefix_disk_read_bytes = disk_->read_bytes();
+    metrics_.prefix_disk_written_bytes = disk_->written_bytes();
+  }
   metrics_.preemptions = scheduler_.n_preemptions();
 }
 
@@ -563,6 +603,12 @@ void Engine::loop() {
   for (auto& request : active_)
     if (!request->done) finish(*request, "abort");
   active_.clear();
+  if (disk_) {
+    blocks_.visit_cached([this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+      spill_to_disk(block, hash, tokens);
+    });
+    spdlog::info("prefix cache on disk: {} blocks, {:.2f} GiB", disk_->files(), double(disk_->bytes()) / double(1 << 30));
+  }
   update_gauges();
 }
 

@@ -9,11 +9,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/disk_prefix_cache.h"
 #include "engine/draft_policy.h"
 #include "engine/drafter.h"
 #include "engine/metrics.h"
@@ -35,6 +37,7 @@ struct EngineConfig {
   int64_t max_queue = 256;             // waiting requests beyond this are refused (429)
   int64_t max_model_len = 0;           // prompt + generated tokens; 0: the model's context
   int64_t state_snapshots = -1;        // KDA models: prefix-cache state snapshots kept (-1: max_num_seqs)
+  DiskPrefixCacheConfig prefix_cache_disk;  // the prefix cache's disk tier (dir empty: none)
   // Prefill chunks' attention form. Auto: the cheaper for each chunk (mla_prefill_path), so a
   // request's numbers may differ in rounding with its chunking and prefix-cache hits;
   // Expanded for every chunk makes them independent of both (decode is always Absorbed).
@@ -150,6 +153,11 @@ class Engine {
   int64_t verify_backup_offset(int64_t slot) const { return snapshot_offset(snapshots_.capacity() + slot); }
   int64_t restorable_blocks(std::span<const int32_t> tokens, int64_t cached_blocks);
   void restore_state(Sequence& seq);
+  // The disk tier: the prompt's full blocks past those in the pool, read back into it; a
+  // cached block written out when evicted, and every one at shutdown.
+  void load_from_disk(std::span<const int32_t> tokens);
+  void spill_to_disk(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  uint8_t* pool_block(int32_t block) const { return static_cast<uint8_t*>(pool_) + int64_t(block) * block_bytes_; }
   void keep_state_snapshot(const ScheduledChunk& chunk);
 
   std::unique_ptr<ModelExecutor> owned_executor_;  // the single-rank constructor's
@@ -164,10 +172,13 @@ class Engine {
   // padded to 64), then (KDA models) max_num_seqs state slots of state_bytes_, then the
   // prefix-cache state snapshots, then (with a drafter) max_num_seqs verification backups.
   int64_t latent_bytes_, state_bytes_;
+  int64_t block_bytes_;  // one pool block: every layer's rows of block_size positions
   StateSnapshots snapshots_;
   void* pool_;
   BlockManager blocks_;
   Scheduler scheduler_;
+  std::optional<DiskPrefixCache> disk_;
+  std::vector<uint8_t> disk_block_;  // a block read from disk, before it takes a pool block
   EngineMetrics metrics_;
 
   std::mutex mutex_;  // guards incoming_, accepting_, stopping_

@@ -34,6 +34,10 @@ struct EngineMetrics {
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
   std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0};
   std::atomic<int64_t> prefix_queried_tokens{0}, prefix_hit_tokens{0};
+  // The prefix cache's disk tier: prompt tokens whose blocks were read from it, its files'
+  // bytes now, and the bytes read and written since start.
+  std::atomic<int64_t> prefix_disk_hit_tokens{0}, prefix_disk_bytes{0}, prefix_disk_read_bytes{0},
+      prefix_disk_written_bytes{0};
   std::atomic<int64_t> requests_finished{0}, requests_aborted{0}, requests_failed{0};
   std::atomic<int64_t> preemptions{0};
   // Speculative decoding: decode steps that verified a draft, tokens drafted, drafts accepted;

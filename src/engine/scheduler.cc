@@ -12,6 +12,7 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(con
 bool Scheduler::admit(Sequence* seq) {
   // Room for every known token plus the first token it will generate.
   const int64_t known = int64_t(seq->tokens.size());
+  if (config_.before_admit) config_.before_admit(seq->tokens);
   std::span<const int32_t> reusable = seq->tokens;
   if (config_.recurrent_state) {  // only as far as a state snapshot reaches
     const int64_t cached = blocks_.cached_prefix_blocks(seq->tokens);

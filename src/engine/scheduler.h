@@ -27,6 +27,9 @@ struct SchedulerConfig {
   // taken.
   bool recurrent_state = false;
   std::function<int64_t(std::span<const int32_t> tokens, int64_t cached_blocks)> restorable_blocks = nullptr;
+  // Called with a waiting sequence's tokens before it is admitted: the prefix cache's disk tier
+  // puts the blocks it holds of them into the block pool.
+  std::function<void(std::span<const int32_t> tokens)> before_admit = nullptr;
 };
 
 struct Sequence {

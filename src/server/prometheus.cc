@@ -60,6 +60,15 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
   const double queried = double(m.prefix_queried_tokens);
   metric(out, "mlaserve_prefix_cache_hit_rate", "gauge", "Prefix cache hits / queries (tokens).", labels,
          queried > 0 ? double(m.prefix_hit_tokens) / queried : 0.0);
+  metric(out, "mlaserve_prefix_cache_disk_hits_total", "counter",
+         "Prompt tokens whose blocks were read from the prefix cache's disk tier (also counted as hits).", labels,
+         double(m.prefix_disk_hit_tokens));
+  metric(out, "mlaserve_prefix_cache_disk_bytes", "gauge", "Bytes of this model's prefix-cache files on disk.", labels,
+         double(m.prefix_disk_bytes));
+  metric(out, "mlaserve_prefix_cache_disk_read_bytes_total", "counter", "Bytes read from the prefix cache's disk tier.",
+         labels, double(m.prefix_disk_read_bytes));
+  metric(out, "mlaserve_prefix_cache_disk_written_bytes_total", "counter",
+         "Bytes written to the prefix cache's disk tier.", labels, double(m.prefix_disk_written_bytes));
   metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
   metric(out, "mlaserve_spec_decode_num_drafts_total", "counter", "Decode steps that verified a draft.", labels,
          double(m.spec_drafts));

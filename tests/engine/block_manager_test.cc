@@ -102,5 +102,39 @@ TEST(BlockManager, HashIndexFollowsEvictionChurn) {
   }
 }
 
+// The disk tier's hooks: an evicted cached block is reported with its prefix hash and tokens
+// before reuse; an adopted block extends a cached prefix (the prefix's blocks are not evicted
+// to make room for it) and is then found by allocate() like a computed one.
+TEST(BlockManager, EvictionReportsAndAdoptionExtendsACachedPrefix) {
+  BlockManager blocks(3, 4);
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> evicted;
+  blocks.on_evict([&](int32_t, uint64_t hash, std::span<const int32_t> tokens) {
+    evicted.emplace_back(hash, std::vector<int32_t>(tokens.begin(), tokens.end()));
+  });
+  const auto prompt = iota_tokens(13);  // 3 full blocks, a 4th for the last token
+  auto first = blocks.allocate(std::span(prompt).first(9), 9);  // blocks 0-2 (positions 0-8)
+  ASSERT_TRUE(first);
+  blocks.publish(first->blocks, prompt, 8);  // blocks 0 and 1 cached
+  blocks.release(first->blocks);
+  int visited = 0;
+  blocks.visit_cached([&](int32_t, uint64_t hash, std::span<const int32_t>) {
+    visited += hash == blocks.prefix_hash(prompt, 1) || hash == blocks.prefix_hash(prompt, 2);
+  });
+  EXPECT_EQ(visited, 2);
+  // Block 2 of the prompt from elsewhere: the one free block takes it, the prefix stays.
+  const auto adopted = blocks.adopt(prompt, 2);
+  ASSERT_TRUE(adopted);
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(blocks.cached_prefix_blocks(prompt), 3);
+  EXPECT_FALSE(blocks.adopt(prompt, 3));  // every block holds the prefix: nothing to take
+  // Another prompt needs all three blocks: each cached block is reported as it goes, oldest first.
+  auto other = blocks.allocate(iota_tokens(12, 5000), 12);
+  ASSERT_TRUE(other);
+  ASSERT_EQ(evicted.size(), 3u);
+  EXPECT_EQ(evicted[0].first, blocks.prefix_hash(prompt, 1));
+  EXPECT_EQ(evicted[0].second, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4));
+  EXPECT_EQ(evicted[2].first, blocks.prefix_hash(prompt, 3));
+}
+
 }  // namespace
 }  // namespace mlaserve
