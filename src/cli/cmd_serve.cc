@@ -122,6 +122,8 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
                config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
                model.cache_layers(), per_token / model.cache_layers(), model.kv_latent_dim(), options.kv_dtype,
                double(config.kv_cache_tokens * per_token) / double(1 << 30));
+  spdlog::info("context: {} tokens (--max-model-len); the longest prompt that fits: {} tokens",
+               config.max_model_len, std::min(config.max_model_len, config.kv_cache_tokens) - 1);
   return config;
 }
 

@@ -112,6 +112,10 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   }
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
+  metrics_.kv_cache_tokens = blocks_.total_blocks() * config_.block_size;
+  metrics_.kv_cache_bytes = latent_bytes_ + (config_.scheduler.max_num_seqs * (config_.drafter ? 2 : 1) +
+                                             snapshots_.capacity()) * state_bytes_;
+  metrics_.max_prompt_tokens = std::min(config_.max_model_len, metrics_.kv_cache_tokens.load()) - 1;
   if (!config_.prefix_cache_disk.dir.empty()) {
     MLA_CHECK(state_bytes_ == 0, "--prefix-cache-dir is not supported yet for models with KDA layers (Kimi Linear, "
               "Kimi K3): their state snapshots are not written to disk");

@@ -32,6 +32,9 @@ class Histogram {
 struct EngineMetrics {
   std::atomic<int64_t> running{0}, waiting{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
+  // The cache as sized at start-up: tokens it holds, bytes of its pool (KDA state slots
+  // included), and the longest prompt a request can send (one token left to generate).
+  std::atomic<int64_t> kv_cache_tokens{0}, kv_cache_bytes{0}, max_prompt_tokens{0};
   std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0};
   std::atomic<int64_t> prefix_queried_tokens{0}, prefix_hit_tokens{0};
   // The prefix cache's disk tier: prompt tokens whose blocks were read from it, its files'

@@ -48,6 +48,13 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
          info_labels, 1.0);
   metric(out, "mlaserve_num_requests_running", "gauge", "Requests in the running batch.", labels, double(m.running));
   metric(out, "mlaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.waiting));
+  metric(out, "mlaserve_kv_cache_tokens", "gauge", "Tokens the latent KV cache holds.", labels,
+         double(m.kv_cache_tokens));
+  metric(out, "mlaserve_kv_cache_bytes", "gauge", "Bytes of the latent KV cache's pool (KDA state included).", labels,
+         double(m.kv_cache_bytes));
+  metric(out, "mlaserve_max_prompt_tokens", "gauge",
+         "The longest prompt a request can send: the context length or the cache, less one token to generate.", labels,
+         double(m.max_prompt_tokens));
   const double total = double(m.kv_blocks_total);
   metric(out, "mlaserve_kv_cache_usage_perc", "gauge", "Fraction of latent KV cache blocks in use (0-1).", labels,
          total > 0 ? double(m.kv_blocks_used) / total : 0.0);

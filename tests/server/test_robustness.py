@@ -238,6 +238,24 @@ def test_a_request_larger_than_the_whole_cache_is_refused_at_once(binary, tiny):
     assert server.stop() == 0
 
 
+def test_the_cache_and_the_longest_prompt_are_shown(binary, tiny):
+    """The start-up log and /metrics give the cache's tokens and bytes and the longest prompt that
+    fits; a prompt of that length is served and one token more is refused naming both lengths.
+    The tiny model: 4 layers x (64 + 16) bf16 values, 640 bytes a token; 96 blocks of 16."""
+    server = Server(binary, tiny, "--kv-cache-gb", str(96 * 16 * 640 / 2**30), "--max-num-seqs", "1")
+    try:
+        tokens = server.metric("mlaserve_kv_cache_tokens")
+        assert tokens == 96 * 16 and server.metric("mlaserve_kv_cache_bytes") >= tokens * 640
+        longest = int(server.metric("mlaserve_max_prompt_tokens"))
+        assert longest == 96 * 16 - 1
+        assert any(f"the longest prompt that fits: {longest} tokens" in line for line in server.log_lines)
+        assert_status(server, {"prompt": [5] * longest, "max_tokens": 1}, 200)
+        status, body = server.request("POST", "/v1/completions", {"prompt": [5] * (longest + 1), "max_tokens": 1})
+        assert status == 400 and str(longest + 2) in body["error"]["message"] and "1536" in body["error"]["message"], body
+    finally:
+        assert server.stop() == 0
+
+
 def test_bad_start_up_options_are_refused_by_name(binary, tiny):
     bad = subprocess.run([binary, "serve", "--model", tiny, "--mla-prefill", "flash"], capture_output=True, text=True,
                          timeout=60)
