@@ -240,7 +240,12 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))->capture_default_str();
   cmd->add_option("--block-size", options->block_size, "tokens per KV cache block")->capture_default_str();
   cmd->add_option("--max-num-seqs", options->scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
-  cmd->add_option("--chunked-prefill-size", options->scheduler.chunked_prefill_size, "prefill tokens per step")->capture_default_str();
+  cmd->add_option("--chunked-prefill-size", options->scheduler.chunked_prefill_size,
+                  "prefill tokens per step while any sequence decodes")->capture_default_str();
+  cmd->add_option("--chunked-prefill-size-alone", options->scheduler.prefill_size_alone,
+                  "prefill tokens per step when no sequence decodes (a long prompt alone: larger chunks re-expand "
+                  "the cached keys fewer times)")
+      ->capture_default_str();
   cmd->add_option("--mla-prefill", options->mla_prefill,
                   "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
                   "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"

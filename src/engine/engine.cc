@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "base/error.h"
+#include "model/mla.h"
 #include "tokenizer/text_streamer.h"
 
 namespace mlaserve {
@@ -151,11 +152,14 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
 }
 
 // The largest steps the scheduler can form, run on the engine's thread before any request:
-// max_num_seqs sequences decoding at the longest context the cache holds, then a prefill chunk
-// of chunked_prefill_size tokens ending at that context beside max_num_seqs - 1 of them, once
-// in each attention form a chunk may take, and with a drafter max_num_seqs sequences each
-// verifying the longest draft. They fault in the weights' pages, so the first
-// request does not pay for them, and take the forward's scratch buffers to their high-water
+// max_num_seqs sequences decoding at the longest context the cache holds, then the most prefill
+// tokens a step can take (chunked_prefill_size or prefill_size_alone, in chunks of at most a
+// context, as many sequences' prompts at once) beside the other sequences decoding, once in each
+// attention form a chunk may take, and with a drafter max_num_seqs sequences each verifying the
+// longest draft. An expanded chunk ends just past one key range (kMlaExpandedKeyTile) and an
+// absorbed one starts its sequence: neither form's scratch grows with the context past that,
+// and a chunk at a 128k-token context would take a minute. They
+// fault in the weights' pages, so the first request does not pay for them, and take the forward's scratch buffers to their high-water
 // marks, so the process's memory does not creep up as longer contexts and fuller batches
 // arrive. Their tokens are all the same, so every row is routed to the same experts: the
 // largest expert batch. The sequences share their leading blocks and each writes its own
@@ -165,7 +169,10 @@ void Engine::warm_up() {
   const int64_t shared_blocks =
       std::min(blocks_.blocks_for(config_.max_model_len), blocks_.total_blocks() - n_seqs + 1) - 1;
   const int64_t context = std::min(config_.max_model_len, (shared_blocks + 1) * config_.block_size);
-  const int64_t chunk = std::min(config_.scheduler.chunked_prefill_size, context);
+  const int64_t prefill = std::min(
+      std::max(config_.scheduler.chunked_prefill_size, config_.scheduler.prefill_size_alone), n_seqs * context);
+  const int64_t chunk = std::min(prefill, context);  // the longest chunk
+  const int64_t expanded_end = std::min(context, kMlaExpandedKeyTile + chunk);
   std::vector<int32_t> tables(size_t(n_seqs * (shared_blocks + 1)));  // [n_seqs, shared_blocks + 1]
   for (int64_t s = 0; s < n_seqs; ++s) {
     int32_t* table = tables.data() + s * (shared_blocks + 1);
@@ -181,14 +188,21 @@ void Engine::warm_up() {
   const int64_t own_positions = context - shared_blocks * config_.block_size;
   const int64_t verified = config_.drafter ? std::min(config_.num_draft_tokens + 1, own_positions) : 1;
   const std::vector<int32_t> tokens(size_t(std::max(chunk, verified)), 0);
-  // A prefill chunk beside decoding sequences, or (no chunk) every sequence decoding
-  // `positions` positions, with each position's logits when it verifies a draft.
+  // Prefill chunks beside decoding sequences, or (no chunk) every sequence decoding `positions`
+  // positions, with each position's logits when it verifies a draft.
   const auto run = [&](std::optional<MlaPath> chunk_path, int64_t positions) {
     std::vector<ForwardSequence>& batch = step_batch_;
     batch.clear();
-    if (chunk_path)
-      batch.push_back({std::span(tokens).first(size_t(chunk)), context - chunk, view(0), *chunk_path,
+    // The absorbed form's scratch follows the step's tokens, not a chunk's: its tokens are spread
+    // over the sequences, whose attention costs the square of a chunk.
+    const int64_t most = chunk_path == MlaPath::Absorbed ? (prefill + n_seqs - 1) / n_seqs : chunk;
+    for (int64_t left = chunk_path ? prefill : 0; left > 0;) {
+      const int64_t n = std::min(left, most);
+      const int64_t start = *chunk_path == MlaPath::Expanded ? std::min(context, kMlaExpandedKeyTile + n) - n : 0;
+      batch.push_back({std::span(tokens).first(size_t(n)), start, view(int64_t(batch.size())), *chunk_path,
                        ForwardSequence::Logits::Last});
+      left -= n;
+    }
     const auto logits = positions > 1 ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last;
     for (int64_t s = int64_t(batch.size()); s < n_seqs; ++s)
       batch.push_back({std::span(tokens).first(size_t(positions)), context - positions, view(s), MlaPath::Absorbed, logits});
@@ -208,9 +222,9 @@ void Engine::warm_up() {
     run(config_.prefill_path, 1);
   }
   if (verified > 1) run(std::nullopt, verified);
-  spdlog::info("warm-up: {} decoding sequences, then a {}-token prefill chunk beside {} of them{}, at a context of {} "
-               "tokens in {:.2f} s", n_seqs, chunk, n_seqs - 1,
-               verified > 1 ? fmt::format(", then {} verifying {} positions each", n_seqs, verified) : "", context,
+  spdlog::info("warm-up: {} sequences decoding at a context of {} tokens, then {} prefill tokens in chunks of {} "
+               "(expanded: ending at {}) beside the others{}, in {:.2f} s", n_seqs, context, prefill, chunk, expanded_end,
+               verified > 1 ? fmt::format(", then {} verifying {} positions each", n_seqs, verified) : "",
                seconds_between(start, Clock::now()));
 }
 

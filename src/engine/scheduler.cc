@@ -82,7 +82,10 @@ int64_t Scheduler::prefill_count(const Sequence* seq, int64_t budget) const {
 
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> plan;
-  int64_t budget = config_.chunked_prefill_size;
+  const bool decoding = std::any_of(running_.begin(), running_.end(),
+                                    [](const Sequence* seq) { return seq->n_computed >= seq->prefill_target; });
+  int64_t budget = decoding ? config_.chunked_prefill_size
+                            : std::max(config_.chunked_prefill_size, config_.prefill_size_alone);
   const std::vector<Sequence*> snapshot = running_;
   for (Sequence* seq : snapshot) {
     if (!seq->running) continue;  // preempted earlier in this loop

@@ -29,10 +29,20 @@ constexpr int64_t kQueryTile = 64;
 // tile's last query is read.
 void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t first, int64_t count,
                        std::vector<float>& scores) {
-  const int64_t offset = p.n_keys - p.n_queries, n_keys = offset + first + count;
+  // Query j of the tile sees the panels' keys [0, offset + first + j + 1) (clipped to n_keys).
+  const int64_t offset = (p.query_position < 0 ? p.n_keys - p.n_queries : p.query_position - p.key_position);
+  const int64_t n_keys = std::clamp<int64_t>(offset + first + count, 0, p.n_keys);
   const int64_t q_stride = p.n_heads * p.head_dim_qk, out_stride = p.n_heads * p.head_dim_v;
   const float* queries = p.q + first * q_stride + head * p.head_dim_qk;
   float* out = p.out + first * out_stride + head * p.head_dim_v;
+  if (n_keys == 0) {  // no key of these panels is visible to the tile (partial form only)
+    for (int64_t j = 0; j < count; ++j) {
+      std::fill(out + j * out_stride, out + j * out_stride + p.head_dim_v, 0.0f);
+      p.row_max[(first + j) * p.n_heads + head] = -INFINITY;
+      p.row_sum[(first + j) * p.n_heads + head] = 0.0f;
+    }
+    return;
+  }
   scores.resize(size_t(count * n_keys));
   if (p.k_pairs)
     bf16_dot_stored_rows(p.k_pairs + head * key_pair_panels_words(p.n_keys, p.head_dim_qk),
@@ -43,9 +53,15 @@ void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t fir
                     n_keys, p.head_dim_qk, queries, q_stride, count, scores.data(), n_keys);
   for (int64_t j = 0; j < count; ++j) {
     float* row = scores.data() + j * n_keys;
-    const int64_t visible = offset + first + j + 1;
+    const int64_t visible = std::clamp<int64_t>(offset + first + j + 1, 0, n_keys);
     for (int64_t key = 0; key < visible; ++key) row[key] *= p.softmax_scale;
-    softmax_in_place(row, visible);
+    if (p.row_max) {  // the partial form: exp(s - max), unnormalised
+      const float max = visible > 0 ? simd::max_of(row, visible) : -INFINITY;
+      p.row_max[(first + j) * p.n_heads + head] = max;
+      p.row_sum[(first + j) * p.n_heads + head] = visible > 0 ? simd::exp_shifted(row, visible, max) : 0.0f;
+    } else {
+      softmax_in_place(row, visible);
+    }
     std::fill(row + visible, row + n_keys, 0.0f);
   }
   if (p.v_pairs)

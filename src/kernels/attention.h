@@ -43,6 +43,10 @@ inline int64_t value_pair_index(int64_t key, int64_t d, int64_t n_keys) {
 
 // Expanded (per-head K/V) causal attention, used for prefill: on the fp32 panels, or, where
 // k_pairs and v_pairs are set, on the bf16 ones (queries and probabilities rounded to bf16).
+// The panels may hold a range of a longer context's keys (key_position, query_position): with
+// row_max and row_sum set, each (query, head) gets the unnormalised softmax terms of the keys
+// it sees there (out = sum exp(s - max) v, row_sum = sum exp(s - max), row_max = max s; a
+// query that sees none gets zeros and -inf), which the caller merges over the ranges.
 struct CausalAttentionParams {
   const float* q = nullptr;         // [n_queries, n_heads, head_dim_qk]
   const float* k_panels = nullptr;  // [n_heads][key_panels_floats(n_keys, head_dim_qk)]
@@ -51,7 +55,11 @@ struct CausalAttentionParams {
   const uint16_t* v_pairs = nullptr;  // [n_heads][value_pair_panels_words(n_keys, head_dim_v)]
   float* out = nullptr;             // [n_queries, n_heads, head_dim_v]
   int64_t n_queries = 0;
-  int64_t n_keys = 0;        // query i sits at position n_keys - n_queries + i
+  int64_t n_keys = 0;         // keys in the panels, at positions [key_position, key_position + n_keys)
+  int64_t key_position = 0;
+  int64_t query_position = -1;  // query i sits at position query_position + i (-1: n_keys - n_queries)
+  float* row_max = nullptr;     // [n_queries, n_heads], with row_sum: the partial form above
+  float* row_sum = nullptr;
   int64_t n_heads = 0;
   int64_t head_dim_qk = 0;
   int64_t head_dim_v = 0;

@@ -177,12 +177,13 @@ void lay_out_heads(const MlaShape& shape, const float* kv, const float* k_pe, in
   }
 }
 
-// attn: [seq.n_tokens, H * v_head_dim]; q: the sequence's queries [seq.n_tokens, H, qk].
-void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
-                     int64_t layer, const float* q, float* attn) {
-  const int64_t n_keys = seq.start_position + seq.n_tokens, n_heads = shape.n_heads;
-  const int64_t rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
-  const int64_t v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim(), kv_dim = shape.qk_nope_head_dim + v_dim;
+// Keys [first, first + n_keys) of the sequence expanded through kv_b_proj and laid out as
+// head panels for causal_attention (their pointers set in params; the buffers are the calling
+// thread's, reused).
+void expand_keys(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq, int64_t layer,
+                 int64_t first, int64_t n_keys, CausalAttentionParams& params) {
+  const int64_t n_heads = shape.n_heads, rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
+  const int64_t kv_dim = shape.qk_nope_head_dim + shape.v_head_dim;
   thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer;
   std::vector<float>& latents = latents_buffer;  // [n_keys, kv_lora_rank]
   std::vector<float>& k_pe = k_pe_buffer;        // [n_keys, rope]
@@ -194,28 +195,80 @@ void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const Mla
       n_keys,
       [&](int64_t begin, int64_t end, int) {
         for (int64_t s = begin; s < end; ++s) {
-          seq.cache.load(layer, s, 0, rank, latents.data() + s * rank);
-          seq.cache.load(layer, s, rank, rope_dim, k_pe.data() + s * rope_dim);
+          seq.cache.load(layer, first + s, 0, rank, latents.data() + s * rank);
+          seq.cache.load(layer, first + s, rank, rope_dim, k_pe.data() + s * rope_dim);
         }
       },
       kTokensPerTask);
   linear(weights.kv_b_proj, latents.data(), n_keys, kv.data());
-  CausalAttentionParams params;
   thread_local std::vector<float> k_buffer, v_buffer;  // [H] key / value panels (attention.h)
   thread_local std::vector<uint16_t> k_pairs_buffer, v_pairs_buffer;
   if (prefill_attention_on_bf16_dot(kernel_config()))
     lay_out_heads<Bf16Pairs>(shape, kv.data(), k_pe.data(), n_keys, k_pairs_buffer, v_pairs_buffer, params);
   else
     lay_out_heads<Fp32Panels>(shape, kv.data(), k_pe.data(), n_keys, k_buffer, v_buffer, params);
-  params.q = q;
-  params.out = attn;
-  params.n_queries = seq.n_tokens;
   params.n_keys = n_keys;
-  params.n_heads = n_heads;
-  params.head_dim_qk = qk_dim;
+  params.key_position = first;
+}
+
+// Softmax terms of one key range (out, max, sum: causal_attention's partial form) folded into
+// the running ones (acc, running_max, running_sum), each row of v values rescaled to the larger
+// maximum.
+void merge_key_range(const std::vector<float>& out, const std::vector<float>& max, const std::vector<float>& sum,
+                     int64_t v_dim, float* acc, std::vector<float>& running_max, std::vector<float>& running_sum) {
+  thread_pool().parallel_for(int64_t(max.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t row = begin; row < end; ++row) {
+      const float merged = std::max(running_max[size_t(row)], max[size_t(row)]);
+      if (merged == -INFINITY) continue;  // no key of either seen yet
+      const float keep = std::exp(running_max[size_t(row)] - merged), add = std::exp(max[size_t(row)] - merged);
+      float* a = acc + row * v_dim;
+      const float* o = out.data() + row * v_dim;
+      for (int64_t d = 0; d < v_dim; ++d) a[d] = a[d] * keep + o[d] * add;
+      running_sum[size_t(row)] = running_sum[size_t(row)] * keep + sum[size_t(row)] * add;
+      running_max[size_t(row)] = merged;
+    }
+  });
+}
+
+// attn: [seq.n_tokens, H * v_head_dim]; q: the sequence's queries [seq.n_tokens, H, qk]. Keys
+// are expanded kMlaExpandedKeyTile at a time, so the form's scratch does not grow with the
+// context (mini's 4,096 keys: 34 MB of fp32 K/V, 21 MB of panels); a longer sequence's ranges
+// are merged by their softmax terms.
+void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
+                     int64_t layer, const float* q, float* attn) {
+  const int64_t n_keys = seq.start_position + seq.n_tokens, v_dim = shape.v_head_dim;
+  CausalAttentionParams params;
+  params.q = q;
+  params.n_queries = seq.n_tokens;
+  params.n_heads = shape.n_heads;
+  params.head_dim_qk = shape.qk_head_dim();
   params.head_dim_v = v_dim;
   params.softmax_scale = shape.softmax_scale;
-  causal_attention(params);
+  params.query_position = seq.start_position;
+  if (n_keys <= kMlaExpandedKeyTile) {
+    expand_keys(shape, weights, seq, layer, 0, n_keys, params);
+    params.out = attn;
+    causal_attention(params);
+    return;
+  }
+  const size_t rows = size_t(seq.n_tokens * shape.n_heads);
+  thread_local std::vector<float> out, max, sum, running_max, running_sum;  // the calling thread's, reused
+  out.resize(rows * size_t(v_dim));
+  max.resize(rows);
+  sum.resize(rows);
+  running_max.assign(rows, -INFINITY);
+  running_sum.assign(rows, 0.0f);
+  std::fill(attn, attn + rows * size_t(v_dim), 0.0f);  // attn accumulates the ranges: [n_tokens, H, v]
+  params.out = out.data();
+  params.row_max = max.data();
+  params.row_sum = sum.data();
+  for (int64_t first = 0; first < n_keys; first += kMlaExpandedKeyTile) {
+    expand_keys(shape, weights, seq, layer, first, std::min(kMlaExpandedKeyTile, n_keys - first), params);
+    causal_attention(params);
+    merge_key_range(out, max, sum, v_dim, attn, running_max, running_sum);
+  }
+  for (size_t row = 0; row < rows; ++row)
+    for (int64_t d = 0; d < v_dim; ++d) attn[row * size_t(v_dim) + size_t(d)] /= running_sum[row];
 }
 
 // The absorbed sequences of a batch (decode) together. kv_b_proj rows of head h:

@@ -54,6 +54,10 @@ struct MlaShape {
 // spends O(tokens); Absorbed's queries walk the latent cache, cheaply on AMX tiles.
 MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_position, CacheDType cache_dtype);
 
+// Keys the expanded form expands and attends at a time (its scratch is sized by this, not by
+// the context).
+inline constexpr int64_t kMlaExpandedKeyTile = 4096;
+
 // One sequence's slice of a batch: tokens [token_offset, token_offset + n_tokens) of the
 // batch are its positions [start_position, start_position + n_tokens).
 struct MlaSequence {

@@ -26,7 +26,7 @@ void run(Scheduler& scheduler, const std::vector<ScheduledChunk>& plan) {
 
 TEST(Scheduler, ChunkedPrefillSharesTheBudgetAndMixesWithDecode) {
   BlockManager blocks(256, 16);
-  Scheduler scheduler({8, 512}, blocks);
+  Scheduler scheduler({8, 512, 0}, blocks);
   Sequence short_seq = make_sequence(0, 10), long_seq = make_sequence(1, 1000);
   scheduler.add(&short_seq);
   scheduler.add(&long_seq);
@@ -44,6 +44,29 @@ TEST(Scheduler, ChunkedPrefillSharesTheBudgetAndMixesWithDecode) {
   EXPECT_EQ(plan[1].start, 502);
   EXPECT_EQ(plan[1].n_tokens, 498);
   EXPECT_TRUE(plan[1].needs_logits);
+}
+
+// With no sequence decoding, a step's prefill budget is prefill_size_alone: a long prompt
+// alone takes 2,048 tokens a step; once another sequence decodes, chunked_prefill_size.
+TEST(Scheduler, APrefillAloneTakesTheLargerBudgetUntilASequenceDecodes) {
+  BlockManager blocks(1024, 16);
+  Scheduler scheduler({8, 512, 2048}, blocks);
+  Sequence short_seq = make_sequence(0, 10), long_seq = make_sequence(1, 5000);
+  scheduler.add(&short_seq);
+  scheduler.add(&long_seq);
+  auto plan = scheduler.schedule();
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].n_tokens + plan[1].n_tokens, 2048);
+  run(scheduler, plan);
+  plan = scheduler.schedule();  // the short one decodes now
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_FALSE(plan[0].prefill);
+  EXPECT_EQ(plan[1].n_tokens, 512);
+  run(scheduler, plan);
+  scheduler.remove(&short_seq);
+  plan = scheduler.schedule();  // alone again
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].n_tokens, 2048);
 }
 
 TEST(Scheduler, RespectsMaxNumSeqs) {
@@ -103,7 +126,7 @@ TEST(Scheduler, RemoveFreesEverything) {
 // reused only as far as restorable_blocks allows, and the sequence is told to restore there.
 TEST(Scheduler, RecurrentStateSlotsBoundariesAndRestores) {
   BlockManager blocks(64, 4);
-  SchedulerConfig config{2, 10};
+  SchedulerConfig config{2, 10, 0};
   config.recurrent_state = true;
   int64_t restorable = 0;
   config.restorable_blocks = [&](std::span<const int32_t>, int64_t cached) { return std::min(cached, restorable); };

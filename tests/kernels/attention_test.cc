@@ -23,8 +23,12 @@ struct HeadMajorKeysValues {
   std::vector<float> k, v, k_panels, v_panels;
   std::vector<uint16_t> k_pairs, v_pairs;
   HeadMajorKeysValues(int64_t heads, int64_t keys, int64_t qk_dim, int64_t v_dim)
-      : k(testing::random_vector(size_t(heads * keys * qk_dim), 2)),
-        v(testing::random_vector(size_t(heads * keys * v_dim), 3)),
+      : HeadMajorKeysValues(heads, keys, qk_dim, v_dim, testing::random_vector(size_t(heads * keys * qk_dim), 2),
+                            testing::random_vector(size_t(heads * keys * v_dim), 3)) {}
+  HeadMajorKeysValues(int64_t heads, int64_t keys, int64_t qk_dim, int64_t v_dim, std::vector<float> keys_in,
+                      std::vector<float> values_in)
+      : k(std::move(keys_in)),
+        v(std::move(values_in)),
         k_panels(size_t(heads * key_panels_floats(keys, qk_dim)), 0.0f),
         v_panels(size_t(heads * value_panels_floats(keys, v_dim)), 0.0f),
         k_pairs(size_t(heads * key_pair_panels_words(keys, qk_dim)), kNaN),
@@ -145,6 +149,65 @@ TEST(CausalAttention, Bf16PanelsMatchTheRoundedReference) {
     int64_t outside = 0;
     for (size_t i = 0; i < run.out.size(); ++i) outside += !(std::abs(run.out[i] - want[i]) <= bound[i] + 1e-6f);
     EXPECT_EQ(outside, 0) << run.label();
+  }
+}
+
+// The partial form over key ranges: the keys split in three ranges of their own panels (the
+// first ending before the first query, so some queries see nothing of the later ranges' keys
+// and the last range's early queries see none of it), each run with row_max and row_sum, and
+// the ranges merged as the model merges them: the full attention, fp32 and bf16 panels.
+TEST(CausalAttention, KeyRangesMergeIntoTheWholeAttention) {
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !bf16_dot_gemm_built()) continue;
+    for (const auto& shape : {std::make_tuple<int64_t, int64_t, int64_t, int64_t, int64_t>(150, 37, 3, 40, 24),
+                              std::make_tuple<int64_t, int64_t, int64_t, int64_t, int64_t>(70, 5, 2, 19, 13)}) {
+      AttentionCase run(shape, bf16);
+      const int64_t heads = run.heads, keys = run.queries + run.cached, qk = run.qk_dim, vd = run.v_dim;
+      std::vector<float> acc(run.out.size(), 0.0f), max(size_t(run.queries * heads), -INFINITY), sum(max.size(), 0.0f);
+      const int64_t cuts[] = {0, run.cached / 2 + 1, run.cached + run.queries / 2, keys};
+      for (int r = 0; r < 3; ++r) {
+        const int64_t first = cuts[r], n = cuts[r + 1] - cuts[r];
+        std::vector<float> k(size_t(heads * n * qk)), v(size_t(heads * n * vd));
+        for (int64_t h = 0; h < heads; ++h) {
+          std::copy_n(run.kv.k.begin() + (h * keys + first) * qk, n * qk, k.begin() + h * n * qk);
+          std::copy_n(run.kv.v.begin() + (h * keys + first) * vd, n * vd, v.begin() + h * n * vd);
+        }
+        const HeadMajorKeysValues part(heads, n, qk, vd, k, v);
+        std::vector<float> out(run.out.size()), part_max(max.size()), part_sum(max.size());
+        CausalAttentionParams params = run.params;
+        params.k_panels = bf16 ? nullptr : part.k_panels.data();
+        params.v_panels = bf16 ? nullptr : part.v_panels.data();
+        params.k_pairs = bf16 ? part.k_pairs.data() : nullptr;
+        params.v_pairs = bf16 ? part.v_pairs.data() : nullptr;
+        params.n_keys = n;
+        params.key_position = first;
+        params.query_position = run.cached;
+        params.out = out.data();
+        params.row_max = part_max.data();
+        params.row_sum = part_sum.data();
+        causal_attention(params);
+        for (size_t row = 0; row < max.size(); ++row) {
+          const float merged = std::max(max[row], part_max[row]);
+          if (merged == -INFINITY) continue;
+          const float keep = std::exp(max[row] - merged), add = std::exp(part_max[row] - merged);
+          for (int64_t d = 0; d < vd; ++d)
+            acc[row * size_t(vd) + size_t(d)] = acc[row * size_t(vd) + size_t(d)] * keep + out[row * size_t(vd) + size_t(d)] * add;
+          sum[row] = sum[row] * keep + part_sum[row] * add;
+          max[row] = merged;
+        }
+      }
+      for (size_t row = 0; row < max.size(); ++row)
+        for (int64_t d = 0; d < vd; ++d) acc[row * size_t(vd) + size_t(d)] /= sum[row];
+      std::vector<float> bound;
+      const std::vector<float> want = reference(run.params, run.kv, bf16, &bound);
+      if (!bf16) {
+        EXPECT_TRUE(testing::relative_close(acc, want, 1e-5)) << run.label();
+        continue;
+      }
+      int64_t outside = 0;  // bf16: probabilities rounded in each range, as in one
+      for (size_t i = 0; i < acc.size(); ++i) outside += !(std::abs(acc[i] - want[i]) <= 2 * bound[i] + 1e-6f);
+      EXPECT_EQ(outside, 0) << run.label();
+    }
   }
 }
 

@@ -228,6 +228,48 @@ TEST(EngineAllocations, NoneInAForwardAfterTheWarmUp) {
   client_thread = false;
 }
 
+// A prompt longer than one expanded key range (kMlaExpandedKeyTile) allocates nothing after a
+// warm-up whose prefill chunk ends just past one range: the expanded form's scratch is sized
+// by the range, not the context (each form forced, and the cost model's choice).
+TEST(EngineAllocations, NoneForAPromptOfSeveralKeyRangesAfterTheWarmUp) {
+  client_thread = true;
+  set_num_threads(1);
+  testing::TempDir dir;
+  nlohmann::json preset = model_preset("tiny");
+  preset["max_position_embeddings"] = 16384;
+  testing::write_model(dir.path(), preset, StorageDType::BF16, 8);
+  auto model = load_causal_lm(dir.path());
+  auto tokenizer = Tokenizer::load(dir.path());
+  for (const MlaPath path : {MlaPath::Expanded, MlaPath::Absorbed, MlaPath::Auto}) {
+    CountingExecutor executor(*model);
+    EngineConfig config;
+    config.max_model_len = 7000;
+    config.kv_cache_tokens = 2 * 7000;
+    config.scheduler.max_num_seqs = 2;
+    config.scheduler.chunked_prefill_size = 1024;
+    config.prefill_path = path;
+    {
+      Engine engine(executor, *tokenizer, config);
+      executor.counting = true;
+      std::vector<std::shared_ptr<RequestHandle>> handles;
+      for (const int length : {6500, 4500}) {
+        EngineRequest request;
+        for (int t = 0; t < length; ++t) request.prompt.push_back(int32_t((t * 37 + length) % 500));
+        request.max_tokens = 4;
+        request.ignore_eos = true;
+        handles.push_back(engine.submit(std::move(request)));
+      }
+      for (const auto& handle : handles)
+        for (bool finished = false; !finished;)
+          for (const StreamEvent& event : handle->wait(std::chrono::milliseconds(100))) finished |= event.finished;
+    }
+    EXPECT_GT(executor.forwards, 4) << mla_path_name(path);
+    EXPECT_EQ(executor.allocations_serving, 0) << mla_path_name(path);
+  }
+  set_num_threads(0);
+  client_thread = false;
+}
+
 // The same through two thread ranks, each with its own caches (the engine's pools).
 TEST(DecodeAllocations, NoneAfterTheFirstStepsOnThreadRanks) {
   testing::TempDir dir;

@@ -73,7 +73,13 @@ CASES = {
     "f32, fp8 latent cache, decode path": (
         "f32", {"rope_scaling": YARN, "first_k_dense_replace": 4}, ["--kv-cache-dtype", "fp8", "--chunk", "1"]),
     "f32, bf16 latent cache, decode path": ("f32", {"first_k_dense_replace": 4}, ["--kv-cache-dtype", "bf16", "--chunk", "1"]),
+    # Past 4,096 keys (kMlaExpandedKeyTile) the expanded form attends a range of keys at a time
+    # and merges their softmax terms: 4,500 tokens in chunks of 1,600, the last chunk's queries
+    # (from position 3,200) over two ranges, the first ending inside the chunk.
+    "f32 4500 tokens, chunks of 1600 expanded over key ranges": (
+        "f32", {"max_position_embeddings": 8192}, ["--mla-path", "expanded", "--chunk", "1600"]),
 }
+LENGTH = {"int4 routed experts, --act-quant off, 100 tokens": 100, "f32 4500 tokens, chunks of 1600 expanded over key ranges": 4500}
 
 
 def argmax_agrees(got, want, bound):
@@ -117,7 +123,7 @@ def test_logits_match_the_reference(binary, work_dir, name):
     if "group 64" in name:
         make += ["--group-size", "64"]
     subprocess.run(make, check=True, capture_output=True)
-    ids = np.random.default_rng(index).integers(0, 32000, size=100 if "100 tokens" in name else 24)
+    ids = np.random.default_rng(index).integers(0, 32000, size=LENGTH.get(name, 24))
     out = os.path.join(model, "logits.npy")
     subprocess.run([binary, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out] + flags,
                    check=True, capture_output=True)
