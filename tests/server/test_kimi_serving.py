@@ -49,14 +49,16 @@ def test_a_prompt_split_over_two_requests_matches_one(binary, work_dir, preset):
     first = "Prefix caching with recurrent state " * 4
     whole = first + "and then some more words"
     body = {"prompt": whole, "max_tokens": 6, "temperature": 0, "logprobs": 3, "ignore_eos": True}
-    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16")
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16",
+                    "--chunked-prefill-size-alone", "16")
     try:
         server.request("POST", "/v1/completions", {"prompt": first, "max_tokens": 1})
         status, split = server.request("POST", "/v1/completions", body)
         hits = server.metric("mlaserve_prefix_cache_hits_total")
     finally:
         server.stop()
-    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16")
+    server = Server(binary, model, "--kv-cache-gb", str(cache_gb), "--block-size", "4", "--chunked-prefill-size", "16",
+                    "--chunked-prefill-size-alone", "16")
     try:
         status_alone, alone = server.request("POST", "/v1/completions", body)
     finally:
@@ -73,7 +75,7 @@ def test_concurrent_requests_equal_one_at_a_time(binary, work_dir, preset):
     """Also streaming chat, an image refused by name, and SIGTERM's exit code."""
     model, cache_gb = made(binary, work_dir, preset), PRESETS[preset][1]
     # 3 running sequences and a small latent cache: 8 concurrent requests queue, and running
-    # ones are preempted. At most 8 prefill + 3 decode tokens a step: below 16, where 4-bit
+    # ones are preempted. At most 8 prefill (alone too) + 3 decode tokens a step: below 16, where 4-bit
     # layers (Kimi K3's MXFP4 experts) switch from the int8 dot to the packed GEMM, so a token
     # gets the same bits in any batch (kernels.md) and greedy outputs cannot differ by timing.
     # An fp32 cache: a preempted sequence is recomputed by the fp32 expanded attention, and over
@@ -81,7 +83,7 @@ def test_concurrent_requests_equal_one_at_a_time(binary, work_dir, preset):
     # (mla_decode.h), which differ at bf16 precision. 1.1 x the bytes keeps ~140 tokens of it
     # (the state slots take a fixed share).
     server = Server(binary, model, "--kv-cache-gb", str(1.1 * cache_gb), "--kv-cache-dtype", "fp32", "--max-num-seqs", "3",
-                    "--chunked-prefill-size", "8", "--block-size", "4")
+                    "--chunked-prefill-size", "8", "--chunked-prefill-size-alone", "8", "--block-size", "4")
     try:
         alone = [complete(server, p) for p in PROMPTS]
         assert all(not a.startswith("HTTP") for a in alone), alone
