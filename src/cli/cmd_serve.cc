@@ -198,6 +198,43 @@ void serve(const ServeOptions& options) {
   spdlog::info("stopped");
 }
 
+// The latent cache: its size, dtype and blocks, the prefix cache's disk tier, KDA snapshots.
+void add_cache_flags(CLI::App* cmd, ServeOptions& options) {
+  cmd->add_option("--kv-cache-gb", options.kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");
+  cmd->add_option("--kv-cache-fraction", options.kv_cache_fraction, "fraction of available memory for the KV cache")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", options.kv_dtype,
+                  "bf16 | fp8 (E4M3 latent with a scale per 128 values, rope key in bf16: 57% of bf16's bytes) | fp32")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))->capture_default_str();
+  cmd->add_option("--block-size", options.block_size, "tokens per KV cache block")->capture_default_str();
+  cmd->add_option("--prefix-cache-dir", options.prefix_cache_dir,
+                  "keep the prefix cache's blocks in this directory too: written when evicted from memory and at "
+                  "shutdown, read back when a prompt's prefix matches, in this process or after a restart");
+  cmd->add_option("--prefix-cache-disk-gb", options.prefix_cache_disk_gb,
+                  "this model's files in --prefix-cache-dir at most (the oldest are dropped)")
+      ->capture_default_str();
+  cmd->add_option("--state-snapshots", options.state_snapshots,
+                  "KDA models: recurrent-state snapshots kept for prefix caching (default: --max-num-seqs)");
+}
+
+// What a step runs: sequences, prefill chunks and their attention form, the queue, the context.
+void add_scheduler_flags(CLI::App* cmd, ServeOptions& options) {
+  cmd->add_option("--max-num-seqs", options.scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
+  cmd->add_option("--chunked-prefill-size", options.scheduler.chunked_prefill_size,
+                  "prefill tokens per step while any sequence decodes")->capture_default_str();
+  cmd->add_option("--chunked-prefill-size-alone", options.scheduler.prefill_size_alone,
+                  "prefill tokens per step when no sequence decodes (a long prompt alone: larger chunks re-expand "
+                  "the cached keys fewer times)")
+      ->capture_default_str();
+  cmd->add_option("--mla-prefill", options.mla_prefill,
+                  "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
+                  "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
+                  " | absorbed")
+      ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", options.max_queue, "waiting requests before 429")->capture_default_str();
+  cmd->add_option("--max-model-len", options.max_model_len, "context length (default: the model's)");
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
@@ -233,42 +270,17 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-webui", options->no_webui, "no web page (default: served when --host is a loopback address)")
       ->excludes(webui);
   cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
-  cmd->add_option("--kv-cache-gb", options->kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");
-  cmd->add_option("--kv-cache-fraction", options->kv_cache_fraction, "fraction of available memory for the KV cache")->capture_default_str();
-  cmd->add_option("--kv-cache-dtype", options->kv_dtype,
-                  "bf16 | fp8 (E4M3 latent with a scale per 128 values, rope key in bf16: 57% of bf16's bytes) | fp32")
-      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))->capture_default_str();
-  cmd->add_option("--block-size", options->block_size, "tokens per KV cache block")->capture_default_str();
-  cmd->add_option("--max-num-seqs", options->scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
-  cmd->add_option("--chunked-prefill-size", options->scheduler.chunked_prefill_size,
-                  "prefill tokens per step while any sequence decodes")->capture_default_str();
-  cmd->add_option("--chunked-prefill-size-alone", options->scheduler.prefill_size_alone,
-                  "prefill tokens per step when no sequence decodes (a long prompt alone: larger chunks re-expand "
-                  "the cached keys fewer times)")
-      ->capture_default_str();
-  cmd->add_option("--mla-prefill", options->mla_prefill,
-                  "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
-                  "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
-                  " | absorbed")
-      ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
-      ->capture_default_str();
-  cmd->add_option("--max-queue", options->max_queue, "waiting requests before 429")->capture_default_str();
-  cmd->add_option("--max-model-len", options->max_model_len, "context length (default: the model's)");
+  add_cache_flags(cmd, *options);
+  add_scheduler_flags(cmd, *options);
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
-  cmd->add_option("--prefix-cache-dir", options->prefix_cache_dir,
-                  "keep the prefix cache's blocks in this directory too: written when evicted from memory and at "
-                  "shutdown, read back when a prompt's prefix matches, in this process or after a restart");
-  cmd->add_option("--prefix-cache-disk-gb", options->prefix_cache_disk_gb,
-                  "this model's files in --prefix-cache-dir at most (the oldest are dropped)")
-      ->capture_default_str();
-  cmd->add_option("--state-snapshots", options->state_snapshots,
-                  "KDA models: recurrent-state snapshots kept for prefix caching (default: --max-num-seqs)");
   add_parallel_flags(cmd, options->parallel);
   add_speculative_flags(cmd, options->speculative);
   cmd->callback([options] {
     MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
               "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");
+    MLA_CHECK(options->prefix_cache_disk_gb >= 0, "--prefix-cache-disk-gb must be 0 or more, not {}",
+              options->prefix_cache_disk_gb);
     serve(*options);
   });
 }

@@ -162,23 +162,29 @@ void BlockManager::publish(std::span<const int32_t> table, std::span<const int32
   }
 }
 
-std::optional<int32_t> BlockManager::adopt(std::span<const int32_t> tokens, int64_t n) {
-  std::vector<int32_t> pinned = lookup(tokens, n);
+int64_t BlockManager::adopt(std::span<const int32_t> tokens, int64_t n, int64_t count, const BlockFill& fill) {
+  std::vector<int32_t> pinned = lookup(tokens, n);  // then the adopted blocks, pinned until the end
   MLA_CHECK(int64_t(pinned.size()) == n, "internal: adopting block {} of a prefix with {} cached", n, pinned.size());
   for (int32_t id : pinned)
     if (blocks_[size_t(id)].refs++ == 0) lru_remove(id);
-  std::optional<int32_t> adopted;
-  const auto block_tokens = tokens.subspan(size_t(n * block_size_), size_t(block_size_));
-  const uint64_t hash = chain_hash(n > 0 ? prefix_hash(tokens, n) : 0, block_tokens);
-  if (available_blocks() > 0 && index_find(hash) == kNone) {
+  uint64_t hash = n > 0 ? blocks_[size_t(pinned.back())].hash : 0;
+  int64_t adopted = 0;
+  for (int64_t b = n; b < n + count && available_blocks() > 0; ++b, ++adopted) {
+    const auto block_tokens = tokens.subspan(size_t(b * block_size_), size_t(block_size_));
+    hash = chain_hash(hash, block_tokens);
+    if (index_find(hash) != kNone) break;  // another copy is cached
     const int32_t id = take_block();
+    if (!fill(id, b, hash)) {
+      blocks_[size_t(id)].refs = 0;
+      free_.push_back(id);
+      break;
+    }
     Block& block = blocks_[size_t(id)];
     block.published = true;
     block.hash = hash;
     std::ranges::copy(block_tokens, block_tokens_.begin() + id * block_size_);
     index_insert(id);
     pinned.push_back(id);
-    adopted = id;
   }
   release(pinned);
   return adopted;

@@ -39,10 +39,13 @@ class BlockManager {
   // Drops the sequence's references; its published blocks stay cached, the rest are freed.
   void release(std::vector<int32_t>& table);
 
-  // A block for the full block after the first n of `tokens` (which must be cached; they are
-  // kept from eviction meanwhile), published as that prefix and left cached and unused: the
-  // caller fills it (from the disk tier). nullopt when no block is free or evictable.
-  std::optional<int32_t> adopt(std::span<const int32_t> tokens, int64_t n);
+  // Blocks for full blocks n, n + 1, ... of `tokens` (at most `count`; the first n must be
+  // cached and are kept from eviction meanwhile), each taken from the free or evictable ones and
+  // handed to fill(id, block index, prefix hash) to fill in (from the disk tier); each it fills
+  // is published as that prefix and left cached and unused. Stops at the first it does not fill
+  // or when none is left. Returns how many it published.
+  using BlockFill = std::function<bool(int32_t id, int64_t block, uint64_t hash)>;
+  int64_t adopt(std::span<const int32_t> tokens, int64_t n, int64_t count, const BlockFill& fill);
   // Called with a cached block's id, prefix hash and tokens just before it is evicted for reuse
   // (its rows still in place).
   using EvictionHook = std::function<void(int32_t id, uint64_t hash, std::span<const int32_t> tokens)>;

@@ -40,8 +40,9 @@ class DiskPrefixCache {
   bool contains(uint64_t hash) const { return files_.count(hash) > 0; }
   // Writes a block (unless present) and drops the oldest files past the budget.
   void write(uint64_t hash, std::span<const int32_t> tokens, const void* payload);
-  // Reads the block `hash` holding `tokens` into `payload` (block_bytes); false, and the file
-  // removed with a warning, when it is missing, truncated, corrupt or another block's.
+  // Reads the block `hash` holding `tokens` into `payload` (block_bytes); false, `payload`
+  // untouched and the file removed with a warning, when it is missing, truncated, corrupt or
+  // another block's.
   bool read(uint64_t hash, std::span<const int32_t> tokens, void* payload);
 
   int64_t files() const { return int64_t(files_.size()); }

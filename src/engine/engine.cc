@@ -29,6 +29,18 @@ SchedulerConfig scheduler_config(SchedulerConfig config, bool recurrent_state,
   return config;
 }
 
+// Block tables [n_seqs][shared_blocks + 1]: pool blocks [0, shared_blocks) shared, then pool
+// block shared_blocks + s of sequence s's own.
+std::vector<int32_t> shared_prefix_tables(int64_t n_seqs, int64_t shared_blocks) {
+  std::vector<int32_t> tables(size_t(n_seqs * (shared_blocks + 1)));
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    int32_t* table = tables.data() + s * (shared_blocks + 1);
+    std::iota(table, table + shared_blocks, 0);
+    table[shared_blocks] = int32_t(shared_blocks + s);
+  }
+  return tables;
+}
+
 }  // namespace
 
 struct Engine::Request {
@@ -123,7 +135,6 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
     MLA_CHECK(executor_.ranks() == 1, "--prefix-cache-dir is not supported yet with {} ranks (--tp, MPI): blocks are "
               "read into rank 0's pool only", executor_.ranks());
     disk_.emplace(config_.prefix_cache_disk, config_.block_size, block_bytes_);
-    disk_block_.resize(size_t(block_bytes_));
     blocks_.on_evict([this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
       spill_to_disk(block, hash, tokens);
     });
@@ -158,10 +169,10 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
 // attention form a chunk may take, and with a drafter max_num_seqs sequences each verifying the
 // longest draft. An expanded chunk ends just past one key range (kMlaExpandedKeyTile) and an
 // absorbed one starts its sequence: neither form's scratch grows with the context past that,
-// and a chunk at a 128k-token context would take a minute. They
-// fault in the weights' pages, so the first request does not pay for them, and take the forward's scratch buffers to their high-water
-// marks, so the process's memory does not creep up as longer contexts and fuller batches
-// arrive. Their tokens are all the same, so every row is routed to the same experts: the
+// and a chunk at a 128k-token context would take a minute. They fault in the weights' pages,
+// so the first request does not pay for them, and take the forward's scratch buffers to their
+// high-water marks, so the process's memory does not creep up as longer contexts and fuller
+// batches arrive. Their tokens are all the same, so every row is routed to the same experts: the
 // largest expert batch. The sequences share their leading blocks and each writes its own
 // last block; what they write is rewritten before any later read.
 void Engine::warm_up() {
@@ -173,16 +184,10 @@ void Engine::warm_up() {
       std::max(config_.scheduler.chunked_prefill_size, config_.scheduler.prefill_size_alone), n_seqs * context);
   const int64_t chunk = std::min(prefill, context);  // the longest chunk
   const int64_t expanded_end = std::min(context, kMlaExpandedKeyTile + chunk);
-  std::vector<int32_t> tables(size_t(n_seqs * (shared_blocks + 1)));  // [n_seqs, shared_blocks + 1]
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    int32_t* table = tables.data() + s * (shared_blocks + 1);
-    std::iota(table, table + shared_blocks, 0);
-    table[shared_blocks] = int32_t(shared_blocks + s);
-  }
+  const std::vector<int32_t> tables = shared_prefix_tables(n_seqs, shared_blocks);
   const auto view = [&](int64_t s) {
-    return LatentCacheView{pool_, config_.cache_dtype, tables.data() + s * (shared_blocks + 1), shared_blocks + 1,
-                           config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(),
-                           state_bytes_ > 0 ? state_offset(s) : -1, model_config_.qk_rope_head_dim};
+    return pool_view(std::span(tables).subspan(size_t(s * (shared_blocks + 1)), size_t(shared_blocks + 1)),
+                     state_bytes_ > 0 ? state_offset(s) : -1);
   };
   // Verifying positions stay in each sequence's own last block.
   const int64_t own_positions = context - shared_blocks * config_.block_size;
@@ -240,17 +245,14 @@ int64_t Engine::restorable_blocks(std::span<const int32_t> tokens, int64_t cache
 void Engine::load_from_disk(std::span<const int32_t> tokens) {
   if (!disk_) return;
   const int64_t reusable = (int64_t(tokens.size()) - 1) / config_.block_size;  // never the last token's block
-  int64_t cached = blocks_.cached_prefix_blocks(tokens);
+  const int64_t cached = blocks_.cached_prefix_blocks(tokens);
   if (cached >= reusable) return;
-  const std::vector<uint64_t> hashes = blocks_.prefix_hashes(tokens, reusable);
-  for (; cached < reusable && disk_->contains(hashes[size_t(cached)]); ++cached) {
-    const auto block_tokens = tokens.subspan(size_t(cached * config_.block_size), size_t(config_.block_size));
-    if (!disk_->read(hashes[size_t(cached)], block_tokens, disk_block_.data())) return;
-    const std::optional<int32_t> block = blocks_.adopt(tokens, cached);
-    if (!block) return;
-    std::memcpy(pool_block(*block), disk_block_.data(), disk_block_.size());
-    metrics_.prefix_disk_hit_tokens += config_.block_size;
-  }
+  // A block read only where the disk holds it whole (read() leaves the pool block as it was otherwise).
+  const int64_t read = blocks_.adopt(tokens, cached, reusable - cached, [&](int32_t block, int64_t index, uint64_t hash) {
+    const auto block_tokens = tokens.subspan(size_t(index * config_.block_size), size_t(config_.block_size));
+    return disk_->contains(hash) && disk_->read(hash, block_tokens, pool_block(block));
+  });
+  metrics_.prefix_disk_hit_tokens += read * config_.block_size;
 }
 
 void Engine::spill_to_disk(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
@@ -463,10 +465,7 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
   int64_t n_tokens = 0;
   for (const ScheduledChunk& chunk : plan) {
     Sequence& seq = *chunk.seq;
-    LatentCacheView view{pool_, config_.cache_dtype, seq.block_table.data(), int64_t(seq.block_table.size()),
-                         config_.block_size, model_config_.cache_layers(), model_config_.kv_latent_dim(), -1,
-                         model_config_.qk_rope_head_dim};
-    if (seq.state_slot >= 0) view.state_offset = state_offset(seq.state_slot);
+    const LatentCacheView view = pool_view(seq.block_table, seq.state_slot >= 0 ? state_offset(seq.state_slot) : -1);
     if (seq.restore_tokens > 0) restore_state(seq);
     std::span<const int32_t> tokens = std::span(seq.tokens).subspan(size_t(chunk.start), size_t(chunk.n_tokens));
     const bool verifying = !chunk.prefill && !seq.draft.empty();

@@ -157,6 +157,11 @@ class Engine {
   // cached block written out when evicted, and every one at shutdown.
   void load_from_disk(std::span<const int32_t> tokens);
   void spill_to_disk(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  // A sequence's view of the pool through its block table (state_offset -1: no KDA state).
+  LatentCacheView pool_view(std::span<const int32_t> table, int64_t state_offset) const {
+    return {pool_, config_.cache_dtype, table.data(), int64_t(table.size()), config_.block_size,
+            model_config_.cache_layers(), model_config_.kv_latent_dim(), state_offset, model_config_.qk_rope_head_dim};
+  }
   uint8_t* pool_block(int32_t block) const { return static_cast<uint8_t*>(pool_) + int64_t(block) * block_bytes_; }
   void keep_state_snapshot(const ScheduledChunk& chunk);
 
@@ -178,7 +183,6 @@ class Engine {
   BlockManager blocks_;
   Scheduler scheduler_;
   std::optional<DiskPrefixCache> disk_;
-  std::vector<uint8_t> disk_block_;  // a block read from disk, before it takes a pool block
   EngineMetrics metrics_;
 
   std::mutex mutex_;  // guards incoming_, accepting_, stopping_

@@ -55,17 +55,19 @@ void fp8_row_store(const float* values, int64_t kv_lora_rank, int64_t rope_dim, 
 void fp8_row_load(const uint8_t* row, int64_t kv_lora_rank, int64_t first, int64_t count, float* out) {
   const float* table = fp8_e4m3_table();
   const uint8_t* scales = row + kv_lora_rank;
+  const int64_t end = first + count;
+  // The latent's values a scale block at a time (its scale read once), then the rope key's.
+  for (int64_t i = first; i < std::min(end, kv_lora_rank);) {
+    const int64_t block_end = std::min({end, kv_lora_rank, (i / kFp8ScaleBlock + 1) * kFp8ScaleBlock});
+    float scale;
+    std::memcpy(&scale, scales + 4 * (i / kFp8ScaleBlock), 4);
+    for (; i < block_end; ++i) out[i - first] = table[row[i]] * scale;
+  }
   const uint8_t* rope = scales + 4 * fp8_scale_count(kv_lora_rank);
-  for (int64_t i = first; i < first + count; ++i) {
-    if (i < kv_lora_rank) {
-      float scale;
-      std::memcpy(&scale, scales + 4 * (i / kFp8ScaleBlock), 4);
-      out[i - first] = table[row[i]] * scale;
-    } else {
-      uint16_t word;
-      std::memcpy(&word, rope + 2 * (i - kv_lora_rank), 2);
-      out[i - first] = bf16_to_f32(word);
-    }
+  for (int64_t i = std::max(first, kv_lora_rank); i < end; ++i) {
+    uint16_t word;
+    std::memcpy(&word, rope + 2 * (i - kv_lora_rank), 2);
+    out[i - first] = bf16_to_f32(word);
   }
 }
 

@@ -37,17 +37,8 @@ void per_position(std::string& out, const char* name, const char* help, const st
     out += fmt::format("{}{{{},position=\"{}\"}} {}\n", name, labels, i, int64_t(counts[size_t(i)]));
 }
 
-}  // namespace
-
-std::string render_prometheus(EngineMetrics& m, const std::string& model_name, const ModelInfo& model_info) {
-  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
-  std::string out;
-  std::string info_labels = labels;
-  for (const auto& [key, value] : model_info) info_labels += fmt::format(",{}=\"{}\"", key, label_value(value));
-  metric(out, "mlaserve_model_info", "gauge", "What is served: the model, its weights, ranks and kernels (labels).",
-         info_labels, 1.0);
-  metric(out, "mlaserve_num_requests_running", "gauge", "Requests in the running batch.", labels, double(m.running));
-  metric(out, "mlaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.waiting));
+// The latent cache: its size, use, and the prefix cache's hits in memory and on disk.
+void render_cache(std::string& out, EngineMetrics& m, const std::string& labels) {
   metric(out, "mlaserve_kv_cache_tokens", "gauge", "Tokens the latent KV cache holds.", labels,
          double(m.kv_cache_tokens));
   metric(out, "mlaserve_kv_cache_bytes", "gauge", "Bytes of the latent KV cache's pool (KDA state included).", labels,
@@ -58,8 +49,6 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
   const double total = double(m.kv_blocks_total);
   metric(out, "mlaserve_kv_cache_usage_perc", "gauge", "Fraction of latent KV cache blocks in use (0-1).", labels,
          total > 0 ? double(m.kv_blocks_used) / total : 0.0);
-  metric(out, "mlaserve_prompt_tokens_total", "counter", "Prompt tokens received.", labels, double(m.prompt_tokens));
-  metric(out, "mlaserve_generation_tokens_total", "counter", "Tokens generated.", labels, double(m.generation_tokens));
   metric(out, "mlaserve_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels,
          double(m.prefix_queried_tokens));
   metric(out, "mlaserve_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", labels,
@@ -76,7 +65,10 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
          labels, double(m.prefix_disk_read_bytes));
   metric(out, "mlaserve_prefix_cache_disk_written_bytes_total", "counter",
          "Bytes written to the prefix cache's disk tier.", labels, double(m.prefix_disk_written_bytes));
-  metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
+}
+
+// Speculative decoding: drafts, accepted tokens by position, the drafter's time.
+void render_speculative(std::string& out, EngineMetrics& m, const std::string& labels) {
   metric(out, "mlaserve_spec_decode_num_drafts_total", "counter", "Decode steps that verified a draft.", labels,
          double(m.spec_drafts));
   metric(out, "mlaserve_spec_decode_num_draft_tokens_total", "counter", "Tokens drafted.", labels,
@@ -92,6 +84,24 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
   metric(out, "mlaserve_spec_decode_draft_length", "gauge",
          "The most tokens a sequence drafted in the last step (the adaptive policy's choice).", labels,
          double(m.spec_draft_length));
+}
+
+}  // namespace
+
+std::string render_prometheus(EngineMetrics& m, const std::string& model_name, const ModelInfo& model_info) {
+  const std::string labels = fmt::format("model_name=\"{}\"", label_value(model_name));
+  std::string out;
+  std::string info_labels = labels;
+  for (const auto& [key, value] : model_info) info_labels += fmt::format(",{}=\"{}\"", key, label_value(value));
+  metric(out, "mlaserve_model_info", "gauge", "What is served: the model, its weights, ranks and kernels (labels).",
+         info_labels, 1.0);
+  metric(out, "mlaserve_num_requests_running", "gauge", "Requests in the running batch.", labels, double(m.running));
+  metric(out, "mlaserve_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.waiting));
+  render_cache(out, m, labels);
+  metric(out, "mlaserve_prompt_tokens_total", "counter", "Prompt tokens received.", labels, double(m.prompt_tokens));
+  metric(out, "mlaserve_generation_tokens_total", "counter", "Tokens generated.", labels, double(m.generation_tokens));
+  metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
+  render_speculative(out, m, labels);
   metric(out, "mlaserve_forward_seconds_total", "counter", "Time of the model's forward passes (verification included).",
          labels, double(m.forward_us) * 1e-6);
   out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"

@@ -111,7 +111,7 @@ TEST(BlockManager, EvictionReportsAndAdoptionExtendsACachedPrefix) {
   blocks.on_evict([&](int32_t, uint64_t hash, std::span<const int32_t> tokens) {
     evicted.emplace_back(hash, std::vector<int32_t>(tokens.begin(), tokens.end()));
   });
-  const auto prompt = iota_tokens(13);  // 3 full blocks, a 4th for the last token
+  const auto prompt = iota_tokens(17);  // 4 full blocks, a 5th for the last token
   auto first = blocks.allocate(std::span(prompt).first(9), 9);  // blocks 0-2 (positions 0-8)
   ASSERT_TRUE(first);
   blocks.publish(first->blocks, prompt, 8);  // blocks 0 and 1 cached
@@ -122,11 +122,18 @@ TEST(BlockManager, EvictionReportsAndAdoptionExtendsACachedPrefix) {
   });
   EXPECT_EQ(visited, 2);
   // Block 2 of the prompt from elsewhere: the one free block takes it, the prefix stays.
-  const auto adopted = blocks.adopt(prompt, 2);
-  ASSERT_TRUE(adopted);
+  std::vector<int64_t> filled;
+  const auto fill = [&](int32_t, int64_t block, uint64_t hash) {
+    EXPECT_EQ(hash, blocks.prefix_hash(prompt, block + 1));
+    filled.push_back(block);
+    return true;
+  };
+  const int64_t adopted = blocks.adopt(prompt, 2, 1, fill);
+  ASSERT_EQ(adopted, 1);
+  EXPECT_EQ(filled, std::vector<int64_t>{2});
   EXPECT_TRUE(evicted.empty());
   EXPECT_EQ(blocks.cached_prefix_blocks(prompt), 3);
-  EXPECT_FALSE(blocks.adopt(prompt, 3));  // every block holds the prefix: nothing to take
+  EXPECT_EQ(blocks.adopt(prompt, 3, 1, fill), 0);  // every block holds the prefix: nothing to take
   // Another prompt needs all three blocks: each cached block is reported as it goes, oldest first.
   auto other = blocks.allocate(iota_tokens(12, 5000), 12);
   ASSERT_TRUE(other);

@@ -8,23 +8,15 @@ The rope key is rounded to bf16 (nearest, ties to even).
 """
 import numpy as np
 
-from checkpoint import bf16_round
+from checkpoint import bf16_round, fp8_e4m3_values
 
 BLOCK = 128
 
 
-def e4m3_values():
-    """The 127 non-negative finite E4M3 values in code order: bias 7, 3 mantissa bits, code 0x7f NaN."""
-    values = []
-    for code in range(0x7f):
-        exponent, mantissa = code >> 3, code & 7
-        values.append(mantissa / 8 * 2.0 ** -6 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7))
-    return np.array(values)
-
-
 def round_e4m3(x):
-    """x (|x| <= 448) to the nearest E4M3 value, ties to the even code."""
-    table = e4m3_values()
+    """x (|x| <= 448) to the nearest E4M3 value, ties to the even code (the rule of
+    tools/train/export.py's to_e4m3, which imports torch with it)."""
+    table = fp8_e4m3_values()[:0x7F]  # the non-negative finite values, in code order
     magnitude = np.minimum(np.abs(x), 448.0)
     upper = np.clip(np.searchsorted(table, magnitude), 1, len(table) - 1)
     lower = upper - 1
