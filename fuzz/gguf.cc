@@ -1,0 +1,35 @@
+// A .gguf file's bytes: GgufFile checks the header, every metadata value and every tensor's type,
+// shape and offset before any tensor is touched, so every tensor it returns lies inside the file;
+// the target dequantizes each one end to end to let ASan check that.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+#include "base/error.h"
+#include "fuzz_input.h"
+#include "io/gguf.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string path = [] {
+    std::atexit([] { std::remove(("/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".gguf").c_str()); });
+    return "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".gguf";
+  }();
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  try {
+    const mlaserve::GgufFile file(path);
+    for (const mlaserve::GgufTensor& tensor : file.tensors()) {
+      // A tensor's byte count is what its shape and type say, and it lies inside the file.
+      if (mlaserve::ggml_row_bytes(tensor.type, tensor.numel()) != tensor.nbytes ||
+          tensor.data + tensor.nbytes > file.file().data() + file.file().size())
+        __builtin_trap();
+      if (tensor.numel() > (int64_t(1) << 20)) continue;
+      std::vector<float> values(size_t(tensor.numel()));
+      mlaserve::dequantize_ggml(tensor.type, tensor.data, tensor.numel(), values.data());
+    }
+  } catch (const mlaserve::Error&) {
+  }
+  return 0;
+}
