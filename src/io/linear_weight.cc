@@ -184,8 +184,9 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
 
 const TensorInfo& WeightLoader::expect(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo& tensor = checkpoint_.get(name);
-  MLA_CHECK(tensor.shape == shape, "tensor '{}': expected shape {}, found {}", name,
-            shape_string(shape), tensor.shape_string());
+  MLA_CHECK(tensor.shape == shape, "tensor '{}'{}: expected shape {}, found {}", name,
+            tensor.gguf_name.empty() ? "" : " (GGUF '" + tensor.gguf_name + "')", shape_string(shape),
+            tensor.shape_string());
   return tensor;
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "io/gguf_model.h"
 
 namespace mlaserve {
 namespace {
@@ -343,7 +344,9 @@ ModelConfig parse_model_config(const json& outer_config) {
 
 namespace {
 
+// DIR/config.json, or the keys of a GGUF file as config.json would have them.
 json read_config_json(const std::string& model_dir) {
+  if (is_gguf_path(model_dir)) return gguf_config_json(open_gguf(model_dir));
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
   try {
     return json::parse(read_text_file(path));

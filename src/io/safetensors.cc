@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "io/gguf_model.h"
 
 namespace mlaserve {
 namespace {
@@ -99,10 +100,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
 void Checkpoint::release_pages(const void* begin, size_t bytes) const {
   for (const auto& file : files_)
     if (file->file().contains(begin)) file->file().release(begin, bytes);
+  if (gguf_) gguf_->release_pages(begin, bytes);
 }
+
+Checkpoint::~Checkpoint() = default;
 
 Checkpoint::Checkpoint(const std::string& directory) : directory_(directory) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(directory)) {
+    gguf_ = std::make_unique<GgufTensors>(directory);
+    for (const auto& [name, info] : gguf_->tensors()) tensors_.emplace(name, &info);
+    return;
+  }
   const fs::path dir(directory);
   const fs::path index_path = dir / "model.safetensors.index.json";
   std::map<std::string, std::string> weight_map;  // tensor -> shard file

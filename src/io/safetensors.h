@@ -20,6 +20,7 @@ struct TensorInfo {
   const uint8_t* data = nullptr;  // points into the mapped file
   size_t nbytes = 0;
   std::string file;  // for messages
+  std::string gguf_name;  // the GGUF tensor it was read from, for messages ("" in safetensors)
 
   int64_t numel() const;
   std::string shape_string() const;  // "[8, 256]"
@@ -39,11 +40,15 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> tensors_;
 };
 
-// All tensors of a checkpoint directory. Tracks which tensors the model consumed so that
-// unexpected extra tensors are reported.
+class GgufTensors;
+
+// All tensors of a checkpoint directory, or of a GGUF file under the names its Hugging Face
+// twin has (io/gguf_model.h). Tracks which tensors the model consumed so that unexpected extra
+// tensors are reported.
 class Checkpoint {
  public:
-  explicit Checkpoint(const std::string& directory);
+  explicit Checkpoint(const std::string& directory);  // a directory, or a .gguf file
+  ~Checkpoint();
 
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& get(const std::string& name);  // marks used; throws "missing tensor"
@@ -56,6 +61,7 @@ class Checkpoint {
  private:
   std::string directory_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::unique_ptr<GgufTensors> gguf_;
   std::map<std::string, const TensorInfo*> tensors_;
   std::set<std::string> used_;
 };

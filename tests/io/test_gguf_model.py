@@ -1,0 +1,130 @@
+"""`mlaserve logits --model FILE.gguf` against the float64 oracle run on the values the file
+holds: a random DeepSeek-V3 model (make-model) written as deepseek2 GGUFs by
+tests/reference/gguf_model.py, one file per tensor type, llama.cpp's Q4_K_M mix, both attention
+layouts, YaRN and an MTP layer; and GGUFs whose keys or tensors are wrong refused with an error
+naming them.
+
+--binary is mlaserve."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import deepseek_v3_ref  # noqa: E402
+import gguf_model  # noqa: E402
+import gguf_writer as gw  # noqa: E402
+from bounds import EXACT_BOUND, relative_error  # noqa: E402
+
+# Every projection's columns whole blocks of 256 (the k-quants' super-block), but attn_k_b's 64.
+SHAPE = {"q_lora_rank": 256, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "v_head_dim": 64,
+         "moe_intermediate_size": 256, "n_routed_experts": 16, "n_group": 4, "topk_group": 2,
+         "num_experts_per_tok": 4, "num_nextn_predict_layers": 1}
+YARN = {"rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 64, "beta_fast": 32,
+                         "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}
+# name: (tensor type, layout, Q4_K_M mix, config override)
+CASES = {t: (t, "mla", None, {}) for t in ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")}
+CASES.update({"Q4_K_M mix": ("Q4_K", "mla", "Q4_K_M", {}), "Q8_0, one attn_kv_b": ("Q8_0", "kv_b", None, {}),
+              "Q4_K, YaRN, no q LoRA": ("Q4_K", "mla", None, dict(YARN, q_lora_rank=None))})
+
+
+def make_model(binary, directory, override):
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        subprocess.run([binary, "make-model", "--preset", "tiny", "--dtype", "bf16", "--seed", "11",
+                        "--override", json.dumps(dict(SHAPE, **override)), directory], check=True, capture_output=True)
+    return directory
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gguf_logits_match_the_oracle_on_the_files_values(binary, work_dir, name):
+    type_name, layout, mixed, override = CASES[name]
+    index = list(CASES).index(name)
+    model = make_model(binary, os.path.join(work_dir, "yarn" if override else "model"), override)
+    gguf, twin = os.path.join(work_dir, f"case{index}.gguf"), os.path.join(work_dir, f"twin{index}")
+    types = gguf_model.convert(model, gguf, twin, type_name, layout, mixed)
+    assert type_name in types.values()
+    ids = np.random.default_rng(index).integers(0, 32000, size=24)
+    out = os.path.join(work_dir, f"logits{index}.npy")
+    proc = subprocess.run([binary, "logits", "--model", gguf, "--ids", ",".join(map(str, ids)), "--out", out],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(out).astype(np.float64)
+    error = relative_error(got, deepseek_v3_ref.forward(twin, ids, "exact"))
+    assert error <= EXACT_BOUND, f"max rel error {error:.2e} against the file's values"
+    if type_name not in ("F32", "F16", "BF16"):  # the model is BF16 (exact in F16): the quantized types round it
+        assert relative_error(got, deepseek_v3_ref.forward(model, ids, "exact")) > 10 * EXACT_BOUND
+
+
+def corrupt(binary, work_dir, name, edit):
+    """A Q8_0 GGUF of the model with its writer's metadata or tensors edited."""
+    model = make_model(binary, os.path.join(work_dir, "model"), {})
+    path = os.path.join(work_dir, f"bad-{name}.gguf")
+    original = gw.GgufWriter.to_bytes
+
+    def edited(writer):
+        edit(writer)
+        return original(writer)
+    gw.GgufWriter.to_bytes = edited
+    try:
+        gguf_model.convert(model, path, os.path.join(work_dir, "bad-twin"), "Q8_0", "mla")
+    finally:
+        gw.GgufWriter.to_bytes = original
+    return path
+
+
+def drop(key):
+    return lambda writer: writer.metadata.pop(key)
+
+
+def set_key(key, value, value_type):
+    return lambda writer: writer.metadata.__setitem__(key, (value_type, value, None))
+
+
+def rename_tensor(old, new):
+    def edit(writer):
+        writer.tensors = [(new if n == old else n, t, s, r) for n, t, s, r in writer.tensors]
+    return edit
+
+
+def swap_tensors(a, b):
+    def edit(writer):
+        writer.tensors = [({a: b, b: a}.get(n, n), t, s, r) for n, t, s, r in writer.tensors]
+    return edit
+
+
+def drop_tensor(name):
+    def edit(writer):
+        writer.tensors = [entry for entry in writer.tensors if entry[0] != name]
+    return edit
+
+
+BAD = {
+    "no expert count": (drop("deepseek2.expert_count"), "key 'deepseek2.expert_count' is missing"),
+    "llama": (set_key("general.architecture", "llama", gw.STRING), "general.architecture 'llama' is not supported"),
+    "string count": (set_key("deepseek2.block_count", "5", gw.STRING), "key 'deepseek2.block_count' is \"5\""),
+    "key length": (set_key("deepseek2.attention.key_length", 100, gw.U32), "are not kv_lora_rank + rope"),
+    "gating": (set_key("deepseek2.expert_gating_func", 3, gw.U32), "expert_gating_func 3"),
+    "rope scaling": (set_key("deepseek2.rope.scaling.type", "linear", gw.STRING), "rope.scaling.type 'linear'"),
+    "unknown tensor": (rename_tensor("blk.0.attn_norm.weight", "blk.0.attn_sinks.weight"),
+                       "tensor 'blk.0.attn_sinks.weight' is not one of deepseek2's"),
+    "half a kv_b": (drop_tensor("blk.1.attn_v_b.weight"), "has only one of attn_k_b and attn_v_b"),
+    "wrong shape": (swap_tensors("blk.0.ffn_up.weight", "blk.0.ffn_down.weight"),
+                    "'model.layers.0.mlp.up_proj.weight' (GGUF 'blk.0.ffn_up.weight'): expected shape [512, 256], found [256, 512]"),
+    "missing tensor": (drop_tensor("blk.2.ffn_gate_exps.weight"), "model.layers.2.mlp.experts.0.gate_proj.weight"),
+    "more heads": (set_key("deepseek2.attention.head_count", 16, gw.U32),
+                   "'blk.0.attn_k_b.weight' [8, 256, 64] and 'blk.0.attn_v_b.weight' [8, 64, 256] are not"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_keys_and_tensors_are_errors_naming_them(binary, work_dir, name):
+    edit, needle = BAD[name]
+    path = corrupt(binary, work_dir, name.replace(" ", "_"), edit)
+    proc = subprocess.run([binary, "logits", "--model", path, "--ids", "1,2,3", "--out", path + ".npy"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1, f"rc={proc.returncode}: {proc.stderr[-1000:]}"
+    assert needle in proc.stderr, proc.stderr[-1000:]
