@@ -14,7 +14,7 @@ void add_bench_model_command(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench-model", "prefill/decode speed against this machine's measured limits");
-  cmd->add_option("--model", options->bench.model_dir, "model directory")->required();
+  cmd->add_option("--model", options->bench.model_dir, "model directory or .gguf file")->required();
   cmd->add_option("-p,--prompt", options->bench.prompt, "prefill tokens")->capture_default_str();
   cmd->add_option("-n,--generate", options->bench.generate, "decode steps")->capture_default_str();
   cmd->add_option("--batch", options->bench.batch, "sequences decoding together")->capture_default_str();

@@ -155,7 +155,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "stream generated text to stdout");
-  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   auto* prompt = cmd->add_option("--prompt", options->prompt, "prompt text");
   auto* ids = cmd->add_option("--ids", options->ids, "prompt as comma-separated token ids");
   auto* prompt_file = cmd->add_option("--prompt-file", options->prompt_file, "prompt text read from a file (a prompt too long for the command line)");

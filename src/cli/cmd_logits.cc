@@ -46,7 +46,7 @@ void add_logits_command(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "write float32 logits [tokens, vocab] of one sequence as .npy");
-  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   auto* ids_flag = cmd->add_option("--ids", options->ids, "comma-separated token ids");
   auto* ids_file = cmd->add_option("--ids-file", options->ids_file, "token ids read from a file, separated by commas or whitespace");
   ids_flag->excludes(ids_file);

@@ -57,7 +57,7 @@ void run_perplexity(const PerplexityOptions& options) {
 void add_perplexity_command(CLI::App& app) {
   auto options = std::make_shared<PerplexityOptions>();
   CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a text file (llama-perplexity's conventions)");
-  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   cmd->add_option("-f,--file", options->file, "text file")->required();
   cmd->add_option("-c,--ctx", options->ctx, "tokens a chunk; each is scored on its second half")->capture_default_str();
   cmd->add_option("--chunks", options->chunks, "score at most this many chunks (0: all)")->capture_default_str();

@@ -240,7 +240,7 @@ void add_scheduler_flags(CLI::App* cmd, ServeOptions& options) {
 void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
-  cmd->add_option("--model", options->model_dir, "model directory")->required();
+  cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   cmd->add_option("--host", options->server.host, "listen address")->capture_default_str();
   cmd->add_option("--port", options->server.port, "port (0: any free port)")->capture_default_str();
   cmd->add_option("--chat-template", options->chat_template,

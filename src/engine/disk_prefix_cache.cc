@@ -54,11 +54,15 @@ std::string bytes_at(std::ifstream& file, uint64_t offset, size_t n) {
 uint64_t model_cache_key(const std::string& model_dir, const std::string& cache_layout) {
   uint64_t key = mix(kSeed, cache_layout.data(), cache_layout.size());
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(model_dir)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".safetensors") ||
-                                    name.ends_with(".model") || name.ends_with(".tiktoken")))
-      files.push_back(entry.path());
+  if (fs::is_regular_file(model_dir)) {  // a GGUF
+    files.push_back(model_dir);
+  } else {
+    for (const auto& entry : fs::directory_iterator(model_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".safetensors") ||
+                                      name.ends_with(".model") || name.ends_with(".tiktoken")))
+        files.push_back(entry.path());
+    }
   }
   std::sort(files.begin(), files.end());
   for (const fs::path& path : files) {
@@ -67,7 +71,7 @@ uint64_t model_cache_key(const std::string& model_dir, const std::string& cache_
     key = mix(key, name.data(), name.size());
     key = mix(key, &size, sizeof size);
     std::ifstream file(path, std::ios::binary);
-    if (!name.ends_with(".safetensors")) {  // configs and tokenizers whole
+    if (!name.ends_with(".safetensors") && !name.ends_with(".gguf")) {  // configs and tokenizers whole
       const std::string text = bytes_at(file, 0, size_t(size));
       key = mix(key, text.data(), text.size());
       continue;
@@ -75,9 +79,10 @@ uint64_t model_cache_key(const std::string& model_dir, const std::string& cache_
     // Weights: the header (names, dtypes, offsets) and 16 samples of 4 KiB spread over the
     // data, so a retrained checkpoint of the same shapes is another model, without reading
     // a terabyte at start-up.
-    uint64_t header_bytes = 0;
+    // a GGUF: its first 8 MiB hold the keys, the tokenizer and the tensor infos.
+    uint64_t header_bytes = 8 << 20;
     const std::string length = bytes_at(file, 0, 8);
-    if (length.size() == 8) std::memcpy(&header_bytes, length.data(), 8);
+    if (length.size() == 8 && name.ends_with(".safetensors")) std::memcpy(&header_bytes, length.data(), 8);
     const std::string header = bytes_at(file, 8, size_t(std::min<uint64_t>(header_bytes, size)));
     key = mix(key, header.data(), header.size());
     for (uint64_t sample = 0; sample < 16; ++sample) {

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "io/gguf_model.h"
 
 namespace mlaserve {
 namespace {
@@ -49,6 +50,10 @@ std::optional<T> number(const json& object, const char* key, const std::string& 
 GenerationConfig load_generation_config(const std::string& model_dir) {
   namespace fs = std::filesystem;
   GenerationConfig generation;
+  if (is_gguf_path(model_dir)) {  // a GGUF has no sampling defaults, and its EOS among its keys
+    add_eos_ids(gguf_config_json(open_gguf(model_dir)), model_dir, generation.eos_token_ids);
+    return generation;
+  }
   const fs::path generation_file = fs::path(model_dir) / "generation_config.json";
   if (fs::exists(generation_file)) {
     const json values = read_json_object(generation_file);

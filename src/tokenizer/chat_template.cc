@@ -4,7 +4,9 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "io/gguf.h"
 #include "jinja/template.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/kimi_k3_chat.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
@@ -177,6 +179,13 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
                                 bool kimi_k3_open_channel) {
   const fs::path dir(model_dir);
   nlohmann::json config = nlohmann::json::object();
+  if (is_gguf_path(model_dir)) {
+    config = gguf_tokenizer_files(model_dir).config;
+    if (!override_path.empty()) return from_source(read_text_file(override_path), config, override_path);
+    const auto found = config.find("chat_template");
+    if (found == config.end()) return built_in(chat_format_of(tokenizer), kimi_k3_open_channel);
+    return from_source(found->get<std::string>(), config, "'" + model_dir + "' tokenizer.chat_template");
+  }
   if (fs::exists(dir / "tokenizer_config.json")) {
     try {
       config = nlohmann::json::parse(read_text_file((dir / "tokenizer_config.json").string()));

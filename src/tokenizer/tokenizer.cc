@@ -10,6 +10,8 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "io/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 
 namespace mlaserve {
 namespace {
@@ -209,6 +211,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_tex
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(model_dir)) {
+    const HfTokenizerFiles files = gguf_tokenizer_files(model_dir);
+    try {
+      return from_hf_json(files.tokenizer, files.config);
+    } catch (const json::exception& e) {
+      fail("'{}': tokenizer.ggml.*: {}", model_dir, e.what());
+    }
+  }
   const fs::path dir(model_dir);
   json config = json::object();
   if (fs::exists(dir / "tokenizer_config.json")) {

@@ -128,3 +128,43 @@ def test_bad_keys_and_tensors_are_errors_naming_them(binary, work_dir, name):
                           capture_output=True, text=True)
     assert proc.returncode == 1, f"rc={proc.returncode}: {proc.stderr[-1000:]}"
     assert needle in proc.stderr, proc.stderr[-1000:]
+
+
+def test_a_gguf_serves_chat_as_its_directory_does(binary, work_dir):
+    """A BF16 GGUF holds the directory's values, tokenizer and chat template: the same chat
+    request, greedy, gives the same text and token counts from both (the prefix cache's disk
+    tier keying the file), and `perplexity` the same score."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+    from server_fixture import Server
+    model = make_model(binary, os.path.join(work_dir, "model"), {})
+    gguf = os.path.join(work_dir, "served.gguf")
+    gguf_model.convert(model, gguf, os.path.join(work_dir, "served-twin"), "BF16")
+    request = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello 123 你好"}],
+               "max_tokens": 12, "temperature": 0}
+    replies = []
+    for served in (model, gguf):
+        server = Server(binary, served, "--max-num-seqs", "2", "--prefix-cache-dir", os.path.join(work_dir, "blocks"))
+        try:
+            status, body = server.request("POST", "/v1/chat/completions", request)
+            assert status == 200, body
+            replies.append((body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"],
+                            body["usage"]["completion_tokens"]))
+        finally:
+            assert server.stop() == 0
+    assert replies[0] == replies[1], replies
+    assert replies[0][1] > 10
+    text = os.path.join(work_dir, "text.txt")
+    with open(text, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. 1234 你好 " * 20)
+    scores = [subprocess.run([binary, "perplexity", "--model", served, "--file", text, "--ctx", "64"], check=True,
+                             capture_output=True, text=True).stdout.strip().splitlines()[-1] for served in (model, gguf)]
+    assert scores[0] == scores[1] and "Final estimate: PPL = " in scores[0], scores
+
+
+def test_a_tokenizer_it_cannot_read_is_an_error_naming_the_key(binary, work_dir):
+    path = corrupt(binary, work_dir, "qwen2_pre", set_key("tokenizer.ggml.pre", "qwen2", gw.STRING))
+    proc = subprocess.run([binary, "generate", "--model", path, "--prompt", "In the", "-n", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "tokenizer.ggml.pre 'qwen2' is not supported" in proc.stderr, proc.stderr[-1000:]
+    proc = subprocess.run([binary, "perplexity", "--help"], capture_output=True, text=True)
+    assert "model directory or .gguf file" in proc.stdout

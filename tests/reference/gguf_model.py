@@ -83,6 +83,31 @@ def add_metadata(writer, config, layout, file_type):
         writer.add(a + "rope.scaling.yarn_log_multiplier", 0.1 * scaling["mscale_all_dim"], gw.F32)
 
 
+def add_tokenizer(writer, model_dir, config):
+    """tokenizer.json and tokenizer_config.json as llama.cpp's converter writes a gpt2 vocabulary:
+    tokens by id (missing ids as unused [PAD<id>]), their types, merges, the pre-tokenizer's name,
+    the special ids and the chat template."""
+    tokenizer = json.load(open(os.path.join(model_dir, "tokenizer.json")))
+    settings = json.load(open(os.path.join(model_dir, "tokenizer_config.json")))
+    tokens = {i: f"[PAD{i}]" for i in range(config["vocab_size"])}
+    types = {i: 5 for i in tokens}  # unused
+    for text, i in tokenizer["model"]["vocab"].items():
+        tokens[i], types[i] = text, 1  # normal
+    for added in tokenizer.get("added_tokens", []):
+        tokens[added["id"]], types[added["id"]] = added["content"], 3 if added["special"] else 4
+    ids = {text: i for i, text in tokens.items()}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+    writer.add("tokenizer.ggml.model", "gpt2")
+    writer.add("tokenizer.ggml.pre", "deepseek-v3")
+    writer.add("tokenizer.ggml.tokens", [tokens[i] for i in range(len(tokens))], gw.ARRAY, gw.STRING)
+    writer.add("tokenizer.ggml.token_type", [types[i] for i in range(len(tokens))], gw.ARRAY, gw.I32)
+    writer.add("tokenizer.ggml.merges", merges, gw.ARRAY, gw.STRING)
+    writer.add("tokenizer.ggml.bos_token_id", ids[settings["bos_token"]], gw.U32)
+    writer.add("tokenizer.ggml.eos_token_id", ids[settings["eos_token"]], gw.U32)
+    writer.add("tokenizer.ggml.add_bos_token", bool(settings.get("add_bos_token")), gw.BOOL)
+    writer.add("tokenizer.chat_template", settings["chat_template"])
+
+
 def gguf_names(hf_name, config):
     """(GGUF name, expert index or None) of a HF tensor name."""
     top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -124,6 +149,7 @@ def convert(model_dir, out_path, twin_dir, type_name, layout="mla", mixed=None):
     tensors = {name: as_f32(*entry) for name, entry in read_checkpoint(model_dir).items()}
     writer, twin, types = gw.GgufWriter(), {}, {}
     add_metadata(writer, config, layout, 7 if type_name == "Q8_0" else 15)
+    add_tokenizer(writer, model_dir, config)
     stacked = {}
     for hf_name, values in tensors.items():
         name, expert = gguf_names(hf_name, config)
