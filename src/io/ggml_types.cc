@@ -19,15 +19,101 @@ float f16_at(const uint8_t* p) {
   return f16_to_f32(bits);
 }
 
-// Q4_0 {d; qs[16]}, Q4_1 {d; m; qs[16]}: element j in qs[j]'s low nibble, j + 16 in its high one.
-void q4_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
+// Each symmetric type's block as int8 codes and fp32 scales, one a group of 32 or 16
+// elements: ggml's value is float(code) * scale, the scale the product ggml forms first.
+
+// Q4_0 {d; qs[16]}: element j in qs[j]'s low nibble, j + 16 in its high one, offset 8.
+void q4_0(const uint8_t* b, int8_t* q, float* scale) {
+  scale[0] = f16_at(b);
   for (int j = 0; j < 16; ++j) {
-    y[j] = float((b[2 + j] & 0xF) - 8) * d;
-    y[j + 16] = float((b[2 + j] >> 4) - 8) * d;
+    q[j] = int8_t((b[2 + j] & 0xF) - 8);
+    q[j + 16] = int8_t((b[2 + j] >> 4) - 8);
   }
 }
 
+// Q5_0 {d; qh (32 fifth bits, little-endian); qs[16]}, offset 16.
+void q5_0(const uint8_t* b, int8_t* q, float* scale) {
+  scale[0] = f16_at(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    q[j] = int8_t(((qs[j] & 0xF) | int(((qh >> j) << 4) & 0x10)) - 16);
+    q[j + 16] = int8_t(((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) - 16);
+  }
+}
+
+void q8_0(const uint8_t* b, int8_t* q, float* scale) {
+  scale[0] = f16_at(b);
+  std::memcpy(q, b + 2, QK);
+}
+
+void iq4_nl(const uint8_t* b, int8_t* q, float* scale) {
+  scale[0] = f16_at(b);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIq4Levels[b[2 + j] & 0xF];
+    q[j + 16] = kIq4Levels[b[2 + j] >> 4];
+  }
+}
+
+// IQ4_XS {d; scales_h (uint16); scales_l[4]; qs[128]}: 8 groups of 32, 6-bit scales offset 32.
+void iq4_xs(const uint8_t* b, int8_t* q, float* scale) {
+  const float d = f16_at(b);
+  uint16_t scales_h;
+  std::memcpy(&scales_h, b + 2, 2);
+  const uint8_t* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, q += 32, qs += 16) {
+    const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((scales_h >> 2 * ib) & 3) << 4);
+    scale[ib] = d * float(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kIq4Levels[qs[j] & 0xF];
+      q[j + 16] = kIq4Levels[qs[j] >> 4];
+    }
+  }
+}
+
+// Q3_K {hmask[32]; qs[64]; scales[12] (16 six-bit scales, offset 32); d}: 16 groups of 16, a
+// 2-bit value and a high bit; a clear high bit subtracts 4. Order: two halves of 128, each four
+// shifts of its 32 bytes, each 16 + 16 elements with their own scales.
+void q3_k(const uint8_t* b, int8_t* q, float* scale) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const float d = f16_at(b + 108);
+  uint32_t aux[4];
+  std::memcpy(aux, b + 96, 12);
+  const uint32_t tmp = aux[2], low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  aux[2] = ((aux[0] >> 4) & low4) | (((tmp >> 4) & low2) << 4);
+  aux[3] = ((aux[1] >> 4) & low4) | (((tmp >> 6) & low2) << 4);
+  aux[0] = (aux[0] & low4) | ((tmp & low2) << 4);
+  aux[1] = (aux[1] & low4) | (((tmp >> 2) & low2) << 4);
+  int8_t scales[16];
+  std::memcpy(scales, aux, 16);
+  for (int is = 0; is < 16; ++is) scale[is] = d * float(scales[is] - 32);
+  uint8_t m = 1;
+  for (int n = 0; n < QK_K; n += 128, qs += 32)
+    for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1))
+      for (int l = 0; l < 32; ++l) *q++ = int8_t(int((qs[l] >> shift) & 3) - ((hmask[l] & m) ? 0 : 4));
+}
+
+// Q6_K {ql[128]; qh[64]; scales[16] (int8); d}: 16 groups of 16, 6-bit values offset by 32.
+void q6_k(const uint8_t* b, int8_t* q, float* scale) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = f16_at(b + 208);
+  for (int is = 0; is < 16; ++is) scale[is] = d * float(sc[is]);
+  for (int n = 0; n < QK_K; n += 128, q += 128, ql += 64, qh += 32)
+    for (int l = 0; l < 32; ++l) {
+      q[l] = int8_t(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+      q[l + 32] = int8_t(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+      q[l + 64] = int8_t(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+      q[l + 96] = int8_t(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+    }
+}
+
+// The asymmetric types (a scale and an offset, or a super-block min) straight to fp32.
+
+// Q4_1 {d; m; qs[16]}: x * d + m.
 void q4_1(const uint8_t* b, float* y) {
   const float d = f16_at(b), m = f16_at(b + 2);
   for (int j = 0; j < 16; ++j) {
@@ -36,29 +122,16 @@ void q4_1(const uint8_t* b, float* y) {
   }
 }
 
-// Q5_0 {d; qh (32 fifth bits, little-endian); qs[16]}, Q5_1 {d; m; qh; qs[16]}.
-void q5(const uint8_t* b, bool with_min, float* y) {
-  const float d = f16_at(b), m = with_min ? f16_at(b + 2) : 0.0f;
-  const uint8_t* p = b + (with_min ? 4 : 2);
+// Q5_1 {d; m; qh; qs[16]}.
+void q5_1(const uint8_t* b, float* y) {
+  const float d = f16_at(b), m = f16_at(b + 2);
   uint32_t qh;
-  std::memcpy(&qh, p, 4);
-  const uint8_t* qs = p + 4;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* qs = b + 8;
   for (int j = 0; j < 16; ++j) {
-    const int x0 = (qs[j] & 0xF) | int(((qh >> j) << 4) & 0x10);
-    const int x1 = (qs[j] >> 4) | int((qh >> (j + 12)) & 0x10);
-    if (with_min) {
-      y[j] = float(x0) * d + m;
-      y[j + 16] = float(x1) * d + m;
-    } else {
-      y[j] = float(x0 - 16) * d;
-      y[j + 16] = float(x1 - 16) * d;
-    }
+    y[j] = float((qs[j] & 0xF) | int(((qh >> j) << 4) & 0x10)) * d + m;
+    y[j + 16] = float((qs[j] >> 4) | int((qh >> (j + 12)) & 0x10)) * d + m;
   }
-}
-
-void q8_0(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  for (int j = 0; j < QK; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
 // Q2_K {scales[16] (low nibble scale, high nibble min); qs[64]; d; dmin}: 16 groups of 16, each
@@ -74,32 +147,6 @@ void q2_k(const uint8_t* b, float* y) {
         const uint8_t sc = scales[is++];
         const float dl = d * float(sc & 0xF), ml = dmin * float(sc >> 4);
         for (int l = 0; l < 16; ++l) *y++ = dl * float((q[l + 16 * half] >> shift) & 3) - ml;
-      }
-}
-
-// Q3_K {hmask[32]; qs[64]; scales[12] (16 six-bit scales, offset 32); d}: a 2-bit value and a
-// high bit; a clear high bit subtracts 4.
-void q3_k(const uint8_t* b, float* y) {
-  const uint8_t* hmask = b;
-  const uint8_t* q = b + 32;
-  const float d = f16_at(b + 108);
-  uint32_t aux[4];
-  std::memcpy(aux, b + 96, 12);
-  const uint32_t tmp = aux[2], low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  aux[2] = ((aux[0] >> 4) & low4) | (((tmp >> 4) & low2) << 4);
-  aux[3] = ((aux[1] >> 4) & low4) | (((tmp >> 6) & low2) << 4);
-  aux[0] = (aux[0] & low4) | ((tmp & low2) << 4);
-  aux[1] = (aux[1] & low4) | (((tmp >> 2) & low2) << 4);
-  int8_t scales[16];
-  std::memcpy(scales, aux, 16);
-  int is = 0;
-  uint8_t m = 1;
-  for (int n = 0; n < QK_K; n += 128, q += 32)
-    for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1))
-      for (int half = 0; half < 2; ++half) {
-        const float dl = d * float(scales[is++] - 32);
-        for (int l = 16 * half; l < 16 * half + 16; ++l)
-          *y++ = dl * float(int((q[l] >> shift) & 3) - ((hmask[l] & m) ? 0 : 4));
       }
 }
 
@@ -136,48 +183,18 @@ void q45_k(const uint8_t* b, bool five_bit, float* y) {
     }
 }
 
-// Q6_K {ql[128]; qh[64]; scales[16] (int8); d}: 16 groups of 16, 6-bit values offset by 32.
-void q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = f16_at(b + 208);
-  for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l] = d * float(sc[is]) * float(q1);
-      y[l + 32] = d * float(sc[is + 2]) * float(q2);
-      y[l + 64] = d * float(sc[is + 4]) * float(q3);
-      y[l + 96] = d * float(sc[is + 6]) * float(q4);
-    }
-}
+using Int8Decoder = void (*)(const uint8_t*, int8_t*, float*);
 
-void iq4_nl(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  for (int j = 0; j < 16; ++j) {
-    y[j] = d * float(kIq4Levels[b[2 + j] & 0xF]);
-    y[j + 16] = d * float(kIq4Levels[b[2 + j] >> 4]);
-  }
-}
-
-// IQ4_XS {d; scales_h (uint16); scales_l[4]; qs[128]}: 8 groups of 32 with 6-bit scales offset 32.
-void iq4_xs(const uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  uint16_t scales_h;
-  std::memcpy(&scales_h, b + 2, 2);
-  const uint8_t* scales_l = b + 4;
-  const uint8_t* qs = b + 8;
-  for (int ib = 0; ib < 8; ++ib, y += 32, qs += 16) {
-    const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((scales_h >> 2 * ib) & 3) << 4);
-    const float dl = d * float(ls - 32);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = dl * float(kIq4Levels[qs[j] & 0xF]);
-      y[j + 16] = dl * float(kIq4Levels[qs[j] >> 4]);
-    }
+Int8Decoder int8_decoder(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0: return q4_0;
+    case GgmlType::Q5_0: return q5_0;
+    case GgmlType::Q8_0: return q8_0;
+    case GgmlType::IQ4_NL: return iq4_nl;
+    case GgmlType::IQ4_XS: return iq4_xs;
+    case GgmlType::Q3_K: return q3_k;
+    case GgmlType::Q6_K: return q6_k;
+    default: return nullptr;
   }
 }
 
@@ -228,32 +245,48 @@ bool is_ggml_quantized(GgmlType type) {
   return type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
 }
 
+int64_t ggml_int8_group(GgmlType type) {
+  if (!int8_decoder(type)) return 0;
+  return type == GgmlType::Q3_K || type == GgmlType::Q6_K ? 16 : 32;
+}
+
+void ggml_to_int8(GgmlType type, const uint8_t* blocks, int64_t elements, int8_t* codes, float* scales) {
+  const GgmlTypeTraits* traits = ggml_type_traits(uint32_t(type));
+  const Int8Decoder decode = int8_decoder(type);
+  MLA_CHECK(decode && elements % traits->block_size == 0, "ggml_to_int8: {} elements of {}", elements,
+            ggml_type_name(uint32_t(type)));
+  const int64_t block_scales = traits->block_size / ggml_int8_group(type);
+  for (int64_t b = 0; b < elements / traits->block_size; ++b)
+    decode(blocks + size_t(b) * traits->block_bytes, codes + b * traits->block_size, scales + b * block_scales);
+}
+
 void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t elements, float* out) {
   const GgmlTypeTraits* traits = ggml_type_traits(uint32_t(type));
   MLA_CHECK(traits && elements % traits->block_size == 0, "dequantize_ggml: {} elements of {}", elements,
             ggml_type_name(uint32_t(type)));
-  for (int64_t i = 0; i < elements; ++i) {
-    if (type == GgmlType::F32) std::memcpy(out + i, blocks + 4 * i, 4);
-    if (type == GgmlType::F16) out[i] = f16_at(blocks + 2 * i);
-    if (type == GgmlType::BF16) out[i] = bf16_to_f32(uint16_t(blocks[2 * i] | blocks[2 * i + 1] << 8));
-    if (!is_ggml_quantized(type)) continue;
-    if (i % traits->block_size) continue;
+  if (const int64_t group = ggml_int8_group(type)) {  // float(code) * scale, a block at a time
+    int8_t codes[QK_K];
+    float scales[QK_K / 16];
+    for (int64_t i = 0; i < elements; i += traits->block_size) {
+      ggml_to_int8(type, blocks + size_t(i / traits->block_size) * traits->block_bytes, traits->block_size, codes,
+                   scales);
+      for (int64_t j = 0; j < traits->block_size; ++j) out[i + j] = float(codes[j]) * scales[j / group];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < elements; i += traits->block_size) {
     const uint8_t* b = blocks + size_t(i / traits->block_size) * traits->block_bytes;
     float* y = out + i;
     switch (type) {
-      case GgmlType::Q4_0: q4_0(b, y); break;
+      case GgmlType::F32: std::memcpy(y, b, 4); break;
+      case GgmlType::F16: *y = f16_at(b); break;
+      case GgmlType::BF16: *y = bf16_to_f32(uint16_t(b[0] | b[1] << 8)); break;
       case GgmlType::Q4_1: q4_1(b, y); break;
-      case GgmlType::Q5_0: q5(b, false, y); break;
-      case GgmlType::Q5_1: q5(b, true, y); break;
-      case GgmlType::Q8_0: q8_0(b, y); break;
+      case GgmlType::Q5_1: q5_1(b, y); break;
       case GgmlType::Q2_K: q2_k(b, y); break;
-      case GgmlType::Q3_K: q3_k(b, y); break;
       case GgmlType::Q4_K: q45_k(b, false, y); break;
       case GgmlType::Q5_K: q45_k(b, true, y); break;
-      case GgmlType::Q6_K: q6_k(b, y); break;
-      case GgmlType::IQ4_NL: iq4_nl(b, y); break;
-      case GgmlType::IQ4_XS: iq4_xs(b, y); break;
-      default: break;
+      default: fail("dequantize_ggml: no decoder for {}", traits->name);
     }
   }
 }

@@ -44,4 +44,12 @@ bool is_ggml_quantized(GgmlType type);  // not F32, F16 or BF16
 // out[0 .. elements) = the values of `elements` elements (whole blocks) stored from `blocks`.
 void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t elements, float* out);
 
+// The symmetric types, whose every value is an int8 code times an fp32 scale per group, the
+// scale being the product ggml forms first: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS (groups of 32), Q3_K
+// and Q6_K (16). Their group, or 0 for the others (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K add an offset).
+int64_t ggml_int8_group(GgmlType type);
+// codes[i] and scales[i / group] of `elements` elements: float(codes[i]) * scales[i / group] is
+// exactly dequantize_ggml's value.
+void ggml_to_int8(GgmlType type, const uint8_t* blocks, int64_t elements, int8_t* codes, float* scales);
+
 }  // namespace mlaserve

@@ -186,11 +186,11 @@ json gguf_config_json(const std::vector<std::unique_ptr<GgufFile>>& parts) {
   config["vocab_size"] = model.integer("vocab_size").value_or(embedding->shape[0]);
   for (const char* key : {"bos_token_id", "eos_token_id"})
     if (const auto id = general.integer(std::string("tokenizer.ggml.") + key)) config[key] = *id;
-  bool q8_projections = false;
+  bool int8_projections = false;
   for (const auto& part : parts)
     for (const GgufTensor& tensor : part->tensors())
-      q8_projections |= tensor.type == GgmlType::Q8_0 && is_projection(tensor.name);
-  if (q8_projections) {  // Q8_0 is compressed-tensors INT8 with groups of 32 and fp32 scales
+      int8_projections |= ggml_int8_group(tensor.type) > 0 && is_projection(tensor.name);
+  if (int8_projections) {  // compressed-tensors INT8, each weight's group given by its scales' shape
     const json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}};
     config["quantization_config"] = {{"quant_method", "compressed-tensors"}, {"format", "int-quantized"},
                                      {"config_groups", {{"q8_0", {{"weights", weights}}}}}};
@@ -201,7 +201,8 @@ json gguf_config_json(const std::vector<std::unique_ptr<GgufFile>>& parts) {
 uint8_t* GgufTensors::own(size_t bytes) { return owned_.emplace_back(bytes).data(); }
 
 // `tensor` (or expert `slice` of a stacked one) as HF's `name`: in place when F32, F16 or BF16;
-// Q8_0 projections as I8 codes and name's weight_scale; everything else as F32 values.
+// projections of a symmetric type (ggml_int8_group) as I8 codes and name's weight_scale, fp32
+// per group; everything else as F32 values.
 void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t slice, bool projection) {
   std::vector<int64_t> shape = tensor.shape;
   const uint8_t* data = tensor.data;
@@ -216,22 +217,16 @@ void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t
   TensorInfo info{name, DType::F32, shape, data, nbytes, tensor.file, tensor.name};
   if (!is_ggml_quantized(tensor.type)) {
     info.dtype = plain_dtype(tensor.type);
-  } else if (tensor.type == GgmlType::Q8_0 && projection) {
-    const int64_t blocks = numel / 32;
+  } else if (const int64_t group = ggml_int8_group(tensor.type); group > 0 && projection) {
     int8_t* codes = reinterpret_cast<int8_t*>(own(size_t(numel)));
-    float* scales = reinterpret_cast<float*>(own(size_t(blocks) * 4));
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint16_t d;
-      std::memcpy(&d, data + 34 * b, 2);
-      scales[b] = f16_to_f32(d);
-      std::memcpy(codes + 32 * b, data + 34 * b + 2, 32);
-    }
+    float* scales = reinterpret_cast<float*>(own(size_t(numel / group) * 4));
+    ggml_to_int8(tensor.type, data, numel, codes, scales);
     info = TensorInfo{name, DType::I8, shape, reinterpret_cast<uint8_t*>(codes), size_t(numel), tensor.file, tensor.name};
     const std::string scale_name = name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale";
     std::vector<int64_t> scale_shape = shape;
-    scale_shape.back() /= 32;
+    scale_shape.back() /= group;
     tensors_.emplace(scale_name, TensorInfo{scale_name, DType::F32, scale_shape, reinterpret_cast<uint8_t*>(scales),
-                                            size_t(blocks) * 4, tensor.file, tensor.name});
+                                            size_t(numel / group) * 4, tensor.file, tensor.name});
   } else {
     float* values = reinterpret_cast<float*>(own(size_t(numel) * 4));
     dequantize_ggml(tensor.type, data, numel, values);

@@ -295,10 +295,13 @@ LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tens
 LinearWeight WeightLoader::int8(const std::string& prefix, const TensorInfo& tensor, int64_t rows, int64_t cols) {
   MLA_CHECK(config_.quant == WeightQuant::Int8,
             "tensor '{}.weight' is I8 but config.json has no int-quantized compressed-tensors config", prefix);
-  const int64_t group = config_.int8_group_size > 0 ? config_.int8_group_size : cols;
-  MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
+  int64_t group = config_.int8_group_size > 0 ? config_.int8_group_size : cols;
   const std::string scale_name = prefix + ".weight_scale";
   MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for INT8 weight '{}.weight'", scale_name, prefix);
+  const TensorInfo& scale = checkpoint_.get(scale_name);
+  if (!scale.gguf_name.empty() && scale.shape.size() == 2 && scale.shape[1] > 0 && cols % scale.shape[1] == 0)
+    group = cols / scale.shape[1];  // a GGUF's types differ by weight: Q6_K's groups are 16, Q8_0's 32
+  MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
   return block_scaled_weight(WeightFormat::Int8Block, tensor, rows, cols, 1, group,
                              to_f32(expect(scale_name, {rows, cols / group})));
 }
