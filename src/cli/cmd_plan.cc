@@ -75,7 +75,7 @@ void run_plan(const PlanOptions& options) {
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "memory fit, nodes, roofline speed and cost of a deployment");
-  cmd->add_option("--model", options->model, "deepseek-v3 | kimi-k2 | kimi-k3 | path to config.json")->capture_default_str();
+  cmd->add_option("--model", options->model, "deepseek-v3 | kimi-k2 | kimi-k3 | path to config.json, a model directory or a .gguf file")->capture_default_str();
   cmd->add_option("--weights", options->weights, "native | bf16 | fp8 | int8 | int4[:group] | mxfp4")->capture_default_str();
   std::string hardware_names;
   for (const Hardware& hardware : builtin_hardware())

@@ -168,3 +168,14 @@ def test_a_tokenizer_it_cannot_read_is_an_error_naming_the_key(binary, work_dir)
     assert proc.returncode == 1 and "tokenizer.ggml.pre 'qwen2' is not supported" in proc.stderr, proc.stderr[-1000:]
     proc = subprocess.run([binary, "perplexity", "--help"], capture_output=True, text=True)
     assert "model directory or .gguf file" in proc.stdout
+
+
+def test_plan_and_bench_model_take_a_gguf(binary, work_dir):
+    model = make_model(binary, os.path.join(work_dir, "model"), {})
+    gguf = os.path.join(work_dir, "planned.gguf")
+    gguf_model.convert(model, gguf, os.path.join(work_dir, "planned-twin"), "Q6_K")
+    plan = subprocess.run([binary, "plan", "--model", gguf, "--hardware", "cpu-dev-2core", "--devices", "1", "--tp", "1"],
+                          capture_output=True, text=True)
+    assert plan.returncode == 0 and "Layers (MLA / KDA):                     4 / 0" in plan.stdout, plan.stderr[-800:]
+    bench = subprocess.run([binary, "bench-model", "--model", gguf, "-p", "16", "-n", "4"], capture_output=True, text=True)
+    assert bench.returncode == 0 and "| tg4 " in bench.stdout, bench.stderr[-800:]

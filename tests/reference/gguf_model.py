@@ -142,11 +142,15 @@ def choose_type(gguf_name, cols, type_name, mixed):
     return type_name
 
 
-def convert(model_dir, out_path, twin_dir, type_name, layout="mla", mixed=None):
+def convert(model_dir, out_path, twin_dir, type_name, layout="mla", mixed=None, mtp=True):
     """Writes out_path (GGUF) and twin_dir (safetensors of the values it holds); returns the
-    {GGUF name: type} written."""
+    {GGUF name: type} written. mtp=False leaves the MTP layers out (engines that lack them)."""
     config = json.load(open(os.path.join(model_dir, "config.json")))
     tensors = {name: as_f32(*entry) for name, entry in read_checkpoint(model_dir).items()}
+    if not mtp:
+        config["num_nextn_predict_layers"] = 0
+        tensors = {name: values for name, values in tensors.items()
+                   if not name.startswith("model.layers.") or int(name.split(".")[2]) < config["num_hidden_layers"]}
     writer, twin, types = gw.GgufWriter(), {}, {}
     add_metadata(writer, config, layout, 7 if type_name == "Q8_0" else 15)
     add_tokenizer(writer, model_dir, config)

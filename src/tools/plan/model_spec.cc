@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mmap_file.h"
+#include "io/gguf_model.h"
 #include "io/model_config.h"
 
 namespace mlaserve {
@@ -119,6 +120,8 @@ ModelSpec model_spec_from_config(const json& raw, const std::string& name) {
 ModelSpec load_model_spec(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   if (!fs::exists(name_or_path)) return model_spec_from_config(known_model_config(name_or_path), name_or_path);
+  if (is_gguf_path(name_or_path))  // a GGUF's keys, as config.json would have them
+    return model_spec_from_config(gguf_config_json(open_gguf(name_or_path)), fs::path(name_or_path).stem().string());
   const fs::path path = fs::is_directory(name_or_path) ? fs::path(name_or_path) / "config.json" : fs::path(name_or_path);
   try {
     return model_spec_from_config(json::parse(read_text_file(path.string())), path.parent_path().filename().string());
