@@ -4,8 +4,11 @@
 #include <optional>
 #include <regex>
 
+#include <spdlog/spdlog.h>
+
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/thread_pool.h"
 
 namespace mlaserve {
 namespace {
@@ -151,6 +154,16 @@ const std::map<std::string, std::string>& layer_names() {
   return names;
 }
 
+// fn(first element, elements, byte offset) over `elements` of `type` in whole blocks, spread
+// over the thread pool (a DeepSeek-V3 file converts hundreds of GB at load).
+template <typename Fn>
+void over_blocks(GgmlType type, int64_t elements, const Fn& fn) {
+  const GgmlTypeTraits& traits = *ggml_type_traits(uint32_t(type));
+  thread_pool().parallel_for(elements / traits.block_size, [&](int64_t begin, int64_t end, int) {
+    fn(begin * traits.block_size, (end - begin) * traits.block_size, size_t(begin) * traits.block_bytes);
+  }, 64);
+}
+
 DType plain_dtype(GgmlType type) {
   return type == GgmlType::F32 ? DType::F32 : type == GgmlType::F16 ? DType::F16 : DType::BF16;
 }
@@ -220,7 +233,9 @@ void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t
   } else if (const int64_t group = ggml_int8_group(tensor.type); group > 0 && projection) {
     int8_t* codes = reinterpret_cast<int8_t*>(own(size_t(numel)));
     float* scales = reinterpret_cast<float*>(own(size_t(numel / group) * 4));
-    ggml_to_int8(tensor.type, data, numel, codes, scales);
+    over_blocks(tensor.type, numel, [&](int64_t first, int64_t count, size_t offset) {
+      ggml_to_int8(tensor.type, data + offset, count, codes + first, scales + first / group);
+    });
     info = TensorInfo{name, DType::I8, shape, reinterpret_cast<uint8_t*>(codes), size_t(numel), tensor.file, tensor.name};
     const std::string scale_name = name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale";
     std::vector<int64_t> scale_shape = shape;
@@ -229,7 +244,9 @@ void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t
                                             size_t(numel / group) * 4, tensor.file, tensor.name});
   } else {
     float* values = reinterpret_cast<float*>(own(size_t(numel) * 4));
-    dequantize_ggml(tensor.type, data, numel, values);
+    over_blocks(tensor.type, numel, [&](int64_t first, int64_t count, size_t offset) {
+      dequantize_ggml(tensor.type, data + offset, count, values + first);
+    });
     info.data = reinterpret_cast<uint8_t*>(values);
     info.nbytes = size_t(numel) * 4;
   }
@@ -267,8 +284,15 @@ GgufTensors::GgufTensors(const std::string& path) : parts_(open_gguf(path)), con
       {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"}};
   std::map<std::string, std::pair<const GgufTensor*, const GgufTensor*>> split_kv_b;  // prefix -> k_b, v_b
+  size_t file_bytes = 0, tensor_count = 0, done = 0;
+  for (const auto& part : parts_) {
+    file_bytes += part->file().size();
+    tensor_count += part->tensors().size();
+  }
   for (const auto& part : parts_)
     for (const GgufTensor& tensor : part->tensors()) {
+      if (file_bytes > (size_t(1) << 30) && ++done % std::max<size_t>(tensor_count / 10, 1) == 0)  // long: show progress
+        spdlog::info("reading '{}': {}/{} tensors ({}%)", path, done, tensor_count, done * 100 / tensor_count);
       if (const auto found = top.find(tensor.name); found != top.end()) {
         add(found->second, tensor, -1, is_projection(tensor.name));
         continue;
