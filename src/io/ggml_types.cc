@@ -43,6 +43,19 @@ void q5_0(const uint8_t* b, int8_t* q, float* scale) {
   }
 }
 
+// Q6_0 {d; qh[8]; qs[16]} (ik_llama.cpp): offset 32; element j < 16 the low nibble of qs[j] and
+// bits 0-1 of h = qh[j % 8] >> 4 * (j / 8) above it, element j + 16 the high nibble and bits 2-3.
+void q6_0(const uint8_t* b, int8_t* q, float* scale) {
+  scale[0] = f16_at(b);
+  const uint8_t* qh = b + 2;
+  const uint8_t* qs = b + 10;
+  for (int j = 0; j < 16; ++j) {
+    const int h = qh[j % 8] >> 4 * (j / 8);
+    q[j] = int8_t(((qs[j] & 0xF) | ((h << 4) & 0x30)) - 32);
+    q[j + 16] = int8_t(((qs[j] >> 4) | ((h << 2) & 0x30)) - 32);
+  }
+}
+
 void q8_0(const uint8_t* b, int8_t* q, float* scale) {
   scale[0] = f16_at(b);
   std::memcpy(q, b + 2, QK);
@@ -189,6 +202,7 @@ Int8Decoder int8_decoder(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: return q4_0;
     case GgmlType::Q5_0: return q5_0;
+    case GgmlType::Q6_0: return q6_0;
     case GgmlType::Q8_0: return q8_0;
     case GgmlType::IQ4_NL: return iq4_nl;
     case GgmlType::IQ4_XS: return iq4_xs;
@@ -210,7 +224,7 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t type) {
   static const GgmlTypeTraits f32{"F32", 1, 4}, f16{"F16", 1, 2}, bf16{"BF16", 1, 2}, q4_0{"Q4_0", QK, 18},
       q4_1{"Q4_1", QK, 20}, q5_0{"Q5_0", QK, 22}, q5_1{"Q5_1", QK, 24}, q8_0{"Q8_0", QK, 34},
       q2_k{"Q2_K", QK_K, 84}, q3_k{"Q3_K", QK_K, 110}, q4_k{"Q4_K", QK_K, 144}, q5_k{"Q5_K", QK_K, 176},
-      q6_k{"Q6_K", QK_K, 210}, iq4_nl{"IQ4_NL", QK, 18}, iq4_xs{"IQ4_XS", QK_K, 136};
+      q6_k{"Q6_K", QK_K, 210}, iq4_nl{"IQ4_NL", QK, 18}, iq4_xs{"IQ4_XS", QK_K, 136}, q6_0{"Q6_0", QK, 26};
   switch (GgmlType(type)) {
     case GgmlType::F32: return &f32;
     case GgmlType::F16: return &f16;
@@ -227,13 +241,15 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t type) {
     case GgmlType::Q6_K: return &q6_k;
     case GgmlType::IQ4_NL: return &iq4_nl;
     case GgmlType::IQ4_XS: return &iq4_xs;
+    case GgmlType::Q6_0: return &q6_0;
   }
   return nullptr;
 }
 
 std::string ggml_type_name(uint32_t type) {
   if (type < std::size(kTypeNames)) return kTypeNames[type];
-  return "type " + std::to_string(type);
+  if (type == uint32_t(GgmlType::Q6_0)) return "Q6_0";
+  return "id " + std::to_string(type) + (type >= 100 ? " (ik_llama.cpp's own types start at 100)" : "");
 }
 
 size_t ggml_row_bytes(GgmlType type, int64_t elements) {

@@ -25,6 +25,7 @@ enum class GgmlType : uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  Q6_0 = 133,  // ik_llama.cpp's: its fallback where columns are not whole 256-blocks
 };
 
 struct GgmlTypeTraits {
@@ -36,7 +37,7 @@ struct GgmlTypeTraits {
 // The traits of a type mlaserve reads, or null for an id it does not (ggml has types such as
 // IQ2_XXS that are refused by name: ggml_type_name gives it).
 const GgmlTypeTraits* ggml_type_traits(uint32_t type);
-std::string ggml_type_name(uint32_t type);  // "Q4_K", "IQ2_XXS", or "type 99" when unknown
+std::string ggml_type_name(uint32_t type);  // "Q4_K", "IQ2_XXS", or "id 99" when unknown
 // Bytes of `elements` elements of a read type (a whole number of blocks).
 size_t ggml_row_bytes(GgmlType type, int64_t elements);
 bool is_ggml_quantized(GgmlType type);  // not F32, F16 or BF16

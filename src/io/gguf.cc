@@ -105,8 +105,8 @@ GgufTensor tensor_info(Cursor& cursor, const std::string& path, uint64_t& offset
   }
   const uint32_t type = cursor.scalar<uint32_t>("a tensor's type");
   const GgmlTypeTraits* traits = ggml_type_traits(type);
-  MLA_CHECK(traits, "{}: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
-            "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)", where, ggml_type_name(type));
+  MLA_CHECK(traits, "{}: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q6_0, Q8_0, Q2_K, "
+            "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)", where, ggml_type_name(type));
   tensor.type = GgmlType(type);
   const int64_t numel = gguf_numel(tensor.shape, where);
   MLA_CHECK(tensor.shape.back() % traits->block_size == 0,

@@ -74,7 +74,7 @@ def test_reference_quantizers_write_what_they_mean(type_name):
     rng = np.random.default_rng(3)
     values = rng.standard_normal(4 * 256).astype(np.float32)
     back = gq.dequantize(type_name, gq.quantize(type_name, values), values.size)
-    bits = 4 if type_name.startswith("IQ4") else int(type_name[1])
+    bits = 4 if type_name.startswith("IQ4") else int(type_name[1])  # Q6_0: 6
     error = np.sqrt(np.mean((back - values) ** 2))
     assert error < 2.5 / 2 ** bits, f"{type_name}: rms error {error:.4f}"
 
@@ -154,7 +154,8 @@ def test_bad_tensor_infos_are_errors_naming_the_tensor(binary, work_dir):
     path, out = os.path.join(work_dir, "bad.gguf"), os.path.join(work_dir, "bad")
     cases = [  # (tensor type, dims (torch order), needle)
         (16, (256,), "tensor 'w': type IQ2_XXS is not supported"),
-        (99, (256,), "tensor 'w': type type 99 is not supported"),
+        (99, (256,), "tensor 'w': type id 99 is not supported"),
+        (137, (256,), "tensor 'w': type id 137 (ik_llama.cpp's own types start at 100) is not supported"),
         ("Q8_0", (2, 48), "tensor 'w': 2 rows of 48 elements are not whole 32-element blocks of Q8_0"),
         ("F32", (1, 1, 1, 1, 1), "tensor 'w': 5 dimensions"),
         ("F32", (2 ** 40, 2 ** 40), "tensor 'w': shape [1099511627776, 1099511627776] overflows"),

@@ -27,7 +27,7 @@ YARN = {"rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_em
                          "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}
 # name: (tensor type, layout, Q4_K_M mix, config override)
 CASES = {t: (t, "mla", None, {}) for t in ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
-                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")}
+                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "Q6_0")}
 CASES.update({"Q4_K_M mix": ("Q4_K", "mla", "Q4_K_M", {}), "Q8_0, one attn_kv_b": ("Q8_0", "kv_b", None, {}),
               "Q4_K, YaRN, no q LoRA": ("Q4_K", "mla", None, dict(YARN, q_lora_rank=None))})
 

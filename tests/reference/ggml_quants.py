@@ -10,7 +10,7 @@ QK, QK_K = 32, 256
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, QK, 18), "Q4_1": (3, QK, 20), "Q5_0": (6, QK, 22),
          "Q5_1": (7, QK, 24), "Q8_0": (8, QK, 34), "Q2_K": (10, QK_K, 84), "Q3_K": (11, QK_K, 110),
          "Q4_K": (12, QK_K, 144), "Q5_K": (13, QK_K, 176), "Q6_K": (14, QK_K, 210), "IQ4_NL": (20, QK, 18),
-         "IQ4_XS": (23, QK_K, 136), "BF16": (30, 1, 2)}
+         "IQ4_XS": (23, QK_K, 136), "BF16": (30, 1, 2), "Q6_0": (133, QK, 26)}  # Q6_0: ik_llama.cpp's
 IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 F32 = np.float32
 
@@ -43,6 +43,16 @@ def _q5_0(b):
 
 def _q5_1(b):
     return (_nibbles(b[:, 8:24]) + _fifth_bits(b[:, 4:8])).astype(F32) * _f16(b, 0) + _f16(b, 2)
+
+
+def _q6_0(b):
+    """ik_llama.cpp's {d; qh[8]; qs[16]}: element j < 16 gets bits 0-1 of qh[j % 8] >> 4 (j // 8)
+    above its low nibble, element j + 16 bits 2-3 above the high nibble; offset 32."""
+    qh, qs = b[:, 2:10].astype(np.int32), b[:, 10:26].astype(np.int32)
+    h = np.concatenate([qh >> 0, qh >> 4], axis=1)  # [n, 16]: j % 8 within, j // 8 picks the shift
+    low = (qs & 0xF) | ((h << 4) & 0x30)
+    high = (qs >> 4) | ((h << 2) & 0x30)
+    return (np.concatenate([low, high], axis=1) - 32).astype(F32) * _f16(b, 0)
 
 
 def _q8_0(b):
@@ -132,7 +142,7 @@ def _iq4_xs(b):
     return dl * levels
 
 
-DEQUANTIZE = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q2_K": _q2_k,
+DEQUANTIZE = {"Q6_0": _q6_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q2_K": _q2_k,
               "Q3_K": _q3_k, "Q4_K": lambda b: _q45_k(b, False), "Q5_K": lambda b: _q45_k(b, True), "Q6_K": _q6_k,
               "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
 
@@ -176,6 +186,12 @@ def _quantize_32(x, type_name):
     if type_name == "Q8_0":
         d = amax / 127
         return np.concatenate([_f16_bytes(d), _rtn(x, d, -127, 127).astype(np.int8).view(np.uint8)], 1)
+    if type_name == "Q6_0":
+        d = amax / 31
+        q = _rtn(x, d, -32, 31) + 32
+        h = (q[:, :16] >> 4) | ((q[:, 16:] >> 4) << 2)  # element j's two high bits and j + 16's
+        qh = (h[:, :8] | (h[:, 8:] << 4)).astype(np.uint8)
+        return np.concatenate([_f16_bytes(d), qh, _pack_nibbles(q & 0xF)], 1)
     if type_name in ("Q4_0", "Q5_0"):
         bits = 4 if type_name == "Q4_0" else 5
         d = amax / (2 ** (bits - 1) - 1)
@@ -319,7 +335,7 @@ def quantize(type_name, x):
 
 
 # The fp16 fields of each quantized block (byte offsets), for random blocks with chosen scales.
-SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
+SCALE_FIELDS = {"Q6_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
                 "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,)}
 EXTREME_F16 = np.array([0.0, -0.0, 65504.0, -65504.0, 6.1035156e-05, -6.1035156e-05, 5.9604645e-08, -5.9604645e-08,
                         1.0, -1.0, 0.5, 3.0517578e-05], F32)
