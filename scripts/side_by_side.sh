@@ -7,9 +7,11 @@
 # BF16 weights as GGUFs in ik's layout (tools/bench/to_gguf.py) and quantizes them to Q4_0, then
 # runs bench-model and llama-bench (ik's fastest CPU flags: -mla 3 -fa 1 -fmoe 1 -rtr 1)
 # interleaved, ROUNDS rounds of every case, and prints one table of medians with the ratio per
-# cell, each engine's bytes read a decoded token, and the machine's bandwidth roofline.
+# cell, each engine's bytes read a decoded token, and the machine's bandwidth roofline. The gguf-*
+# cases load the very GGUF files ik runs (BF16, and Q8_0, Q6_K, Q4_0, Q4_K from ik's quantizer).
 #   scripts/side_by_side.sh --ik-src DIR [--ik-build DIR] [--work DIR] [--rounds 5]
-#                           [--presets "mini small"] [--cases "int4 int4-requantize-q4 bf16 bf16-terms"]
+#                           [--presets "mini small"] [--cases "int4 int4-requantize-q4 bf16 bf16-terms
+#                            gguf-bf16 gguf-q8_0 gguf-q6_k gguf-q4_0 gguf-q4_k"]
 #                           [--binary build/mlaserve]
 # DIR for --ik-src: an ik_llama.cpp checkout (e.g. git clone https://github.com/ikawrakow/ik_llama.cpp).
 # --ik-build keeps the build between runs (default: a folder under --work); --work keeps the
@@ -50,20 +52,24 @@ for preset in $presets; do
   done
   [[ -f $work/$preset-bf16.gguf ]] ||
     GGUF_PY="$ik_src/gguf-py" /usr/bin/python3 tools/bench/to_gguf.py "$work/$preset-bf16" "$work/$preset-bf16.gguf" >&2
-  [[ -f $work/$preset-q4_0.gguf ]] ||
-    "$ik_build/bin/llama-quantize" "$work/$preset-bf16.gguf" "$work/$preset-q4_0.gguf" Q4_0 "$threads" > /dev/null 2>&1
+  for type in q4_0 q8_0 q6_k q4_k; do
+    [[ $type == q4_0 || " $wanted " == *" gguf-$type "* ]] || continue
+    [[ -f $work/$preset-$type.gguf ]] ||
+      "$ik_build/bin/llama-quantize" "$work/$preset-bf16.gguf" "$work/$preset-$type.gguf" "${type^^}" "$threads" > /dev/null 2>&1
+  done
 done
 
 results=$work/results
 rm -rf "$results" && mkdir -p "$results"
 # mlaserve case | its model | its flags | the GGUF ik runs beside it (once a round)
 all_cases=("int4|int4||q4_0" "int4-requantize-q4|int4|--requantize q4|q4_0" "bf16|bf16||bf16"
-           "bf16-terms|bf16|--bf16-terms 1|bf16")
+           "bf16-terms|bf16|--bf16-terms 1|bf16" "gguf-bf16|bf16.gguf||bf16" "gguf-q8_0|q8_0.gguf||q8_0"
+           "gguf-q6_k|q6_k.gguf||q6_k" "gguf-q4_0|q4_0.gguf||q4_0" "gguf-q4_k|q4_k.gguf||q4_k")
 cases=()
 for case in "${all_cases[@]}"; do
   [[ " $wanted " == *" ${case%%|*} "* ]] && cases+=("$case")
 done
-((${#cases[@]})) || { echo "--cases names none of: int4 int4-requantize-q4 bf16 bf16-terms" >&2; exit 2; }
+((${#cases[@]})) || { echo "--cases names none of: ${all_cases[*]%%|*}" >&2; exit 2; }
 for r in $(seq "$rounds"); do
   echo "round $r of $rounds" >&2
   for preset in $presets; do

@@ -71,7 +71,8 @@ def main():
     print(row(["---"] * 7))
     for preset in presets:
         for ours, theirs in (("int4", "q4_0"), ("int4-requantize-q4", "q4_0"), ("bf16", "bf16"),
-                             ("bf16-terms", "bf16")):
+                             ("bf16-terms", "bf16"), ("gguf-bf16", "bf16"), ("gguf-q8_0", "q8_0"),
+                             ("gguf-q6_k", "q6_k"), ("gguf-q4_0", "q4_0"), ("gguf-q4_k", "q4_k")):
             m = mlaserve_runs(results, preset, ours)
             if not m["decode"]:
                 continue  # a case this run left out (--cases)
