@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--mla-kernel", mla_kernel,
                  "MLA decode kernel for head counts other than 4, 8, 16k: auto | padded | generic")->capture_default_str();
   int bf16_terms = 3;
-  app.add_option("--bf16-terms,--amx-terms", bf16_terms,
+  app.add_option("--bf16-terms", bf16_terms,
                  "bf16 terms each activation is split into for GEMMs of 16+ tokens on the AMX tile unit, or without "
                  "AMX on vdpbf16ps (BF16 weights from 2 tokens, and the prefill attention): 3 exact (fp32 "
                  "products; without AMX the fp32 kernels), 2 keep 16 significand bits (faster prefill), 1 rounds "

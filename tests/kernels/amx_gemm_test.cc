@@ -355,7 +355,7 @@ std::vector<float> first_terms(std::vector<float> x, int terms) {
   return x;
 }
 
-// --amx-terms 3, 2 and 1: the outputs are the fp32 sums of the activations' first terms (bound
+// --bf16-terms 3, 2 and 1: the outputs are the fp32 sums of the activations' first terms (bound
 // 1e-6 against float64), for stored panels and row-major weights, in a group of 128 tokens and
 // a partial second one. Each setting runs a whole number of 32-column steps first, then 300
 // columns, whose last step's 20 columns past the end must be zero again, not the first run's.

@@ -181,6 +181,8 @@ def test_hang_up_cancels_the_request(server, idle_rss):
 
 
 def test_dropped_connections(server, idle_rss):
+    """200 connections dropped at once, half-way through a body, or after garbage: the server
+    answers the next request, holds no request or cache block for them, and the process lives."""
     for i in range(200):
         sock = socket.create_connection(("127.0.0.1", server.port))
         if i % 3 == 1:
@@ -188,6 +190,10 @@ def test_dropped_connections(server, idle_rss):
         elif i % 3 == 2:
             sock.sendall(b"GARBAGE \x00\x01\x02\r\n\r\n")
         sock.close()
+    assert server.proc.poll() is None, "the server exited"
+    assert_status(server, {"prompt": "after the drops", "max_tokens": 2}, 200)
+    assert wait_until(lambda: server.metric("mlaserve_num_requests_running") == 0
+                      and server.metric("mlaserve_kv_cache_usage_perc") == 0, 20), "a dropped connection holds a request"
 
 
 def test_healthy_idle_and_back_near_idle_memory_after(server, idle_rss):
