@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh -DMLASERVE_TESTS=OFF
+scripts/build.sh --target mlaserve -DMLASERVE_TESTS=OFF
 model=${MLASERVE_MODEL:-models/kjv}
 echo "try: curl http://127.0.0.1:${PORT:-8000}/v1/completions -d '{\"prompt\":\"And God said\",\"max_tokens\":48}'"
 exec build/mlaserve serve --model "$model" --port "${PORT:-8000}" --kv-cache-gb "${KV_CACHE_GB:-1}"

@@ -9,6 +9,7 @@
 #include "base/signals.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/version.h"
 #include "kernels/dispatch.h"
 #include "parallel/mpi_world.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve"));
   spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
   CLI::App app{"mlaserve: inference engine and server for MLA + MoE models (DeepSeek-V3, Kimi)"};
+  app.set_version_flag("--version", mlaserve::version_text());
   app.require_subcommand(1);
   // The global options below are also accepted after a subcommand (`bench-model --threads 2`,
   // as llama-bench spells it).

@@ -76,3 +76,14 @@ def test_readme_flags_and_values_are_in_help(binary, top_help, command):
         unknown = [v for v in values.split("|") if flag in options and v != "..."
                    and not re.search(rf"(?<![\w-]){re.escape(v.split(':')[0])}(?![\w-])", options[flag])]
         assert not unknown, f"{flag}: README's values {values}; --help says: {options.get(flag, '').strip()}"
+
+
+def test_version_names_the_source_tree(binary):
+    """`mlaserve --version`: the project's version and the commit the binary was built from."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    match = re.fullmatch(r"mlaserve (\d+\.\d+\.\d+) \(git ([0-9a-f]{12})(-dirty)?\)", out)
+    assert match, out
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert head.stdout.startswith(match.group(2)), (out, head.stdout)
