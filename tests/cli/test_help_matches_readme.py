@@ -12,7 +12,8 @@ README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "R
 
 
 def readme_commands(readme):
-    """{subcommand: text of its command line(s)} from the README's shell blocks."""
+    """{subcommand: text of its command line(s)} from the README's shell blocks (a line giving
+    only global options, `build/mlaserve --version`, names no subcommand)."""
     commands, current, in_block = {}, None, False
     for line in open(readme, encoding="utf-8"):
         if line.startswith("```"):
@@ -20,7 +21,7 @@ def readme_commands(readme):
             continue
         if not in_block:
             continue
-        found = re.match(r"build/mlaserve (\S+)", line)
+        found = re.match(r"build/mlaserve ([^-\s]\S*)", line)
         if found:
             current = found.group(1)
             commands[current] = commands.get(current, "") + line
