@@ -22,7 +22,8 @@ void BM_CausalAttention(benchmark::State& state) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> q(size_t(tokens * heads * qk_dim)), out(size_t(tokens * heads * v_dim));
-  std::vector<float> k(size_t(heads * key_panels_floats(tokens, qk_dim))), v(size_t(heads * value_panels_floats(tokens, v_dim)));
+  std::vector<float> k(size_t(heads * key_panels_floats(tokens, qk_dim))),
+      v(size_t(heads * value_panels_floats(tokens, v_dim)));
   std::vector<uint16_t> k_pairs(size_t(heads * key_pair_panels_words(tokens, qk_dim)));
   std::vector<uint16_t> v_pairs(size_t(heads * value_pair_panels_words(tokens, v_dim)));
   for (auto* values : {&q, &k, &v})  // the panels' layout does not matter to the speed
@@ -47,7 +48,8 @@ void BM_CausalAttention(benchmark::State& state) {
   }
   // q.k and p.v over the visible keys: tokens (tokens + 1) / 2 pairs a head.
   const double flops = 2.0 * double(heads) * double(qk_dim + v_dim) * double(tokens) * double(tokens + 1) / 2.0;
-  state.counters["GFLOP/s"] = benchmark::Counter(double(state.iterations()) * flops * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(double(state.iterations()) * flops * 1e-9, benchmark::Counter::kIsRate);
 }
 
 BENCHMARK(BM_CausalAttention)

@@ -56,13 +56,15 @@ std::shared_ptr<const grammar::Vocabulary> vocabulary() {
 // strings, integers and enums are those of every other.
 std::string person_schema(const std::string& suffix) {
   return R"({"type": "object", "properties": {"name)" + suffix + R"(": {"type": "string"}, "age)" + suffix +
-         R"(": {"type": "integer"}, "tags)" + suffix + R"(": {"type": "array", "items": {"enum": ["a", "b", "c"]}}, "active)" +
-         suffix + R"(": {"type": "boolean"}}, "required": ["name)" + suffix + R"(", "age)" + suffix + R"(", "tags)" + suffix +
+         R"(": {"type": "integer"}, "tags)" + suffix +
+         R"(": {"type": "array", "items": {"enum": ["a", "b", "c"]}}, "active)" + suffix +
+         R"(": {"type": "boolean"}}, "required": ["name)" + suffix + R"(", "age)" + suffix + R"(", "tags)" + suffix +
          R"(", "active)" + suffix + R"("]})";
 }
 
 std::shared_ptr<grammar::Grammar> person_grammar(const std::string& suffix) {
-  return std::make_shared<grammar::Grammar>(grammar::json_schema_grammar(nlohmann::ordered_json::parse(person_schema(suffix))));
+  return std::make_shared<grammar::Grammar>(
+      grammar::json_schema_grammar(nlohmann::ordered_json::parse(person_schema(suffix))));
 }
 
 std::shared_ptr<const grammar::Grammar> person_grammar() {
@@ -99,7 +101,8 @@ Fresh fresh(bool new_process) {
   Fresh out;
   out.suffix = new_process ? "" : std::to_string(schemas++);
   out.grammar = person_grammar(out.suffix);
-  out.words = new_process ? std::make_shared<const grammar::Vocabulary>(token_bytes(), std::vector<int32_t>{1}) : vocabulary();
+  out.words =
+      new_process ? std::make_shared<const grammar::Vocabulary>(token_bytes(), std::vector<int32_t>{1}) : vocabulary();
   if (!new_process && schemas == 1) {  // the first one teaches the vocabulary the shared tops
     for (int state = 1; state < 4; ++state) {
       grammar::Matcher at(person_grammar("x"), out.words);
@@ -130,8 +133,9 @@ BENCHMARK(BM_FirstMask)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Iterations(20)->Un
 // Inside a string of at most 64 characters, 10 written: each length is a stack top of its own
 // (the rules left to write differ), in a new process (arg 0) or once seen (1).
 void BM_BoundedStringMask(benchmark::State& state) {
-  const auto bounded = std::make_shared<const grammar::Grammar>(grammar::json_schema_grammar(
-      nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 64}}})")));
+  const auto bounded =
+      std::make_shared<const grammar::Grammar>(grammar::json_schema_grammar(nlohmann::ordered_json::parse(
+          R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 64}}})")));
   for (auto _ : state) {
     state.PauseTiming();
     grammar::Matcher matcher(uncached(*bounded), state.range(0) == 1 ? vocabulary() : fresh(true).words);
@@ -158,8 +162,9 @@ BENCHMARK(BM_CachedMask)->Unit(benchmark::kMicrosecond);
 // new schema (1), the same schema again (2: every state's mask cached).
 void BM_Document(benchmark::State& state) {
   const auto answer = [](const std::string& suffix) {
-    return tokenizer().encode(R"({"name)" + suffix + R"(": "Ada Lovelace, analyst of the Analytical Engine", "age)" + suffix +
-                              R"(": 36, "tags)" + suffix + R"(": ["a", "c", "b"], "active)" + suffix + R"(": true})");
+    return tokenizer().encode(R"({"name)" + suffix + R"(": "Ada Lovelace, analyst of the Analytical Engine", "age)" +
+                              suffix + R"(": 36, "tags)" + suffix + R"(": ["a", "c", "b"], "active)" + suffix +
+                              R"(": true})");
   };
   const auto again = uncached(*person_grammar());
   size_t tokens = 0;
@@ -181,7 +186,8 @@ void BM_Document(benchmark::State& state) {
   }
   state.counters["tokens"] = double(tokens);
 }
-BENCHMARK(BM_Document)->Arg(0)->Arg(1)->Iterations(20)->Unit(benchmark::kMillisecond);  // a new vocabulary or schema each
+BENCHMARK(BM_Document)->Arg(0)->Arg(1)->Iterations(20)->Unit(benchmark::kMillisecond);  // a new vocabulary or schema
+                                                                                        // each
 BENCHMARK(BM_Document)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // Applying a mask to the logits: a string's (nearly every token allowed) and a number's (11).

@@ -19,9 +19,9 @@
 namespace mlaserve {
 namespace {
 
-using bench::RandomWeight;
 using bench::add_copies;
 using bench::random_activations;
+using bench::RandomWeight;
 
 void run_linear(benchmark::State& state, WeightFormat format) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
@@ -52,12 +52,15 @@ void BM_ReadBandwidth(benchmark::State& state) {
   std::vector<float> data(size_t(128) << 20, 1.0f);
   std::atomic<int64_t> sink{0};
   for (auto _ : state) {
-    thread_pool().parallel_for(int64_t(data.size()), [&](int64_t begin, int64_t end, int) {
-      static const std::vector<float> ones(4096, 1.0f);
-      float sum = 0.0f;
-      for (int64_t i = begin; i + 4096 <= end; i += 4096) sum += simd::dot_f32(data.data() + i, ones.data(), 4096);
-      sink.fetch_add(int64_t(sum));
-    }, 4096);
+    thread_pool().parallel_for(
+        int64_t(data.size()),
+        [&](int64_t begin, int64_t end, int) {
+          static const std::vector<float> ones(4096, 1.0f);
+          float sum = 0.0f;
+          for (int64_t i = begin; i + 4096 <= end; i += 4096) sum += simd::dot_f32(data.data() + i, ones.data(), 4096);
+          sink.fetch_add(int64_t(sum));
+        },
+        4096);
   }
   state.counters["GB/s"] =
       benchmark::Counter(double(state.iterations()) * double(data.size() * 4), benchmark::Counter::kIsRate);
@@ -70,20 +73,23 @@ void BM_ReadBandwidth4Streams(benchmark::State& state) {
   std::vector<float> data(size_t(128) << 20, 1.0f);
   std::atomic<int64_t> sink{0};
   for (auto _ : state) {
-    thread_pool().parallel_for(int64_t(data.size()), [&](int64_t begin, int64_t end, int) {
-      static const std::vector<float> ones(kChunk, 1.0f);
-      const float* x = ones.data();
-      const int64_t chunk = int64_t(ones.size()), quarter = (end - begin) / 4 / chunk * chunk;
-      float sum = 0.0f;
-      for (int64_t i = 0; i < quarter; i += chunk) {
-        const float* rows[4] = {&data[size_t(begin + i)], &data[size_t(begin + quarter + i)],
-                                &data[size_t(begin + 2 * quarter + i)], &data[size_t(begin + 3 * quarter + i)]};
-        float out[4];
-        simd::dot_4xn<1>(rows, &x, chunk, out);
-        sum += out[0] + out[1] + out[2] + out[3];
-      }
-      sink.fetch_add(int64_t(sum));
-    }, 4 * kChunk);
+    thread_pool().parallel_for(
+        int64_t(data.size()),
+        [&](int64_t begin, int64_t end, int) {
+          static const std::vector<float> ones(kChunk, 1.0f);
+          const float* x = ones.data();
+          const int64_t chunk = int64_t(ones.size()), quarter = (end - begin) / 4 / chunk * chunk;
+          float sum = 0.0f;
+          for (int64_t i = 0; i < quarter; i += chunk) {
+            const float* rows[4] = {&data[size_t(begin + i)], &data[size_t(begin + quarter + i)],
+                                    &data[size_t(begin + 2 * quarter + i)], &data[size_t(begin + 3 * quarter + i)]};
+            float out[4];
+            simd::dot_4xn<1>(rows, &x, chunk, out);
+            sum += out[0] + out[1] + out[2] + out[3];
+          }
+          sink.fetch_add(int64_t(sum));
+        },
+        4 * kChunk);
   }
   state.counters["GB/s"] =
       benchmark::Counter(double(state.iterations()) * double(data.size() * 4), benchmark::Counter::kIsRate);
@@ -105,7 +111,8 @@ void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Grou
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 // INT4 and MXFP4 repacked into 16-row panels, as models load them where the panel kernels run.
 void run_4bit_panels(benchmark::State& state, WeightFormat format) {
-  if (!repacks_4bit_panels(kernel_config())) return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
+  if (!repacks_4bit_panels(kernel_config()))
+    return state.SkipWithError("4-bit panels need AVX2 or AVX-512 VNNI, and no AMX");
   run_linear(state, format);
 }
 void BM_INT4Panels(benchmark::State& state) { run_4bit_panels(state, WeightFormat::Int4Panels); }
@@ -183,8 +190,8 @@ void BM_FewTokensOneCore(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   set_num_threads(0);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(double(state.iterations()) * 2.0 * double(rows * cols * tokens) * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(double(state.iterations()) * 2.0 * double(rows * cols * tokens) * 1e-9,
+                                                 benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FewTokensOneCore)
     ->ArgsProduct({{512}, {1, 2, 3, 4, 8}, {1, 2, 3, 4}})
@@ -202,12 +209,32 @@ BENCHMARK(BM_ReadBandwidth4Streams)->UseRealTime();
 // 256 columns) at 8 tokens (batched decode); mini's and small's kv_b_proj expanding 2048 cached
 // latents (fp32 random activations here: latents from a bf16 cache take the one-term AMX path).
 void linear_shapes(benchmark::internal::Benchmark* bench) {
-  bench->Args({5632, 2048, 1})->Args({768, 2048, 1})->Args({768, 2048, 2})->Args({768, 2048, 3})->Args({768, 2048, 4})
-      ->Args({768, 2048, 8})->Args({2048, 768, 1})->Args({512, 1024, 1})->Args({512, 1024, 3})->Args({4096, 64, 8})
-      ->Args({1024, 256, 8})->Args({5632, 2048, 8})->Args({5632, 2048, 4})->Args({5632, 2048, 5})->Args({5632, 2048, 6})
-      ->Args({5632, 2048, 12})->Args({5632, 2048, 15})->Args({5632, 2048, 16})->Args({768, 2048, 48})
-      ->Args({5632, 2048, 128})->Args({5632, 2048, 512})->Args({2048, 5632, 512})->Args({2048, 7168, 512})
-      ->Args({2048, 256, 2048})->Args({4096, 512, 2048})->UseRealTime();
+  bench->Args({5632, 2048, 1})
+      ->Args({768, 2048, 1})
+      ->Args({768, 2048, 2})
+      ->Args({768, 2048, 3})
+      ->Args({768, 2048, 4})
+      ->Args({768, 2048, 8})
+      ->Args({2048, 768, 1})
+      ->Args({512, 1024, 1})
+      ->Args({512, 1024, 3})
+      ->Args({4096, 64, 8})
+      ->Args({1024, 256, 8})
+      ->Args({5632, 2048, 8})
+      ->Args({5632, 2048, 4})
+      ->Args({5632, 2048, 5})
+      ->Args({5632, 2048, 6})
+      ->Args({5632, 2048, 12})
+      ->Args({5632, 2048, 15})
+      ->Args({5632, 2048, 16})
+      ->Args({768, 2048, 48})
+      ->Args({5632, 2048, 128})
+      ->Args({5632, 2048, 512})
+      ->Args({2048, 5632, 512})
+      ->Args({2048, 7168, 512})
+      ->Args({2048, 256, 2048})
+      ->Args({4096, 512, 2048})
+      ->UseRealTime();
 }
 BENCHMARK(BM_BF16)->Apply(linear_shapes);
 BENCHMARK(BM_BF16Panels)->Apply(linear_shapes);

@@ -1,9 +1,9 @@
 // Microbenchmark of the absorbed MLA decode kernels at DeepSeek-V3 / Kimi K3 latent sizes
 // (kv_lora_rank 512 + rope 64, bf16 cache), one query: 12 heads (Kimi K3 per rank at TP 8)
 // padded to 16 or generic, 16 heads native (DeepSeek-V3 at TP 8), 128 (DeepSeek-V3 on one
-// rank: eight 16-head blocks); and 16 heads at the `mini` preset's sizes (256 + 32). Arguments: heads, positions, kv_lora_rank (rope = rank / 8), and for BM_Queries
-// queries (a chunk of new tokens after the cache, as a prefill chunk run absorbed: query i sees
-// positions - queries + i + 1), for BM_FromMemory the layers called in turn (their caches
+// rank: eight 16-head blocks); and 16 heads at the `mini` preset's sizes (256 + 32). Arguments: heads, positions,
+// kv_lora_rank (rope = rank / 8), and for BM_Queries queries (a chunk of new tokens after the cache, as a prefill chunk
+// run absorbed: query i sees positions - queries + i + 1), for BM_FromMemory the layers called in turn (their caches
 // beyond L3, as in a decode step). BM_ThenProjection: each layer's attention followed by the
 // o_proj product it feeds, with and without the attention's read_next prefetches.
 // BM_AfterStream: each call after the threads read other data, as a decode step reads the
@@ -126,11 +126,14 @@ void BM_AfterStream(benchmark::State& state) {
   std::vector<float> sums(size_t(thread_pool().size()));
   double attention_s = 0;
   for (int64_t call = 0; auto _ : state) {
-    thread_pool().parallel_for(int64_t(other.size()), [&](int64_t begin, int64_t end, int worker) {
-      float sum = 0.0f;
-      for (int64_t i = begin; i < end; i += 16) sum += other[size_t(i)];
-      sums[size_t(worker)] += sum;
-    }, 4096);
+    thread_pool().parallel_for(
+        int64_t(other.size()),
+        [&](int64_t begin, int64_t end, int worker) {
+          float sum = 0.0f;
+          for (int64_t i = begin; i < end; i += 16) sum += other[size_t(i)];
+          sums[size_t(worker)] += sum;
+        },
+        4096);
     inputs.params.layer = call++ % 64;
     const auto start = std::chrono::steady_clock::now();
     mla_absorbed_attention(inputs.params);
@@ -151,7 +154,12 @@ BENCHMARK(BM_Padded)
     ->Args({16, 256, 512})
     ->UseRealTime();
 BENCHMARK(BM_Generic)->Args({12, 1024, 512})->Args({12, 4096, 512})->UseRealTime();
-BENCHMARK(BM_Auto)->Args({12, 1024, 512})->Args({12, 4096, 512})->Args({16, 4096, 512})->Args({128, 4096, 512})->UseRealTime();
+BENCHMARK(BM_Auto)
+    ->Args({12, 1024, 512})
+    ->Args({12, 4096, 512})
+    ->Args({16, 4096, 512})
+    ->Args({128, 4096, 512})
+    ->UseRealTime();
 // 64 layers of 1024 positions (75 MB at rank 512), 8 (9 MB, about what a Zen 2 VM's L3 kept).
 BENCHMARK(BM_FromMemory)->Args({16, 1024, 512, 64})->Args({16, 1024, 512, 8})->Args({16, 4096, 512, 16})->UseRealTime();
 BENCHMARK(BM_ThenProjection)->ArgsProduct({{64, 1024, 4096}, {0, 1}})->UseRealTime();

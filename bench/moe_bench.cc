@@ -25,8 +25,8 @@ namespace {
 
 using bench::RandomWeight;
 
-constexpr int kLayers = 8;        // ~790 MB of experts: from memory, not from L3
-constexpr int kInputSets = 64;    // different tokens each call, so the chosen experts vary
+constexpr int kLayers = 8;      // ~790 MB of experts: from memory, not from L3
+constexpr int kInputSets = 64;  // different tokens each call, so the chosen experts vary
 
 const ModelConfig& mini() {
   static const ModelConfig config = parse_model_config(model_preset("mini"));
@@ -44,7 +44,7 @@ struct MoeLayers {
     const int64_t hidden = mini().hidden_size, experts = mini().n_routed_experts;
     const int64_t intermediate = mini().moe_intermediate_size;
     const int64_t per_layer = 3 * (experts + 1) + 1;  // gate, up, down of each expert; the router
-    owned.reserve(size_t(2 + kLayers * per_layer));  // no reallocation: copies are made from owned[0..1]
+    owned.reserve(size_t(2 + kLayers * per_layer));   // no reallocation: copies are made from owned[0..1]
     const size_t gate_up = owned.size();
     owned.emplace_back(expert_format, intermediate, hidden);
     owned.emplace_back(expert_format, hidden, intermediate);
@@ -99,8 +99,7 @@ void BM_MoeLayer(benchmark::State& state) {
     ++calls;
   }
   const double routed = double(routed_expert_bytes_read() - routed_before);
-  state.counters["weight_GB/s"] =
-      benchmark::Counter(routed + double(calls * fixed_bytes), benchmark::Counter::kIsRate);
+  state.counters["weight_GB/s"] = benchmark::Counter(routed + double(calls * fixed_bytes), benchmark::Counter::kIsRate);
   state.counters["experts"] = routed / double(calls) / double(first.experts.front().bytes());
 }
 

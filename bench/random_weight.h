@@ -26,7 +26,8 @@ struct RandomWeight {
       return;
     }
     if (is_4bit_panels(format)) {  // INT4 / MXFP4 repacked as at load where the panel kernels run
-      const RandomWeight stored(format == WeightFormat::Int4Panels ? WeightFormat::Int4Group : WeightFormat::Mxfp4, rows, cols);
+      const RandomWeight stored(format == WeightFormat::Int4Panels ? WeightFormat::Int4Group : WeightFormat::Mxfp4,
+                                rows, cols);
       weight = repack_4bit_panels(stored.weight, *repacked);
       return;
     }

@@ -12,7 +12,8 @@ struct Options {
 };
 
 mlaserve::ChatDelta parse(const Options& options, const std::vector<std::string_view>& pieces) {
-  mlaserve::ChatOutputParser parser(mlaserve::ChatParsing{options.tools, options.reasoning}, options.opened_in_prompt ? "<think>" : "");
+  mlaserve::ChatOutputParser parser(mlaserve::ChatParsing{options.tools, options.reasoning},
+                                    options.opened_in_prompt ? "<think>" : "");
   return mlaserve::fuzz::parse_pieces(parser, pieces);
 }
 

@@ -15,8 +15,14 @@ struct KjvRequestContext {
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(models_dir() + "/kjv");
   ChatTemplate chat_template = ChatTemplate::load(models_dir() + "/kjv", *tokenizer);
   GrammarCache grammars;
-  RequestContext context{*tokenizer, chat_template, "kjv", 256, load_model_config(models_dir() + "/kjv").vocab_size,
-                         {}, chat_parsing("deepseek_v3", "deepseek_r1", ""), &grammars};
+  RequestContext context{*tokenizer,
+                         chat_template,
+                         "kjv",
+                         256,
+                         load_model_config(models_dir() + "/kjv").vocab_size,
+                         {},
+                         chat_parsing("deepseek_v3", "deepseek_r1", ""),
+                         &grammars};
 };
 
 }  // namespace mlaserve::fuzz

@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::atexit([] { std::remove(("/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors").c_str()); });
     return "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors";
   }();
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   try {
     const mlaserve::SafetensorsFile file(path);
     for (const auto& [name, tensor] : file.tensors()) {

@@ -19,8 +19,8 @@ std::string make_checkpoint() {
   std::atexit([] { std::filesystem::remove_all("/tmp/mlaserve-fuzz-index-" + std::to_string(getpid())); });
   const auto fill = [](uint8_t* bytes) { bytes[0] = 1; };
   // Each tensor over the shard limit: two shards and an index, which the input then replaces.
-  mlaserve::write_checkpoint(dir, {{"a.weight", mlaserve::DType::F32, {64}, fill},
-                                   {"b.weight", mlaserve::DType::BF16, {8, 16}, fill}}, 64);
+  mlaserve::write_checkpoint(
+      dir, {{"a.weight", mlaserve::DType::F32, {64}, fill}, {"b.weight", mlaserve::DType::BF16, {8, 16}, fill}}, 64);
   return dir;
 }
 

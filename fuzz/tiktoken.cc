@@ -7,8 +7,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string ranks(reinterpret_cast<const char*>(data), size);
   try {
-    const auto tokenizer = mlaserve::Tokenizer::from_tiktoken(ranks, mlaserve::kKimiPattern,
-                                                              {{"<|im_end|>", 4, true}}, 3);
+    const auto tokenizer =
+        mlaserve::Tokenizer::from_tiktoken(ranks, mlaserve::kKimiPattern, {{"<|im_end|>", 4, true}}, 3);
     const auto ids = tokenizer->encode("Hello, world! 123 héllo\n\t<|im_end|> ünï 中文", true);
     tokenizer->decode(ids, false);
   } catch (const mlaserve::Error&) {

@@ -1,5 +1,6 @@
 // Encoding arbitrary bytes with the committed models/kjv tokenizer (byte-level BPE): valid UTF-8
-// decodes back to itself (added tokens encoded as plain text); any text encodes to known ids; arbitrary ids decode without reading outside it.
+// decodes back to itself (added tokens encoded as plain text); any text encodes to known ids; arbitrary ids decode
+// without reading outside it.
 #include <cstring>
 #include <vector>
 

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   std::string mla_kernel = "auto";
   app.add_option("--threads", threads, "worker threads (default: all cores)");
   app.add_option("--mla-kernel", mla_kernel,
-                 "MLA decode kernel for head counts other than 4, 8, 16k: auto | padded | generic")->capture_default_str();
+                 "MLA decode kernel for head counts other than 4, 8, 16k: auto | padded | generic")
+      ->capture_default_str();
   int bf16_terms = 3;
   app.add_option("--bf16-terms", bf16_terms,
                  "bf16 terms each activation is split into for GEMMs of 16+ tokens on the AMX tile unit, or without "
@@ -37,11 +38,12 @@ int main(int argc, char** argv) {
                  "it to bf16 (fastest)")
       ->capture_default_str();
   int64_t kda_chunk = 64;
-  app.add_option("--kda-chunk", kda_chunk, "KDA prefill chunk size (0: token-by-token recurrence)")->capture_default_str();
+  app.add_option("--kda-chunk", kda_chunk, "KDA prefill chunk size (0: token-by-token recurrence)")
+      ->capture_default_str();
   app.parse_complete_callback([&] {
     mlaserve::set_num_threads(threads);
-    mlaserve::use_kernel_config(mlaserve::host_kernel_config(
-        bf16_terms, mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()), kda_chunk));
+    mlaserve::use_kernel_config(
+        mlaserve::host_kernel_config(bf16_terms, mlaserve::mla_decode_kernel_from_name(mla_kernel.c_str()), kda_chunk));
   });
   mlaserve::add_make_model_command(app);
   mlaserve::add_logits_command(app);

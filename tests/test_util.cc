@@ -17,11 +17,21 @@ TempDir::~TempDir() { std::filesystem::remove_all(path_); }
 
 nlohmann::json micro_config() {
   nlohmann::json config = model_preset("tiny");
-  config.merge_patch({{"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-                      {"q_lora_rank", 32}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 16},
-                      {"qk_rope_head_dim", 8}, {"v_head_dim", 16}, {"moe_intermediate_size", 32},
-                      {"intermediate_size", 96}, {"n_routed_experts", 16}, {"n_group", 4},
-                      {"topk_group", 2}, {"num_experts_per_tok", 4}, {"vocab_size", 512}});
+  config.merge_patch({{"hidden_size", 64},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"q_lora_rank", 32},
+                      {"kv_lora_rank", 32},
+                      {"qk_nope_head_dim", 16},
+                      {"qk_rope_head_dim", 8},
+                      {"v_head_dim", 16},
+                      {"moe_intermediate_size", 32},
+                      {"intermediate_size", 96},
+                      {"n_routed_experts", 16},
+                      {"n_group", 4},
+                      {"topk_group", 2},
+                      {"num_experts_per_tok", 4},
+                      {"vocab_size", 512}});
   return config;
 }
 
@@ -37,8 +47,7 @@ void write_model(const std::string& dir, const nlohmann::json& config, StorageDT
 
 ::testing::AssertionResult relative_close(const std::vector<float>& got, const std::vector<float>& want,
                                           double tolerance) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   double max_want = 0, max_error = 0;
   size_t worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -49,9 +58,8 @@ void write_model(const std::string& dir, const nlohmann::json& config, StorageDT
   }
   const double relative = max_error / std::max(max_want, 1e-30);
   if (relative <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative error " << relative << " > " << tolerance
-                                       << "; worst element " << worst << ": got " << got[worst]
-                                       << ", want " << want[worst];
+  return ::testing::AssertionFailure() << "relative error " << relative << " > " << tolerance << "; worst element "
+                                       << worst << ": got " << got[worst] << ", want " << want[worst];
 }
 
 std::string committed_model(const std::string& name) { return std::string(MLASERVE_MODELS_DIR) + "/" + name; }

@@ -28,8 +28,7 @@ class TempDir {
 
 // A tiny-preset config with small sizes (hidden 64, 2 layers, 16 experts, vocab 512).
 nlohmann::json micro_config();
-void write_model(const std::string& dir, const nlohmann::json& config, StorageDType dtype,
-                 uint64_t seed);
+void write_model(const std::string& dir, const nlohmann::json& config, StorageDType dtype, uint64_t seed);
 
 // max |got - want| / max |want|, asserting equal sizes and no NaN/inf in `got`.
 ::testing::AssertionResult relative_close(const std::vector<float>& got, const std::vector<float>& want,

@@ -17,10 +17,17 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 11> kDTypes = {{
-    {DType::F64, "F64", 8},   {DType::F32, "F32", 4},         {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2}, {DType::F8_E4M3, "F8_E4M3", 1}, {DType::I64, "I64", 8},
-    {DType::I32, "I32", 4},   {DType::I16, "I16", 2},         {DType::I8, "I8", 1},
-    {DType::U8, "U8", 1},     {DType::BOOL, "BOOL", 1},
+    {DType::F64, "F64", 8},
+    {DType::F32, "F32", 4},
+    {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2},
+    {DType::F8_E4M3, "F8_E4M3", 1},
+    {DType::I64, "I64", 8},
+    {DType::I32, "I32", 4},
+    {DType::I16, "I16", 2},
+    {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},
+    {DType::BOOL, "BOOL", 1},
 }};
 
 const DTypeInfo& info(DType dtype) {
@@ -63,7 +70,7 @@ uint16_t f32_to_f16(float value) {
     return sign | uint16_t(std::nearbyint(magnitude * std::ldexp(1.0f, 24)));
   }
   int exponent;
-  std::frexp(magnitude, &exponent);  // magnitude = m * 2^exponent, m in [0.5, 1)
+  std::frexp(magnitude, &exponent);                                     // magnitude = m * 2^exponent, m in [0.5, 1)
   float scaled = std::nearbyint(std::ldexp(magnitude, 11 - exponent));  // 11 significant bits
   if (scaled >= 2048.0f) {
     scaled /= 2;

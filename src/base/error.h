@@ -21,7 +21,7 @@ template <typename... Args>
 }  // namespace mlaserve
 
 // Checks a condition that bad input can violate; throws mlaserve::Error with the message.
-#define MLA_CHECK(cond, ...)                  \
-  do {                                        \
+#define MLA_CHECK(cond, ...)                    \
+  do {                                          \
     if (!(cond)) ::mlaserve::fail(__VA_ARGS__); \
   } while (0)

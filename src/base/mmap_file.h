@@ -16,9 +16,7 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
-  bool contains(const void* address) const {
-    return address >= data_ && address < data_ + size_;
-  }
+  bool contains(const void* address) const { return address >= data_ && address < data_ + size_; }
   // Drops the whole pages inside [begin, begin + bytes) from this process's resident set; they
   // are read back from the file if touched again. For a rank that copied what it needs.
   void release(const void* begin, size_t bytes) const;

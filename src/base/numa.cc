@@ -47,7 +47,8 @@ std::vector<int> parse_cpu_list(const std::string& list) {
   std::vector<int> ids;
   size_t at = 0;
   const auto number = [&]() {
-    MLA_CHECK(at < list.size() && std::isdigit(static_cast<unsigned char>(list[at])), "malformed CPU or node list '{}'", list);
+    MLA_CHECK(at < list.size() && std::isdigit(static_cast<unsigned char>(list[at])), "malformed CPU or node list '{}'",
+              list);
     int value = 0;
     for (; at < list.size() && std::isdigit(static_cast<unsigned char>(list[at])); ++at) {
       value = value * 10 + (list[at] - '0');

@@ -27,8 +27,8 @@ class ThreadPool {
   class RangeFn {
    public:
     template <class Fn>
-      requires(std::invocable<Fn&, int64_t, int64_t, int> && !std::same_as<std::decay_t<Fn>, RangeFn>)
-    RangeFn(Fn&& fn)  // implicit, so lambdas pass straight to parallel_for
+    requires(std::invocable<Fn&, int64_t, int64_t, int> && !std::same_as<std::decay_t<Fn>, RangeFn>)
+        RangeFn(Fn&& fn)  // implicit, so lambdas pass straight to parallel_for
         : object_(const_cast<void*>(static_cast<const void*>(&fn))),
           call_([](void* object, int64_t begin, int64_t end, int worker) {
             (*static_cast<std::remove_reference_t<Fn>*>(object))(begin, end, worker);

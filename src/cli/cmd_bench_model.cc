@@ -27,7 +27,8 @@ void add_bench_model_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-r,--repetitions", options->bench.repetitions, "runs (medians are reported)")->capture_default_str();
   cmd->add_option("--kv-cache-dtype", options->bench.cache_dtype, "bf16 | fp8 | fp32")
-      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))->capture_default_str();
+      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
+      ->capture_default_str();
   cmd->add_option("--num-draft-tokens", options->bench.num_draft_tokens,
                   "also time speculative decoding's verification steps (1 + K positions a sequence, every "
                   "position's logits) against decode steps, alone and at --batch")

@@ -17,7 +17,8 @@ struct BenchServeOptions {
   BenchOptions bench;
   RandomDataset dataset;
   SharedPrefixDataset gsp;
-  std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf", response_format_file;
+  std::string tokenizer_dir, dataset_name = "random", json_file, svg_file, sweep, request_rate = "inf",
+                             response_format_file;
   int64_t max_concurrency = 0, warmup_requests = 0, long_prefill = 0;
   bool no_progress = false;
 };
@@ -51,8 +52,8 @@ std::vector<BenchPrompt> make_prompts(const BenchServeOptions& options, const To
 
 // Runs one benchmark and prints its block; returns its summary and JSON.
 std::pair<Summary, nlohmann::json> run_once(const BenchServeOptions& options, const Tokenizer& tokenizer,
-                                             const std::vector<BenchPrompt>& prompts, int64_t concurrency,
-                                             const std::string& label) {
+                                            const std::vector<BenchPrompt>& prompts, int64_t concurrency,
+                                            const std::string& label) {
   const RunResult run = run_benchmark(options.bench, tokenizer, prompts, concurrency);
   const Summary summary = summarize(run);
   std::fputs(summary_block(summary, label).c_str(), stdout);
@@ -77,7 +78,8 @@ nlohmann::json run_long_prefill(const BenchServeOptions& options, const Tokenize
   if (cached > 0)
     spdlog::warn("the server reports {} of the prompt's tokens served from its prefix cache: this TTFT is not cold",
                  cached);
-  std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill, summary.ttft_ms.mean);
+  std::printf("Cold time to first token for %lld tokens: %.1f ms\n", (long long)options.long_prefill,
+              summary.ttft_ms.mean);
   nlohmann::json json = summary_json(summary, run);
   json["long_prefill_tokens"] = options.long_prefill;
   json["cached_tokens"] = cached;
@@ -95,7 +97,8 @@ nlohmann::json run_levels(const BenchServeOptions& options, const Tokenizer& tok
     quiet.progress = false;
     run_benchmark(quiet, tokenizer, make_random_prompts(tokenizer, warmup), 1);
   }
-  const std::vector<int64_t> levels = options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
+  const std::vector<int64_t> levels =
+      options.sweep.empty() ? std::vector<int64_t>{options.max_concurrency} : parse_sweep(options.sweep);
   std::vector<Summary> summaries;
   nlohmann::json out;
   out["runs"] = nlohmann::json::array();
@@ -108,22 +111,33 @@ nlohmann::json run_levels(const BenchServeOptions& options, const Tokenizer& tok
   }
   if (!options.sweep.empty()) {
     const std::string svg_path = options.svg_file.empty() ? "bench-sweep.svg" : options.svg_file;
-    std::ofstream(svg_path) << sweep_svg(summaries, fmt::format("{} on {}", options.bench.model, options.bench.base_url));
+    std::ofstream(svg_path) << sweep_svg(summaries,
+                                         fmt::format("{} on {}", options.bench.model, options.bench.base_url));
     spdlog::info("wrote the sweep chart to '{}'", svg_path);
   }
   return levels.size() == 1 ? out["runs"][0] : out;
 }
 
 nlohmann::json config_json(const BenchServeOptions& options) {
-  nlohmann::json config = {{"base_url", options.bench.base_url}, {"endpoint", options.bench.endpoint}, {"model", options.bench.model},
-                           {"dataset", options.dataset_name}, {"input_len", options.dataset.input_len}, {"output_len", options.dataset.output_len},
-                           {"range_ratio", options.dataset.range_ratio}, {"num_prompts", options.dataset.num_prompts},
-                           {"request_rate", options.request_rate}, {"seed", options.dataset.seed}, {"ignore_eos", options.bench.ignore_eos}};
-  if (!options.bench.response_format.empty()) config["response_format"] = nlohmann::json::parse(options.bench.response_format);
+  nlohmann::json config = {{"base_url", options.bench.base_url},
+                           {"endpoint", options.bench.endpoint},
+                           {"model", options.bench.model},
+                           {"dataset", options.dataset_name},
+                           {"input_len", options.dataset.input_len},
+                           {"output_len", options.dataset.output_len},
+                           {"range_ratio", options.dataset.range_ratio},
+                           {"num_prompts", options.dataset.num_prompts},
+                           {"request_rate", options.request_rate},
+                           {"seed", options.dataset.seed},
+                           {"ignore_eos", options.bench.ignore_eos}};
+  if (!options.bench.response_format.empty())
+    config["response_format"] = nlohmann::json::parse(options.bench.response_format);
   if (options.dataset_name == kSharedPrefix)
-    config["gsp"] = {{"num_groups", options.gsp.num_groups}, {"prompts_per_group", options.gsp.prompts_per_group},
+    config["gsp"] = {{"num_groups", options.gsp.num_groups},
+                     {"prompts_per_group", options.gsp.prompts_per_group},
                      {"system_prompt_len", options.gsp.system_prompt_len},
-                     {"question_len", options.gsp.question_len}, {"output_len", options.gsp.output_len}};
+                     {"question_len", options.gsp.question_len},
+                     {"output_len", options.gsp.output_len}};
   return config;
 }
 
@@ -133,19 +147,22 @@ int bench_serve(BenchServeOptions& options) {
   MLA_CHECK(options.bench.endpoint == "completions" || options.bench.endpoint == "chat",
             "--endpoint must be completions or chat");
   MLA_CHECK(!options.tokenizer_dir.empty(), "bench-serve needs --tokenizer DIR (the served model's tokenizer files)");
-  options.bench.request_rate = options.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(options.request_rate);
+  options.bench.request_rate =
+      options.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(options.request_rate);
   options.bench.progress = !options.no_progress;
   if (!options.response_format_file.empty()) {
     MLA_CHECK(options.bench.endpoint == "chat", "--response-format needs --endpoint chat");
     std::ifstream file(options.response_format_file);
     MLA_CHECK(file.good(), "cannot read '{}'", options.response_format_file);
     const nlohmann::json format = nlohmann::json::parse(file, nullptr, false);
-    MLA_CHECK(format.is_object(), "'{}' is not a JSON object (a chat request's response_format)", options.response_format_file);
+    MLA_CHECK(format.is_object(), "'{}' is not a JSON object (a chat request's response_format)",
+              options.response_format_file);
     options.bench.response_format = format.dump();
   }
   auto tokenizer = Tokenizer::load(options.tokenizer_dir);
   if (options.bench.model.empty()) options.bench.model = discover_model(options.bench);
-  nlohmann::json out = options.long_prefill > 0 ? run_long_prefill(options, *tokenizer) : run_levels(options, *tokenizer);
+  nlohmann::json out =
+      options.long_prefill > 0 ? run_long_prefill(options, *tokenizer) : run_levels(options, *tokenizer);
   out["config"] = config_json(options);
   if (!options.json_file.empty()) {
     std::ofstream file(options.json_file);
@@ -153,7 +170,8 @@ int bench_serve(BenchServeOptions& options) {
     MLA_CHECK(file.good(), "cannot write '{}'", options.json_file);
   }
   const auto all_failed = [](const nlohmann::json& run) { return run["completed"].get<int64_t>() == 0; };
-  const bool failed = out.contains("runs") ? std::all_of(out["runs"].begin(), out["runs"].end(), all_failed) : all_failed(out);
+  const bool failed =
+      out.contains("runs") ? std::all_of(out["runs"].begin(), out["runs"].end(), all_failed) : all_failed(out);
   return failed ? 1 : 0;
 }
 
@@ -161,7 +179,8 @@ int bench_serve(BenchServeOptions& options) {
 
 void add_bench_serve_command(CLI::App& app) {
   auto options = std::make_shared<BenchServeOptions>();
-  CLI::App* cmd = app.add_subcommand("bench-serve", "benchmark an OpenAI-compatible server (SGLang bench_serving style)");
+  CLI::App* cmd =
+      app.add_subcommand("bench-serve", "benchmark an OpenAI-compatible server (SGLang bench_serving style)");
   cmd->add_option("--base-url", options->bench.base_url, "server URL")->capture_default_str();
   cmd->add_option("--endpoint", options->bench.endpoint, "completions | chat")->capture_default_str();
   cmd->add_option("--model", options->bench.model, "model name in requests (default: the server's first)");
@@ -180,12 +199,16 @@ void add_bench_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--input-len", options->dataset.input_len, "prompt tokens")->capture_default_str();
   cmd->add_option("--output-len", options->dataset.output_len, "max tokens to generate")->capture_default_str();
-  cmd->add_option("--range-ratio", options->dataset.range_ratio, "lengths uniform in len*(1 -+ ratio)")->capture_default_str();
+  cmd->add_option("--range-ratio", options->dataset.range_ratio, "lengths uniform in len*(1 -+ ratio)")
+      ->capture_default_str();
   cmd->add_option("--num-prompts", options->dataset.num_prompts, "requests per run")->capture_default_str();
-  cmd->add_option("--max-concurrency", options->max_concurrency, "requests in flight at most (0: unbounded)")->capture_default_str();
-  cmd->add_option("--request-rate", options->request_rate, "Poisson arrivals per second, or inf")->capture_default_str();
+  cmd->add_option("--max-concurrency", options->max_concurrency, "requests in flight at most (0: unbounded)")
+      ->capture_default_str();
+  cmd->add_option("--request-rate", options->request_rate, "Poisson arrivals per second, or inf")
+      ->capture_default_str();
   cmd->add_option("--seed", options->dataset.seed, "dataset and arrival seed")->capture_default_str();
-  cmd->add_option("--warmup-requests", options->warmup_requests, "requests sent first and not counted")->capture_default_str();
+  cmd->add_option("--warmup-requests", options->warmup_requests, "requests sent first and not counted")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", options->bench.ignore_eos, "ask the server to generate --output-len tokens");
   cmd->add_option("--response-format", options->response_format_file,
                   "a JSON file holding a response_format object sent with each chat request (constrained decoding)");

@@ -88,14 +88,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 void log_speculation(const EngineMetrics& metrics) {
   std::string by_position;
   for (int i = 0; i < EngineMetrics::kMaxDraftTokens && metrics.spec_drafted_at[size_t(i)] > 0; ++i)
-    by_position += fmt::format("{}{:.0f}%", i ? " " : "",
-                               100.0 * double(metrics.spec_accepted_at[size_t(i)]) / double(metrics.spec_drafted_at[size_t(i)]));
-  spdlog::info("speculative decoding: {} steps verified {} drafted tokens, {} accepted ({:.1f}%; by position {}); mean "
-               "accepted length {:.2f}; drafting {:.1f}% of the time",
-               int64_t(metrics.spec_drafts), int64_t(metrics.spec_draft_tokens), int64_t(metrics.spec_accepted_tokens),
-               100.0 * double(metrics.spec_accepted_tokens) / double(std::max<int64_t>(1, metrics.spec_draft_tokens)),
-               by_position, double(metrics.spec_drafts + metrics.spec_accepted_tokens) / double(metrics.spec_drafts),
-               100.0 * double(metrics.spec_draft_us) / double(std::max<int64_t>(1, metrics.spec_draft_us + metrics.forward_us)));
+    by_position +=
+        fmt::format("{}{:.0f}%", i ? " " : "",
+                    100.0 * double(metrics.spec_accepted_at[size_t(i)]) / double(metrics.spec_drafted_at[size_t(i)]));
+  spdlog::info(
+      "speculative decoding: {} steps verified {} drafted tokens, {} accepted ({:.1f}%; by position {}); mean "
+      "accepted length {:.2f}; drafting {:.1f}% of the time",
+      int64_t(metrics.spec_drafts), int64_t(metrics.spec_draft_tokens), int64_t(metrics.spec_accepted_tokens),
+      100.0 * double(metrics.spec_accepted_tokens) / double(std::max<int64_t>(1, metrics.spec_draft_tokens)),
+      by_position, double(metrics.spec_drafts + metrics.spec_accepted_tokens) / double(metrics.spec_drafts),
+      100.0 * double(metrics.spec_draft_us) / double(std::max<int64_t>(1, metrics.spec_draft_us + metrics.forward_us)));
 }
 
 // Streams the request's text to stdout as the engine produces it; logs the speeds.
@@ -133,8 +135,9 @@ void stream_request(Engine& engine, const ModelExecutor& executor, EngineRequest
 // Loads the model and runs the request through the engine, as serve does; under mpirun the
 // other ranks follow rank 0.
 void run_generate(const GenerateOptions& options) {
-  MLA_CHECK(!options.prompt.empty() || !options.ids.empty() || !options.prompt_file.empty() || !options.ids_file.empty(),
-            "generate needs --prompt, --ids, --prompt-file or --ids-file");
+  MLA_CHECK(
+      !options.prompt.empty() || !options.ids.empty() || !options.prompt_file.empty() || !options.ids_file.empty(),
+      "generate needs --prompt, --ids, --prompt-file or --ids-file");
   MLA_CHECK(options.max_new_tokens > 0, "--max-new-tokens must be positive");
   check_speculative_flags(options.speculative);
   auto model = load_causal_lm(options.model_dir, activation_quant_from_name(options.parallel.act_quant));
@@ -158,8 +161,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   auto* prompt = cmd->add_option("--prompt", options->prompt, "prompt text");
   auto* ids = cmd->add_option("--ids", options->ids, "prompt as comma-separated token ids");
-  auto* prompt_file = cmd->add_option("--prompt-file", options->prompt_file, "prompt text read from a file (a prompt too long for the command line)");
-  auto* ids_file = cmd->add_option("--ids-file", options->ids_file, "prompt as token ids read from a file, separated by commas or whitespace");
+  auto* prompt_file = cmd->add_option("--prompt-file", options->prompt_file,
+                                      "prompt text read from a file (a prompt too long for the command line)");
+  auto* ids_file = cmd->add_option("--ids-file", options->ids_file,
+                                   "prompt as token ids read from a file, separated by commas or whitespace");
   const std::vector<CLI::Option*> sources = {prompt, ids, prompt_file, ids_file};
   for (CLI::Option* a : sources)
     for (CLI::Option* b : sources)
@@ -173,9 +178,11 @@ void add_generate_command(CLI::App& app) {
                   "minimum probability relative to the best (default: generation_config.json's, else 0)");
   cmd->add_option("--seed", options->seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--chat", options->chat, "send the prompt as a user message through the model's chat template");
-  cmd->add_option("--chat-template", options->chat_template, "Jinja chat template file for --chat (default: the checkpoint's)");
+  cmd->add_option("--chat-template", options->chat_template,
+                  "Jinja chat template file for --chat (default: the checkpoint's)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "do not stop at the end-of-sequence token");
-  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths, as logits computes) | bf16 | fp8 (as serve stores them)")
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype,
+                  "fp32 (the exact maths, as logits computes) | bf16 | fp8 (as serve stores them)")
       ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
       ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);

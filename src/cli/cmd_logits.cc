@@ -29,7 +29,8 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
 // Token ids from a file: separated by commas, whitespace or both.
 std::vector<int32_t> read_id_file(const std::string& path) {
   std::string text = read_text_file(path);
-  std::replace_if(text.begin(), text.end(), [](char c) { return std::isspace(uint8_t(c)); }, ',');
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return std::isspace(uint8_t(c)); }, ',');
   std::string list;
   for (char c : text)
     if (c != ',' || (!list.empty() && list.back() != ',')) list += c;
@@ -48,20 +49,24 @@ void add_logits_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logits", "write float32 logits [tokens, vocab] of one sequence as .npy");
   cmd->add_option("--model", options->model_dir, "model directory or .gguf file")->required();
   auto* ids_flag = cmd->add_option("--ids", options->ids, "comma-separated token ids");
-  auto* ids_file = cmd->add_option("--ids-file", options->ids_file, "token ids read from a file, separated by commas or whitespace");
+  auto* ids_file =
+      cmd->add_option("--ids-file", options->ids_file, "token ids read from a file, separated by commas or whitespace");
   ids_flag->excludes(ids_file);
-  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths) | bf16 | fp8: the latent cache's values")
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype,
+                  "fp32 (the exact maths) | bf16 | fp8: the latent cache's values")
       ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
       ->capture_default_str();
   cmd->add_option("--out", options->out, "output .npy file")->required();
-  cmd->add_option("--chunk", options->chunk, "feed the sequence in chunks of N tokens (1: decode path); 0: all at once");
+  cmd->add_option("--chunk", options->chunk,
+                  "feed the sequence in chunks of N tokens (1: decode path); 0: all at once");
   cmd->add_option("--mla-path", options->mla_path, "auto | expanded | absorbed")
       ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
       ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   cmd->callback([options] {
     MLA_CHECK(!options->ids.empty() || !options->ids_file.empty(), "logits needs --ids or --ids-file");
-    const std::vector<int32_t> ids = options->ids_file.empty() ? parse_id_list(options->ids) : read_id_file(options->ids_file);
+    const std::vector<int32_t> ids =
+        options->ids_file.empty() ? parse_id_list(options->ids) : read_id_file(options->ids_file);
     const CacheDType cache_dtype = cache_dtype_from_name(options->kv_dtype);
     const MlaPath path = mla_path_from_name(options->mla_path);
     auto model = load_causal_lm(options->model_dir, activation_quant_from_name(options->parallel.act_quant));

@@ -33,9 +33,8 @@ void add_make_model_command(CLI::App& app) {
   cmd->callback([options] {
     MakeModelOptions make;
     try {
-      make.config = options->config_file.empty()
-                        ? model_preset(options->preset)
-                        : nlohmann::json::parse(read_text_file(options->config_file));
+      make.config = options->config_file.empty() ? model_preset(options->preset)
+                                                 : nlohmann::json::parse(read_text_file(options->config_file));
       if (!options->override_json.empty())
         make.config = apply_overrides(std::move(make.config), nlohmann::json::parse(options->override_json));
     } catch (const nlohmann::json::exception& e) {

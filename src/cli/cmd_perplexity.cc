@@ -48,8 +48,8 @@ void run_perplexity(const PerplexityOptions& options) {
       [&](std::span<const int32_t> chunk, float* logits) { sequence.forward(chunk, 0, true, logits); },
       [&](int64_t done, int64_t total, double ppl) { draw_progress(done, total, ppl); });
   std::printf("Final estimate: PPL = %.4f +/- %.4f (%lld chunks of %lld tokens, %lld scored; mean NLL %.6f)\n",
-              result.perplexity, result.perplexity * result.nll_stderr, (long long)result.chunks, (long long)options.ctx,
-              (long long)result.scored_tokens, result.mean_nll);
+              result.perplexity, result.perplexity * result.nll_stderr, (long long)result.chunks,
+              (long long)options.ctx, (long long)result.scored_tokens, result.mean_nll);
 }
 
 }  // namespace
@@ -61,7 +61,8 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-f,--file", options->file, "text file")->required();
   cmd->add_option("-c,--ctx", options->ctx, "tokens a chunk; each is scored on its second half")->capture_default_str();
   cmd->add_option("--chunks", options->chunks, "score at most this many chunks (0: all)")->capture_default_str();
-  cmd->add_option("--kv-cache-dtype", options->kv_dtype, "fp32 (the exact maths) | bf16 | fp8: the latent cache's values")
+  cmd->add_option("--kv-cache-dtype", options->kv_dtype,
+                  "fp32 (the exact maths) | bf16 | fp8: the latent cache's values")
       ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
       ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);

@@ -14,7 +14,8 @@ namespace mlaserve {
 namespace {
 
 struct PlanOptions {
-  std::string model = "kimi-k3", weights = "native", kv_cache_dtype = "bf16", hardware = "mi355x", hardware_file, measured_file;
+  std::string model = "kimi-k3", weights = "native", kv_cache_dtype = "bf16", hardware = "mi355x", hardware_file,
+              measured_file;
   int64_t devices = 8, devices_per_node = 0, tp = 0, context = 8192, concurrency = 1;
   double measured_tok_s = 0, price = 0, inter_node_gb_s = 0;
   int64_t input_len = 1024, output_len = 400, prompt_len = 0, max_concurrency = 0;
@@ -46,7 +47,8 @@ void run_plan(const PlanOptions& options) {
   input.model = load_model_spec(options.model);
   input.weights = options.weights;
   input.kv_cache_dtype = options.kv_cache_dtype;
-  input.hardware = options.hardware == "this-cpu" ? this_cpu_hardware() : find_hardware(options.hardware, options.hardware_file);
+  input.hardware =
+      options.hardware == "this-cpu" ? this_cpu_hardware() : find_hardware(options.hardware, options.hardware_file);
   if (options.inter_node_gb_s > 0) input.hardware.inter_node_gb_s = options.inter_node_gb_s;
   input.devices = options.devices;
   input.devices_per_node = options.devices_per_node;
@@ -75,34 +77,46 @@ void run_plan(const PlanOptions& options) {
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "memory fit, nodes, roofline speed and cost of a deployment");
-  cmd->add_option("--model", options->model, "deepseek-v3 | kimi-k2 | kimi-k3 | path to config.json, a model directory or a .gguf file")->capture_default_str();
-  cmd->add_option("--weights", options->weights, "native | bf16 | fp8 | int8 | int4[:group] | mxfp4")->capture_default_str();
+  cmd->add_option("--model", options->model,
+                  "deepseek-v3 | kimi-k2 | kimi-k3 | path to config.json, a model directory or a .gguf file")
+      ->capture_default_str();
+  cmd->add_option("--weights", options->weights, "native | bf16 | fp8 | int8 | int4[:group] | mxfp4")
+      ->capture_default_str();
   std::string hardware_names;
   for (const Hardware& hardware : builtin_hardware())
     hardware_names += (hardware_names.empty() ? "" : " | ") + hardware.name;
   cmd->add_option("--kv-cache-dtype", options->kv_cache_dtype,
-                  "bf16 | fp8 | fp32: the deployment's latent cache (vLLM's, SGLang's and ATOM's --kv-cache-dtype fp8 halves it)")
+                  "bf16 | fp8 | fp32: the deployment's latent cache (vLLM's, SGLang's and ATOM's --kv-cache-dtype fp8 "
+                  "halves it)")
       ->capture_default_str();
-  cmd->add_option("--hardware", options->hardware,
-                  hardware_names + " | this-cpu (this machine, probed), or a --hardware-file entry (--dump-catalog prints the catalog)")
+  cmd->add_option(
+         "--hardware", options->hardware,
+         hardware_names +
+             " | this-cpu (this machine, probed), or a --hardware-file entry (--dump-catalog prints the catalog)")
       ->capture_default_str();
-  cmd->add_option("--hardware-file", options->hardware_file, "JSON array of entries adding to or overriding the catalog");
+  cmd->add_option("--hardware-file", options->hardware_file,
+                  "JSON array of entries adding to or overriding the catalog");
   cmd->add_option("--devices", options->devices, "devices in total")->capture_default_str();
   cmd->add_option("--devices-per-node", options->devices_per_node, "devices per node (default: the hardware's)");
   cmd->add_option("--tp", options->tp, "attention tensor-parallel size (default: devices per node)");
   cmd->add_option("--context", options->context, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--concurrency", options->concurrency, "sequences in flight (the decode batch)")->capture_default_str();
-  cmd->add_option("--input-len", options->input_len, "prompt tokens a request of the predicted workload has")->capture_default_str();
-  cmd->add_option("--output-len", options->output_len, "tokens a request of the predicted workload generates")->capture_default_str();
+  cmd->add_option("--concurrency", options->concurrency, "sequences in flight (the decode batch)")
+      ->capture_default_str();
+  cmd->add_option("--input-len", options->input_len, "prompt tokens a request of the predicted workload has")
+      ->capture_default_str();
+  cmd->add_option("--output-len", options->output_len, "tokens a request of the predicted workload generates")
+      ->capture_default_str();
   cmd->add_option("--prompt-len", options->prompt_len, "predict the time to first token of one prompt this long");
   cmd->add_option("--max-concurrency", options->max_concurrency,
                   "the largest concurrency the throughput sweep tries (default: as many sequences as the cache holds)");
-  cmd->add_option("--speculative", options->speculative,
-                  "dspark | dflash | mtp | eagle | ngram, each with :ACCEPT for a mean acceptance length (eagle and ngram "
-                  "need one)");
+  cmd->add_option(
+      "--speculative", options->speculative,
+      "dspark | dflash | mtp | eagle | ngram, each with :ACCEPT for a mean acceptance length (eagle and ngram "
+      "need one)");
   cmd->add_option("--num-draft-tokens", options->draft_tokens,
                   "tokens the draft proposes a step (default: dspark and dflash 7, mtp 1, eagle 3, ngram 4)");
-  cmd->add_option("--inter-node-gb-s", options->inter_node_gb_s, "network bandwidth per device between nodes (default: the hardware's)");
+  cmd->add_option("--inter-node-gb-s", options->inter_node_gb_s,
+                  "network bandwidth per device between nodes (default: the hardware's)");
   cmd->add_option("--measured", options->measured_file, "bench-serve --json output: its output token throughput");
   cmd->add_option("--measured-tok-s", options->measured_tok_s, "a measured throughput in tokens/s");
   cmd->add_option("--price", options->price, "$ per device-hour (default: the catalog's)");

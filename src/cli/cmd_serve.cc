@@ -58,7 +58,8 @@ ModelInfo model_info(const CausalLM& model, const ModelExecutor& executor, const
   std::sort(formats.begin(), formats.end());
   std::string weight_format;
   for (const auto& [negative_bytes, name] : formats)
-    weight_format += fmt::format("{}{} {:.0f}%", weight_format.empty() ? "" : ", ", name, -100 * negative_bytes / bytes);
+    weight_format +=
+        fmt::format("{}{} {:.0f}%", weight_format.empty() ? "" : ", ", name, -100 * negative_bytes / bytes);
   return {{"model_type", model.config().model_type},
           {"parameters", fmt::format("{:.0f}", parameters)},
           {"weight_bytes", fmt::format("{:.0f}", bytes)},
@@ -96,18 +97,21 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots + backups;
   const double state_bytes = double(state_slots * model.recurrent_state_bytes());
   if (state_bytes > 0) {
-    spdlog::info("KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
-                 "(--state-snapshots) + {} verification copies (--speculative)) = {:.2f} GiB",
-                 double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs,
-                 config.state_snapshots, backups, state_bytes / double(1 << 30));
-    MLA_CHECK(state_bytes < budget, "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
-              "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb", state_slots,
-              state_bytes / double(1 << 30), budget / double(1 << 30));
+    spdlog::info(
+        "KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
+        "(--state-snapshots) + {} verification copies (--speculative)) = {:.2f} GiB",
+        double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs, config.state_snapshots,
+        backups, state_bytes / double(1 << 30));
+    MLA_CHECK(state_bytes < budget,
+              "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
+              "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb",
+              state_slots, state_bytes / double(1 << 30), budget / double(1 << 30));
     budget -= state_bytes;
   }
   // More than every sequence at full length is never needed.
   const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
-  config.kv_cache_tokens = std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;
+  config.kv_cache_tokens =
+      std::min<int64_t>(int64_t(budget / double(per_token)), useful) / config.block_size * config.block_size;
   MLA_CHECK(config.kv_cache_tokens >= config.block_size, "the KV cache budget holds no block: raise --kv-cache-gb");
   // The pool is committed at start-up (place_cache_pool), so a budget past what this machine
   // has free would only meet the OOM killer while its pages are faulted in.
@@ -116,14 +120,16 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   MLA_CHECK(available <= 0 || pool_bytes * ranks <= available,
             "the KV cache pool of {:.2f} GiB{} does not fit the {:.2f} GiB of memory available here (it is committed "
             "at start-up): lower --kv-cache-gb or --max-num-seqs",
-            pool_bytes / double(1 << 30), ranks > 1 ? fmt::format(" x {} ranks", ranks) : "", available / double(1 << 30));
-  spdlog::info("KV cache: {} tokens ({} blocks of {}), {} bytes per token = {} layers x {} bytes a row of {} latent "
-               "values in {}, {:.2f} GiB",
-               config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
-               model.cache_layers(), per_token / model.cache_layers(), model.kv_latent_dim(), options.kv_dtype,
-               double(config.kv_cache_tokens * per_token) / double(1 << 30));
-  spdlog::info("context: {} tokens (--max-model-len); the longest prompt that fits: {} tokens",
-               config.max_model_len, std::min(config.max_model_len, config.kv_cache_tokens) - 1);
+            pool_bytes / double(1 << 30), ranks > 1 ? fmt::format(" x {} ranks", ranks) : "",
+            available / double(1 << 30));
+  spdlog::info(
+      "KV cache: {} tokens ({} blocks of {}), {} bytes per token = {} layers x {} bytes a row of {} latent "
+      "values in {}, {:.2f} GiB",
+      config.kv_cache_tokens, config.kv_cache_tokens / config.block_size, config.block_size, per_token,
+      model.cache_layers(), per_token / model.cache_layers(), model.kv_latent_dim(), options.kv_dtype,
+      double(config.kv_cache_tokens * per_token) / double(1 << 30));
+  spdlog::info("context: {} tokens (--max-model-len); the longest prompt that fits: {} tokens", config.max_model_len,
+               std::min(config.max_model_len, config.kv_cache_tokens) - 1);
   return config;
 }
 
@@ -135,7 +141,8 @@ void serve(const ServeOptions& options) {
   std::optional<ChatTemplate> chat_template;
   if (!follower) {
     tokenizer = Tokenizer::load(options.model_dir);
-    chat_template = ChatTemplate::load(options.model_dir, *tokenizer, options.chat_template, options.kimi_k3_prompt == "channel");
+    chat_template =
+        ChatTemplate::load(options.model_dir, *tokenizer, options.chat_template, options.kimi_k3_prompt == "channel");
     spdlog::info("chat template: {}", chat_template->origin());
   }
   spdlog::info("loading model from '{}'", options.model_dir);
@@ -172,7 +179,7 @@ void serve(const ServeOptions& options) {
   else if (!options.no_webui)
     spdlog::info("web page: off on the non-loopback address {} (--webui turns it on)", server_options.host);
   std::promise<void> stopped;
-  std::thread drain;  // finishes the running requests off the signal thread, which keeps listening
+  std::thread drain;       // finishes the running requests off the signal thread, which keeps listening
   std::mutex drain_mutex;  // the signal thread has assigned `drain` before it is joined
   on_shutdown_signal([&](int signal) {
     // During the drain a second SIGINT (Ctrl-C again) exits at once; a second SIGTERM changes nothing.
@@ -200,11 +207,14 @@ void serve(const ServeOptions& options) {
 
 // The latent cache: its size, dtype and blocks, the prefix cache's disk tier, KDA snapshots.
 void add_cache_flags(CLI::App* cmd, ServeOptions& options) {
-  cmd->add_option("--kv-cache-gb", options.kv_cache_gb, "latent KV cache size in GiB (default: a fraction of free memory)");
-  cmd->add_option("--kv-cache-fraction", options.kv_cache_fraction, "fraction of available memory for the KV cache")->capture_default_str();
+  cmd->add_option("--kv-cache-gb", options.kv_cache_gb,
+                  "latent KV cache size in GiB (default: a fraction of free memory)");
+  cmd->add_option("--kv-cache-fraction", options.kv_cache_fraction, "fraction of available memory for the KV cache")
+      ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", options.kv_dtype,
                   "bf16 | fp8 (E4M3 latent with a scale per 128 values, rope key in bf16: 57% of bf16's bytes) | fp32")
-      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))->capture_default_str();
+      ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
+      ->capture_default_str();
   cmd->add_option("--block-size", options.block_size, "tokens per KV cache block")->capture_default_str();
   cmd->add_option("--prefix-cache-dir", options.prefix_cache_dir,
                   "keep the prefix cache's blocks in this directory too: written when evicted from memory and at "
@@ -220,15 +230,17 @@ void add_cache_flags(CLI::App* cmd, ServeOptions& options) {
 void add_scheduler_flags(CLI::App* cmd, ServeOptions& options) {
   cmd->add_option("--max-num-seqs", options.scheduler.max_num_seqs, "running sequences at most")->capture_default_str();
   cmd->add_option("--chunked-prefill-size", options.scheduler.chunked_prefill_size,
-                  "prefill tokens per step while any sequence decodes")->capture_default_str();
+                  "prefill tokens per step while any sequence decodes")
+      ->capture_default_str();
   cmd->add_option("--chunked-prefill-size-alone", options.scheduler.prefill_size_alone,
                   "prefill tokens per step when no sequence decodes (a long prompt alone: larger chunks re-expand "
                   "the cached keys fewer times)")
       ->capture_default_str();
-  cmd->add_option("--mla-prefill", options.mla_prefill,
-                  "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
-                  "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
-                  " | absorbed")
+  cmd->add_option(
+         "--mla-prefill", options.mla_prefill,
+         "prefill chunks' MLA attention: auto (per chunk, the cheaper form: absorbed for a short chunk after "
+         "a long cached prefix) | expanded (every chunk; outputs independent of chunking and prefix-cache hits)"
+         " | absorbed")
       ->check(CLI::IsMember({"auto", "expanded", "absorbed"}))
       ->capture_default_str();
   cmd->add_option("--max-queue", options.max_queue, "waiting requests before 429")->capture_default_str();
@@ -269,16 +281,19 @@ void add_serve_command(CLI::App& app) {
                               "serve the web page (chat and dashboard) at / also on a non-loopback --host");
   cmd->add_flag("--no-webui", options->no_webui, "no web page (default: served when --host is a loopback address)")
       ->excludes(webui);
-  cmd->add_option("--served-model-name", options->server.served_model_name, "model name in the API (default: directory name)");
+  cmd->add_option("--served-model-name", options->server.served_model_name,
+                  "model name in the API (default: directory name)");
   add_cache_flags(cmd, *options);
   add_scheduler_flags(cmd, *options);
   cmd->add_option("--http-threads", options->server.http_threads, "HTTP worker threads")->capture_default_str();
-  cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")->capture_default_str();
+  cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds to finish requests on SIGTERM")
+      ->capture_default_str();
   add_parallel_flags(cmd, options->parallel);
   add_speculative_flags(cmd, options->speculative);
   cmd->callback([options] {
-    MLA_CHECK(options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
-              "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");
+    MLA_CHECK(
+        options->block_size > 0 && options->scheduler.max_num_seqs > 0 && options->scheduler.chunked_prefill_size > 0,
+        "--block-size, --max-num-seqs and --chunked-prefill-size must be positive");
     MLA_CHECK(options->prefix_cache_disk_gb >= 0, "--prefix-cache-disk-gb must be 0 or more, not {}",
               options->prefix_cache_disk_gb);
     serve(*options);

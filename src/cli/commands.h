@@ -26,10 +26,10 @@ struct ParallelFlags {
   int tp = 1;
   bool ep = false;
   double comm_timeout_s = 120;
-  bool repack = true;  // weights copied out of the checkpoint at load (ShardSpec::copy_weights)
-  bool mlock = false;  // each rank's weights locked in RAM (ShardSpec::lock_weights)
-  std::string numa = "auto";  // parse_numa_mode: auto | bind | off
-  std::string act_quant = "int8";  // activation_quant_from_name: int8 | off
+  bool repack = true;               // weights copied out of the checkpoint at load (ShardSpec::copy_weights)
+  bool mlock = false;               // each rank's weights locked in RAM (ShardSpec::lock_weights)
+  std::string numa = "auto";        // parse_numa_mode: auto | bind | off
+  std::string act_quant = "int8";   // activation_quant_from_name: int8 | off
   std::string requantize = "none";  // none | q4 (ShardSpec::requantize_q4)
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags);

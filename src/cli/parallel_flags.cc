@@ -12,8 +12,10 @@ ExecutorOptions executor_options(const ParallelFlags& flags) {
   options.lock_weights = flags.mlock;
   MLA_CHECK(flags.requantize == "none" || flags.requantize == "q4",
             "--requantize {}: only q4 is implemented (q8 would run on the INT8 one-token kernel, slower than BF16 "
-            "panels on the CPUs measured so far)", flags.requantize);
-  MLA_CHECK(flags.requantize == "none" || flags.repack, "--requantize quantizes the weights as they are copied: it "
+            "panels on the CPUs measured so far)",
+            flags.requantize);
+  MLA_CHECK(flags.requantize == "none" || flags.repack,
+            "--requantize quantizes the weights as they are copied: it "
             "needs the copies --no-repack turns off");
   options.requantize_q4 = flags.requantize == "q4";
   options.numa = parse_numa_mode(flags.numa);
@@ -21,13 +23,16 @@ ExecutorOptions executor_options(const ParallelFlags& flags) {
 }
 
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& flags) {
-  cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")->capture_default_str();
+  cmd->add_option("--tp", flags.tp, "ranks (threads) the model is split over: heads, MLP columns, vocab")
+      ->capture_default_str();
   cmd->add_flag("--ep", flags.ep, "split the MoE experts over the ranks (expert parallelism) instead of their columns");
-  cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")->capture_default_str();
+  cmd->add_option("--comm-timeout", flags.comm_timeout_s, "seconds a rank waits in a collective before failing")
+      ->capture_default_str();
   cmd->add_flag("!--no-repack", flags.repack,
                 "keep the weights in the mapped checkpoint (by default each rank copies its MLP, expert and "
                 "attention projections and LM head at load, BF16 (and, with AVX2 or AVX-512 VNNI and no AMX, INT4 and "
-                "MXFP4) into the CPU kernels' panel layouts and other formats as stored, onto huge pages: faster prefill and decode, those weights no longer paged "
+                "MXFP4) into the CPU kernels' panel layouts and other formats as stored, onto huge pages: faster "
+                "prefill and decode, those weights no longer paged "
                 "from the file)");
   cmd->add_option("--numa", flags.numa,
                   "auto: on a machine with several NUMA nodes bind each rank's threads to its node(s) (ranks split "

@@ -10,7 +10,8 @@ void add_speculative_flags(CLI::App* cmd, SpeculativeFlags& flags) {
                   "speculative decoding's drafter: ngram (prompt lookup: continues the latest earlier occurrence of "
                   "the last 1-4 tokens) | mtp (the model's own multi-token-prediction layer, DeepSeek-V3) | draft:DIR "
                   "(a smaller model with the same tokenizer, greedy) | dflash:DIR (a DFlash block draft: one forward "
-                  "drafts a block from the model's hidden states) | dspark:DIR (DFlash with its Markov head); lossless: the output is what the model alone "
+                  "drafts a block from the model's hidden states) | dspark:DIR (DFlash with its Markov head); "
+                  "lossless: the output is what the model alone "
                   "would give");
   cmd->add_option("--num-draft-tokens", flags.num_draft_tokens, "tokens a drafter proposes a step at most")
       ->capture_default_str();

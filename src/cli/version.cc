@@ -3,6 +3,8 @@
 
 namespace mlaserve {
 
-std::string version_text() { return std::string("mlaserve ") + MLASERVE_VERSION + " (git " + MLASERVE_GIT_REVISION + ")"; }
+std::string version_text() {
+  return std::string("mlaserve ") + MLASERVE_VERSION + " (git " + MLASERVE_GIT_REVISION + ")";
+}
 
 }  // namespace mlaserve

@@ -57,7 +57,8 @@ void BlockDrafter::observe(std::span<const ObservedChunk> chunks) {
     const int64_t end = chunk.start + chunk.count;
     if (context.blind || !reserve(chunk, context, chunks) || context.rows >= end) continue;
     const int64_t from = context.rows;  // rows the prefix cache gave past the chunk's start are kept
-    context.held.insert(context.held.end(), chunk.hidden + (from - chunk.start) * width, chunk.hidden + chunk.count * width);
+    context.held.insert(context.held.end(), chunk.hidden + (from - chunk.start) * width,
+                        chunk.hidden + chunk.count * width);
     context.rows = end;
     if (int64_t(context.held.size()) * 4 > held_bytes_) {
       full.push_back(chunk.sequence_id);

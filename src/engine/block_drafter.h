@@ -34,10 +34,10 @@ class BlockDrafter : public Drafter {
 
  private:
   struct Context {
-    int64_t rows = 0;       // context rows [0, rows) are known...
-    int64_t projected = 0;  // ...[0, projected) in the cache, the rest in `held`
+    int64_t rows = 0;         // context rows [0, rows) are known...
+    int64_t projected = 0;    // ...[0, projected) in the cache, the rest in `held`
     std::vector<float> held;  // [rows - projected, feature_width]
-    bool blind = false;     // some row before `rows` is missing: no drafts
+    bool blind = false;       // some row before `rows` is missing: no drafts
   };
   // Blocks for the chunk's rows; false makes the sequence blind.
   bool reserve(const ObservedChunk& chunk, Context& context, std::span<const ObservedChunk> chunks);

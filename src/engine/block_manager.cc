@@ -117,8 +117,7 @@ int32_t BlockManager::take_block() {
   return id;
 }
 
-std::optional<BlockManager::Allocation> BlockManager::allocate(std::span<const int32_t> tokens,
-                                                               int64_t n_positions) {
+std::optional<BlockManager::Allocation> BlockManager::allocate(std::span<const int32_t> tokens, int64_t n_positions) {
   const int64_t reusable = std::max<int64_t>(0, (int64_t(tokens.size()) - 1) / block_size_);
   const std::vector<int32_t> hits = lookup(tokens, reusable);
   int64_t hits_evictable = 0;
@@ -146,8 +145,7 @@ bool BlockManager::grow(std::vector<int32_t>& table, int64_t n_positions) {
   return true;
 }
 
-void BlockManager::publish(std::span<const int32_t> table, std::span<const int32_t> tokens,
-                           int64_t n_computed) {
+void BlockManager::publish(std::span<const int32_t> table, std::span<const int32_t> tokens, int64_t n_computed) {
   uint64_t hash = 0;
   const int64_t full_blocks = std::min<int64_t>(n_computed / block_size_, int64_t(table.size()));
   for (int64_t b = 0; b < full_blocks; ++b) {

@@ -203,8 +203,8 @@ bool DiskPrefixCache::read(uint64_t hash, std::span<const int32_t> tokens, void*
                                 header.payload_bytes != uint64_t(block_bytes_)
                             ? "belongs to another model or block"
                         : std::memcmp(stored_tokens, tokens.data(), tokens.size_bytes()) != 0 ? "holds other tokens"
-                        : header.checksum != mix(kSeed, stored, size_t(block_bytes_)) ? "fails its checksum"
-                                                                                      : nullptr;
+                        : header.checksum != mix(kSeed, stored, size_t(block_bytes_))         ? "fails its checksum"
+                                                                                              : nullptr;
   if (problem) {
     forget(hash, problem);
     return false;

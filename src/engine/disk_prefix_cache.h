@@ -22,9 +22,9 @@
 namespace mlaserve {
 
 struct DiskPrefixCacheConfig {
-  std::string dir;            // empty: no disk tier
-  int64_t budget_bytes = 0;   // files of this model kept at most (oldest dropped first)
-  uint64_t model_key = 0;     // identity of the weights, tokenizer and cache layout (model_cache_key)
+  std::string dir;           // empty: no disk tier
+  int64_t budget_bytes = 0;  // files of this model kept at most (oldest dropped first)
+  uint64_t model_key = 0;    // identity of the weights, tokenizer and cache layout (model_cache_key)
 };
 
 // Identity of what a block's bytes depend on: the model directory's config, tokenizer and

@@ -40,9 +40,8 @@ std::optional<DraftCache::Reservation> DraftCache::reserve(int64_t id, std::span
     } else if (blocks_.grow(table->second, positions)) {
       return Reservation{};
     }
-    const auto victim = std::find_if(tables_.begin(), tables_.end(), [&](const auto& entry) {
-      return entry.first != id && idle(entry.first);
-    });
+    const auto victim = std::find_if(tables_.begin(), tables_.end(),
+                                     [&](const auto& entry) { return entry.first != id && idle(entry.first); });
     if (victim == tables_.end()) return std::nullopt;
     blocks_.release(victim->second);
     tables_.erase(victim);
@@ -51,11 +50,13 @@ std::optional<DraftCache::Reservation> DraftCache::reserve(int64_t id, std::span
 
 LatentCacheView DraftCache::view(int64_t id) const {
   const std::vector<int32_t>& table = tables_.at(id);
-  return LatentCacheView{pool_.get(), dtype_, table.data(), int64_t(table.size()), budget_.block_size,
-                         layers_, latent_dim_};
+  return LatentCacheView{pool_.get(),        dtype_,  table.data(), int64_t(table.size()),
+                         budget_.block_size, layers_, latent_dim_};
 }
 
-void DraftCache::publish(int64_t id, std::span<const int32_t> tokens, int64_t n) { blocks_.publish(tables_.at(id), tokens, n); }
+void DraftCache::publish(int64_t id, std::span<const int32_t> tokens, int64_t n) {
+  blocks_.publish(tables_.at(id), tokens, n);
+}
 
 void DraftCache::release(int64_t id) {
   const auto table = tables_.find(id);

@@ -8,7 +8,7 @@ namespace {
 
 constexpr double kFitDecay = 0.995;    // per recorded step: about the last 200 steps count
 constexpr double kCountDecay = 0.999;  // per verified sequence: about the last 1,000
-constexpr int64_t kLastProbe = 1024;  // steps between probes double from 32 up to this
+constexpr int64_t kLastProbe = 1024;   // steps between probes double from 32 up to this
 
 }  // namespace
 

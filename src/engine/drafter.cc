@@ -30,8 +30,8 @@ std::vector<int32_t> continue_suffix(std::span<const int32_t> tokens, int64_t n,
 }  // namespace
 
 NgramDrafter::NgramDrafter(int64_t min_ngram, int64_t max_ngram) : min_ngram_(min_ngram), max_ngram_(max_ngram) {
-  MLA_CHECK(1 <= min_ngram && min_ngram <= max_ngram, "n-gram sizes must satisfy 1 <= min ({}) <= max ({})",
-            min_ngram, max_ngram);
+  MLA_CHECK(1 <= min_ngram && min_ngram <= max_ngram, "n-gram sizes must satisfy 1 <= min ({}) <= max ({})", min_ngram,
+            max_ngram);
 }
 
 void NgramDrafter::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& proposals) {
@@ -44,7 +44,9 @@ void NgramDrafter::propose(std::span<const DraftRequest> requests, std::vector<s
   }
 }
 
-std::string NgramDrafter::describe() const { return fmt::format("n-gram prompt lookup ({}..{} tokens)", min_ngram_, max_ngram_); }
+std::string NgramDrafter::describe() const {
+  return fmt::format("n-gram prompt lookup ({}..{} tokens)", min_ngram_, max_ngram_);
+}
 
 void check_drafter_spec(const std::string& spec) {
   if (spec == "ngram") return;

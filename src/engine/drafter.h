@@ -24,11 +24,11 @@ struct DraftRequest {
 
 // What a drafter with a model of its own is told of the engine it drafts for.
 struct DraftBudget {
-  int64_t vocab_size = 0;      // the target's
-  int64_t cache_tokens = 0;    // the target's latent-cache capacity
+  int64_t vocab_size = 0;    // the target's
+  int64_t cache_tokens = 0;  // the target's latent-cache capacity
   int64_t block_size = 16;
   CacheDType cache_dtype = CacheDType::BF16;
-  int64_t max_sequences = 0;   // running at once
+  int64_t max_sequences = 0;  // running at once
   int64_t max_draft_tokens = 0;
 };
 

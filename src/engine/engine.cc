@@ -58,7 +58,8 @@ struct Engine::Request {
   bool done = false;
 
   Request(EngineRequest request, const Tokenizer& tokenizer, std::shared_ptr<const grammar::Vocabulary> vocabulary)
-      : spec(std::move(request)), handle(std::make_shared<RequestHandle>()),
+      : spec(std::move(request)),
+        handle(std::make_shared<RequestHandle>()),
         sampler(spec.sampling, spec.prompt, std::move(vocabulary)),
         streamer(tokenizer, spec.skip_special_tokens),
         stops(spec.stop) {}
@@ -100,20 +101,24 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
       tokenizer_(tokenizer),
       config_(config),
       latent_bytes_((config.kv_cache_tokens / config.block_size * config.block_size *
-                     model_config_.kv_bytes_per_token(config.cache_dtype) + 63) / 64 * 64),
+                         model_config_.kv_bytes_per_token(config.cache_dtype) +
+                     63) /
+                    64 * 64),
       state_bytes_(model_config_.recurrent_state_bytes()),
       block_bytes_(config.block_size * model_config_.kv_bytes_per_token(config.cache_dtype)),
-      snapshots_(state_bytes_ > 0 ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs) : 0),
+      snapshots_(state_bytes_ > 0
+                     ? (config.state_snapshots >= 0 ? config.state_snapshots : config.scheduler.max_num_seqs)
+                     : 0),
       pool_(executor_.allocate_cache(
-          size_t(latent_bytes_ + (config.scheduler.max_num_seqs * (config.drafter ? 2 : 1) + snapshots_.capacity()) *
-                                     state_bytes_))),
+          size_t(latent_bytes_ +
+                 (config.scheduler.max_num_seqs * (config.drafter ? 2 : 1) + snapshots_.capacity()) * state_bytes_))),
       blocks_(config.kv_cache_tokens / config.block_size, config.block_size),
-      scheduler_(scheduler_config(config.scheduler, state_bytes_ > 0,
-                                  [this](std::span<const int32_t> tokens, int64_t cached) {
-                                    return restorable_blocks(tokens, cached);
-                                  },
-                                  [this](std::span<const int32_t> tokens) { load_from_disk(tokens); }),
-                 blocks_),
+      scheduler_(
+          scheduler_config(
+              config.scheduler, state_bytes_ > 0,
+              [this](std::span<const int32_t> tokens, int64_t cached) { return restorable_blocks(tokens, cached); },
+              [this](std::span<const int32_t> tokens) { load_from_disk(tokens); }),
+          blocks_),
       draft_policy_(config.num_draft_tokens) {
   if (config_.max_model_len <= 0) config_.max_model_len = model_config_.max_position_embeddings;
   MLA_CHECK(config_.num_draft_tokens <= EngineMetrics::kMaxDraftTokens, "at most {} draft tokens a step, not {}",
@@ -126,18 +131,21 @@ Engine::Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, co
   eos_ids_ = end_of_turn_ids(config_.eos_token_ids, tokenizer_);
   metrics_.kv_blocks_total = blocks_.total_blocks();
   metrics_.kv_cache_tokens = blocks_.total_blocks() * config_.block_size;
-  metrics_.kv_cache_bytes = latent_bytes_ + (config_.scheduler.max_num_seqs * (config_.drafter ? 2 : 1) +
-                                             snapshots_.capacity()) * state_bytes_;
+  metrics_.kv_cache_bytes =
+      latent_bytes_ +
+      (config_.scheduler.max_num_seqs * (config_.drafter ? 2 : 1) + snapshots_.capacity()) * state_bytes_;
   metrics_.max_prompt_tokens = std::min(config_.max_model_len, metrics_.kv_cache_tokens.load()) - 1;
   if (!config_.prefix_cache_disk.dir.empty()) {
-    MLA_CHECK(state_bytes_ == 0, "--prefix-cache-dir is not supported yet for models with KDA layers (Kimi Linear, "
+    MLA_CHECK(state_bytes_ == 0,
+              "--prefix-cache-dir is not supported yet for models with KDA layers (Kimi Linear, "
               "Kimi K3): their state snapshots are not written to disk");
-    MLA_CHECK(executor_.ranks() == 1, "--prefix-cache-dir is not supported yet with {} ranks (--tp, MPI): blocks are "
-              "read into rank 0's pool only", executor_.ranks());
+    MLA_CHECK(executor_.ranks() == 1,
+              "--prefix-cache-dir is not supported yet with {} ranks (--tp, MPI): blocks are "
+              "read into rank 0's pool only",
+              executor_.ranks());
     disk_.emplace(config_.prefix_cache_disk, config_.block_size, block_bytes_);
-    blocks_.on_evict([this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
-      spill_to_disk(block, hash, tokens);
-    });
+    blocks_.on_evict(
+        [this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) { spill_to_disk(block, hash, tokens); });
   }
   // The warm-up runs on the engine's thread, whose thread-local scratch buffers it sizes; its
   // failure is the constructor's. The thread owns the promise, so setting it cannot race its
@@ -210,7 +218,8 @@ void Engine::warm_up() {
     }
     const auto logits = positions > 1 ? ForwardSequence::Logits::All : ForwardSequence::Logits::Last;
     for (int64_t s = int64_t(batch.size()); s < n_seqs; ++s)
-      batch.push_back({std::span(tokens).first(size_t(positions)), context - positions, view(s), MlaPath::Absorbed, logits});
+      batch.push_back(
+          {std::span(tokens).first(size_t(positions)), context - positions, view(s), MlaPath::Absorbed, logits});
     step_logits_.resize(size_t(logit_rows(batch) * model_config_.vocab_size));
     int64_t n_tokens = 0;
     for (const ForwardSequence& sequence : batch) n_tokens += int64_t(sequence.tokens.size());
@@ -227,10 +236,12 @@ void Engine::warm_up() {
     run(config_.prefill_path, 1);
   }
   if (verified > 1) run(std::nullopt, verified);
-  spdlog::info("warm-up: {} sequences decoding at a context of {} tokens, then {} prefill tokens in chunks of {} "
-               "(expanded: ending at {}) beside the others{}, in {:.2f} s", n_seqs, context, prefill, chunk, expanded_end,
-               verified > 1 ? fmt::format(", then {} verifying {} positions each", n_seqs, verified) : "",
-               seconds_between(start, Clock::now()));
+  spdlog::info(
+      "warm-up: {} sequences decoding at a context of {} tokens, then {} prefill tokens in chunks of {} "
+      "(expanded: ending at {}) beside the others{}, in {:.2f} s",
+      n_seqs, context, prefill, chunk, expanded_end,
+      verified > 1 ? fmt::format(", then {} verifying {} positions each", n_seqs, verified) : "",
+      seconds_between(start, Clock::now()));
 }
 
 // Of the first `cached_blocks` blocks of `tokens` (cached in the block pool), how many end
@@ -248,10 +259,11 @@ void Engine::load_from_disk(std::span<const int32_t> tokens) {
   const int64_t cached = blocks_.cached_prefix_blocks(tokens);
   if (cached >= reusable) return;
   // A block read only where the disk holds it whole (read() leaves the pool block as it was otherwise).
-  const int64_t read = blocks_.adopt(tokens, cached, reusable - cached, [&](int32_t block, int64_t index, uint64_t hash) {
-    const auto block_tokens = tokens.subspan(size_t(index * config_.block_size), size_t(config_.block_size));
-    return disk_->contains(hash) && disk_->read(hash, block_tokens, pool_block(block));
-  });
+  const int64_t read =
+      blocks_.adopt(tokens, cached, reusable - cached, [&](int32_t block, int64_t index, uint64_t hash) {
+        const auto block_tokens = tokens.subspan(size_t(index * config_.block_size), size_t(config_.block_size));
+        return disk_->contains(hash) && disk_->read(hash, block_tokens, pool_block(block));
+      });
   metrics_.prefix_disk_hit_tokens += read * config_.block_size;
 }
 
@@ -283,15 +295,17 @@ std::shared_ptr<RequestHandle> Engine::submit(EngineRequest request) {
   if (prompt_length == 0) throw EngineRejection(400, "the prompt is empty");
   for (int32_t id : request.prompt)
     if (id < 0 || id >= vocab) throw EngineRejection(400, fmt::format("token id {} is outside [0, {})", id, vocab));
-  if (request.max_tokens < 1) throw EngineRejection(400, fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
+  if (request.max_tokens < 1)
+    throw EngineRejection(400, fmt::format("max_tokens must be at least 1, got {}", request.max_tokens));
   if (prompt_length + request.max_tokens > config_.max_model_len)
-    throw EngineRejection(400, fmt::format("This model's maximum context length is {} tokens. However, you requested "
-                                           "{} tokens ({} in the prompt, {} in the completion).",
-                                           config_.max_model_len, prompt_length + request.max_tokens, prompt_length,
-                                           request.max_tokens));
+    throw EngineRejection(
+        400, fmt::format("This model's maximum context length is {} tokens. However, you requested "
+                         "{} tokens ({} in the prompt, {} in the completion).",
+                         config_.max_model_len, prompt_length + request.max_tokens, prompt_length, request.max_tokens));
   if (blocks_.blocks_for(prompt_length + request.max_tokens) > blocks_.total_blocks())
-    throw EngineRejection(400, fmt::format("{} tokens do not fit in the KV cache of {} tokens",
-                                           prompt_length + request.max_tokens, blocks_.total_blocks() * config_.block_size));
+    throw EngineRejection(
+        400, fmt::format("{} tokens do not fit in the KV cache of {} tokens", prompt_length + request.max_tokens,
+                         blocks_.total_blocks() * config_.block_size));
   auto vocabulary = request.sampling.grammar ? grammar_vocabulary() : nullptr;
   auto owned = std::make_unique<Request>(std::move(request), tokenizer_, std::move(vocabulary));
   auto handle = owned->handle;
@@ -369,8 +383,9 @@ void Engine::finish(Request& request, const std::string& reason, const std::stri
   scheduler_.remove(&request.seq);
   if (config_.drafter) config_.drafter->release(request.seq.id);
   request.done = true;
-  (reason == "abort" ? metrics_.requests_aborted : reason == "error" ? metrics_.requests_failed
-                                                                     : metrics_.requests_finished)++;
+  (reason == "abort"   ? metrics_.requests_aborted
+   : reason == "error" ? metrics_.requests_failed
+                       : metrics_.requests_finished)++;
   metrics_.request_latency.observe(seconds_between(request.arrival, Clock::now()));
 }
 
@@ -423,7 +438,8 @@ void Engine::propose_drafts() {
   draft_requests_.clear();
   for (auto& request : active_) {
     const Sequence& seq = request->seq;
-    if (!request->done && seq.running && seq.n_computed >= seq.prefill_target && seq.n_computed + 1 == int64_t(seq.tokens.size()))
+    if (!request->done && seq.running && seq.n_computed >= seq.prefill_target &&
+        seq.n_computed + 1 == int64_t(seq.tokens.size()))
       drafting_.push_back(request.get());
   }
   if (drafting_.empty()) return;
@@ -436,8 +452,8 @@ void Engine::propose_drafts() {
     Request& request = *drafting_[i];
     const int64_t known = int64_t(request.seq.tokens.size());
     const int64_t cap = choice.explore_one && i == explorer ? config_.num_draft_tokens : choice.length;
-    request.draft_cap = std::min({cap, request.spec.max_tokens - request.completion_tokens - 1,
-                                  config_.max_model_len - known - 1});
+    request.draft_cap =
+        std::min({cap, request.spec.max_tokens - request.completion_tokens - 1, config_.max_model_len - known - 1});
     draft_requests_.push_back({request.seq.id, request.seq.tokens, request.draft_cap});
   }
   const auto start = Clock::now();
@@ -448,7 +464,8 @@ void Engine::propose_drafts() {
   for (size_t i = 0; i < drafting_.size(); ++i) {
     Request& request = *drafting_[i];
     request.seq.draft = std::move(proposals_[i]);
-    request.seq.draft.resize(request.sampler.allowed_draft_length(request.seq.draft));  // what the grammar refuses is never verified
+    request.seq.draft.resize(
+        request.sampler.allowed_draft_length(request.seq.draft));  // what the grammar refuses is never verified
     drafted += int64_t(request.seq.draft.size());
     if (request.seq.draft.empty() && request.draft_cap > 0) draft_policy_.record_verification(request.draft_cap, 0, 0);
   }
@@ -478,8 +495,9 @@ void Engine::run_step(const std::vector<ScheduledChunk>& plan) {
       tokens = verify;
     }
     batch.push_back({tokens, chunk.start, view, chunk.prefill ? config_.prefill_path : MlaPath::Absorbed,
-                     verifying ? ForwardSequence::Logits::All
-                               : chunk.needs_logits ? ForwardSequence::Logits::Last : ForwardSequence::Logits::None});
+                     verifying            ? ForwardSequence::Logits::All
+                     : chunk.needs_logits ? ForwardSequence::Logits::Last
+                                          : ForwardSequence::Logits::None});
     n_tokens += int64_t(tokens.size());
   }
   const int64_t vocab = model_config_.vocab_size;
@@ -540,8 +558,7 @@ void Engine::show_hidden_states(const std::vector<ScheduledChunk>& plan, std::sp
   for (size_t i = 0; i < plan.size(); ++i) {
     const Sequence& seq = *plan[i].seq;
     if (computed[i] > 0 && !requests[i]->done)
-      chunks.push_back({seq.id, seq.tokens, plan[i].start, computed[i],
-                        step_hidden_.data() + offset * hidden_width()});
+      chunks.push_back({seq.id, seq.tokens, plan[i].start, computed[i], step_hidden_.data() + offset * hidden_width()});
     offset += int64_t(step_batch_[i].tokens.size());
   }
   if (chunks.empty()) return;
@@ -621,10 +638,10 @@ void Engine::loop() {
     if (!request->done) finish(*request, "abort");
   active_.clear();
   if (disk_) {
-    blocks_.visit_cached([this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
-      spill_to_disk(block, hash, tokens);
-    });
-    spdlog::info("prefix cache on disk: {} blocks, {:.2f} GiB", disk_->files(), double(disk_->bytes()) / double(1 << 30));
+    blocks_.visit_cached(
+        [this](int32_t block, uint64_t hash, std::span<const int32_t> tokens) { spill_to_disk(block, hash, tokens); });
+    spdlog::info("prefix cache on disk: {} blocks, {:.2f} GiB", disk_->files(),
+                 double(disk_->bytes()) / double(1 << 30));
   }
   update_gauges();
 }

@@ -30,13 +30,13 @@ namespace mlaserve {
 enum class DraftPolicyKind { Adaptive, Fixed };
 
 struct EngineConfig {
-  int64_t block_size = 16;             // tokens per cache block
-  int64_t kv_cache_tokens = 0;         // cache capacity in tokens (rounded down to blocks)
+  int64_t block_size = 16;      // tokens per cache block
+  int64_t kv_cache_tokens = 0;  // cache capacity in tokens (rounded down to blocks)
   CacheDType cache_dtype = CacheDType::BF16;
   SchedulerConfig scheduler;
-  int64_t max_queue = 256;             // waiting requests beyond this are refused (429)
-  int64_t max_model_len = 0;           // prompt + generated tokens; 0: the model's context
-  int64_t state_snapshots = -1;        // KDA models: prefix-cache state snapshots kept (-1: max_num_seqs)
+  int64_t max_queue = 256;                  // waiting requests beyond this are refused (429)
+  int64_t max_model_len = 0;                // prompt + generated tokens; 0: the model's context
+  int64_t state_snapshots = -1;             // KDA models: prefix-cache state snapshots kept (-1: max_num_seqs)
   DiskPrefixCacheConfig prefix_cache_disk;  // the prefix cache's disk tier (dir empty: none)
   // Prefill chunks' attention form. Auto: the cheaper for each chunk (mla_prefill_path), so a
   // request's numbers may differ in rounding with its chunking and prefix-cache hits;
@@ -61,25 +61,24 @@ struct EngineConfig {
 // the tokenizer's eos_token, each once.
 std::vector<int32_t> end_of_turn_ids(std::vector<int32_t> eos_token_ids, const Tokenizer& tokenizer);
 
-
 struct EngineRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
   SamplingOptions sampling;
-  std::vector<std::string> stop;          // stop strings (not included in the output)
-  std::vector<int32_t> stop_token_ids;    // end the request after one of these
+  std::vector<std::string> stop;        // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;  // end the request after one of these
   bool ignore_eos = false;
-  bool skip_special_tokens = true;        // special tokens add no text to the output
+  bool skip_special_tokens = true;  // special tokens add no text to the output
 };
 
 struct StreamEvent {
-  std::string text;                   // new text (may be empty while a stop string is pending)
-  std::vector<int32_t> token_ids;     // tokens this event covers
+  std::string text;                     // new text (may be empty while a stop string is pending)
+  std::vector<int32_t> token_ids;       // tokens this event covers
   std::vector<TokenLogprobs> logprobs;  // one per token when requested
   bool finished = false;
-  std::string finish_reason;          // stop | length | abort | error
-  std::string stop_string;            // finished: the request's stop string that ended it, if one did
-  std::string error;                  // message when finish_reason is error
+  std::string finish_reason;  // stop | length | abort | error
+  std::string stop_string;    // finished: the request's stop string that ended it, if one did
+  std::string error;          // message when finish_reason is error
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: drafted, accepted
 };
@@ -145,7 +144,8 @@ class Engine {
   void update_gauges();
   std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary();
 
-  Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer, EngineConfig config);
+  Engine(std::unique_ptr<ModelExecutor> owned, ModelExecutor* external, const Tokenizer& tokenizer,
+         EngineConfig config);
   void warm_up();
   int64_t state_offset(int64_t slot) const { return latent_bytes_ + slot * state_bytes_; }
   int64_t snapshot_offset(int64_t snapshot) const { return state_offset(config_.scheduler.max_num_seqs + snapshot); }
@@ -159,8 +159,15 @@ class Engine {
   void spill_to_disk(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
   // A sequence's view of the pool through its block table (state_offset -1: no KDA state).
   LatentCacheView pool_view(std::span<const int32_t> table, int64_t state_offset) const {
-    return {pool_, config_.cache_dtype, table.data(), int64_t(table.size()), config_.block_size,
-            model_config_.cache_layers(), model_config_.kv_latent_dim(), state_offset, model_config_.qk_rope_head_dim};
+    return {pool_,
+            config_.cache_dtype,
+            table.data(),
+            int64_t(table.size()),
+            config_.block_size,
+            model_config_.cache_layers(),
+            model_config_.kv_latent_dim(),
+            state_offset,
+            model_config_.qk_rope_head_dim};
   }
   uint8_t* pool_block(int32_t block) const { return static_cast<uint8_t*>(pool_) + int64_t(block) * block_bytes_; }
   void keep_state_snapshot(const ScheduledChunk& chunk);
@@ -190,7 +197,7 @@ class Engine {
   std::vector<std::unique_ptr<Request>> incoming_;
   bool accepting_ = true, stopping_ = false;
   std::string refusal_ = "the server is shutting down";  // the 503's message once not accepting_
-  std::atomic<int64_t> queued_{0};  // incoming + waiting, for the queue limit
+  std::atomic<int64_t> queued_{0};                       // incoming + waiting, for the queue limit
 
   std::vector<std::unique_ptr<Request>> active_;  // engine thread only
   std::vector<ForwardSequence> step_batch_;       // run_step's, reused (engine thread only)

@@ -28,8 +28,8 @@ std::unique_ptr<ModelExecutor> single_rank_executor(const CausalLM& model, const
   const RankPlacement placement = place_this_process(options.numa);
   if (!options.copy_weights && !options.lock_weights)
     return std::make_unique<SingleRankExecutor>(model, placement.nodes);
-  return std::make_unique<SingleRankExecutor>(
-      model.shard(options.shard_spec(0, 1, placement.nodes), nullptr), placement.nodes);
+  return std::make_unique<SingleRankExecutor>(model.shard(options.shard_spec(0, 1, placement.nodes), nullptr),
+                                              placement.nodes);
 }
 
 }  // namespace
@@ -45,7 +45,9 @@ void copy_within(void* pool, int64_t from, int64_t to, int64_t bytes) {
   std::memmove(static_cast<uint8_t*>(pool) + to, static_cast<const uint8_t*>(pool) + from, size_t(bytes));
 }
 
-void SingleRankExecutor::copy_in_cache(int64_t from, int64_t to, int64_t bytes) { copy_within(pool_.get(), from, to, bytes); }
+void SingleRankExecutor::copy_in_cache(int64_t from, int64_t to, int64_t bytes) {
+  copy_within(pool_.get(), from, to, bytes);
+}
 
 RankPlacement place_this_process(NumaMode numa) {
   const NumaTopology topology = NumaTopology::read();

@@ -22,10 +22,11 @@ void DraftModelDrafter::prepare(const DraftBudget& budget) {
   const ModelConfig& config = draft_->config();
   MLA_CHECK(config.vocab_size == budget.vocab_size,
             "draft model '{}' has a vocabulary of {} tokens, the target {}: a draft model must share the target's "
-            "tokenizer", model_dir_, config.vocab_size, budget.vocab_size);
+            "tokenizer",
+            model_dir_, config.vocab_size, budget.vocab_size);
   cache_.emplace(budget, config.cache_layers(), config.kv_latent_dim());
-  spdlog::info("draft model '{}': {} layers, {:.1f} MB of weights, a latent cache of {} tokens ({:.1f} MB)",
-               model_dir_, config.num_hidden_layers, double(draft_->weight_bytes()) / 1e6, cache_->tokens(),
+  spdlog::info("draft model '{}': {} layers, {:.1f} MB of weights, a latent cache of {} tokens ({:.1f} MB)", model_dir_,
+               config.num_hidden_layers, double(draft_->weight_bytes()) / 1e6, cache_->tokens(),
                double(cache_->bytes()) / 1e6);
 }
 
@@ -50,8 +51,8 @@ void DraftModelDrafter::propose(std::span<const DraftRequest> requests, std::vec
     if (reservation->fresh) cached.assign(request.tokens.begin(), request.tokens.begin() + reservation->cached_tokens);
     // The rows already computed for these tokens; the last token is always run for its logits.
     const int64_t valid = std::min<int64_t>(
-        length - 1,
-        std::mismatch(cached.begin(), cached.end(), request.tokens.begin(), request.tokens.end()).first - cached.begin());
+        length - 1, std::mismatch(cached.begin(), cached.end(), request.tokens.begin(), request.tokens.end()).first -
+                        cached.begin());
     cached.assign(request.tokens.begin(), request.tokens.end());
     drafting.push_back(i);
     budget.push_back(k);
@@ -63,7 +64,8 @@ void DraftModelDrafter::propose(std::span<const DraftRequest> requests, std::vec
     logits_.resize(batch_.size() * size_t(vocab));
     draft_->forward(batch_, logits_.data());
     if (step == 0)  // the committed tokens' full blocks are a prefix other sequences may reuse
-      for (size_t i : drafting) cache_->publish(requests[i].sequence_id, requests[i].tokens, int64_t(requests[i].tokens.size()));
+      for (size_t i : drafting)
+        cache_->publish(requests[i].sequence_id, requests[i].tokens, int64_t(requests[i].tokens.size()));
     std::vector<ForwardSequence> next;
     std::vector<size_t> still;
     std::vector<int64_t> still_budget;

@@ -28,7 +28,7 @@ class DraftModelDrafter : public Drafter {
   std::string model_dir_;
   std::optional<DraftCache> cache_;
   std::unordered_map<int64_t, std::vector<int32_t>> cached_;  // the tokens whose rows a sequence's cache holds
-  std::vector<ForwardSequence> batch_;  // reused from step to step
+  std::vector<ForwardSequence> batch_;                        // reused from step to step
   std::vector<float> logits_;
 };
 

@@ -19,7 +19,7 @@ enum class RankCommandKind : int64_t { AllocateCache = 1, Forward = 2, Stop = 3,
 // block tables (in `ids`) and points at `pool`, the follower's pool.
 struct RankCommand {
   RankCommandKind kind = RankCommandKind::Stop;
-  int64_t cache_bytes = 0;  // AllocateCache; CopyInCache: the bytes copied
+  int64_t cache_bytes = 0;             // AllocateCache; CopyInCache: the bytes copied
   int64_t copy_from = 0, copy_to = 0;  // CopyInCache
   std::vector<ForwardSequence> batch;
   std::vector<int64_t> message;
@@ -191,7 +191,8 @@ void follow_rank_zero(const CausalLM& model, const ExecutorOptions& options) {
       copy_within(pool.get(), command.copy_from, command.copy_to, command.cache_bytes);
       continue;
     }
-    MLA_CHECK(command.kind == RankCommandKind::Forward && pool, "unexpected command {} from rank 0", int64_t(command.kind));
+    MLA_CHECK(command.kind == RankCommandKind::Forward && pool, "unexpected command {} from rank 0",
+              int64_t(command.kind));
     logits.resize(size_t(logit_rows(command.batch) * shard->config().vocab_size));
     shard->forward(command.batch, logits.data());
   }

@@ -14,7 +14,8 @@ MtpDrafter::MtpDrafter(std::unique_ptr<DeepseekMtp> module, int64_t held_bytes)
 
 void MtpDrafter::prepare(const DraftBudget& budget) {
   MLA_CHECK(!cache_, "the mtp drafter already drafts for another engine");
-  MLA_CHECK(module_->config().vocab_size == budget.vocab_size, "internal: the MTP layer's vocabulary is not the target's");
+  MLA_CHECK(module_->config().vocab_size == budget.vocab_size,
+            "internal: the MTP layer's vocabulary is not the target's");
   cache_.emplace(budget, 1, module_->config().kv_latent_dim());
   max_draft_tokens_ = budget.max_draft_tokens;
   spdlog::info("mtp drafter: a one-layer latent cache of {} tokens ({:.1f} MB)", cache_->tokens(),
@@ -77,7 +78,7 @@ void MtpDrafter::run_held(std::span<const int64_t> ids, std::span<const std::spa
   const int64_t width = module_->config().hidden_size, vocab = module_->config().vocab_size;
   batch_.clear();
   hidden_.clear();
-  std::vector<size_t> ran;        // ids[ran[j]] is batch row j
+  std::vector<size_t> ran;         // ids[ran[j]] is batch row j
   std::vector<int64_t> last_rows;  // the batch index of each one's last row
   for (size_t i = 0; i < ids.size(); ++i) {
     const MtpSequence& seq = sequences_.at(ids[i]);
@@ -114,7 +115,8 @@ void MtpDrafter::propose(std::span<const DraftRequest> requests, std::vector<std
     const DraftRequest& request = requests[i];
     const auto found = sequences_.find(request.sequence_id);
     const int64_t length = int64_t(request.tokens.size());
-    if (request.max_tokens <= 0 || found == sequences_.end() || found->second.blind || !cache_->holds(request.sequence_id))
+    if (request.max_tokens <= 0 || found == sequences_.end() || found->second.blind ||
+        !cache_->holds(request.sequence_id))
       continue;
     const MtpSequence& seq = found->second;
     if (seq.ready_for != length) {
@@ -153,8 +155,8 @@ void MtpDrafter::propose(std::span<const DraftRequest> requests, std::vector<std
       proposal.push_back(argmax(logits_.data() + j * size_t(vocab), vocab));
       if (int64_t(proposal.size()) == requests[chaining[j]].max_tokens) continue;
       hidden_.insert(hidden_.end(), states_.begin() + int64_t(j) * width, states_.begin() + int64_t(j + 1) * width);
-      next.push_back({std::span(&proposal.back(), 1), batch_[j].start_position + 1, batch_[j].cache,
-                      MlaPath::Absorbed, ForwardSequence::Logits::Last});
+      next.push_back({std::span(&proposal.back(), 1), batch_[j].start_position + 1, batch_[j].cache, MlaPath::Absorbed,
+                      ForwardSequence::Logits::Last});
       still.push_back(chaining[j]);
     }
     batch_.swap(next);

@@ -32,12 +32,12 @@ class MtpDrafter : public Drafter {
 
  private:
   struct MtpSequence {
-    int64_t rows = 0;        // the target's states of rows [0, rows) are known...
-    int64_t held_from = 0;   // ...[0, held_from) in the cache, [held_from, rows) in `held`
+    int64_t rows = 0;       // the target's states of rows [0, rows) are known...
+    int64_t held_from = 0;  // ...[0, held_from) in the cache, [held_from, rows) in `held`
     std::vector<float> held;
-    bool blind = false;      // some row before `rows` is missing: no drafts
-    int64_t ready_for = -1;  // the sequence length `next` and `state` continue (-1: none)
-    int32_t next = 0;        // the first draft token
+    bool blind = false;        // some row before `rows` is missing: no drafts
+    int64_t ready_for = -1;    // the sequence length `next` and `state` continue (-1: none)
+    int32_t next = 0;          // the first draft token
     std::vector<float> state;  // the module's output state at row ready_for - 2, chained on
   };
   // Room for the chunk's rows and k chained positions; false makes the sequence blind.

@@ -19,9 +19,8 @@ TokenLogprobs log_probabilities(const float* logits, int64_t vocab_size, int32_t
   std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
   std::iota(ids.begin(), ids.end(), 0);
   const int64_t n = std::min(top_n, vocab_size);
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   for (int64_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], logits[ids[i]] - log_sum);
   return out;
 }
@@ -72,7 +71,8 @@ int32_t RequestSampler::sample(float* logits, int64_t vocab_size, TokenLogprobs*
 void RequestSampler::chose(int32_t token) {
   ++output_counts_[token];
   if (matcher_)
-    MLA_CHECK(matcher_->accept_token(token), "constrained decoding: no token continues the grammar here (token {} sampled)", token);
+    MLA_CHECK(matcher_->accept_token(token),
+              "constrained decoding: no token continues the grammar here (token {} sampled)", token);
 }
 
 size_t RequestSampler::allowed_draft_length(std::span<const int32_t> draft) {
@@ -108,8 +108,9 @@ std::vector<int32_t> RequestSampler::verify(float* logits, std::span<const int32
     draft_probs[size_t(draft)] = 0.0f;
     emitted.push_back(out[0]);
     chose(out[0]);
-    if (logprobs) logprobs->push_back(raw.empty() ? TokenLogprobs{}
-                                                  : log_probabilities(raw.data(), vocab_size, out[0], options_.logprobs));
+    if (logprobs)
+      logprobs->push_back(raw.empty() ? TokenLogprobs{}
+                                      : log_probabilities(raw.data(), vocab_size, out[0], options_.logprobs));
     if (kept == 0) break;
   }
   return emitted;

@@ -16,20 +16,20 @@
 namespace mlaserve {
 
 struct SamplingOptions {
-  SamplingParams params;             // temperature, top_k, top_p, min_p
-  float repetition_penalty = 1.0f;   // >1 discourages prompt and output tokens (divides logits)
-  float presence_penalty = 0.0f;     // subtracted once from tokens already generated
-  float frequency_penalty = 0.0f;    // subtracted per occurrence in the output
+  SamplingParams params;                              // temperature, top_k, top_p, min_p
+  float repetition_penalty = 1.0f;                    // >1 discourages prompt and output tokens (divides logits)
+  float presence_penalty = 0.0f;                      // subtracted once from tokens already generated
+  float frequency_penalty = 0.0f;                     // subtracted per occurrence in the output
   std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias) added to the logits (OpenAI)
-  std::optional<uint64_t> seed;      // same seed and prompt: same output
-  int64_t logprobs = -1;             // -1: none; N >= 0: the sampled token's and the top N
+  std::optional<uint64_t> seed;                       // same seed and prompt: same output
+  int64_t logprobs = -1;                              // -1: none; N >= 0: the sampled token's and the top N
   // Constrained decoding: only tokens the grammar allows from the text so far are sampled.
   std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct TokenLogprobs {
-  float logprob = 0.0f;                               // of the sampled token
-  std::vector<std::pair<int32_t, float>> top;         // top N (id, logprob), best first
+  float logprob = 0.0f;                        // of the sampled token
+  std::vector<std::pair<int32_t, float>> top;  // top N (id, logprob), best first
 };
 
 class RequestSampler {
@@ -54,7 +54,7 @@ class RequestSampler {
 
  private:
   void adjust(float* logits, int64_t vocab_size);  // grammar mask, penalties and logit biases
-  void chose(int32_t token);                      // counts it and advances the grammar
+  void chose(int32_t token);                       // counts it and advances the grammar
   SamplingOptions options_;
   std::optional<grammar::Matcher> matcher_;
   std::mt19937_64 rng_;

@@ -16,7 +16,8 @@ bool Scheduler::admit(Sequence* seq) {
   std::span<const int32_t> reusable = seq->tokens;
   if (config_.recurrent_state) {  // only as far as a state snapshot reaches
     const int64_t cached = blocks_.cached_prefix_blocks(seq->tokens);
-    const int64_t restorable = cached > 0 && config_.restorable_blocks ? config_.restorable_blocks(seq->tokens, cached) : 0;
+    const int64_t restorable =
+        cached > 0 && config_.restorable_blocks ? config_.restorable_blocks(seq->tokens, cached) : 0;
     reusable = reusable.first(restorable > 0 ? size_t(restorable * blocks_.block_size() + 1) : 0);
   }
   auto allocation = blocks_.allocate(reusable, known + 1);
@@ -50,8 +51,8 @@ void Scheduler::preempt(Sequence* seq) {
   ++preemptions_;
   stop_running(seq);
   // Back to the queue in arrival order, ahead of anything younger.
-  auto position = std::find_if(waiting_.begin(), waiting_.end(),
-                               [&](const Sequence* other) { return other->id > seq->id; });
+  auto position =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* other) { return other->id > seq->id; });
   waiting_.insert(position, seq);
 }
 
@@ -84,8 +85,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> plan;
   const bool decoding = std::any_of(running_.begin(), running_.end(),
                                     [](const Sequence* seq) { return seq->n_computed >= seq->prefill_target; });
-  int64_t budget = decoding ? config_.chunked_prefill_size
-                            : std::max(config_.chunked_prefill_size, config_.prefill_size_alone);
+  int64_t budget =
+      decoding ? config_.chunked_prefill_size : std::max(config_.chunked_prefill_size, config_.prefill_size_alone);
   const std::vector<Sequence*> snapshot = running_;
   for (Sequence* seq : snapshot) {
     if (!seq->running) continue;  // preempted earlier in this loop

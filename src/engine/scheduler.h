@@ -1,10 +1,9 @@
 // Continuous batching, as pure logic over sequences and the block manager (no model, no
 // threads). Each step runs every running sequence: one decode token (and its draft, under
-// speculative decoding) for those past their prompt, a chunk of at most the remaining prefill budget for those still prefilling; then
-// admits waiting sequences FIFO while the budget, max_num_seqs and free blocks allow. When a
-// decoding sequence needs a block and none is free, the youngest running sequence is
-// preempted: its blocks are freed and it waits at the front of the queue to be recomputed
-// (prompt and generated tokens alike).
+// speculative decoding) for those past their prompt, a chunk of at most the remaining prefill budget for those still
+// prefilling; then admits waiting sequences FIFO while the budget, max_num_seqs and free blocks allow. When a decoding
+// sequence needs a block and none is free, the youngest running sequence is preempted: its blocks are freed and it
+// waits at the front of the queue to be recomputed (prompt and generated tokens alike).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -38,16 +37,16 @@ struct SchedulerConfig {
 };
 
 struct Sequence {
-  int64_t id = 0;                  // arrival order; larger is younger
-  std::vector<int32_t> tokens;     // prompt, then generated tokens
+  int64_t id = 0;               // arrival order; larger is younger
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
   int64_t prompt_length = 0;
-  int64_t n_computed = 0;          // positions whose latents are in the cache
-  int64_t prefill_target = 0;      // tokens to (re)compute before decoding: len(tokens) at admission
+  int64_t n_computed = 0;      // positions whose latents are in the cache
+  int64_t prefill_target = 0;  // tokens to (re)compute before decoding: len(tokens) at admission
   std::vector<int32_t> block_table;
   bool running = false;
   int64_t preemptions = 0;
-  int32_t state_slot = -1;         // recurrent_state: the slot this running sequence holds
-  int64_t restore_tokens = 0;      // recurrent_state: load the snapshot after this many tokens first
+  int32_t state_slot = -1;     // recurrent_state: the slot this running sequence holds
+  int64_t restore_tokens = 0;  // recurrent_state: load the snapshot after this many tokens first
   // Speculative decoding: tokens proposed to follow `tokens`, verified in the sequence's next
   // decode step (which then computes 1 + draft.size() positions); cleared by preemption.
   std::vector<int32_t> draft;
@@ -55,7 +54,7 @@ struct Sequence {
 
 struct ScheduledChunk {
   Sequence* seq;
-  int64_t start;      // first position computed this step (== seq->n_computed)
+  int64_t start;  // first position computed this step (== seq->n_computed)
   int64_t n_tokens;
   bool prefill;       // false: a decode step (the last token, then the sequence's draft)
   bool needs_logits;  // the chunk ends at the last known token
@@ -81,8 +80,8 @@ class Scheduler {
  private:
   bool admit(Sequence* seq);
   void preempt(Sequence* seq);
-  bool ensure_decode_slot(Sequence* seq);  // may preempt younger sequences, or seq itself
-  void stop_running(Sequence* seq);         // leaves running_, returns its state slot
+  bool ensure_decode_slot(Sequence* seq);                            // may preempt younger sequences, or seq itself
+  void stop_running(Sequence* seq);                                  // leaves running_, returns its state slot
   int64_t prefill_count(const Sequence* seq, int64_t budget) const;  // tokens of its next prefill chunk
 
   SchedulerConfig config_;

@@ -28,7 +28,8 @@ ThreadParallelModel::ThreadParallelModel(const CausalLM& full, const ExecutorOpt
   const int per_rank = std::max(1, total / options.ranks);
   spdlog::info("{} ranks (threads), {} parallel MoE, {} kernel thread(s) each, {} heads per rank", options.ranks,
                options.expert_parallel ? "expert" : "tensor", per_rank, config_.num_attention_heads / options.ranks);
-  for (int rank = 0; rank < options.ranks; ++rank) threads_.emplace_back([this, rank, per_rank] { rank_loop(rank, per_rank); });
+  for (int rank = 0; rank < options.ranks; ++rank)
+    threads_.emplace_back([this, rank, per_rank] { rank_loop(rank, per_rank); });
 }
 
 ThreadParallelModel::~ThreadParallelModel() {
@@ -43,7 +44,8 @@ ThreadParallelModel::~ThreadParallelModel() {
 void ThreadParallelModel::rank_loop(int rank, int threads) {
   // The pool's workers inherit this thread's CPUs and memory policy.
   if (const std::string error = bind_this_thread(placements_[size_t(rank)]); !error.empty())
-    spdlog::warn("rank {}: could not bind it to {} ({}); it runs unbound", rank, placements_[size_t(rank)].describe(), error);
+    spdlog::warn("rank {}: could not bind it to {} ({}); it runs unbound", rank, placements_[size_t(rank)].describe(),
+                 error);
   ScopedThreadPool pool(threads);
   uint64_t seen = 0;
   for (;;) {
@@ -78,7 +80,8 @@ void ThreadParallelModel::run_on_all_ranks(const std::function<void(int)>& job) 
   // Report the rank that failed first-hand rather than those its abort woke up.
   std::string first_error;
   for (const auto& error : errors_)
-    if (!error.empty() && (first_error.empty() || first_error.find("aborted") != std::string::npos)) first_error = error;
+    if (!error.empty() && (first_error.empty() || first_error.find("aborted") != std::string::npos))
+      first_error = error;
   MLA_CHECK(first_error.empty(), "{}", first_error);
 }
 

@@ -113,7 +113,8 @@ std::vector<bool> nullable_rules(const std::vector<std::vector<Sequence>>& rules
     for (size_t rule = 0; rule < rules.size(); ++rule) {
       if (nullable[rule]) continue;
       for (const Sequence& sequence : rules[rule])
-        if (std::all_of(sequence.begin(), sequence.end(), [&](const Item& item) { return item.rule >= 0 && nullable[size_t(item.rule)]; }))
+        if (std::all_of(sequence.begin(), sequence.end(),
+                        [&](const Item& item) { return item.rule >= 0 && nullable[size_t(item.rule)]; }))
           nullable[rule] = changed = true;
     }
   }
@@ -226,11 +227,14 @@ int32_t GrammarBuilder::text_without(const std::string& name, std::string_view f
 int32_t thinking_then(GrammarBuilder& builder, int32_t document, const ThinkingFirst& thinking) {
   Item space;
   for (char c : std::string_view(" \t\r\n")) space.bytes.set(uint8_t(c));
-  const Sequence reasoning = GrammarBuilder::join({{GrammarBuilder::ref(builder.text_without("reasoning", thinking.close))},
-                                                   GrammarBuilder::literal(thinking.close),
-                                                   {GrammarBuilder::ref(builder.repeat("after reasoning", {space}, 0, 4))}});
-  if (thinking.opened_in_prompt) return builder.rule("thinking first", {GrammarBuilder::join({reasoning, {GrammarBuilder::ref(document)}})});
-  const int32_t block = builder.optional("reasoning block", GrammarBuilder::join({GrammarBuilder::literal(thinking.open), reasoning}));
+  const Sequence reasoning =
+      GrammarBuilder::join({{GrammarBuilder::ref(builder.text_without("reasoning", thinking.close))},
+                            GrammarBuilder::literal(thinking.close),
+                            {GrammarBuilder::ref(builder.repeat("after reasoning", {space}, 0, 4))}});
+  if (thinking.opened_in_prompt)
+    return builder.rule("thinking first", {GrammarBuilder::join({reasoning, {GrammarBuilder::ref(document)}})});
+  const int32_t block =
+      builder.optional("reasoning block", GrammarBuilder::join({GrammarBuilder::literal(thinking.open), reasoning}));
   return builder.rule("thinking first", {{GrammarBuilder::ref(block), GrammarBuilder::ref(document)}});
 }
 

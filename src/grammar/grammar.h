@@ -88,6 +88,7 @@ struct ThinkingFirst {
 int32_t thinking_then(GrammarBuilder& builder, int32_t document, const ThinkingFirst& thinking);
 
 // Exactly one of `choices` (vLLM's guided_choice); throws Error when there is none.
-Grammar choice_grammar(const std::vector<std::string>& choices, const std::optional<ThinkingFirst>& thinking = std::nullopt);
+Grammar choice_grammar(const std::vector<std::string>& choices,
+                       const std::optional<ThinkingFirst>& thinking = std::nullopt);
 
 }  // namespace mlaserve::grammar

@@ -16,14 +16,35 @@ using ojson = nlohmann::ordered_json;
 using B = GrammarBuilder;
 constexpr int kMaxBound = 4096;  // minLength, maxLength, minItems, maxItems
 
-const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                                            "format", "deprecated", "readOnly", "writeOnly", "contentMediaType",
-                                            "contentEncoding", "$defs", "definitions", "strict"};
-const std::set<std::string> kHandled = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
-                                        "minItems", "maxItems", "minLength", "maxLength", "pattern", "enum", "const",
-                                        "anyOf", "oneOf", "allOf", "$ref", "nullable", "minimum", "maximum",
-                                        "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties",
-                                        "propertyNames", "additionalItems"};
+const std::set<std::string> kAnnotations = {
+    "title",      "description", "default",   "examples",         "$schema",         "$id",   "$comment",    "format",
+    "deprecated", "readOnly",    "writeOnly", "contentMediaType", "contentEncoding", "$defs", "definitions", "strict"};
+const std::set<std::string> kHandled = {"type",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "items",
+                                        "prefixItems",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "pattern",
+                                        "enum",
+                                        "const",
+                                        "anyOf",
+                                        "oneOf",
+                                        "allOf",
+                                        "$ref",
+                                        "nullable",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        "minProperties",
+                                        "maxProperties",
+                                        "propertyNames",
+                                        "additionalItems"};
 
 Item set_of(std::string_view bytes) {
   Item item;
@@ -58,16 +79,22 @@ void JsonRules::add_primitives() {
   const int32_t digits = builder_.repeat("digits15", {B::range('0', '9')}, 0, 15);
   const int32_t natural = builder_.rule("natural", {B::literal("0"), {B::range('1', '9'), B::ref(digits)}});
   integer_ = builder_.rule("integer", {{B::ref(natural)}, {B::byte('-'), B::ref(natural)}});
-  const int32_t fraction = builder_.optional("fraction", {B::byte('.'), B::ref(builder_.repeat("digits16", {B::range('0', '9')}, 1, 16))});
-  const int32_t exponent = builder_.optional(
-      "exponent", {set_of("eE"), B::ref(builder_.optional("sign", {set_of("+-")})),
-                   B::ref(builder_.repeat("digits3", {B::range('0', '9')}, 1, 3))});
+  const int32_t fraction =
+      builder_.optional("fraction", {B::byte('.'), B::ref(builder_.repeat("digits16", {B::range('0', '9')}, 1, 16))});
+  const int32_t exponent =
+      builder_.optional("exponent", {set_of("eE"), B::ref(builder_.optional("sign", {set_of("+-")})),
+                                     B::ref(builder_.repeat("digits3", {B::range('0', '9')}, 1, 3))});
   number_ = builder_.rule("number", {{B::ref(integer_), B::ref(fraction), B::ref(exponent)}});
   value_ = builder_.declare("value");
   object_ = map_of("object", value_);
   array_ = list_of("array", value_, 0, -1);
-  builder_.define(value_, {{B::ref(object_)}, {B::ref(array_)}, {B::ref(string_)}, {B::ref(number_)},
-                           B::literal("true"), B::literal("false"), B::literal("null")});
+  builder_.define(value_, {{B::ref(object_)},
+                           {B::ref(array_)},
+                           {B::ref(string_)},
+                           {B::ref(number_)},
+                           B::literal("true"),
+                           B::literal("false"),
+                           B::literal("null")});
 }
 
 const ojson* JsonRules::resolved(const std::string& ref, const std::string& where) const {
@@ -75,10 +102,12 @@ const ojson* JsonRules::resolved(const std::string& ref, const std::string& wher
   if (ref == "#") target = &root_;
   for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
     const std::string section = std::string(prefix).substr(2, std::string(prefix).size() - 3);
-    if (ref.starts_with(prefix) && root_.contains(section) && root_[section].contains(ref.substr(std::string(prefix).size())))
+    if (ref.starts_with(prefix) && root_.contains(section) &&
+        root_[section].contains(ref.substr(std::string(prefix).size())))
       target = &root_[section][ref.substr(std::string(prefix).size())];
   }
-  MLA_CHECK(target, "JSON schema at {}: $ref '{}' does not resolve (#, #/$defs/NAME or #/definitions/NAME)", where, ref);
+  MLA_CHECK(target, "JSON schema at {}: $ref '{}' does not resolve (#, #/$defs/NAME or #/definitions/NAME)", where,
+            ref);
   return target;
 }
 
@@ -99,7 +128,8 @@ int32_t JsonRules::schema_rule(const ojson& schema, const std::string& where) {
   }
   MLA_CHECK(schema.is_object(), "JSON schema at {}: a schema must be an object or a boolean", where);
   for (const auto& [key, value] : schema.items())
-    MLA_CHECK(kAnnotations.contains(key) || kHandled.contains(key), "JSON schema at {}: '{}' is not supported", where, key);
+    MLA_CHECK(kAnnotations.contains(key) || kHandled.contains(key), "JSON schema at {}: '{}' is not supported", where,
+              key);
   const std::string name = fmt::format("{} #{}", where, rules_made_++);
   if (schema.contains("nullable") && schema["nullable"] == true) {
     ojson rest = schema;
@@ -109,7 +139,8 @@ int32_t JsonRules::schema_rule(const ojson& schema, const std::string& where) {
   if (schema.contains("$ref")) return reference(schema["$ref"].get<std::string>(), where);
   if (schema.contains("const")) return builder_.rule(name, {B::literal(schema["const"].dump())});
   if (schema.contains("enum")) {
-    MLA_CHECK(schema["enum"].is_array() && !schema["enum"].empty(), "JSON schema at {}: 'enum' must be a non-empty list", where);
+    MLA_CHECK(schema["enum"].is_array() && !schema["enum"].empty(),
+              "JSON schema at {}: 'enum' must be a non-empty list", where);
     std::vector<Sequence> options;
     for (const auto& value : schema["enum"]) options.push_back(B::literal(value.dump()));
     return builder_.rule(name, std::move(options));
@@ -154,7 +185,8 @@ int32_t JsonRules::object_rule(const ojson& schema, const std::string& where) {
     if (extra == false) return builder_.rule(where + " empty object", {{B::byte('{'), B::ref(ws_), B::byte('}')}});
     if (extra == true && !schema.contains("propertyNames")) return object_;
     const int32_t value = extra == true ? value_ : schema_rule(extra, where + "/additionalProperties");
-    const int32_t key = schema.contains("propertyNames") ? schema_rule(schema["propertyNames"], where + "/propertyNames") : string_;
+    const int32_t key =
+        schema.contains("propertyNames") ? schema_rule(schema["propertyNames"], where + "/propertyNames") : string_;
     return map_of(where + " object", value, key);
   }
   std::set<std::string> required;
@@ -170,24 +202,28 @@ int32_t JsonRules::object_rule(const ojson& schema, const std::string& where) {
   int optional_kept = 0;
   for (const auto& [key, value] : properties.items()) {
     if (!required.contains(key)) {
-      if (int(required.size()) < min_count) required.insert(key);
-      else if (max_count >= 0 && int(required.size()) + optional_kept >= max_count) continue;
-      else ++optional_kept;
+      if (int(required.size()) < min_count)
+        required.insert(key);
+      else if (max_count >= 0 && int(required.size()) + optional_kept >= max_count)
+        continue;
+      else
+        ++optional_kept;
     }
     members.emplace_back(key, schema_rule(value, where + "/" + key));
   }
   int32_t after = builder_.rule(where + " end", {{}}), after_comma = after;  // (n, false) and (n, true)
   for (size_t i = members.size(); i-- > 0;) {
     const auto& [key, value] = members[i];
-    const Sequence member = {B::ref(builder_.rule(where + " key " + key, {B::literal(ojson(key).dump())})), B::byte(':'),
-                             B::ref(ws_), B::ref(value), B::ref(ws_)};
+    const Sequence member = {B::ref(builder_.rule(where + " key " + key, {B::literal(ojson(key).dump())})),
+                             B::byte(':'), B::ref(ws_), B::ref(value), B::ref(ws_)};
     const Sequence first = B::join({member, {B::ref(after_comma)}});
     const Sequence next = B::join({B::literal(","), {B::ref(ws_)}, member, {B::ref(after_comma)}});
     const bool must = required.contains(key);
-    const int32_t without_comma = builder_.rule(where + " from " + key, must ? std::vector<Sequence>{first}
-                                                                              : std::vector<Sequence>{first, {B::ref(after)}});
-    const int32_t with_comma = builder_.rule(where + " from ," + key, must ? std::vector<Sequence>{next}
-                                                                           : std::vector<Sequence>{next, {B::ref(after_comma)}});
+    const int32_t without_comma = builder_.rule(
+        where + " from " + key, must ? std::vector<Sequence>{first} : std::vector<Sequence>{first, {B::ref(after)}});
+    const int32_t with_comma =
+        builder_.rule(where + " from ," + key,
+                      must ? std::vector<Sequence>{next} : std::vector<Sequence>{next, {B::ref(after_comma)}});
     after = without_comma;
     after_comma = with_comma;
   }
@@ -211,13 +247,15 @@ int32_t JsonRules::array_rule(const ojson& schema, const std::string& where) {
   Sequence elements = {B::byte('['), B::ref(ws_)};
   for (int i = 0; i < count; ++i) {
     if (i > 0) elements = B::join({elements, B::literal(","), {B::ref(ws_)}});
-    elements = B::join({elements, {B::ref(schema_rule(prefix[i], fmt::format("{}/prefixItems/{}", where, i))), B::ref(ws_)}});
+    elements =
+        B::join({elements, {B::ref(schema_rule(prefix[i], fmt::format("{}/prefixItems/{}", where, i))), B::ref(ws_)}});
   }
   const ojson rest = listed ? schema.value("additionalItems", ojson(false)) : schema.value("items", ojson(false));
   if (rest != false && max > count) {
     const int32_t item = schema_rule(rest, where + "/items");
-    elements.push_back(B::ref(builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, {B::ref(item), B::ref(ws_)}}),
-                                              std::max(min - count, 0), max - count)));
+    elements.push_back(
+        B::ref(builder_.repeat(where + " more", B::join({B::literal(","), {B::ref(ws_)}, {B::ref(item), B::ref(ws_)}}),
+                               std::max(min - count, 0), max - count)));
   }
   return builder_.rule(where + " tuple", {B::join({elements, {B::byte(']')}})});
 }
@@ -237,14 +275,15 @@ int32_t JsonRules::list_of(const std::string& name, int32_t item, int min, int m
   const int32_t more = builder_.repeat(name + " more", B::join({B::literal(","), {B::ref(ws_)}, element}),
                                        std::max(min - 1, 0), max < 0 ? -1 : max - 1);
   const Sequence elements = B::join({element, {B::ref(more)}});
-  const int32_t body = min > 0 ? builder_.rule(name + " elements", {elements}) : builder_.optional(name + " elements", elements);
+  const int32_t body =
+      min > 0 ? builder_.rule(name + " elements", {elements}) : builder_.optional(name + " elements", elements);
   return builder_.rule(name, {{B::byte('['), B::ref(ws_), B::ref(body), B::byte(']')}});
 }
 
 // A bounded repetition is unrolled into one rule per count, so its bounds are capped.
 // minItems/maxItems or minLength/maxLength: integers in [0, kMaxBound], min <= max (max -1: none).
 std::pair<int, int> JsonRules::bounds(const ojson& schema, const std::string& where, const char* min_key,
-                                        const char* max_key) {
+                                      const char* max_key) {
   const auto read = [&](const char* key, int absent) {
     if (!schema.contains(key)) return absent;
     const ojson& value = schema[key];
@@ -262,7 +301,8 @@ std::pair<int, int> JsonRules::bounds(const ojson& schema, const std::string& wh
 int32_t JsonRules::string_rule(const ojson& schema, const std::string& where) {
   const auto [min, max] = bounds(schema, where, "minLength", "maxLength");
   std::optional<std::string> pattern = schema.contains("format") && schema["format"].is_string()
-                                           ? format_pattern(schema["format"].get<std::string>()) : std::nullopt;
+                                           ? format_pattern(schema["format"].get<std::string>())
+                                           : std::nullopt;
   if (!pattern && schema.contains("pattern")) {
     MLA_CHECK(schema["pattern"].is_string(), "JSON schema at {}: pattern must be a string", where);
     pattern = schema["pattern"].get<std::string>();
@@ -287,7 +327,8 @@ int32_t JsonRules::number_rule(const ojson& schema, bool integer, const std::str
     MLA_CHECK(given.is_number() || given.is_boolean(), "JSON schema at {}: {} must be a number", where, exclusive_key);
     if (given.is_boolean()) {
       exclusive = given.get<bool>() && value.has_value();
-    } else if (!value || (std::string(key) == "minimum" ? given.get<double>() >= *value : given.get<double>() <= *value)) {
+    } else if (!value ||
+               (std::string(key) == "minimum" ? given.get<double>() >= *value : given.get<double>() <= *value)) {
       value = given.get<double>();
       exclusive = true;
     }
@@ -301,15 +342,18 @@ int32_t JsonRules::number_rule(const ojson& schema, bool integer, const std::str
 // allOf of object schemas (or $refs to them) as one object: every branch's properties (a later
 // branch's schema for a name given twice) and required names.
 ojson JsonRules::merged_all_of(const ojson& schema, const std::string& where) {
-  MLA_CHECK(schema["allOf"].is_array() && !schema["allOf"].empty(), "JSON schema at {}: 'allOf' must be a non-empty list", where);
+  MLA_CHECK(schema["allOf"].is_array() && !schema["allOf"].empty(),
+            "JSON schema at {}: 'allOf' must be a non-empty list", where);
   if (schema["allOf"].size() == 1 && schema.size() == 1) return schema["allOf"][0];
   ojson merged = schema;
   merged.erase("allOf");
   ojson properties = merged.value("properties", ojson::object()), required = merged.value("required", ojson::array());
   for (size_t i = 0; i < schema["allOf"].size(); ++i) {
     ojson branch = schema["allOf"][i];
-    for (int hops = 0; branch.is_object() && branch.contains("$ref") && hops < 16; ++hops) branch = *resolved(branch["$ref"].get<std::string>(), where);
-    const bool object = branch.is_object() && (branch.value("type", "object") == "object" || branch.contains("properties"));
+    for (int hops = 0; branch.is_object() && branch.contains("$ref") && hops < 16; ++hops)
+      branch = *resolved(branch["$ref"].get<std::string>(), where);
+    const bool object =
+        branch.is_object() && (branch.value("type", "object") == "object" || branch.contains("properties"));
     MLA_CHECK(object, "JSON schema at {}/allOf/{}: only an allOf of object schemas is supported", where, i);
     const ojson branch_properties = branch.value("properties", ojson::object());
     const ojson branch_required = branch.value("required", ojson::array());
@@ -323,7 +367,6 @@ ojson JsonRules::merged_all_of(const ojson& schema, const std::string& where) {
   merged["required"] = required;
   return merged;
 }
-
 
 Grammar json_object_grammar(const std::optional<ThinkingFirst>& thinking) {
   const ojson empty = ojson::object();

@@ -24,7 +24,8 @@ namespace mlaserve::grammar {
 
 // With `thinking`, a thinking model's reasoning may come first (grammar.h).
 Grammar json_object_grammar(const std::optional<ThinkingFirst>& thinking = std::nullopt);
-Grammar json_schema_grammar(const nlohmann::ordered_json& schema, const std::optional<ThinkingFirst>& thinking = std::nullopt);
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema,
+                            const std::optional<ThinkingFirst>& thinking = std::nullopt);
 
 // JSON's rules added to a grammar being built, for grammars that hold JSON values among other
 // text (Kimi K3's tool arguments). `root` is what $ref resolves against; it must outlive this.
@@ -55,8 +56,7 @@ class JsonRules {
 
   const ojson& root_;
   GrammarBuilder& builder_;
-  int32_t ws_ = -1, character_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1,
-          array_ = -1;
+  int32_t ws_ = -1, character_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1, array_ = -1;
   std::map<std::string, int32_t> references_;
   int rules_made_ = 0;
 };

@@ -11,7 +11,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using B = GrammarBuilder;
 using namespace kimi_k3;
-constexpr int kMaxLength = 4096;           // minLength/maxLength of a raw string value
+constexpr int kMaxLength = 4096;              // minLength/maxLength of a raw string value
 constexpr int kMaxResponseBeforeCalls = 256;  // what a required call may say first (as vLLM)
 
 ByteSet ascii_except(std::string_view excluded) {
@@ -35,7 +35,9 @@ class KimiK3Grammar {
 
  private:
   Sequence marker(std::string_view text) const { return B::literal(special_token_spelling(text)); }
-  Sequence open_tag(std::string_view header) const { return B::join({marker(kOpen), B::literal(header), marker(kSep)}); }
+  Sequence open_tag(std::string_view header) const {
+    return B::join({marker(kOpen), B::literal(header), marker(kSep)});
+  }
   Sequence close_tag(std::string_view name) const { return B::join({marker(kClose), B::literal(name), marker(kSep)}); }
   int32_t text(const std::string& name, int max_units);
   int32_t raw_string(const ojson& property, const std::string& where);
@@ -90,12 +92,17 @@ std::set<std::string> xtml_types(const ojson& property) {
     if (type.is_string()) types.insert(type == "integer" ? "number" : type.get<std::string>());
   };
   if (property.contains("type")) {
-    for (const auto& type : property["type"].is_array() ? property["type"] : ojson::array({property["type"]})) add(type);
+    for (const auto& type : property["type"].is_array() ? property["type"] : ojson::array({property["type"]}))
+      add(type);
   } else if (property.contains("enum") || property.contains("const")) {
     const ojson values = property.contains("const") ? ojson::array({property["const"]}) : property["enum"];
     for (const auto& value : values)
-      add(value.is_string() ? "string" : value.is_boolean() ? "boolean" : value.is_null() ? "null" : value.is_number() ? "number"
-                              : value.is_object() ? "object" : "array");
+      add(value.is_string()    ? "string"
+          : value.is_boolean() ? "boolean"
+          : value.is_null()    ? "null"
+          : value.is_number()  ? "number"
+          : value.is_object()  ? "object"
+                               : "array");
   } else {
     for (const char* key : {"anyOf", "oneOf"})
       for (const auto& branch : property.value(key, ojson::array())) {
@@ -109,13 +116,15 @@ std::set<std::string> xtml_types(const ojson& property) {
 }
 
 // <|open|>argument key="K" type="T"<|sep|>VALUE<|close|>argument<|sep|>, one alternative a type.
-int32_t KimiK3Grammar::argument(const std::string& key, const ojson& property, JsonRules& json, const std::string& where) {
+int32_t KimiK3Grammar::argument(const std::string& key, const ojson& property, JsonRules& json,
+                                const std::string& where) {
   std::set<std::string> types = xtml_types(property);
   if (types.empty()) types = {"string", "number", "boolean", "null", "object", "array"};
   std::vector<Sequence> options;
   for (const std::string& type : types) {
     const int32_t value = type == "string" ? raw_string(property, where) : json.schema_rule(property, where);
-    options.push_back(B::join({open_tag("argument key=\"" + escaped(key) + "\" type=\"" + type + "\""), {B::ref(value)},
+    options.push_back(B::join({open_tag("argument key=\"" + escaped(key) + "\" type=\"" + type + "\""),
+                               {B::ref(value)},
                                close_tag("argument")}));
   }
   return builder_.rule(where + " argument", std::move(options));
@@ -125,11 +134,13 @@ int32_t KimiK3Grammar::argument(const std::string& key, const ojson& property, J
 int32_t KimiK3Grammar::any_argument(JsonRules& json) {
   const int32_t key_char = builder_.rule("key char", B::utf8_character(ascii_except("\"<")));
   const int32_t key = builder_.repeat("key", {B::ref(key_char)}, 0, -1);
-  const Sequence head = B::join({marker(kOpen), B::literal("argument key=\""), {B::ref(key)}, B::literal("\" type=\"")});
+  const Sequence head =
+      B::join({marker(kOpen), B::literal("argument key=\""), {B::ref(key)}, B::literal("\" type=\"")});
   std::vector<Sequence> options = {
       B::join({head, B::literal("string\""), marker(kSep), {B::ref(text("any string", -1))}, close_tag("argument")})};
   for (const char* type : {"number", "boolean", "null", "object", "array"})
-    options.push_back(B::join({head, B::literal(std::string(type) + "\""), marker(kSep), {B::ref(json.any_value())}, close_tag("argument")}));
+    options.push_back(B::join(
+        {head, B::literal(std::string(type) + "\""), marker(kSep), {B::ref(json.any_value())}, close_tag("argument")}));
   return builder_.rule("any argument", std::move(options));
 }
 
@@ -141,24 +152,31 @@ int32_t KimiK3Grammar::call(const ojson& tool) {
   JsonRules json(builder_, parameters);
   Sequence body;
   const ojson properties = parameters.is_object() ? parameters.value("properties", ojson::object()) : ojson::object();
-  if (properties.empty()) body.push_back(B::ref(builder_.repeat(name + " arguments", {B::ref(any_argument(json))}, 0, -1)));
+  if (properties.empty())
+    body.push_back(B::ref(builder_.repeat(name + " arguments", {B::ref(any_argument(json))}, 0, -1)));
   std::set<std::string> required;
   for (const auto& key : parameters.is_object() ? parameters.value("required", ojson::array()) : ojson::array())
     if (key.is_string()) required.insert(key.get<std::string>());
   for (const auto& [key, property] : properties.items()) {
     const int32_t one = argument(key, property, json, name + "/" + key);
-    body.push_back(required.contains(key) ? B::ref(one) : B::ref(builder_.optional(name + "/" + key + "?", {B::ref(one)})));
+    body.push_back(required.contains(key) ? B::ref(one)
+                                          : B::ref(builder_.optional(name + "/" + key + "?", {B::ref(one)})));
   }
   const int32_t digits = builder_.repeat("index digits", {B::range('0', '9')}, 0, 2);
-  return builder_.rule("call " + name, {B::join({marker(kOpen), B::literal("call tool=\"" + escaped(name) + "\" index=\""),
-                                                {B::range('1', '9'), B::ref(digits)}, B::literal("\""), marker(kSep), body,
-                                                close_tag("call")})});
+  return builder_.rule("call " + name, {B::join({marker(kOpen),
+                                                 B::literal("call tool=\"" + escaped(name) + "\" index=\""),
+                                                 {B::range('1', '9'), B::ref(digits)},
+                                                 B::literal("\""),
+                                                 marker(kSep),
+                                                 body,
+                                                 close_tag("call")})});
 }
 
 int32_t KimiK3Grammar::root(const KimiK3Constraint& constraint) {
   Sequence out;
   const int32_t think = text("think", -1);
-  if (constraint.opened == KimiK3Opened::Think) out = B::join({{B::ref(think)}, close_tag("think"), open_tag("response")});
+  if (constraint.opened == KimiK3Opened::Think)
+    out = B::join({{B::ref(think)}, close_tag("think"), open_tag("response")});
   if (constraint.opened == KimiK3Opened::Message) {
     const Sequence channel = B::join({open_tag("think"), {B::ref(think)}, close_tag("think")});
     out = B::join({{B::ref(builder_.optional("think channel", channel))}, open_tag("response")});

@@ -23,7 +23,8 @@ Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<
   std::vector<int32_t> order;
   for (size_t id = 0; id < token_bytes_.size(); ++id)
     if (!token_bytes_[id].empty() && !is_eos(int32_t(id))) order.push_back(int32_t(id));
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return token_bytes_[size_t(a)] < token_bytes_[size_t(b)]; });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return token_bytes_[size_t(a)] < token_bytes_[size_t(b)]; });
   nodes_.emplace_back();
   build(0, order, 0, order.size(), 0);
 }
@@ -72,7 +73,8 @@ void Vocabulary::add_position(std::string structure, std::shared_ptr<const Posit
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary)
     : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), levels_(vocabulary_->max_length_ + 2) {
-  for (int32_t start : grammar_->alternatives[size_t(grammar_->root)]) expand(push_frame(start, -1), tops_, accepting_, 0);
+  for (int32_t start : grammar_->alternatives[size_t(grammar_->root)])
+    expand(push_frame(start, -1), tops_, accepting_, 0);
 }
 
 int32_t Matcher::push_frame(int32_t position, int32_t parent) {
@@ -99,7 +101,8 @@ void Matcher::expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting,
   } else {
     const bool last = grammar_->elements[size_t(position) + 1].kind == Element::Kind::End;
     const int32_t after = last ? parent : push_frame(position + 1, parent);
-    for (int32_t start : grammar_->alternatives[size_t(element.rule)]) expand(push_frame(start, after), tops, accepting, depth + 1);
+    for (int32_t start : grammar_->alternatives[size_t(element.rule)])
+      expand(push_frame(start, after), tops, accepting, depth + 1);
   }
 }
 
@@ -150,7 +153,9 @@ void Matcher::fill(int32_t node, size_t depth, bool left_rule, PositionMask& mas
       advance(levels_[depth], next_node.byte, next, ended);
       on_path_[depth + 1] = below && same_stacks(next, ended, below->tops, below->accepting);
     }
-    const auto tokens_at = [&](int32_t begin, int32_t end) { return std::span(node_tokens).subspan(size_t(begin), size_t(end - begin)); };
+    const auto tokens_at = [&](int32_t begin, int32_t end) {
+      return std::span(node_tokens).subspan(size_t(begin), size_t(end - begin));
+    };
     const auto own = tokens_at(next_node.first_token, next_node.first_token + next_node.tokens);
     if (!next.empty() || ended) {
       for (int32_t id : own) set_bit(mask.accepted, id);
@@ -246,14 +251,16 @@ void MaskCache::add(const Vocabulary& vocabulary, std::string state, std::shared
   masks_.emplace(std::move(state), std::move(mask));
 }
 
-std::shared_ptr<const PositionMask> MaskCache::find_position(const Vocabulary& vocabulary, const std::string& positions) {
+std::shared_ptr<const PositionMask> MaskCache::find_position(const Vocabulary& vocabulary,
+                                                             const std::string& positions) {
   std::lock_guard lock(mutex_);
   if (vocabulary.id() != vocabulary_) return nullptr;
   auto found = positions_.find(positions);
   return found == positions_.end() ? nullptr : found->second;
 }
 
-void MaskCache::add_position(const Vocabulary& vocabulary, std::string positions, std::shared_ptr<const PositionMask> mask) {
+void MaskCache::add_position(const Vocabulary& vocabulary, std::string positions,
+                             std::shared_ptr<const PositionMask> mask) {
   std::lock_guard lock(mutex_);
   if (same_vocabulary(vocabulary)) positions_.emplace(std::move(positions), std::move(mask));
 }
@@ -329,7 +336,8 @@ std::shared_ptr<const PositionMask> Matcher::position_mask(int32_t top) {
     walked->accepted.assign(size_t(vocabulary_->size() + 63) / 64, 0);
     const size_t mark = frames_.size();
     int32_t frame = -1;
-    for (auto position = positions.rbegin(); position != positions.rend(); ++position) frame = push_frame(*position, frame);
+    for (auto position = positions.rbegin(); position != positions.rend(); ++position)
+      frame = push_frame(*position, frame);
     start_walk({frame}, false);
     fill(0, 0, false, *walked);
     frames_.resize(mark);
@@ -359,7 +367,8 @@ void apply_token_mask(const TokenBitmask& allowed, float* logits, int64_t vocab_
       std::fill(out, out + end, -INFINITY);
       continue;
     }
-    for (int64_t bit = 0; bit < end; ++bit) out[bit] = (bits >> bit) & 1 ? out[bit] : -INFINITY;  // a select the compiler vectorizes
+    for (int64_t bit = 0; bit < end; ++bit)
+      out[bit] = (bits >> bit) & 1 ? out[bit] : -INFINITY;  // a select the compiler vectorizes
   }
 }
 

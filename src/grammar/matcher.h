@@ -82,7 +82,7 @@ class MaskCache {
 
  private:
   bool same_vocabulary(const Vocabulary& vocabulary);  // the first one used; under mutex_
-  static constexpr size_t kCapacity = 1024;  // 20 MiB of masks at 163,840 tokens
+  static constexpr size_t kCapacity = 1024;            // 20 MiB of masks at 163,840 tokens
   std::mutex mutex_;
   uint64_t vocabulary_ = 0;  // Vocabulary::id(); 0: none yet
   std::unordered_map<std::string, std::shared_ptr<const TokenBitmask>> masks_;
@@ -100,7 +100,7 @@ class Matcher {
   bool accept_bytes(std::string_view bytes);
   // How many of `tokens` the grammar accepts in a row from here (no change to the state).
   size_t allowed_prefix(std::span<const int32_t> tokens);
-  bool is_complete() const { return accepting_; }    // the text so far is a whole sentence
+  bool is_complete() const { return accepting_; }  // the text so far is a whole sentence
   bool can_continue() const { return !tops_.empty(); }
 
  private:
@@ -112,7 +112,8 @@ class Matcher {
   int32_t push_frame(int32_t position, int32_t parent);
   void expand(int32_t frame, std::vector<int32_t>& tops, bool& accepting, int depth);
   void advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>& next, bool& accepting);
-  bool same_stacks(const std::vector<int32_t>& a, bool a_accepting, const std::vector<int32_t>& b, bool b_accepting) const;
+  bool same_stacks(const std::vector<int32_t>& a, bool a_accepting, const std::vector<int32_t>& b,
+                   bool b_accepting) const;
   struct PathLevel {
     std::vector<int32_t> tops;
     bool accepting;
@@ -132,10 +133,10 @@ class Matcher {
   std::vector<Frame> frames_;  // persistent stacks: frames are never changed, only added
   std::vector<int32_t> tops_;  // the current stacks' top frames (each at a byte set)
   bool accepting_ = false;
-  std::vector<std::vector<int32_t>> levels_;  // the trie walk's stacks at each depth
-  std::vector<char> on_path_;                 // ... and whether they are the path's state there
-  std::vector<PathLevel> path_;               // the walk's common path (start_walk)
-  bool path_loops_ = false;                   // its last level leads to itself
+  std::vector<std::vector<int32_t>> levels_;          // the trie walk's stacks at each depth
+  std::vector<char> on_path_;                         // ... and whether they are the path's state there
+  std::vector<PathLevel> path_;                       // the walk's common path (start_walk)
+  bool path_loops_ = false;                           // its last level leads to itself
   std::shared_ptr<const TokenBitmask> current_mask_;  // of the current state, once asked for
 };
 

@@ -22,9 +22,12 @@ int32_t digit_strings(GrammarBuilder& builder, const std::string& name, const st
   const size_t rest = rest_x.size();
   if (rest_x == std::string(rest, '0') && rest_y == std::string(rest, '9'))
     return builder.rule(name, {B::join({{B::range(uint8_t(x[0]), uint8_t(y[0]))}, any_digits(rest)})});
-  if (x[0] == y[0]) return builder.rule(name, {{B::byte(uint8_t(x[0])), B::ref(digit_strings(builder, name, rest_x, rest_y))}});
-  std::vector<Sequence> options = {{B::byte(uint8_t(x[0])), B::ref(digit_strings(builder, name, rest_x, std::string(rest, '9')))}};
-  if (x[0] + 1 <= y[0] - 1) options.push_back(B::join({{B::range(uint8_t(x[0] + 1), uint8_t(y[0] - 1))}, any_digits(rest)}));
+  if (x[0] == y[0])
+    return builder.rule(name, {{B::byte(uint8_t(x[0])), B::ref(digit_strings(builder, name, rest_x, rest_y))}});
+  std::vector<Sequence> options = {
+      {B::byte(uint8_t(x[0])), B::ref(digit_strings(builder, name, rest_x, std::string(rest, '9')))}};
+  if (x[0] + 1 <= y[0] - 1)
+    options.push_back(B::join({{B::range(uint8_t(x[0] + 1), uint8_t(y[0] - 1))}, any_digits(rest)}));
   options.push_back({B::byte(uint8_t(y[0])), B::ref(digit_strings(builder, name, std::string(rest, '0'), rest_y))});
   return builder.rule(name, std::move(options));
 }
@@ -51,8 +54,11 @@ int64_t clamped(double value) { return int64_t(std::max(-double(kMaxInteger), st
 
 // The smallest and largest integers in the bounds.
 std::pair<int64_t, int64_t> integer_bounds(const NumberBounds& bounds) {
-  const int64_t low = !bounds.low ? -kMaxInteger : clamped(bounds.low_exclusive ? std::floor(*bounds.low) + 1 : std::ceil(*bounds.low));
-  const int64_t high = !bounds.high ? kMaxInteger : clamped(bounds.high_exclusive ? std::ceil(*bounds.high) - 1 : std::floor(*bounds.high));
+  const int64_t low =
+      !bounds.low ? -kMaxInteger : clamped(bounds.low_exclusive ? std::floor(*bounds.low) + 1 : std::ceil(*bounds.low));
+  const int64_t high = !bounds.high
+                           ? kMaxInteger
+                           : clamped(bounds.high_exclusive ? std::ceil(*bounds.high) - 1 : std::floor(*bounds.high));
   return {low, high};
 }
 
@@ -61,7 +67,8 @@ std::vector<Sequence> integers(GrammarBuilder& builder, const std::string& name,
   std::vector<Sequence> options;
   if (low > high) return options;
   if (high >= 0) options.push_back({B::ref(naturals(builder, name + " >=0", std::max<int64_t>(low, 0), high))});
-  if (low < 0) options.push_back({B::byte('-'), B::ref(naturals(builder, name + " <0", std::max<int64_t>(1, -high), -low))});
+  if (low < 0)
+    options.push_back({B::byte('-'), B::ref(naturals(builder, name + " <0", std::max<int64_t>(1, -high), -low))});
   return options;
 }
 
@@ -76,7 +83,8 @@ std::string fraction_digits(double value) {
 
 // Within one unit [i, i + 1) holding both bounds: i, a point and fractions of one length between
 // the bounds' fractions (non-negative bounds).
-std::vector<Sequence> fractions_within_a_unit(GrammarBuilder& builder, const std::string& name, const NumberBounds& bounds) {
+std::vector<Sequence> fractions_within_a_unit(GrammarBuilder& builder, const std::string& name,
+                                              const NumberBounds& bounds) {
   const double low = *bounds.low, high = *bounds.high;
   if (low < 0 || std::floor(low) != std::floor(high) || std::floor(low) > double(kMaxInteger)) return {};
   std::string from = fraction_digits(low), to = fraction_digits(high);
@@ -106,17 +114,21 @@ int32_t number_in_range(GrammarBuilder& builder, const std::string& name, const 
   const auto [low, high] = integer_bounds(bounds);
   std::vector<Sequence> options = integers(builder, name, low, high);
   // A fraction that ends in a non-zero digit, so k.f lies strictly between k and k + 1.
-  const int32_t fraction = builder.rule(name + " fraction", {B::join({{B::byte('.'), B::ref(builder.repeat(name + " digits", {B::range('0', '9')}, 0, 15))},
-                                                                      {B::range('1', '9')}})});
+  const int32_t fraction =
+      builder.rule(name + " fraction",
+                   {B::join({{B::byte('.'), B::ref(builder.repeat(name + " digits", {B::range('0', '9')}, 0, 15))},
+                             {B::range('1', '9')}})});
   // Non-negative k.f: k >= low and k + 1 <= high.
   const int64_t up_low = std::max<int64_t>(0, bounds.low ? clamped(std::ceil(*bounds.low)) : 0);
   const int64_t up_high = bounds.high ? clamped(std::floor(*bounds.high)) - 1 : kMaxInteger;
-  if (up_low <= up_high) options.push_back({B::ref(naturals(builder, name + " units", up_low, up_high)), B::ref(fraction)});
+  if (up_low <= up_high)
+    options.push_back({B::ref(naturals(builder, name + " units", up_low, up_high)), B::ref(fraction)});
   // Negative -k.f lies in (-(k + 1), -k): -(k + 1) >= low and -k <= high.
   const int64_t down_low = std::max<int64_t>(0, bounds.high ? clamped(std::ceil(-*bounds.high)) : 0);
   const int64_t down_high = bounds.low ? clamped(std::floor(-*bounds.low)) - 1 : kMaxInteger;
   if (down_low <= down_high)
-    options.push_back({B::byte('-'), B::ref(naturals(builder, name + " negative units", down_low, down_high)), B::ref(fraction)});
+    options.push_back(
+        {B::byte('-'), B::ref(naturals(builder, name + " negative units", down_low, down_high)), B::ref(fraction)});
   if (bounds.low && bounds.high) {
     for (auto& within : fractions_within_a_unit(builder, name, bounds)) options.push_back(std::move(within));
     const NumberBounds mirrored = {-*bounds.high, -*bounds.low, bounds.high_exclusive, bounds.low_exclusive};

@@ -76,7 +76,8 @@ std::string utf8(uint32_t code_point) {
   } else if (code_point < 0x800) {
     out += char(0xc0 | (code_point >> 6)), out += char(0x80 | (code_point & 0x3f));
   } else if (code_point < 0x10000) {
-    out += char(0xe0 | (code_point >> 12)), out += char(0x80 | ((code_point >> 6) & 0x3f)), out += char(0x80 | (code_point & 0x3f));
+    out += char(0xe0 | (code_point >> 12)), out += char(0x80 | ((code_point >> 6) & 0x3f)),
+        out += char(0x80 | (code_point & 0x3f));
   } else {
     out += char(0xf0 | (code_point >> 18)), out += char(0x80 | ((code_point >> 12) & 0x3f));
     out += char(0x80 | ((code_point >> 6) & 0x3f)), out += char(0x80 | (code_point & 0x3f));
@@ -138,9 +139,12 @@ class PatternParser {
   Node quantified(Node atom) {
     int min = 1, max = 1;
     const size_t start = at_;
-    if (take("*")) min = 0, max = -1;
-    else if (take("+")) min = 1, max = -1;
-    else if (take("?")) min = 0, max = 1;
+    if (take("*"))
+      min = 0, max = -1;
+    else if (take("+"))
+      min = 1, max = -1;
+    else if (take("?"))
+      min = 0, max = 1;
     else if (take("{")) {
       const auto low = count();
       std::optional<int> high = low;
@@ -203,7 +207,10 @@ class PatternParser {
     uint32_t value = 0;
     for (size_t i = 0; i < digits; ++i, ++at_) {
       const char c = peek();
-      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
       if (digit < 0) fail("a malformed \\u or \\x escape");
       value = value * 16 + uint32_t(digit);
     }
@@ -215,19 +222,32 @@ class PatternParser {
     if (done()) fail("a trailing backslash");
     const char c = pattern_[at_++];
     switch (c) {
-      case 'd': return kDigits;
-      case 'D': return complement(kDigits);
-      case 'w': return kWord;
-      case 'W': return complement(kWord);
-      case 's': return kSpace;
-      case 'S': return complement(kSpace);
-      case 'n': return ascii_of("\n");
-      case 't': return ascii_of("\t");
-      case 'r': return ascii_of("\r");
-      case 'f': return ascii_of("\f");
-      case 'v': return ascii_of("\v");
-      case '0': return ascii_of(std::string(1, '\0'));
-      case 'x': return one_char(utf8(hex(2)));
+      case 'd':
+        return kDigits;
+      case 'D':
+        return complement(kDigits);
+      case 'w':
+        return kWord;
+      case 'W':
+        return complement(kWord);
+      case 's':
+        return kSpace;
+      case 'S':
+        return complement(kSpace);
+      case 'n':
+        return ascii_of("\n");
+      case 't':
+        return ascii_of("\t");
+      case 'r':
+        return ascii_of("\r");
+      case 'f':
+        return ascii_of("\f");
+      case 'v':
+        return ascii_of("\v");
+      case '0':
+        return ascii_of(std::string(1, '\0'));
+      case 'x':
+        return one_char(utf8(hex(2)));
       case 'u': {
         const uint32_t code_point = hex(4);
         if (code_point >= 0xd800 && code_point < 0xe000) fail("a surrogate \\u escape");
@@ -236,9 +256,13 @@ class PatternParser {
       case 'b':
         if (in_class) return ascii_of("\b");
         fail("word boundaries (\\b) are not supported");
-      case 'B': fail("word boundaries (\\B) are not supported");
-      case 'k': fail("backreferences are not supported");
-      case 'p': case 'P': fail("Unicode property classes are not supported");
+      case 'B':
+        fail("word boundaries (\\B) are not supported");
+      case 'k':
+        fail("backreferences are not supported");
+      case 'p':
+      case 'P':
+        fail("Unicode property classes are not supported");
       default:
         if (c >= '1' && c <= '9') fail("backreferences are not supported");
         return one_char(std::string(1, c));
@@ -279,8 +303,10 @@ class PatternParser {
 // Shortest and longest string a node matches (-1: no longest).
 int min_length(const Node& node) {
   switch (node.kind) {
-    case Node::Kind::Chars: return 1;
-    case Node::Kind::Repeat: return node.min * min_length(node.children[0]);
+    case Node::Kind::Chars:
+      return 1;
+    case Node::Kind::Repeat:
+      return node.min * min_length(node.children[0]);
     case Node::Kind::Alternatives: {
       int best = -1;
       for (const Node& child : node.children) best = best < 0 ? min_length(child) : std::min(best, min_length(child));
@@ -296,7 +322,8 @@ int min_length(const Node& node) {
 
 int max_length(const Node& node) {
   switch (node.kind) {
-    case Node::Kind::Chars: return 1;
+    case Node::Kind::Chars:
+      return 1;
     case Node::Kind::Repeat: {
       const int each = max_length(node.children[0]);
       return node.max < 0 || each < 0 ? (each == 0 ? 0 : -1) : node.max * each;
@@ -359,11 +386,13 @@ std::vector<Sequence> json_written(const CharSet& set) {
   if (plain.any()) options.push_back({Item{plain, -1}});
   if (set.ascii['"']) options.push_back(B::literal("\\\""));
   if (set.ascii['\\']) options.push_back(B::literal("\\\\"));
-  static const std::map<int, const char*> short_escapes = {{'\b', "\\b"}, {'\f', "\\f"}, {'\n', "\\n"}, {'\r', "\\r"}, {'\t', "\\t"}};
+  static const std::map<int, const char*> short_escapes = {
+      {'\b', "\\b"}, {'\f', "\\f"}, {'\n', "\\n"}, {'\r', "\\r"}, {'\t', "\\t"}};
   for (int c = 0; c < 0x20; ++c) {
     if (!set.ascii[size_t(c)]) continue;
     const auto found = short_escapes.find(c);
-    options.push_back(B::literal(found != short_escapes.end() ? std::string(found->second) : fmt::format("\\u{:04x}", c)));
+    options.push_back(
+        B::literal(found != short_escapes.end() ? std::string(found->second) : fmt::format("\\u{:04x}", c)));
   }
   if (set.non_ascii) {
     const std::vector<Sequence> multi_byte = B::utf8_character(ByteSet());
@@ -375,7 +404,8 @@ std::vector<Sequence> json_written(const CharSet& set) {
 
 int32_t emit(GrammarBuilder& builder, const Node& node, const std::string& name) {
   switch (node.kind) {
-    case Node::Kind::Chars: return builder.rule(name + " chars", json_written(node.chars));
+    case Node::Kind::Chars:
+      return builder.rule(name + " chars", json_written(node.chars));
     case Node::Kind::Repeat: {
       const Node& child = node.children[0];
       if (min_length(child) == 0 && node.max != node.min)

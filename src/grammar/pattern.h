@@ -21,7 +21,8 @@ struct LengthBounds {
 
 // The rule of the string contents the pattern matches whole. Throws Error naming what it cannot
 // write (and `where`).
-int32_t pattern_rule(GrammarBuilder& builder, const std::string& where, std::string_view pattern, LengthBounds length = {});
+int32_t pattern_rule(GrammarBuilder& builder, const std::string& where, std::string_view pattern,
+                     LengthBounds length = {});
 
 // The pattern strings of `format` are written by: date-time (UTC, "Z"), date, time, duration,
 // email, uuid, ipv4, ipv6, uri, hostname; nullopt for another format (an annotation then).

@@ -8,7 +8,8 @@ namespace mlaserve {
 
 LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source) {
   const bool int4 = weight.format == WeightFormat::Int4Group;
-  if ((!int4 && weight.format != WeightFormat::Mxfp4) || weight.activation_quant != ActivationQuant::Int8) return weight;
+  if ((!int4 && weight.format != WeightFormat::Mxfp4) || weight.activation_quant != ActivationQuant::Int8)
+    return weight;
   const int64_t group = int4 ? weight.group_size : 32;
   if (weight.cols % 32 != 0 || group % 32 != 0) return weight;
   const int64_t panels = four_bit_panels(weight.rows), words = weight.cols / 8, groups = weight.cols / group;
@@ -17,7 +18,8 @@ LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storag
   uint8_t* out_scales = out + code_bytes;
   const auto* stored = static_cast<const uint8_t*>(weight.data);
   const auto* stored_scales = int4 ? reinterpret_cast<const uint8_t*>(weight.group_scale) : weight.e8m0_scale;
-  const size_t row_bytes = size_t(weight.stored_cols / 2), scale_row_bytes = size_t(weight.stored_cols / group) * scale_bytes;
+  const size_t row_bytes = size_t(weight.stored_cols / 2),
+               scale_row_bytes = size_t(weight.stored_cols / group) * scale_bytes;
   thread_pool().parallel_for(panels, [&](int64_t begin, int64_t end, int) {
     for (int64_t panel = begin; panel < end; ++panel)
       for (int64_t i = 0; i < kFourBitPanelRows; ++i) {
@@ -26,15 +28,17 @@ LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storag
         uint8_t* scales = out_scales + size_t(panel * groups * kFourBitPanelRows + i) * scale_bytes;
         if (row >= weight.rows) {
           for (int64_t j = 0; j < words; ++j) std::memset(codes + size_t(j * kFourBitPanelRows) * 4, 0, 4);
-          for (int64_t g = 0; g < groups; ++g) std::memset(scales + size_t(g * kFourBitPanelRows) * scale_bytes, 0, scale_bytes);
+          for (int64_t g = 0; g < groups; ++g)
+            std::memset(scales + size_t(g * kFourBitPanelRows) * scale_bytes, 0, scale_bytes);
           continue;
         }
         const uint8_t* from = stored + size_t(weight.row_offset + row) * row_bytes + size_t(weight.col_offset / 2);
         for (int64_t j = 0; j < words; ++j) std::memcpy(codes + size_t(j * kFourBitPanelRows) * 4, from + 4 * j, 4);
-        const uint8_t* from_scales =
-            stored_scales + size_t(weight.row_offset + row) * scale_row_bytes + size_t(weight.col_offset / group) * scale_bytes;
+        const uint8_t* from_scales = stored_scales + size_t(weight.row_offset + row) * scale_row_bytes +
+                                     size_t(weight.col_offset / group) * scale_bytes;
         for (int64_t g = 0; g < groups; ++g)
-          std::memcpy(scales + size_t(g * kFourBitPanelRows) * scale_bytes, from_scales + size_t(g) * scale_bytes, scale_bytes);
+          std::memcpy(scales + size_t(g * kFourBitPanelRows) * scale_bytes, from_scales + size_t(g) * scale_bytes,
+                      scale_bytes);
       }
   });
   if (source) source->release_pages(stored + size_t(weight.row_offset) * row_bytes, size_t(weight.rows) * row_bytes);

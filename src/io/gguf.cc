@@ -49,22 +49,33 @@ class Cursor {
 
 json Cursor::value(uint32_t type, const std::string& key, bool in_array) {
   switch (type) {
-    case kU8: return scalar<uint8_t>(key.c_str());
-    case kI8: return scalar<int8_t>(key.c_str());
-    case kU16: return scalar<uint16_t>(key.c_str());
-    case kI16: return scalar<int16_t>(key.c_str());
-    case kU32: return scalar<uint32_t>(key.c_str());
-    case kI32: return scalar<int32_t>(key.c_str());
-    case kU64: return scalar<uint64_t>(key.c_str());
-    case kI64: return scalar<int64_t>(key.c_str());
-    case kF32: return scalar<float>(key.c_str());
-    case kF64: return scalar<double>(key.c_str());
+    case kU8:
+      return scalar<uint8_t>(key.c_str());
+    case kI8:
+      return scalar<int8_t>(key.c_str());
+    case kU16:
+      return scalar<uint16_t>(key.c_str());
+    case kI16:
+      return scalar<int16_t>(key.c_str());
+    case kU32:
+      return scalar<uint32_t>(key.c_str());
+    case kI32:
+      return scalar<int32_t>(key.c_str());
+    case kU64:
+      return scalar<uint64_t>(key.c_str());
+    case kI64:
+      return scalar<int64_t>(key.c_str());
+    case kF32:
+      return scalar<float>(key.c_str());
+    case kF64:
+      return scalar<double>(key.c_str());
     case kBool: {
       const uint8_t flag = scalar<uint8_t>(key.c_str());
       MLA_CHECK(flag <= 1, "'{}': key '{}': boolean byte {}", file_.path(), key, flag);
       return flag == 1;
     }
-    case kString: return string(key.c_str());
+    case kString:
+      return string(key.c_str());
     case kArray: {
       MLA_CHECK(!in_array, "'{}': key '{}': an array of arrays", file_.path(), key);
       const uint32_t element_type = scalar<uint32_t>(key.c_str());
@@ -105,13 +116,15 @@ GgufTensor tensor_info(Cursor& cursor, const std::string& path, uint64_t& offset
   }
   const uint32_t type = cursor.scalar<uint32_t>("a tensor's type");
   const GgmlTypeTraits* traits = ggml_type_traits(type);
-  MLA_CHECK(traits, "{}: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q6_0, Q8_0, Q2_K, "
-            "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)", where, ggml_type_name(type));
+  MLA_CHECK(traits,
+            "{}: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q6_0, Q8_0, Q2_K, "
+            "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+            where, ggml_type_name(type));
   tensor.type = GgmlType(type);
   const int64_t numel = gguf_numel(tensor.shape, where);
   MLA_CHECK(tensor.shape.back() % traits->block_size == 0,
-            "{}: {} rows of {} elements are not whole {}-element blocks of {}", where, numel / std::max<int64_t>(tensor.shape.back(), 1),
-            tensor.shape.back(), traits->block_size, traits->name);
+            "{}: {} rows of {} elements are not whole {}-element blocks of {}", where,
+            numel / std::max<int64_t>(tensor.shape.back(), 1), tensor.shape.back(), traits->block_size, traits->name);
   MLA_CHECK(uint64_t(numel / traits->block_size) <= std::numeric_limits<uint64_t>::max() / traits->block_bytes,
             "{}: shape {} overflows", where, shape_string(tensor.shape));
   tensor.nbytes = size_t(numel / traits->block_size) * traits->block_bytes;
@@ -165,8 +178,10 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
               tensors_.back().name);
   }
   const uint64_t data_start = (cursor.position() + alignment - 1) / alignment * alignment;
-  MLA_CHECK(tensor_count == 0 || data_start <= file_->size(), "'{}': the data section would start at byte {}, past the "
-            "end of the file ({} bytes)", path, data_start, file_->size());
+  MLA_CHECK(tensor_count == 0 || data_start <= file_->size(),
+            "'{}': the data section would start at byte {}, past the "
+            "end of the file ({} bytes)",
+            path, data_start, file_->size());
   const uint64_t data_size = data_start <= file_->size() ? file_->size() - data_start : 0;
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensor& tensor = tensors_[i];
@@ -195,7 +210,8 @@ std::vector<std::unique_ptr<GgufFile>> open_gguf(const std::string& path) {
             "'{}' is part of a {}-part split set: give its first part, NAME-00001-of-{:05}.gguf", path, count, count);
   std::map<std::string, std::string> tensor_part;
   for (int64_t k = 1; k <= count; ++k) {
-    if (k > 1) parts.push_back(std::make_unique<GgufFile>(fmt::format("{}-{:05}-of-{:05}.gguf", match[1].str(), k, count)));
+    if (k > 1)
+      parts.push_back(std::make_unique<GgufFile>(fmt::format("{}-{:05}-of-{:05}.gguf", match[1].str(), k, count)));
     const GgufFile& part = *parts.back();
     MLA_CHECK(integer_key(part, "split.no", -1) == k - 1 && integer_key(part, "split.count", -1) == count,
               "'{}': split.no / split.count do not say part {} of {}", part.file().path(), k, count);

@@ -18,7 +18,7 @@ namespace mlaserve {
 struct GgufTensor {
   std::string name;
   GgmlType type = GgmlType::F32;
-  std::vector<int64_t> shape;  // outermost first, as torch writes it: GGUF's ne reversed
+  std::vector<int64_t> shape;     // outermost first, as torch writes it: GGUF's ne reversed
   const uint8_t* data = nullptr;  // in the mapped file
   size_t nbytes = 0;
   std::string file;  // for messages

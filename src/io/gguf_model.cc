@@ -71,18 +71,20 @@ void add_attention(const Keys& model, json& config) {
   const int64_t kv_lora_rank = model.positive("attention.kv_lora_rank");
   int64_t key_length = model.positive("attention.key_length"), value_length = model.positive("attention.value_length");
   if (model.find("attention.key_length_mla")) {
-    MLA_CHECK(key_length == kv_lora_rank + rope && value_length == kv_lora_rank,
-              "'{}': attention.key_length {} and value_length {} are not kv_lora_rank + rope ({}) and kv_lora_rank ({})",
-              model.path(), key_length, value_length, kv_lora_rank + rope, kv_lora_rank);
+    MLA_CHECK(
+        key_length == kv_lora_rank + rope && value_length == kv_lora_rank,
+        "'{}': attention.key_length {} and value_length {} are not kv_lora_rank + rope ({}) and kv_lora_rank ({})",
+        model.path(), key_length, value_length, kv_lora_rank + rope, kv_lora_rank);
     key_length = model.positive("attention.key_length_mla");
     value_length = model.positive("attention.value_length_mla");
   }
-  MLA_CHECK(key_length > rope, "'{}': key length {} is not more than rope.dimension_count {}", model.path(),
-            key_length, rope);
+  MLA_CHECK(key_length > rope, "'{}': key length {} is not more than rope.dimension_count {}", model.path(), key_length,
+            rope);
   config["num_attention_heads"] = model.positive("attention.head_count");
   config["kv_lora_rank"] = kv_lora_rank;
   config["q_lora_rank"] = model.integer("attention.q_lora_rank").value_or(0) > 0
-                              ? json(*model.integer("attention.q_lora_rank")) : json(nullptr);
+                              ? json(*model.integer("attention.q_lora_rank"))
+                              : json(nullptr);
   config["qk_rope_head_dim"] = rope;
   config["qk_nope_head_dim"] = key_length - rope;
   config["v_head_dim"] = value_length;
@@ -114,11 +116,13 @@ json rope_scaling(const Keys& model) {
   if (type == "none") return nullptr;
   MLA_CHECK(type == "yarn", "'{}': rope.scaling.type '{}' is not supported (yarn, none)", model.path(), type);
   const double mscale = model.number("rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
-  return {{"type", "yarn"}, {"factor", *model.number("rope.scaling.factor")},
+  return {{"type", "yarn"},
+          {"factor", *model.number("rope.scaling.factor")},
           {"original_max_position_embeddings", model.positive("rope.scaling.original_context_length")},
           {"beta_fast", model.number("rope.scaling.yarn_beta_fast").value_or(32.0)},
           {"beta_slow", model.number("rope.scaling.yarn_beta_slow").value_or(1.0)},
-          {"mscale", mscale}, {"mscale_all_dim", mscale}};
+          {"mscale", mscale},
+          {"mscale_all_dim", mscale}};
 }
 
 const GgufTensor* find_tensor(const std::vector<std::unique_ptr<GgufFile>>& parts, const std::string& name) {
@@ -131,7 +135,8 @@ const GgufTensor* find_tensor(const std::vector<std::unique_ptr<GgufFile>>& part
 // GGUF's projections (blk.N.attn_q_a ... ffn_down_exps, nextn.eh_proj, output), which the
 // loader reads as linear weights: Q8_0 stays 8-bit for them.
 bool is_projection(const std::string& gguf_name) {
-  static const std::regex projection(R"(output\.weight|blk\.\d+\.(attn_(q|q_a|q_b|kv_a_mqa|kv_b|output)|ffn_(gate|up|down)(_exps|_shexp)?|nextn\.eh_proj)\.weight)");
+  static const std::regex projection(
+      R"(output\.weight|blk\.\d+\.(attn_(q|q_a|q_b|kv_a_mqa|kv_b|output)|ffn_(gate|up|down)(_exps|_shexp)?|nextn\.eh_proj)\.weight)");
   return std::regex_match(gguf_name, projection);
 }
 
@@ -139,18 +144,29 @@ bool is_projection(const std::string& gguf_name) {
 // and the MTP layer's own tensors (nextn.*). Stacked experts and attn_k_b / attn_v_b are
 // handled apart.
 const std::map<std::string, std::string>& layer_names() {
-  static const std::map<std::string, std::string> names = {
-      {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
-      {"attn_q_a", "self_attn.q_a_proj"}, {"attn_q_a_norm", "self_attn.q_a_layernorm"},
-      {"attn_q_b", "self_attn.q_b_proj"}, {"attn_q", "self_attn.q_proj"},
-      {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"}, {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
-      {"attn_kv_b", "self_attn.kv_b_proj"}, {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"},
-      {"ffn_gate_inp", "mlp.gate"}, {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
-      {"ffn_up_shexp", "mlp.shared_experts.up_proj"}, {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
-      {"nextn.eh_proj", "eh_proj"}, {"nextn.enorm", "enorm"}, {"nextn.hnorm", "hnorm"},
-      {"nextn.shared_head_norm", "shared_head.norm"}, {"nextn.shared_head_head", "shared_head.head"},
-      {"nextn.embed_tokens", "embed_tokens"}};
+  static const std::map<std::string, std::string> names = {{"attn_norm", "input_layernorm"},
+                                                           {"ffn_norm", "post_attention_layernorm"},
+                                                           {"attn_q_a", "self_attn.q_a_proj"},
+                                                           {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+                                                           {"attn_q_b", "self_attn.q_b_proj"},
+                                                           {"attn_q", "self_attn.q_proj"},
+                                                           {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+                                                           {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+                                                           {"attn_kv_b", "self_attn.kv_b_proj"},
+                                                           {"attn_output", "self_attn.o_proj"},
+                                                           {"ffn_gate", "mlp.gate_proj"},
+                                                           {"ffn_up", "mlp.up_proj"},
+                                                           {"ffn_down", "mlp.down_proj"},
+                                                           {"ffn_gate_inp", "mlp.gate"},
+                                                           {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
+                                                           {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
+                                                           {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
+                                                           {"nextn.eh_proj", "eh_proj"},
+                                                           {"nextn.enorm", "enorm"},
+                                                           {"nextn.hnorm", "hnorm"},
+                                                           {"nextn.shared_head_norm", "shared_head.norm"},
+                                                           {"nextn.shared_head_head", "shared_head.head"},
+                                                           {"nextn.embed_tokens", "embed_tokens"}};
   return names;
 }
 
@@ -159,9 +175,12 @@ const std::map<std::string, std::string>& layer_names() {
 template <typename Fn>
 void over_blocks(GgmlType type, int64_t elements, const Fn& fn) {
   const GgmlTypeTraits& traits = *ggml_type_traits(uint32_t(type));
-  thread_pool().parallel_for(elements / traits.block_size, [&](int64_t begin, int64_t end, int) {
-    fn(begin * traits.block_size, (end - begin) * traits.block_size, size_t(begin) * traits.block_bytes);
-  }, 64);
+  thread_pool().parallel_for(
+      elements / traits.block_size,
+      [&](int64_t begin, int64_t end, int) {
+        fn(begin * traits.block_size, (end - begin) * traits.block_size, size_t(begin) * traits.block_bytes);
+      },
+      64);
 }
 
 DType plain_dtype(GgmlType type) {
@@ -181,7 +200,8 @@ json gguf_config_json(const std::vector<std::unique_ptr<GgufFile>>& parts) {
   const std::string pre = general.string("tokenizer.ggml.pre").value_or("");
   json config = {{"architectures", {"DeepseekV3ForCausalLM"}},
                  {"model_type", pre == "kimi-k2" ? "kimi_k2" : "deepseek_v3"},
-                 {"num_hidden_layers", blocks - nextn}, {"num_nextn_predict_layers", nextn},
+                 {"num_hidden_layers", blocks - nextn},
+                 {"num_nextn_predict_layers", nextn},
                  {"hidden_size", model.positive("embedding_length")},
                  {"intermediate_size", model.positive("feed_forward_length")},
                  {"max_position_embeddings", model.positive("context_length")},
@@ -204,8 +224,10 @@ json gguf_config_json(const std::vector<std::unique_ptr<GgufFile>>& parts) {
     for (const GgufTensor& tensor : part->tensors())
       int8_projections |= ggml_int8_group(tensor.type) > 0 && is_projection(tensor.name);
   if (int8_projections) {  // compressed-tensors INT8, each weight's group given by its scales' shape
-    const json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}};
-    config["quantization_config"] = {{"quant_method", "compressed-tensors"}, {"format", "int-quantized"},
+    const json weights = {
+        {"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}};
+    config["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                                     {"format", "int-quantized"},
                                      {"config_groups", {{"q8_0", {{"weights", weights}}}}}};
   }
   return config;
@@ -236,7 +258,8 @@ void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t
     over_blocks(tensor.type, numel, [&](int64_t first, int64_t count, size_t offset) {
       ggml_to_int8(tensor.type, data + offset, count, codes + first, scales + first / group);
     });
-    info = TensorInfo{name, DType::I8, shape, reinterpret_cast<uint8_t*>(codes), size_t(numel), tensor.file, tensor.name};
+    info =
+        TensorInfo{name, DType::I8, shape, reinterpret_cast<uint8_t*>(codes), size_t(numel), tensor.file, tensor.name};
     const std::string scale_name = name.substr(0, name.size() - std::string(".weight").size()) + ".weight_scale";
     std::vector<int64_t> scale_shape = shape;
     scale_shape.back() /= group;
@@ -258,10 +281,12 @@ void GgufTensors::add(const std::string& name, const GgufTensor& tensor, int64_t
 void GgufTensors::add_kv_b(const std::string& prefix, const GgufTensor& k_b, const GgufTensor& v_b) {
   const int64_t heads = config_["num_attention_heads"].get<int64_t>(), rank = config_["kv_lora_rank"].get<int64_t>();
   const int64_t nope = config_["qk_nope_head_dim"].get<int64_t>(), v = config_["v_head_dim"].get<int64_t>();
-  MLA_CHECK(k_b.shape == std::vector<int64_t>({heads, rank, nope}) && v_b.shape == std::vector<int64_t>({heads, v, rank}),
-            "'{}': '{}' {} and '{}' {} are not [heads, kv_lora_rank, qk_nope_head_dim] = [{}, {}, {}] and "
-            "[heads, v_head_dim, kv_lora_rank] = [{}, {}, {}]", k_b.file, k_b.name, shape_string(k_b.shape), v_b.name,
-            shape_string(v_b.shape), heads, rank, nope, heads, v, rank);
+  MLA_CHECK(
+      k_b.shape == std::vector<int64_t>({heads, rank, nope}) && v_b.shape == std::vector<int64_t>({heads, v, rank}),
+      "'{}': '{}' {} and '{}' {} are not [heads, kv_lora_rank, qk_nope_head_dim] = [{}, {}, {}] and "
+      "[heads, v_head_dim, kv_lora_rank] = [{}, {}, {}]",
+      k_b.file, k_b.name, shape_string(k_b.shape), v_b.name, shape_string(v_b.shape), heads, rank, nope, heads, v,
+      rank);
   std::vector<float> k(size_t(k_b.numel())), vv(size_t(v_b.numel()));
   dequantize_ggml(k_b.type, k_b.data, k_b.numel(), k.data());
   dequantize_ggml(v_b.type, v_b.data, v_b.numel(), vv.data());
@@ -274,15 +299,20 @@ void GgufTensors::add_kv_b(const std::string& prefix, const GgufTensor& k_b, con
     std::memcpy(head + nope * rank, vv.data() + h * v * rank, size_t(v * rank) * 4);
   }
   const std::string name = prefix + "self_attn.kv_b_proj.weight";
-  tensors_.emplace(name, TensorInfo{name, DType::F32, {rows, rank}, reinterpret_cast<uint8_t*>(kv_b),
-                                    size_t(rows * rank) * 4, k_b.file, k_b.name + " and " + v_b.name});
+  tensors_.emplace(name, TensorInfo{name,
+                                    DType::F32,
+                                    {rows, rank},
+                                    reinterpret_cast<uint8_t*>(kv_b),
+                                    size_t(rows * rank) * 4,
+                                    k_b.file,
+                                    k_b.name + " and " + v_b.name});
 }
 
 GgufTensors::GgufTensors(const std::string& path) : parts_(open_gguf(path)), config_(gguf_config_json(parts_)) {
   static const std::regex layer_tensor(R"(blk\.(\d+)\.(.+)\.(weight|bias))");
-  static const std::map<std::string, std::string> top = {
-      {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string> top = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                                         {"output_norm.weight", "model.norm.weight"},
+                                                         {"output.weight", "lm_head.weight"}};
   std::map<std::string, std::pair<const GgufTensor*, const GgufTensor*>> split_kv_b;  // prefix -> k_b, v_b
   size_t file_bytes = 0, tensor_count = 0, done = 0;
   for (const auto& part : parts_) {
@@ -291,7 +321,8 @@ GgufTensors::GgufTensors(const std::string& path) : parts_(open_gguf(path)), con
   }
   for (const auto& part : parts_)
     for (const GgufTensor& tensor : part->tensors()) {
-      if (file_bytes > (size_t(1) << 30) && ++done % std::max<size_t>(tensor_count / 10, 1) == 0)  // long: show progress
+      if (file_bytes > (size_t(1) << 30) &&
+          ++done % std::max<size_t>(tensor_count / 10, 1) == 0)  // long: show progress
         spdlog::info("reading '{}': {}/{} tensors ({}%)", path, done, tensor_count, done * 100 / tensor_count);
       if (const auto found = top.find(tensor.name); found != top.end()) {
         add(found->second, tensor, -1, is_projection(tensor.name));

@@ -47,8 +47,7 @@ void gather_runs(const uint8_t* source, int64_t rows, size_t stride, size_t run,
 
 }  // namespace
 
-LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
-                             const Checkpoint* source) {
+LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
   if (view.cols == view.stored_cols) return view;
   return copy_weight(view, storage, source);
 }
@@ -58,7 +57,8 @@ namespace {
 // The stored rows' pages of `source` holding `rows` rows of row_bytes from first_row.
 void release_rows(const Checkpoint* source, const void* stored, size_t row_bytes, int64_t first_row, int64_t rows) {
   if (source)
-    source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes, size_t(rows) * row_bytes);
+    source->release_pages(static_cast<const uint8_t*>(stored) + size_t(first_row) * row_bytes,
+                          size_t(rows) * row_bytes);
 }
 
 // INT4 and MXFP4: 4-bit codes, two columns a byte (INT4's little-endian words hold 8 in the same
@@ -69,11 +69,13 @@ uint8_t* copy_4bit(const LinearWeight& view, const uint8_t* stored_scales, int64
   const size_t bytes = size_t(view.cols / 2), stored_bytes = size_t(view.stored_cols / 2);
   const size_t groups = size_t(view.cols / group_cols), stored_groups = size_t(view.stored_cols / group_cols);
   uint8_t* buffer = storage.allocate(size_t(view.rows) * (bytes + groups * scale_bytes));
-  gather_runs(static_cast<const uint8_t*>(view.data) + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2),
-              view.rows, stored_bytes, bytes, buffer);
+  gather_runs(
+      static_cast<const uint8_t*>(view.data) + size_t(view.row_offset) * stored_bytes + size_t(view.col_offset / 2),
+      view.rows, stored_bytes, bytes, buffer);
   uint8_t* scales = buffer + size_t(view.rows) * bytes;
-  gather_runs(stored_scales + (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / group_cols)) * scale_bytes,
-              view.rows, stored_groups * scale_bytes, groups * scale_bytes, scales);
+  gather_runs(
+      stored_scales + (size_t(view.row_offset) * stored_groups + size_t(view.col_offset / group_cols)) * scale_bytes,
+      view.rows, stored_groups * scale_bytes, groups * scale_bytes, scales);
   release_rows(source, view.data, stored_bytes, view.row_offset, view.rows);
   out.data = buffer;
   return scales;
@@ -81,7 +83,8 @@ uint8_t* copy_4bit(const LinearWeight& view, const uint8_t* stored_scales, int64
 
 // F32, BF16, F16 (element 4 or 2 bytes), and FP8 / INT8 (1 byte) with their blocks' scales
 // after the codes (4-byte aligned).
-LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source, LinearWeight out) {
+LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source,
+                           LinearWeight out) {
   const bool block_scaled = is_block_scaled(view.format);
   const size_t element = view.format == WeightFormat::F32 ? 4 : block_scaled ? 1 : 2;
   size_t scale_bytes = 0, block_row_count = 0, block_count = 0, stored_blocks = 0;
@@ -93,15 +96,17 @@ LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, cons
   }
   const size_t data_bytes = size_t(view.rows * view.cols) * element;
   uint8_t* buffer = storage.allocate((data_bytes + 3) / 4 * 4 + scale_bytes);
-  gather_runs(static_cast<const uint8_t*>(view.data) + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element,
-              view.rows, size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer);
+  gather_runs(
+      static_cast<const uint8_t*>(view.data) + (size_t(view.row_offset * view.stored_cols + view.col_offset)) * element,
+      view.rows, size_t(view.stored_cols) * element, size_t(view.cols) * element, buffer);
   release_rows(source, view.data, size_t(view.stored_cols) * element, view.row_offset, view.rows);
   out.data = buffer;
   if (block_scaled) {
     uint8_t* scales = buffer + (data_bytes + 3) / 4 * 4;
-    gather_runs(reinterpret_cast<const uint8_t*>(view.block_scale) +
-                    (size_t(view.row_offset / view.block_rows) * stored_blocks + size_t(view.col_offset / view.block_cols)) * 4,
-                int64_t(block_row_count), stored_blocks * 4, block_count * 4, scales);
+    gather_runs(
+        reinterpret_cast<const uint8_t*>(view.block_scale) +
+            (size_t(view.row_offset / view.block_rows) * stored_blocks + size_t(view.col_offset / view.block_cols)) * 4,
+        int64_t(block_row_count), stored_blocks * 4, block_count * 4, scales);
     out.block_scale = reinterpret_cast<const float*>(scales);
   }
   return out;
@@ -111,14 +116,16 @@ LinearWeight copy_elements(const LinearWeight& view, WeightCopies& storage, cons
 
 LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source) {
   if (view.format == WeightFormat::Bf16Panels || is_4bit_panels(view.format)) return view;
-  if (is_block_scaled(view.format) && (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0))
+  if (is_block_scaled(view.format) &&
+      (view.row_offset % view.block_rows != 0 || view.col_offset % view.block_cols != 0))
     return view;
   LinearWeight out = view;  // the view's own rows and columns, stored alone
   out.stored_cols = view.cols;
   out.row_offset = out.col_offset = 0;
   if (view.format == WeightFormat::Int4Group) {
     const uint8_t* scales = reinterpret_cast<const uint8_t*>(view.group_scale);
-    out.group_scale = reinterpret_cast<const uint16_t*>(copy_4bit(view, scales, view.group_size, 2, storage, source, out));
+    out.group_scale =
+        reinterpret_cast<const uint16_t*>(copy_4bit(view, scales, view.group_size, 2, storage, source, out));
     return out;
   }
   if (view.format == WeightFormat::Mxfp4) {
@@ -140,7 +147,8 @@ void repack_panel(const uint16_t* const rows[kBf16PanelRows], int64_t cols, uint
     for (int i = 0; i < kBf16PanelRows; i += 4) {
       __m128i lanes[4];  // row i + j's columns c..c+7 as 4 pairs
       for (int j = 0; j < 4; ++j)
-        lanes[j] = rows[i + j] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + j] + c)) : _mm_setzero_si128();
+        lanes[j] =
+            rows[i + j] ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + j] + c)) : _mm_setzero_si128();
       const __m128i t0 = _mm_unpacklo_epi32(lanes[0], lanes[1]), t1 = _mm_unpacklo_epi32(lanes[2], lanes[3]);
       const __m128i t2 = _mm_unpackhi_epi32(lanes[0], lanes[1]), t3 = _mm_unpackhi_epi32(lanes[2], lanes[3]);
       const __m128i pairs[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
@@ -167,13 +175,15 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
       const uint16_t* rows[kBf16PanelRows];
       for (int64_t i = 0; i < kBf16PanelRows; ++i) {
         const int64_t row = panel * kBf16PanelRows + i;
-        rows[i] = row < weight.rows ? stored + (weight.row_offset + row) * weight.stored_cols + weight.col_offset : nullptr;
+        rows[i] =
+            row < weight.rows ? stored + (weight.row_offset + row) * weight.stored_cols + weight.col_offset : nullptr;
       }
       repack_panel(rows, cols, out + panel * panel_words);
     }
   });
   if (source)
-    source->release_pages(stored + weight.row_offset * weight.stored_cols, size_t(weight.rows * weight.stored_cols) * 2);
+    source->release_pages(stored + weight.row_offset * weight.stored_cols,
+                          size_t(weight.rows * weight.stored_cols) * 2);
   LinearWeight packed = weight;
   packed.format = WeightFormat::Bf16Panels;
   packed.data = out;
@@ -198,7 +208,9 @@ const float* WeightLoader::to_f32(const TensorInfo& tensor) {
   for (int64_t i = 0; i < count; ++i) {
     uint16_t half;  // the data may be unaligned: copy, never dereference a cast pointer
     switch (tensor.dtype) {
-      case DType::F32: std::memcpy(&values[i], tensor.data + 4 * i, 4); break;
+      case DType::F32:
+        std::memcpy(&values[i], tensor.data + 4 * i, 4);
+        break;
       case DType::BF16:
         std::memcpy(&half, tensor.data + 2 * i, 2);
         values[i] = bf16_to_f32(half);
@@ -208,8 +220,7 @@ const float* WeightLoader::to_f32(const TensorInfo& tensor) {
         values[i] = f16_to_f32(half);
         break;
       default:
-        fail("tensor '{}': dtype {} where F32, BF16 or F16 is expected", tensor.name,
-             dtype_name(tensor.dtype));
+        fail("tensor '{}': dtype {} where F32, BF16 or F16 is expected", tensor.name, dtype_name(tensor.dtype));
     }
   }
   return values.data();
@@ -222,16 +233,14 @@ const void* WeightLoader::aligned(const TensorInfo& tensor, size_t alignment) {
   return copy.data();
 }
 
-const float* WeightLoader::vector(const std::string& name, int64_t size) {
-  return to_f32(expect(name, {size}));
-}
+const float* WeightLoader::vector(const std::string& name, int64_t size) { return to_f32(expect(name, {size})); }
 
 const float* WeightLoader::leading(const std::string& name, int64_t count) {
   const TensorInfo& tensor = checkpoint_.get(name);
   int64_t long_dims = 0;
   for (int64_t d : tensor.shape) long_dims += d != 1;
-  MLA_CHECK(long_dims <= 1 && tensor.numel() >= count, "tensor '{}': expected a vector of at least {} values, found shape {}",
-            name, count, tensor.shape_string());
+  MLA_CHECK(long_dims <= 1 && tensor.numel() >= count,
+            "tensor '{}': expected a vector of at least {} values, found shape {}", name, count, tensor.shape_string());
   return to_f32(tensor);
 }
 
@@ -246,9 +255,15 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
   weight.cols = cols;
   weight.stored_cols = cols;
   switch (tensor.dtype) {
-    case DType::F32: weight.format = WeightFormat::F32; break;
-    case DType::BF16: weight.format = WeightFormat::BF16; break;
-    case DType::F16: weight.format = WeightFormat::F16; break;
+    case DType::F32:
+      weight.format = WeightFormat::F32;
+      break;
+    case DType::BF16:
+      weight.format = WeightFormat::BF16;
+      break;
+    case DType::F16:
+      weight.format = WeightFormat::F16;
+      break;
     default:
       fail("tensor '{}': dtype {} is not a supported weight dtype here (F32, BF16, F16)", name,
            dtype_name(tensor.dtype));
@@ -260,8 +275,8 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
 namespace {
 
 // A weight of one byte an element (FP8, INT8) with a float scale per block_rows x block_cols.
-LinearWeight block_scaled_weight(WeightFormat format, const TensorInfo& tensor, int64_t rows, int64_t cols, int64_t block_rows,
-                          int64_t block_cols, const float* block_scale) {
+LinearWeight block_scaled_weight(WeightFormat format, const TensorInfo& tensor, int64_t rows, int64_t cols,
+                                 int64_t block_rows, int64_t block_cols, const float* block_scale) {
   LinearWeight weight;
   weight.format = format;
   weight.rows = rows;
@@ -276,16 +291,13 @@ LinearWeight block_scaled_weight(WeightFormat format, const TensorInfo& tensor, 
 
 }  // namespace
 
-LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tensor, int64_t rows,
-                               int64_t cols) {
+LinearWeight WeightLoader::fp8(const std::string& prefix, const TensorInfo& tensor, int64_t rows, int64_t cols) {
   MLA_CHECK(config_.quant == WeightQuant::Fp8Block,
             "tensor '{}.weight' is F8_E4M3 but config.json has no fp8 quantization_config", prefix);
   const int64_t block_rows = config_.fp8_block_out, block_cols = config_.fp8_block_in;
-  const std::vector<int64_t> scale_shape = {(rows + block_rows - 1) / block_rows,
-                                            (cols + block_cols - 1) / block_cols};
+  const std::vector<int64_t> scale_shape = {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols};
   const std::string scale_name = prefix + ".weight_scale_inv";
-  MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for FP8 weight '{}.weight'",
-            scale_name, prefix);
+  MLA_CHECK(checkpoint_.contains(scale_name), "missing tensor '{}' for FP8 weight '{}.weight'", scale_name, prefix);
   return block_scaled_weight(WeightFormat::Fp8Block, tensor, rows, cols, block_rows, block_cols,
                              to_f32(expect(scale_name, scale_shape)));
 }
@@ -308,21 +320,18 @@ LinearWeight WeightLoader::int8(const std::string& prefix, const TensorInfo& ten
 
 LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t cols) {
   MLA_CHECK(config_.quant == WeightQuant::Int4Group,
-            "tensor '{}.weight_packed' is INT4 but config.json has no compressed-tensors config",
-            prefix);
+            "tensor '{}.weight_packed' is INT4 but config.json has no compressed-tensors config", prefix);
   const int64_t group = config_.int4_group_size;
-  MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix,
-            cols, group);
+  MLA_CHECK(cols % group == 0, "'{}': in_features {} is not a multiple of group_size {}", prefix, cols, group);
   const TensorInfo& packed = expect(prefix + ".weight_packed", {rows, cols / 8});
-  MLA_CHECK(packed.dtype == DType::I32, "tensor '{}.weight_packed': dtype {} where I32 is expected",
-            prefix, dtype_name(packed.dtype));
+  MLA_CHECK(packed.dtype == DType::I32, "tensor '{}.weight_packed': dtype {} where I32 is expected", prefix,
+            dtype_name(packed.dtype));
   const TensorInfo& scale = expect(prefix + ".weight_scale", {rows, cols / group});
-  MLA_CHECK(scale.dtype == DType::BF16, "tensor '{}.weight_scale': dtype {} where BF16 is expected",
-            prefix, dtype_name(scale.dtype));
+  MLA_CHECK(scale.dtype == DType::BF16, "tensor '{}.weight_scale': dtype {} where BF16 is expected", prefix,
+            dtype_name(scale.dtype));
   const TensorInfo& shape = expect(prefix + ".weight_shape", {2});
   MLA_CHECK(shape.dtype == DType::I32 || shape.dtype == DType::I64,
-            "tensor '{}.weight_shape': dtype {} where I32 or I64 is expected", prefix,
-            dtype_name(shape.dtype));
+            "tensor '{}.weight_shape': dtype {} where I32 or I64 is expected", prefix, dtype_name(shape.dtype));
   int64_t stored[2];
   for (int i = 0; i < 2; ++i) {
     if (shape.dtype == DType::I32) {
@@ -333,9 +342,8 @@ LinearWeight WeightLoader::int4(const std::string& prefix, int64_t rows, int64_t
       std::memcpy(&stored[i], shape.data + 8 * i, 8);
     }
   }
-  MLA_CHECK(stored[0] == rows && stored[1] == cols,
-            "tensor '{}.weight_shape': expected [{}, {}], found [{}, {}]", prefix, rows, cols,
-            stored[0], stored[1]);
+  MLA_CHECK(stored[0] == rows && stored[1] == cols, "tensor '{}.weight_shape': expected [{}, {}], found [{}, {}]",
+            prefix, rows, cols, stored[0], stored[1]);
   LinearWeight weight;
   weight.format = WeightFormat::Int4Group;
   weight.rows = rows;

@@ -19,8 +19,8 @@ namespace mlaserve {
 // panels), in blocks aligned to 2 MB and asked for transparent huge pages: fewer faults at load,
 // and decode streams them without a TLB miss every 4 KB. Copies under 2 MB (an expert's
 // matrix) are packed one after another into shared 32 MB blocks: malloc'd one by one they
-// would sit on 4 KB pages and read markedly slower. Not zeroed: whoever fills a copy touches its pages first, so for the repacking the
-// pool's threads fault them in (and the kernel clears them) in parallel. With NUMA nodes
+// would sit on 4 KB pages and read markedly slower. Not zeroed: whoever fills a copy touches its pages first, so for
+// the repacking the pool's threads fault them in (and the kernel clears them) in parallel. With NUMA nodes
 // (`--numa`: the rank's), each block's pages are placed on them before anything touches them.
 class WeightCopies {
  public:
@@ -48,8 +48,7 @@ class WeightCopies {
 // appended to `storage` and releases the stored rows' pages of `source` (the mapped
 // checkpoint), so the rank's memory holds its shard only. Views that are already contiguous,
 // and FP8 views not aligned to the scale blocks, are returned unchanged.
-LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage,
-                             const Checkpoint* source = nullptr);
+LinearWeight compact_columns(const LinearWeight& view, WeightCopies& storage, const Checkpoint* source = nullptr);
 
 // The view's own bytes (and scales) copied into `storage` whether or not they are contiguous,
 // the stored rows' pages of `source` released: what a rank does with its non-BF16 weights at
@@ -62,8 +61,7 @@ LinearWeight copy_weight(const LinearWeight& view, WeightCopies& storage, const 
 // the packed GEMM straight from the copy with no per-call decoding, and decode streams one
 // panel after another (llama.cpp and ik_llama.cpp repack at load for the same reasons). Other
 // formats are returned unchanged. A Bf16Panels weight has no views: repack after sharding.
-LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage,
-                                const Checkpoint* source = nullptr);
+LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source = nullptr);
 
 // An INT4 or MXFP4 weight (or view) copied into the Int4Panels / Mxfp4Panels layout, in a
 // buffer appended to `storage`, the stored rows' pages of `source` released: the integer GEMM
@@ -72,8 +70,7 @@ LinearWeight repack_bf16_panels(const LinearWeight& weight, WeightCopies& storag
 // with a scale step every two). Other formats, INT4 groups or columns not of whole 32-column
 // blocks, and weights whose activations stay fp32 (ActivationQuant::Off: the panel kernels take
 // int8 only), are returned unchanged. No views: repack after sharding.
-LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage,
-                                const Checkpoint* source = nullptr);
+LinearWeight repack_4bit_panels(const LinearWeight& weight, WeightCopies& storage, const Checkpoint* source = nullptr);
 
 // Loads the tensors the model asks for from a checkpoint, checking dtype and shape of each
 // against what the config implies; owns the few small tensors it had to convert.

@@ -28,11 +28,11 @@ int64_t get_int(const json& config, const char* key, std::optional<int64_t> fall
     MLA_CHECK(fallback.has_value(), "config.json: required key '{}' is missing", key);
     return *fallback;
   }
-  MLA_CHECK(value->is_number_integer(), "config.json: '{}' must be an integer, got {}", key,
-            value->dump());
+  MLA_CHECK(value->is_number_integer(), "config.json: '{}' must be an integer, got {}", key, value->dump());
   // Sizes are multiplied together: each within 32 bits keeps every product in 64.
-  const bool in_range = value->is_number_unsigned() ? value->get<uint64_t>() <= uint64_t(INT32_MAX)
-                                                    : value->get<int64_t>() >= INT32_MIN && value->get<int64_t>() <= INT32_MAX;
+  const bool in_range = value->is_number_unsigned()
+                            ? value->get<uint64_t>() <= uint64_t(INT32_MAX)
+                            : value->get<int64_t>() >= INT32_MIN && value->get<int64_t>() <= INT32_MAX;
   MLA_CHECK(in_range, "config.json: '{}' {} is out of range", key, value->dump());
   return value->get<int64_t>();
 }
@@ -47,8 +47,7 @@ double get_double(const json& config, const char* key, double fallback) {
 bool get_bool(const json& config, const char* key, bool fallback) {
   const json* value = find_key(config, key);
   if (!value) return fallback;
-  MLA_CHECK(value->is_boolean(), "config.json: '{}' must be true or false, got {}", key,
-            value->dump());
+  MLA_CHECK(value->is_boolean(), "config.json: '{}' must be true or false, got {}", key, value->dump());
   return value->get<bool>();
 }
 
@@ -69,8 +68,7 @@ std::optional<int64_t> get_optional_token(const json& config, const char* key) {
 YarnScaling parse_rope_scaling(const json& scaling) {
   MLA_CHECK(scaling.is_object(), "config.json: 'rope_scaling' must be an object");
   const std::string type = get_string(scaling, "type", get_string(scaling, "rope_type", ""));
-  MLA_CHECK(type == "yarn", "config.json: rope_scaling.type '{}' is not supported (only 'yarn')",
-            type);
+  MLA_CHECK(type == "yarn", "config.json: rope_scaling.type '{}' is not supported (only 'yarn')", type);
   YarnScaling yarn;
   yarn.factor = get_double(scaling, "factor", 1.0);
   yarn.original_max_position_embeddings = get_int(scaling, "original_max_position_embeddings", 4096);
@@ -121,8 +119,7 @@ void parse_quantization(const json& quant, ModelConfig& config) {
     config.quant = WeightQuant::Fp8Block;
     if (const json* block = find_key(quant, "weight_block_size")) {
       MLA_CHECK(block->is_array() && block->size() == 2 && (*block)[0].is_number_integer() &&
-                    (*block)[1].is_number_integer() && (*block)[0].get<int64_t>() > 0 &&
-                    (*block)[1].get<int64_t>() > 0,
+                    (*block)[1].is_number_integer() && (*block)[0].get<int64_t>() > 0 && (*block)[1].get<int64_t>() > 0,
                 "config.json: quantization_config.weight_block_size must be two positive ints");
       config.fp8_block_out = (*block)[0].get<int64_t>();
       config.fp8_block_in = (*block)[1].get<int64_t>();
@@ -131,7 +128,8 @@ void parse_quantization(const json& quant, ModelConfig& config) {
   }
   MLA_CHECK(method == "compressed-tensors",
             "config.json: quantization_config.quant_method '{}' is not supported "
-            "(fp8, compressed-tensors)", method);
+            "(fp8, compressed-tensors)",
+            method);
   const std::string format = get_string(quant, "format", "");
   if (format == "mxfp4-pack-quantized") {  // E2M1 nibbles with an E8M0 scale per 32 (OCP MX)
     config.quant = WeightQuant::Mxfp4;
@@ -148,8 +146,8 @@ void parse_quantization(const json& quant, ModelConfig& config) {
               "config.json: config_groups.{}.weights must be 4-bit symmetric int, group strategy", group_name);
     config.int4_group_size = get_int(weights, "group_size", 32);
     MLA_CHECK(config.int4_group_size > 0 && config.int4_group_size % 8 == 0,
-              "config.json: config_groups.{}.weights.group_size {} must be a positive multiple of 8",
-              group_name, config.int4_group_size);
+              "config.json: config_groups.{}.weights.group_size {} must be a positive multiple of 8", group_name,
+              config.int4_group_size);
   });
   config.quant = WeightQuant::Int4Group;
 }
@@ -170,8 +168,7 @@ void parse_routing(const json& json_config, ModelConfig& config) {
   else if (method == "group_limited_greedy")
     config.topk_method = TopkMethod::GroupLimitedGreedy;
   else
-    fail("config.json: topk_method '{}' is not supported (noaux_tc, greedy, group_limited_greedy)",
-         method);
+    fail("config.json: topk_method '{}' is not supported (noaux_tc, greedy, group_limited_greedy)", method);
 }
 
 void validate(const ModelConfig& config, const json& json_config) {
@@ -188,8 +185,7 @@ void validate(const ModelConfig& config, const json& json_config) {
   positive(config.qk_nope_head_dim, "qk_nope_head_dim");
   positive(config.v_head_dim, "v_head_dim");
   MLA_CHECK(config.qk_rope_head_dim > 0 && config.qk_rope_head_dim % 2 == 0,
-            "config.json: 'qk_rope_head_dim' must be positive and even, got {}",
-            config.qk_rope_head_dim);
+            "config.json: 'qk_rope_head_dim' must be positive and even, got {}", config.qk_rope_head_dim);
   if (config.q_lora_rank) positive(*config.q_lora_rank, "q_lora_rank");
   if (config.first_k_dense_replace > 0) positive(config.intermediate_size, "intermediate_size");
   if (config.first_k_dense_replace < config.num_hidden_layers) {
@@ -198,13 +194,11 @@ void validate(const ModelConfig& config, const json& json_config) {
     positive(config.num_experts_per_tok, "num_experts_per_tok");
     positive(config.n_group, "n_group");
     MLA_CHECK(config.n_routed_experts % config.n_group == 0,
-              "config.json: n_routed_experts {} is not divisible by n_group {}",
-              config.n_routed_experts, config.n_group);
-    MLA_CHECK(config.topk_group >= 1 && config.topk_group <= config.n_group,
-              "config.json: topk_group {} must be in [1, n_group={}]", config.topk_group,
+              "config.json: n_routed_experts {} is not divisible by n_group {}", config.n_routed_experts,
               config.n_group);
-    MLA_CHECK(config.num_experts_per_tok <=
-                  config.n_routed_experts / config.n_group * config.topk_group,
+    MLA_CHECK(config.topk_group >= 1 && config.topk_group <= config.n_group,
+              "config.json: topk_group {} must be in [1, n_group={}]", config.topk_group, config.n_group);
+    MLA_CHECK(config.num_experts_per_tok <= config.n_routed_experts / config.n_group * config.topk_group,
               "config.json: num_experts_per_tok {} exceeds the experts in topk_group groups",
               config.num_experts_per_tok);
   }
@@ -213,8 +207,7 @@ void validate(const ModelConfig& config, const json& json_config) {
   const std::string act = get_string(json_config, "hidden_act", "silu");
   MLA_CHECK(act == "silu" || (act == "situ" && config.is_kimi_linear()),
             "config.json: hidden_act '{}' is not supported (silu; situ for Kimi K3)", act);
-  MLA_CHECK(!get_bool(json_config, "attention_bias", false),
-            "config.json: attention_bias true is not supported");
+  MLA_CHECK(!get_bool(json_config, "attention_bias", false), "config.json: attention_bias true is not supported");
   MLA_CHECK(config.rms_norm_eps > 0, "config.json: 'rms_norm_eps' must be positive");
 }
 
@@ -236,9 +229,10 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
   const json* full = find_key(*linear, "full_attn_layers");
   MLA_CHECK(full && full->is_array(), "config.json: linear_attn_config.full_attn_layers must be a list");
   for (const json& layer : *full) {
-    MLA_CHECK(layer.is_number_integer() && layer.get<int64_t>() >= 1 && layer.get<int64_t>() <= config.num_hidden_layers,
-              "config.json: full_attn_layers entry {} is not a layer number in [1, {}]", layer.dump(),
-              config.num_hidden_layers);
+    MLA_CHECK(
+        layer.is_number_integer() && layer.get<int64_t>() >= 1 && layer.get<int64_t>() <= config.num_hidden_layers,
+        "config.json: full_attn_layers entry {} is not a layer number in [1, {}]", layer.dump(),
+        config.num_hidden_layers);
     kda.is_mla_layer[size_t(layer.get<int64_t>() - 1)] = true;
   }
   config.kda = kda;
@@ -270,9 +264,7 @@ void parse_kimi_linear(const json& json_config, ModelConfig& config) {
 
 }  // namespace
 
-int64_t KdaConfig::kda_layers() const {
-  return int64_t(std::count(is_mla_layer.begin(), is_mla_layer.end(), false));
-}
+int64_t KdaConfig::kda_layers() const { return int64_t(std::count(is_mla_layer.begin(), is_mla_layer.end(), false)); }
 
 int64_t KdaConfig::state_floats() const {
   const int64_t width = num_heads * head_dim;
@@ -298,11 +290,12 @@ ModelConfig parse_model_config(const json& outer_config) {
   const json& json_config = k3 ? *text_config : outer_config;
   ModelConfig config;
   config.model_type = get_string(json_config, "model_type", "");
-  MLA_CHECK(!k3 || config.model_type == "kimi_linear", "config.json: kimi_k3's text_config.model_type must be "
-            "kimi_linear, got '{}'", config.model_type);
-  MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2" || config.model_type == "kimi_linear",
-            "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2, kimi_linear)",
+  MLA_CHECK(!k3 || config.model_type == "kimi_linear",
+            "config.json: kimi_k3's text_config.model_type must be "
+            "kimi_linear, got '{}'",
             config.model_type);
+  MLA_CHECK(config.model_type == "deepseek_v3" || config.model_type == "kimi_k2" || config.model_type == "kimi_linear",
+            "config.json: model_type '{}' is not supported (deepseek_v3, kimi_k2, kimi_linear)", config.model_type);
   config.vocab_size = get_int(json_config, "vocab_size");
   config.hidden_size = get_int(json_config, "hidden_size");
   config.intermediate_size = get_int(json_config, "intermediate_size", 0);
@@ -325,8 +318,7 @@ ModelConfig parse_model_config(const json& outer_config) {
   config.routed_scaling_factor = get_double(json_config, "routed_scaling_factor", 1.0);
   parse_routing(json_config, config);
   config.rope_theta = get_double(json_config, "rope_theta", 10000.0);
-  if (const json* scaling = find_key(json_config, "rope_scaling"))
-    config.rope_scaling = parse_rope_scaling(*scaling);
+  if (const json* scaling = find_key(json_config, "rope_scaling")) config.rope_scaling = parse_rope_scaling(*scaling);
   config.rms_norm_eps = get_double(json_config, "rms_norm_eps", 1e-6);
   config.tie_word_embeddings = get_bool(json_config, "tie_word_embeddings", false);
   config.max_position_embeddings = get_int(json_config, "max_position_embeddings", 4096);

@@ -26,7 +26,8 @@ void quantize_int4_row(const float* values, int64_t cols, int64_t group, uint32_
   }
 }
 
-LinearWeight requantize_int4(const LinearWeight& weight, WeightCopies& storage, bool into_panels, const Checkpoint* source) {
+LinearWeight requantize_int4(const LinearWeight& weight, WeightCopies& storage, bool into_panels,
+                             const Checkpoint* source) {
   if (weight.format != WeightFormat::BF16 || weight.cols % kRequantizeGroup != 0) return weight;
   const int64_t rows = weight.rows, cols = weight.cols, groups = cols / kRequantizeGroup;
   // Row-major codes and scales: a temporary when they are repacked into panels next.

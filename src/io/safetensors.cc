@@ -17,23 +17,23 @@ int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& wher
   int64_t count = 1;
   for (int64_t dim : shape) {
     MLA_CHECK(dim >= 0, "{}: negative dimension in shape {}", where, shape_string(shape));
-    MLA_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / dim,
-              "{}: shape {} overflows", where, shape_string(shape));
+    MLA_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / dim, "{}: shape {} overflows", where,
+              shape_string(shape));
     count *= dim;
   }
   return count;
 }
 
-TensorInfo parse_entry(const std::string& name, const json& entry, const uint8_t* data_start,
-                       uint64_t data_size, const std::string& path) {
+TensorInfo parse_entry(const std::string& name, const json& entry, const uint8_t* data_start, uint64_t data_size,
+                       const std::string& path) {
   const std::string where = fmt::format("'{}': tensor '{}'", path, name);
   MLA_CHECK(entry.is_object(), "{}: header entry is not an object", where);
   MLA_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), "{}: missing dtype", where);
   MLA_CHECK(entry.contains("shape") && entry["shape"].is_array(), "{}: missing shape", where);
   const auto& offsets = entry.value("data_offsets", json());
-  MLA_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                offsets[1].is_number_unsigned(),
-            "{}: data_offsets must be two non-negative integers", where);
+  MLA_CHECK(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      "{}: data_offsets must be two non-negative integers", where);
   TensorInfo info;
   info.name = name;
   info.file = path;
@@ -47,15 +47,13 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const uint8_t
     info.shape.push_back(dim.get<int64_t>());
   }
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-  MLA_CHECK(begin <= end && end <= data_size,
-            "{}: data_offsets [{}, {}] outside the {} data bytes (truncated file?)", where, begin,
-            end, data_size);
+  MLA_CHECK(begin <= end && end <= data_size, "{}: data_offsets [{}, {}] outside the {} data bytes (truncated file?)",
+            where, begin, end, data_size);
   const int64_t numel = checked_numel(info.shape, where);
   MLA_CHECK(uint64_t(numel) <= (end - begin) / dtype_size(info.dtype) &&
                 uint64_t(numel) * dtype_size(info.dtype) == end - begin,
-            "{}: shape {} of {} needs {} bytes but data_offsets span {}", where,
-            info.shape_string(), dtype_name(info.dtype), numel * int64_t(dtype_size(info.dtype)),
-            end - begin);
+            "{}: shape {} of {} needs {} bytes but data_offsets span {}", where, info.shape_string(),
+            dtype_name(info.dtype), numel * int64_t(dtype_size(info.dtype)), end - begin);
   info.data = data_start + begin;
   info.nbytes = end - begin;
   return info;
@@ -72,15 +70,13 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path)
-    : file_(std::make_unique<MappedFile>(path)) {
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(std::make_unique<MappedFile>(path)) {
   const size_t size = file_->size();
   MLA_CHECK(size >= 8, "'{}': {} bytes is too short for a safetensors header", path, size);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file_->data()[i];
   MLA_CHECK(header_len <= kMaxHeaderBytes && header_len <= size - 8,
-            "'{}': header length {} exceeds the file ({} bytes): corrupt or truncated", path,
-            header_len, size);
+            "'{}': header length {} exceeds the file ({} bytes): corrupt or truncated", path, header_len, size);
   const char* header_begin = reinterpret_cast<const char*>(file_->data() + 8);
   json header;
   try {
@@ -122,11 +118,10 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory) {
     } catch (const json::exception& e) {
       fail("'{}': not valid JSON: {}", index_path.string(), e.what());
     }
-    MLA_CHECK(index.contains("weight_map") && index["weight_map"].is_object(),
-              "'{}': missing 'weight_map'", index_path.string());
+    MLA_CHECK(index.contains("weight_map") && index["weight_map"].is_object(), "'{}': missing 'weight_map'",
+              index_path.string());
     for (const auto& [name, file] : index["weight_map"].items()) {
-      MLA_CHECK(file.is_string(), "'{}': weight_map['{}'] is not a file name",
-                index_path.string(), name);
+      MLA_CHECK(file.is_string(), "'{}': weight_map['{}'] is not a file name", index_path.string(), name);
       weight_map[name] = file.get<std::string>();
     }
   } else {
@@ -137,8 +132,7 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory) {
   for (const auto& [name, file] : weight_map) shard_names.insert(file);
   if (weight_map.empty()) shard_names.insert("model.safetensors");
   for (const auto& shard : shard_names) {
-    MLA_CHECK(shard.find('/') == std::string::npos, "shard name '{}' must be a plain file name",
-              shard);
+    MLA_CHECK(shard.find('/') == std::string::npos, "shard name '{}' must be a plain file name", shard);
     files_.push_back(std::make_unique<SafetensorsFile>((dir / shard).string()));
     for (const auto& [name, info] : files_.back()->tensors()) {
       if (!weight_map.empty()) {
@@ -150,8 +144,7 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory) {
     }
   }
   for (const auto& [name, file] : weight_map)
-    MLA_CHECK(tensors_.count(name), "index lists tensor '{}' in '{}' but the shard lacks it",
-              name, file);
+    MLA_CHECK(tensors_.count(name), "index lists tensor '{}' in '{}' but the shard lacks it", name, file);
 }
 
 const TensorInfo& Checkpoint::get(const std::string& name) {

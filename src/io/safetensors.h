@@ -19,7 +19,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // points into the mapped file
   size_t nbytes = 0;
-  std::string file;  // for messages
+  std::string file;       // for messages
   std::string gguf_name;  // the GGUF tensor it was read from, for messages ("" in safetensors)
 
   int64_t numel() const;

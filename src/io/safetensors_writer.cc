@@ -23,9 +23,8 @@ void write_shard(const std::string& path, const std::vector<const TensorToWrite*
   size_t offset = 0;
   for (const auto* tensor : tensors) {
     const size_t size = byte_size(*tensor);
-    header[tensor->name] = {{"dtype", dtype_name(tensor->dtype)},
-                            {"shape", tensor->shape},
-                            {"data_offsets", {offset, offset + size}}};
+    header[tensor->name] = {
+        {"dtype", dtype_name(tensor->dtype)}, {"shape", tensor->shape}, {"data_offsets", {offset, offset + size}}};
     offset += size;
   }
   header["__metadata__"] = {{"format", "pt"}};
@@ -50,8 +49,8 @@ void write_shard(const std::string& path, const std::vector<const TensorToWrite*
 
 }  // namespace
 
-void write_checkpoint(const std::string& directory, const std::vector<TensorToWrite>& tensors,
-                      size_t max_shard_bytes, const std::function<void(size_t, size_t)>& progress) {
+void write_checkpoint(const std::string& directory, const std::vector<TensorToWrite>& tensors, size_t max_shard_bytes,
+                      const std::function<void(size_t, size_t)>& progress) {
   namespace fs = std::filesystem;
   fs::create_directories(directory);
   std::vector<std::vector<const TensorToWrite*>> shards(1);

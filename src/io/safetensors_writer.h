@@ -18,8 +18,7 @@ struct TensorToWrite {
 };
 
 // max_shard_bytes 0: one file. progress(done, total) is called after each tensor.
-void write_checkpoint(const std::string& directory, const std::vector<TensorToWrite>& tensors,
-                      size_t max_shard_bytes,
+void write_checkpoint(const std::string& directory, const std::vector<TensorToWrite>& tensors, size_t max_shard_bytes,
                       const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace mlaserve

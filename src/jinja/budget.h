@@ -12,8 +12,8 @@ struct RenderLimits {
   size_t list_items = size_t(1) << 20;     // one list
   // The published templates render a 1,000-message conversation with 50 tools in 5,000 steps,
   // building 1.4 MB of strings; a second's work is about a million steps.
-  size_t built_bytes = size_t(1) << 30;    // all strings built in the render, summed (quadratic growth)
-  size_t steps = size_t(1) << 20;          // loop iterations, macro calls, list items made or compared
+  size_t built_bytes = size_t(1) << 30;  // all strings built in the render, summed (quadratic growth)
+  size_t steps = size_t(1) << 20;        // loop iterations, macro calls, list items made or compared
 };
 
 // The budget of the render running on this thread, for as long as this object lives.

@@ -52,7 +52,8 @@ namespace {
 // (a non-ASCII character counts as a letter, so that "héllo" stays one word).
 std::string title_case(std::string text) {
   const auto letter = [](char c) { return is_alpha(c) || uint8_t(c) >= 0x80; };
-  for (size_t i = 0; i < text.size(); ++i) text[i] = i > 0 && letter(text[i - 1]) ? to_lower(text[i]) : to_upper(text[i]);
+  for (size_t i = 0; i < text.size(); ++i)
+    text[i] = i > 0 && letter(text[i - 1]) ? to_lower(text[i]) : to_upper(text[i]);
   return text;
 }
 
@@ -155,8 +156,8 @@ bool matches_prefix_or_suffix(const std::string& text, const Value& pattern, boo
   const auto check = [&](const Value& p) {
     MLA_CHECK(p.is_string(), "{} takes a string or a tuple of strings", prefix ? "startswith" : "endswith");
     const std::string& s = p.as_string();
-    return s.size() <= text.size() && (prefix ? text.compare(0, s.size(), s) == 0
-                                              : text.compare(text.size() - s.size(), s.size(), s) == 0);
+    return s.size() <= text.size() &&
+           (prefix ? text.compare(0, s.size(), s) == 0 : text.compare(text.size() - s.size(), s.size(), s) == 0);
   };
   if (!pattern.is_array()) return check(pattern);
   return std::any_of(pattern.items().begin(), pattern.items().end(), check);
@@ -205,10 +206,12 @@ std::string format_value(const Value& value, const Spec& spec) {
     MLA_CHECK(value.kind() == ValueKind::Int, "%c needs an integer");
     body = std::string(1, char(value.as_int()));
   } else {
-    MLA_CHECK(value.is_number() || value.kind() == ValueKind::Bool, "format '{}' needs a number, got {}", type, value.type_name());
+    MLA_CHECK(value.is_number() || value.kind() == ValueKind::Bool, "format '{}' needs a number, got {}", type,
+              value.type_name());
     const double x = value.as_number();
     const std::string sign = spec.sign == '+' ? "+" : spec.sign == ' ' ? " " : "";
-    if (type == 'd' || type == 'i' || type == 'u') body = fmt::format("{}", int64_t(std::trunc(x)));
+    if (type == 'd' || type == 'i' || type == 'u')
+      body = fmt::format("{}", int64_t(std::trunc(x)));
     else if (type == 'x' || type == 'X' || type == 'o' || type == 'b') {
       const int64_t n = int64_t(std::trunc(x));
       body = (n < 0 ? "-" : "") + fmt::format(fmt::runtime(std::string("{:") + type + "}"), uint64_t(n < 0 ? -n : n));
@@ -233,7 +236,8 @@ std::string format_value(const Value& value, const Spec& spec) {
 
 int64_t read_count(std::string_view text, size_t& i) {
   int64_t n = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') n = std::min<int64_t>(n * 10 + (text[i++] - '0'), 1 << 20);
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9')
+    n = std::min<int64_t>(n * 10 + (text[i++] - '0'), 1 << 20);
   return n;
 }
 
@@ -317,15 +321,19 @@ std::string python_format(const std::string& format, const Arguments& args) {
     const size_t colon = field.find(':');
     const std::string name = field.substr(0, colon);
     const Value* value = nullptr;
-    if (name.empty()) value = args.get(automatic++, "");
-    else if (std::all_of(name.begin(), name.end(), ::isdigit)) value = args.get(size_t(std::stoull(name.substr(0, 9))), "");
-    else value = args.keyword(name);
+    if (name.empty())
+      value = args.get(automatic++, "");
+    else if (std::all_of(name.begin(), name.end(), ::isdigit))
+      value = args.get(size_t(std::stoull(name.substr(0, 9))), "");
+    else
+      value = args.keyword(name);
     MLA_CHECK(value, "format field '{}' has no argument", name);
     Spec spec;
     if (colon != std::string::npos) {
       const std::string text = field.substr(colon + 1);
       size_t k = 0;
-      if (text.size() >= 2 && std::string_view("<>^=").find(text[1]) != std::string_view::npos) spec.fill = text.substr(0, 1), k = 1;
+      if (text.size() >= 2 && std::string_view("<>^=").find(text[1]) != std::string_view::npos)
+        spec.fill = text.substr(0, 1), k = 1;
       if (k < text.size() && std::string_view("<>^=").find(text[k]) != std::string_view::npos) spec.align = text[k++];
       if (k < text.size() && (text[k] == '+' || text[k] == '-' || text[k] == ' ')) spec.sign = text[k++];
       if (k < text.size() && text[k] == '0') spec.zero = true, ++k;
@@ -344,8 +352,10 @@ std::string python_format(const std::string& format, const Arguments& args) {
 // str.count, str.index/rindex (an error when missing), str.find/rfind: by characters.
 int64_t find_in(const std::string& text, const std::string& needle, bool from_right) {
   size_t found = std::string::npos;
-  if (!from_right) found = find_text(text, needle, 0);
-  else found = text.rfind(needle);
+  if (!from_right)
+    found = find_text(text, needle, 0);
+  else
+    found = text.rfind(needle);
   return found == std::string::npos ? -1 : int64_t(utf8_length(text.substr(0, found)));
 }
 
@@ -353,7 +363,8 @@ Value partition(const std::string& text, const std::string& separator, bool from
   MLA_CHECK(!separator.empty(), "empty separator");
   const size_t at = from_right ? text.rfind(separator) : find_text(text, separator, 0);
   if (at == std::string::npos)
-    return from_right ? Value::tuple({Value(""), Value(""), Value(text)}) : Value::tuple({Value(text), Value(""), Value("")});
+    return from_right ? Value::tuple({Value(""), Value(""), Value(text)})
+                      : Value::tuple({Value(text), Value(""), Value("")});
   return Value::tuple({Value(text.substr(0, at)), Value(separator), Value(text.substr(at + separator.size()))});
 }
 
@@ -380,15 +391,20 @@ Value string_predicate(const std::string& text, const std::string& name) {
     const bool all = std::none_of(text.begin(), text.end(), name == "islower" ? is_upper : is_lower);
     return Value(cased && all);
   }
-  const auto all_of = [&](auto predicate) { return Value(!text.empty() && std::all_of(text.begin(), text.end(), predicate)); };
-  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return all_of([](char c) { return c >= '0' && c <= '9'; });
+  const auto all_of = [&](auto predicate) {
+    return Value(!text.empty() && std::all_of(text.begin(), text.end(), predicate));
+  };
+  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
+    return all_of([](char c) { return c >= '0' && c <= '9'; });
   if (name == "isalpha") return all_of(is_alpha);
   if (name == "isalnum") return all_of([](char c) { return is_alpha(c) || (c >= '0' && c <= '9'); });
   return all_of(is_space);  // "isspace"
 }
 
 Value string_method(const std::string& text, const std::string& name) {
-  const auto bind = [&](auto fn) { return Value::function([text, fn](const Arguments& args) { return Value(fn(text, args)); }); };
+  const auto bind = [&](auto fn) {
+    return Value::function([text, fn](const Arguments& args) { return Value(fn(text, args)); });
+  };
   const auto string_argument = [](const Arguments& args, size_t index, const char* param, const char* method) {
     const Value& value = argument(args, index, param, method);
     MLA_CHECK(value.is_string(), "{}'s argument must be a string, got {}", method, value.type_name());
@@ -420,14 +436,18 @@ Value string_method(const std::string& text, const std::string& name) {
       // From the right: split the reversed text by the reversed separator, and reverse back.
       const Value* separator = args.get(0, "sep");
       const auto reversed = [](std::string t) { return std::string(t.rbegin(), t.rend()); };
-      Value separator_reversed = separator && separator->is_string() ? Value(reversed(separator->as_string())) : Value::none();
+      Value separator_reversed =
+          separator && separator->is_string() ? Value(reversed(separator->as_string())) : Value::none();
       Value parts = split(reversed(s), &separator_reversed, max_split);
       Array out;
-      for (auto it = parts.items().rbegin(); it != parts.items().rend(); ++it) out.emplace_back(reversed(it->as_string()));
+      for (auto it = parts.items().rbegin(); it != parts.items().rend(); ++it)
+        out.emplace_back(reversed(it->as_string()));
       return Value::array(std::move(out));
     });
   if (name == "splitlines")
-    return bind([](const std::string& s, const Arguments& args) { return split_lines(s, bool_argument(args, 0, "keepends", false)); });
+    return bind([](const std::string& s, const Arguments& args) {
+      return split_lines(s, bool_argument(args, 0, "keepends", false));
+    });
   if (name == "replace")
     return bind([string_argument](const std::string& s, const Arguments& args) {
       return replace_all(s, string_argument(args, 0, "old", "replace"), string_argument(args, 1, "new", "replace"),
@@ -444,7 +464,8 @@ Value string_method(const std::string& text, const std::string& name) {
       const std::string needle = string_argument(args, 0, "sub", "count");
       if (needle.empty()) return int64_t(utf8_length(s) + 1);
       int64_t n = 0;
-      for (size_t at = find_text(s, needle, 0); at != std::string::npos; at = find_text(s, needle, at + needle.size())) ++n;
+      for (size_t at = find_text(s, needle, 0); at != std::string::npos; at = find_text(s, needle, at + needle.size()))
+        ++n;
       return n;
     });
   if (name == "join")
@@ -460,7 +481,9 @@ Value string_method(const std::string& text, const std::string& name) {
       return out;
     });
   if (name == "center" || name == "ljust" || name == "rjust")
-    return bind([align = name == "center" ? '^' : name == "ljust" ? '<' : '>'](const std::string& s, const Arguments& args) {
+    return bind([align = name == "center"  ? '^'
+                         : name == "ljust" ? '<'
+                                           : '>'](const std::string& s, const Arguments& args) {
       const Value* fill = args.get(1, "fillchar");
       return pad(s, int_argument(args, 0, "width", 0), fill && fill->is_string() ? fill->as_string() : " ", align);
     });
@@ -470,7 +493,8 @@ Value string_method(const std::string& text, const std::string& name) {
       spec.width = int_argument(args, 0, "width", 0);
       const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
       const auto length = int64_t(utf8_length(s));
-      return spec.width <= length ? s : s.substr(0, sign) + std::string(size_t(spec.width - length), '0') + s.substr(sign);
+      return spec.width <= length ? s
+                                  : s.substr(0, sign) + std::string(size_t(spec.width - length), '0') + s.substr(sign);
     });
   if (name == "partition" || name == "rpartition")
     return Value::function([text, right = name == "rpartition", string_argument](const Arguments& args) {
@@ -495,7 +519,8 @@ Value dictsort(const Value& object, const Arguments& args) {
   const bool case_sensitive = bool_argument(args, 0, "case_sensitive", false);
   const Value* by = args.get(1, "by");
   const bool by_value = by && by->is_string() && by->as_string() == "value";
-  MLA_CHECK(!by || (by->is_string() && (by->as_string() == "key" || by_value)), "dictsort's 'by' must be 'key' or 'value'");
+  MLA_CHECK(!by || (by->is_string() && (by->as_string() == "key" || by_value)),
+            "dictsort's 'by' must be 'key' or 'value'");
   const bool reverse = bool_argument(args, 2, "reverse", false);
   Array pairs;
   for (const auto& [key, value] : object.attributes().entries) pairs.push_back(Value::tuple({Value(key), value}));
@@ -529,7 +554,8 @@ Value dict_method(const Value& object, const std::string& name) {
       return entries([](const auto& e) { return Value::tuple({Value(e.first), e.second}); });
     });
   if (name == "keys")
-    return Value::function([entries](const Arguments&) { return entries([](const auto& e) { return Value(e.first); }); });
+    return Value::function(
+        [entries](const Arguments&) { return entries([](const auto& e) { return Value(e.first); }); });
   if (name == "values")
     return Value::function([entries](const Arguments&) { return entries([](const auto& e) { return e.second; }); });
   if (name == "dictsort") return Value::function([object](const Arguments& args) { return dictsort(object, args); });
@@ -554,8 +580,8 @@ Value list_method(const Value& list, const std::string& name) {
       MLA_CHECK(!index, "{} is not in list", item.repr());
       return Value(count);
     });
-  if (name == "append" || name == "pop" || name == "extend" || name == "insert" || name == "remove" || name == "clear" ||
-      name == "sort" || name == "reverse")
+  if (name == "append" || name == "pop" || name == "extend" || name == "insert" || name == "remove" ||
+      name == "clear" || name == "sort" || name == "reverse")
     fail("access to attribute '{}' of 'list' object is unsafe (the sandbox allows no changes to a list)", name);
   return Value();
 }
@@ -607,7 +633,7 @@ Value slice_value(const Value& object, const int64_t* start, const int64_t* stop
   // A step past the end jumps to the end, so that i + step cannot overflow.
   if (step > 0) {
     const int64_t end = clamp(stop, n, 0, n);
-    for (int64_t i = clamp(start, 0, 0, n); i < end; i = end - i > step ? i + step : end) picked.push_back(size_t(i));
+    for (int64_t i = clamp(start, 0, 0, n); i<end; i = end - i> step ? i + step : end) picked.push_back(size_t(i));
   } else {
     const int64_t end = clamp(stop, -1, -1, n - 1);
     for (int64_t i = clamp(start, n - 1, -1, n - 1); i > end; i = end - i < step ? i + step : end)
@@ -645,7 +671,7 @@ int64_t integer_result(double x) {
 
 int64_t integer_arithmetic(char op, int64_t a, int64_t b) {
   int64_t result = 0;
-  const bool overflow = op == '+' ? __builtin_add_overflow(a, b, &result)
+  const bool overflow = op == '+'   ? __builtin_add_overflow(a, b, &result)
                         : op == '-' ? __builtin_sub_overflow(a, b, &result)
                                     : __builtin_mul_overflow(a, b, &result);
   MLA_CHECK(!overflow, "integer overflow in {} {} {}", a, op, b);
@@ -657,7 +683,9 @@ Value arithmetic(const std::string& op, const Value& left, const Value& right) {
   const bool as_float = left.kind() == ValueKind::Float || right.kind() == ValueKind::Float;
   const auto number = [&](double x) { return as_float ? Value(x) : Value(integer_result(x)); };
   if (op == "+" || op == "-" || op == "*")
-    return as_float ? Value(op == "+" ? a + b : op == "-" ? a - b : a * b)
+    return as_float ? Value(op == "+"   ? a + b
+                            : op == "-" ? a - b
+                                        : a * b)
                     : Value(integer_arithmetic(op[0], left.as_int(), right.as_int()));
   MLA_CHECK(b != 0 || (op != "/" && op != "//" && op != "%"), "division by zero");  // as Python
   if (op == "/") return Value(a / b);
@@ -671,7 +699,8 @@ Value arithmetic(const std::string& op, const Value& left, const Value& right) {
     const int64_t r = left.as_int() % right.as_int();
     return Value(r != 0 && (r < 0) != (right.as_int() < 0) ? r + right.as_int() : r);
   }
-  if (op == "**") return (as_float || b < 0) ? Value(std::pow(a, b)) : Value(integer_result(std::nearbyint(std::pow(a, b))));
+  if (op == "**")
+    return (as_float || b < 0) ? Value(std::pow(a, b)) : Value(integer_result(std::nearbyint(std::pow(a, b))));
   if (op == "<") return Value(a < b);
   if (op == ">") return Value(a > b);
   if (op == "<=") return Value(a <= b);
@@ -714,8 +743,10 @@ Value binary_operation(const std::string& op, const Value& left, const Value& ri
     return arithmetic(op, as_number(left), as_number(right));
   }
   MLA_CHECK(!left.is_undefined() && !right.is_undefined(), "cannot apply {} to an undefined value", op);
-  if (op == "*" && (left.is_string() || left.is_array()) && right.kind() == ValueKind::Int) return repeated(left, right.as_int());
-  if (op == "*" && (right.is_string() || right.is_array()) && left.kind() == ValueKind::Int) return repeated(right, left.as_int());
+  if (op == "*" && (left.is_string() || left.is_array()) && right.kind() == ValueKind::Int)
+    return repeated(left, right.as_int());
+  if (op == "*" && (right.is_string() || right.is_array()) && left.kind() == ValueKind::Int)
+    return repeated(right, left.as_int());
   if (op == "+" && left.is_array() && right.is_array()) {
     check_list_size(left.items().size() + right.items().size());
     Array items = left.items();
@@ -734,7 +765,8 @@ namespace {
 
 Value range_function(const Arguments& args) {
   MLA_CHECK(!args.positional.empty() && args.positional.size() <= 3, "range takes 1 to 3 integers");
-  for (const Value& v : args.positional) MLA_CHECK(v.kind() == ValueKind::Int, "range takes integers, got {}", v.type_name());
+  for (const Value& v : args.positional)
+    MLA_CHECK(v.kind() == ValueKind::Int, "range takes integers, got {}", v.type_name());
   const bool one = args.positional.size() == 1;
   const int64_t start = one ? 0 : args.positional[0].as_int();
   const int64_t stop = one ? args.positional[0].as_int() : args.positional[1].as_int();
@@ -804,13 +836,14 @@ const Object& global_functions() {
     g.set("False", Value(false));
     g.set("None", Value::none());
     g.set("range", Value::function(range_function));
-    g.set("namespace", Value::function([](const Arguments& args) { return Value::name_space(entries_of(args, "namespace")); }));
+    g.set("namespace",
+          Value::function([](const Arguments& args) { return Value::name_space(entries_of(args, "namespace")); }));
     g.set("dict", Value::function([](const Arguments& args) { return Value::object(entries_of(args, "dict")); }));
     g.set("joiner", Value::function(joiner_function));
     g.set("strftime_now", Value::function(strftime_now));
     g.set("raise_exception", Value::function([](const Arguments& args) -> Value {
-      fail("the template raised an exception: {}", args.positional.empty() ? "" : args.positional[0].str());
-    }));
+            fail("the template raised an exception: {}", args.positional.empty() ? "" : args.positional[0].str());
+          }));
     return g;
   }();
   return globals;

@@ -9,6 +9,8 @@ inline bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
 inline bool is_alpha(char c) { return is_upper(c) || is_lower(c); }
 inline char to_upper(char c) { return is_lower(c) ? char(c - 'a' + 'A') : c; }
 inline char to_lower(char c) { return is_upper(c) ? char(c - 'A' + 'a') : c; }
-inline bool is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+inline bool is_word(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 
 }  // namespace mlaserve::jinja

@@ -55,7 +55,8 @@ Value attribute_path(const Value& item, const std::string& path) {
 // The key a filter given `attribute` compares or sums: the item itself without one.
 Value keyed(const Value& item, const Value* attribute) {
   if (!attribute || attribute->is_none()) return item;
-  return attribute->kind() == ValueKind::Int ? get_item(item, attribute->as_int()) : attribute_path(item, attribute->str());
+  return attribute->kind() == ValueKind::Int ? get_item(item, attribute->as_int())
+                                             : attribute_path(item, attribute->str());
 }
 
 Value to_json_filter(const Value& operand, const Arguments& args) {
@@ -289,7 +290,8 @@ Value round_filter(const Value& operand, const Arguments& args) {
   const int64_t precision = std::clamp<int64_t>(int_argument(args, 0, "precision", 0), -400, 400);
   const Value* method_value = args.get(1, "method");
   const std::string method = method_value ? method_value->str() : "common";
-  MLA_CHECK(method == "common" || method == "floor" || method == "ceil", "round's method must be common, ceil or floor");
+  MLA_CHECK(method == "common" || method == "floor" || method == "ceil",
+            "round's method must be common, ceil or floor");
   const double x = operand.as_number(), scale = std::pow(10.0, double(precision));
   if (method != "common") return Value((method == "floor" ? std::floor(x * scale) : std::ceil(x * scale)) / scale);
   if (operand.kind() != ValueKind::Float && precision >= 0) return Value(int64_t(operand.as_number()));
@@ -380,9 +382,12 @@ Value striptags_filter(const Value& operand) {
 std::string url_quote(const std::string& text, bool query) {
   std::string out;
   for (char c : text) {
-    if (is_word(c) || c == '.' || c == '-' || c == '~' || (c == '/' && !query)) out += c;
-    else if (c == ' ' && query) out += '+';
-    else out += fmt::format("%{:02X}", uint8_t(c));
+    if (is_word(c) || c == '.' || c == '-' || c == '~' || (c == '/' && !query))
+      out += c;
+    else if (c == ' ' && query)
+      out += '+';
+    else
+      out += fmt::format("%{:02X}", uint8_t(c));
   }
   check_string_size(out.size());
   return out;
@@ -440,12 +445,23 @@ Value html_escape(const Value& operand) {
   std::string out;
   for (char c : operand.str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -482,9 +498,9 @@ Value text_filter(const std::string& name, const Value& operand, const Arguments
 }
 
 const std::set<std::string_view>& text_filters() {
-  static const std::set<std::string_view> names = {"upper",    "lower",     "title",     "capitalize", "trim",
-                                                   "indent",   "center",    "truncate",  "wordcount",  "striptags",
-                                                   "format",   "escape",    "e",         "forceescape", "replace"};
+  static const std::set<std::string_view> names = {"upper",  "lower",  "title",    "capitalize",  "trim",
+                                                   "indent", "center", "truncate", "wordcount",   "striptags",
+                                                   "format", "escape", "e",        "forceescape", "replace"};
   return names;
 }
 
@@ -535,10 +551,10 @@ Value apply_filter(const std::string& name, const Value& operand, const Argument
 
 bool known_filter(std::string_view name) {
   static const std::set<std::string_view> kFilters = {
-      "safe",  "tojson", "string", "length", "count",  "list",       "first",      "last",  "reverse", "unique",
-      "sort",  "min",    "max",    "sum",    "join",   "int",        "float",      "round", "abs",     "bool",
-      "items", "dictsort", "default", "d",   "select", "reject",     "selectattr", "rejectattr", "map", "batch",
-      "slice", "attr",   "urlencode"};
+      "safe",       "tojson", "string", "length",   "count",   "list",     "first",  "last",   "reverse",
+      "unique",     "sort",   "min",    "max",      "sum",     "join",     "int",    "float",  "round",
+      "abs",        "bool",   "items",  "dictsort", "default", "d",        "select", "reject", "selectattr",
+      "rejectattr", "map",    "batch",  "slice",    "attr",    "urlencode"};
   return kFilters.count(name) > 0 || text_filters().count(name) > 0;
 }
 
@@ -600,10 +616,10 @@ bool run_test(const std::string& name, const Value& operand, const Arguments& ar
 
 bool known_test(std::string_view name) {
   static const std::set<std::string_view> kTests = {
-      "defined", "undefined", "none", "boolean", "true", "false", "string", "number", "integer", "float",
-      "mapping", "iterable", "sequence", "callable", "lower", "upper", "odd", "even", "divisibleby", "lt",
-      "lessthan", "le", "gt", "greaterthan", "ge", "eq", "equalto", "==", "ne", "!=", "sameas", "in",
-      "escaped", "filter", "test"};
+      "defined",     "undefined", "none",     "boolean",  "true",     "false",       "string", "number", "integer",
+      "float",       "mapping",   "iterable", "sequence", "callable", "lower",       "upper",  "odd",    "even",
+      "divisibleby", "lt",        "lessthan", "le",       "gt",       "greaterthan", "ge",     "eq",     "equalto",
+      "==",          "ne",        "!=",       "sameas",   "in",       "escaped",     "filter", "test"};
   return kTests.count(name) > 0;
 }
 

@@ -13,7 +13,18 @@ namespace mlaserve::jinja {
 namespace {
 
 struct Token {
-  enum class Kind { Text, OpenStatement, CloseStatement, OpenExpression, CloseExpression, Name, Number, String, Operator, End };
+  enum class Kind {
+    Text,
+    OpenStatement,
+    CloseStatement,
+    OpenExpression,
+    CloseExpression,
+    Name,
+    Number,
+    String,
+    Operator,
+    End
+  };
   Kind kind;
   std::string text;
   int line;
@@ -96,12 +107,15 @@ class Lexer {
       const std::string_view rest = source_.substr(pos_);
       const std::string_view close = statement ? "%}" : "}}";
       const bool dash = rest.size() >= 3 && rest[0] == '-' && rest.substr(1, 2) == close;
-      const bool plus = statement && rest.size() >= 3 && rest[0] == '+' && rest.substr(1, 2) == close;  // no trim_blocks
+      const bool plus =
+          statement && rest.size() >= 3 && rest[0] == '+' && rest.substr(1, 2) == close;  // no trim_blocks
       if (dash || plus || (rest.substr(0, 2) == close && (statement || curly_depth == 0))) {
         tokens_.push_back({statement ? Token::Kind::CloseStatement : Token::Kind::CloseExpression, "", line_});
         advance(dash || plus ? 3 : 2);
-        if (dash) skip_whitespace();
-        else if (statement && !plus && pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
+        if (dash)
+          skip_whitespace();
+        else if (statement && !plus && pos_ < source_.size() && source_[pos_] == '\n')
+          advance(1);  // trim_blocks
         return;
       }
       lex_expression_token(curly_depth);
@@ -155,8 +169,10 @@ class Lexer {
     }
     if (!text.empty()) tokens_.push_back({Token::Kind::Text, std::move(text), line});
     advance(close.end - pos_);
-    if (close.close_modifier == '-') skip_whitespace();
-    else if (close.close_modifier != '+' && pos_ < source_.size() && source_[pos_] == '\n') advance(1);
+    if (close.close_modifier == '-')
+      skip_whitespace();
+    else if (close.close_modifier != '+' && pos_ < source_.size() && source_[pos_] == '\n')
+      advance(1);
     return true;
   }
 
@@ -165,8 +181,10 @@ class Lexer {
     if (end == std::string_view::npos) fail_at(line_, "missing #} after a comment");
     const bool strip_after = end > pos_ + 2 && source_[end - 1] == '-';
     advance(end + 2 - pos_);
-    if (strip_after) skip_whitespace();
-    else if (pos_ < source_.size() && source_[pos_] == '\n') advance(1);  // trim_blocks
+    if (strip_after)
+      skip_whitespace();
+    else if (pos_ < source_.size() && source_[pos_] == '\n')
+      advance(1);  // trim_blocks
   }
 
   void lex_expression_token(int& curly_depth) {
@@ -179,8 +197,9 @@ class Lexer {
       tokens_.push_back({Token::Kind::Name, std::string(source_.substr(pos_, end - pos_)), line_});
       return advance(end - pos_);
     }
-    static constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}",
-                                                      ",",  ".",  ":",  "|",  "=",  "<",  ">", "+", "-", "~", "*", "/", "%"};
+    static constexpr std::string_view kOperators[] = {"**", "//", "==", "!=", "<=", ">=", "(", ")", "[",
+                                                      "]",  "{",  "}",  ",",  ".",  ":",  "|", "=", "<",
+                                                      ">",  "+",  "-",  "~",  "*",  "/",  "%"};
     for (std::string_view op : kOperators) {
       if (source_.substr(pos_, op.size()) != op) continue;
       if (op == "{") ++curly_depth;
@@ -193,7 +212,8 @@ class Lexer {
 
   // Digits with single underscores between them, from pos.
   size_t digits_end(size_t pos, bool (*digit)(char)) const {
-    while (pos < source_.size() && (digit(source_[pos]) || (source_[pos] == '_' && pos + 1 < source_.size() && digit(source_[pos + 1]))))
+    while (pos < source_.size() &&
+           (digit(source_[pos]) || (source_[pos] == '_' && pos + 1 < source_.size() && digit(source_[pos + 1]))))
       ++pos;
     return pos;
   }
@@ -210,8 +230,10 @@ class Lexer {
       end = digits_end(pos_ + 2, hex);
     } else {
       end = digits_end(pos_, decimal);
-      const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::Operator && tokens_.back().text == ".";
-      if (!after_dot && end + 1 < source_.size() && source_[end] == '.' && is_digit(source_[end + 1])) end = digits_end(end + 1, decimal);
+      const bool after_dot =
+          !tokens_.empty() && tokens_.back().kind == Token::Kind::Operator && tokens_.back().text == ".";
+      if (!after_dot && end + 1 < source_.size() && source_[end] == '.' && is_digit(source_[end + 1]))
+        end = digits_end(end + 1, decimal);
       if (!after_dot && end < source_.size() && (source_[end] == 'e' || source_[end] == 'E')) {
         size_t exponent = end + 1;
         if (exponent < source_.size() && (source_[exponent] == '+' || source_[exponent] == '-')) ++exponent;
@@ -239,15 +261,35 @@ class Lexer {
       const char escaped = source_[pos_];
       advance(1);
       switch (escaped) {
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'v': value += '\v'; break;
-        case '\'': case '"': case '\\': value += escaped; break;
-        case 'x': case 'u': append_hex_escape(value, escaped == 'x' ? 2 : 4, line); break;
-        default: fail_at(line, fmt::format("unknown escape \\{} in a string", escaped));
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case '\'':
+        case '"':
+        case '\\':
+          value += escaped;
+          break;
+        case 'x':
+        case 'u':
+          append_hex_escape(value, escaped == 'x' ? 2 : 4, line);
+          break;
+        default:
+          fail_at(line, fmt::format("unknown escape \\{} in a string", escaped));
       }
     }
     advance(1);
@@ -277,7 +319,6 @@ class Lexer {
   int line_ = 1;
   std::vector<Token> tokens_;
 };
-
 
 class Parser {
  public:
@@ -331,10 +372,14 @@ class Parser {
   }
   static std::string describe(const Token& token) {
     switch (token.kind) {
-      case TokenKind::End: return "end of template";
-      case TokenKind::CloseStatement: return "%}";
-      case TokenKind::CloseExpression: return "}}";
-      default: return token.text;
+      case TokenKind::End:
+        return "end of template";
+      case TokenKind::CloseStatement:
+        return "%}";
+      case TokenKind::CloseExpression:
+        return "}}";
+      default:
+        return token.text;
     }
   }
   NodePtr node(Kind kind) const { return std::make_unique<Node>(kind, peek().line); }
@@ -780,7 +825,8 @@ class Parser {
       if (at_operator(".")) {
         next();
         auto attribute = node(Kind::Attribute);
-        if (peek().kind != TokenKind::Name && peek().kind != TokenKind::Number) fail("expected an attribute name after '.'");
+        if (peek().kind != TokenKind::Name && peek().kind != TokenKind::Number)
+          fail("expected an attribute name after '.'");
         attribute->name = next().text;
         attribute->children.push_back(std::move(object));
         object = std::move(attribute);
@@ -864,7 +910,8 @@ class Parser {
         if (token.text == "[") return list_literal();
         if (token.text == "{") return dict_literal();
         [[fallthrough]];
-      default: fail(fmt::format("unexpected '{}' in an expression", describe(token)));
+      default:
+        fail(fmt::format("unexpected '{}' in an expression", describe(token)));
     }
   }
 

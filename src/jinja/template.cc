@@ -39,7 +39,8 @@ bool reads_name(const NodeList& nodes, std::string_view name) {
   for (const NodePtr& node : nodes) {
     if (!node) continue;
     if (node->kind == Node::Kind::Name && node->name == name) return true;
-    if (reads_name(node->children, name) || reads_name(node->body, name) || reads_name(node->alternate, name)) return true;
+    if (reads_name(node->children, name) || reads_name(node->body, name) || reads_name(node->alternate, name))
+      return true;
   }
   return false;
 }
@@ -97,22 +98,32 @@ class Renderer {
 
 Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
   switch (node.kind) {
-    case Kind::Text: emit(out, node.name); break;
-    case Kind::Output: emit(out, eval(*node.children[0], scope).str()); break;
+    case Kind::Text:
+      emit(out, node.name);
+      break;
+    case Kind::Output:
+      emit(out, eval(*node.children[0], scope).str());
+      break;
     case Kind::If:
       return render(eval(*node.children[0], scope).truthy() ? node.body : node.alternate, scope, out);
-    case Kind::For: return render_for(node, scope, out);
+    case Kind::For:
+      return render_for(node, scope, out);
     case Kind::Set:
       assign(*node.children[0],
              node.children.size() > 1 ? eval(*node.children[1], scope) : Value(render_to_string(node.body, scope)),
              scope);
       break;
-    case Kind::Macro: define_macro(node, scope); break;
-    case Kind::CallBlock: emit(out, call_block(node, scope).str()); break;
+    case Kind::Macro:
+      define_macro(node, scope);
+      break;
+    case Kind::CallBlock:
+      emit(out, call_block(node, scope).str());
+      break;
     case Kind::FilterBlock: {
       const Node& filter = *node.children[0];
-      emit(out, apply_filter(filter.name, Value(render_to_string(node.body, scope)),
-                             arguments(filter.children, 1, scope)).str());
+      emit(out,
+           apply_filter(filter.name, Value(render_to_string(node.body, scope)), arguments(filter.children, 1, scope))
+               .str());
       break;
     }
     case Kind::With: {
@@ -121,10 +132,14 @@ Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::st
         inner->variables[node.children[i]->name] = eval(*node.children[i + 1], scope);
       return render(node.body, inner, out);
     }
-    case Kind::Break: return Flow::Break;
-    case Kind::Continue: return Flow::Continue;
-    case Kind::Nothing: break;
-    default: emit(out, eval(node, scope).str());
+    case Kind::Break:
+      return Flow::Break;
+    case Kind::Continue:
+      return Flow::Continue;
+    case Kind::Nothing:
+      break;
+    default:
+      emit(out, eval(node, scope).str());
   }
   return Flow::Normal;
 }
@@ -171,9 +186,9 @@ Flow Renderer::render_for(const Node& node, const ScopePtr& scope, std::string& 
     loop.set("depth", Value(int64_t(1)));
     loop.set("depth0", Value(int64_t(0)));
     loop.set("cycle", Value::function([i](const Arguments& args) {
-      MLA_CHECK(!args.positional.empty(), "loop.cycle needs at least one value");
-      return args.positional[i % args.positional.size()];
-    }));
+               MLA_CHECK(!args.positional.empty(), "loop.cycle needs at least one value");
+               return args.positional[i % args.positional.size()];
+             }));
     loop_scope->variables["loop"] = Value::object(std::move(loop));
     assign(*node.children[0], items[i], loop_scope);
     const Flow flow = render(node.body, loop_scope, out);
@@ -208,7 +223,8 @@ void Renderer::assign(const Node& target, const Value& value, const ScopePtr& sc
 // The macro holds its scope weakly: the scope holds the macro, and a strong reference back would
 // keep both (and every value in the scope) alive after the render.
 void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
-  scope->variables[node.name] = Value::function([this, &node, weak_scope = std::weak_ptr(scope)](const Arguments& args) {
+  scope->variables[node.name] = Value::function([this, &node,
+                                                 weak_scope = std::weak_ptr(scope)](const Arguments& args) {
     const ScopePtr defined_in = weak_scope.lock();
     MLA_CHECK(defined_in, "macro '{}' is called after the block that defines it has ended", node.name);
     MLA_CHECK(macro_depth_ < kMaxMacroDepth, "macro '{}': calls nested more than {} deep", node.name, kMaxMacroDepth);
@@ -222,8 +238,8 @@ void Renderer::define_macro(const Node& node, const ScopePtr& scope) {
     // As Jinja2: extra positional arguments are `varargs`, unknown keywords `kwargs`, for a
     // macro whose body reads them; otherwise an error.
     const bool takes_varargs = reads_name(node.body, "varargs"), takes_kwargs = reads_name(node.body, "kwargs");
-    MLA_CHECK(takes_varargs || args.positional.size() <= node.children.size(), "macro '{}' takes at most {} arguments, got {}",
-              node.name, node.children.size(), args.positional.size());
+    MLA_CHECK(takes_varargs || args.positional.size() <= node.children.size(),
+              "macro '{}' takes at most {} arguments, got {}", node.name, node.children.size(), args.positional.size());
     Array varargs;
     for (size_t i = node.children.size(); i < args.positional.size(); ++i) varargs.push_back(args.positional[i]);
     Object kwargs;
@@ -257,8 +273,10 @@ Value Renderer::call_block(const Node& node, const ScopePtr& scope) {
     for (size_t i = 1; i < node.children.size(); ++i) {
       const Node& parameter = *node.children[i];
       const Value* given = args.get(i - 1, parameter.name);
-      body_scope->variables[parameter.name] =
-          given ? *given : parameter.kind == Kind::KeywordArgument ? eval(*parameter.children[0], body_scope) : Value();
+      body_scope->variables[parameter.name] = given ? *given
+                                              : parameter.kind == Kind::KeywordArgument
+                                                  ? eval(*parameter.children[0], body_scope)
+                                                  : Value();
     }
     return Value(render_to_string(node.body, body_scope));
   });
@@ -282,8 +300,10 @@ Arguments Renderer::arguments(const NodeList& nodes, size_t first, const ScopePt
 
 Value Renderer::eval(const Node& node, const ScopePtr& scope) {
   switch (node.kind) {
-    case Kind::Literal: return node.value;
-    case Kind::Name: return scope->lookup(node.name);
+    case Kind::Literal:
+      return node.value;
+    case Kind::Name:
+      return scope->lookup(node.name);
     case Kind::List:
     case Kind::Tuple: {
       Array items;
@@ -304,8 +324,10 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       MLA_CHECK(!object.is_undefined(), "cannot read attribute '{}' of an undefined value", node.name);
       return get_attribute(object, node.name);
     }
-    case Kind::Index: return subscript(node, scope);
-    case Kind::Slice: return slice(node, scope);
+    case Kind::Index:
+      return subscript(node, scope);
+    case Kind::Slice:
+      return slice(node, scope);
     case Kind::Call: {
       const Value callee = eval(*node.children[0], scope);
       MLA_CHECK(callee.kind() == Value::Kind::Callable, "cannot call {}", callee.type_name());
@@ -322,18 +344,22 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       if (node.name == "not") return Value(!operand.truthy());
       MLA_CHECK(operand.is_number() || operand.kind() == Value::Kind::Bool, "cannot apply unary {} to {}", node.name,
                 operand.type_name());
-      if (operand.kind() == Value::Kind::Float) return Value(node.name == "-" ? -operand.as_number() : operand.as_number());
+      if (operand.kind() == Value::Kind::Float)
+        return Value(node.name == "-" ? -operand.as_number() : operand.as_number());
       const int64_t integer = operand.kind() == Value::Kind::Bool ? int64_t(operand.as_bool()) : operand.as_int();
       if (node.name == "+") return Value(integer);
       int64_t negated = 0;
       MLA_CHECK(!__builtin_sub_overflow(int64_t(0), integer, &negated), "integer overflow in -({})", integer);
       return Value(negated);
     }
-    case Kind::Binary: return binary(node, scope);
+    case Kind::Binary:
+      return binary(node, scope);
     case Kind::Ternary:
       return eval(*node.children[eval(*node.children[0], scope).truthy() ? 1 : 2], scope);
-    case Kind::Select: return eval(*node.children[1], scope).truthy() ? eval(*node.children[0], scope) : Value();
-    default: fail("a statement where an expression was expected");
+    case Kind::Select:
+      return eval(*node.children[1], scope).truthy() ? eval(*node.children[0], scope) : Value();
+    default:
+      fail("a statement where an expression was expected");
   }
 }
 

@@ -135,32 +135,44 @@ void Value::move_nested_containers(std::vector<Value>& pending) {
 bool Value::same_container(const Value& other) const {
   if (kind_ != other.kind_) return false;
   switch (kind_) {
-    case Kind::List: return array_ == other.array_;
+    case Kind::List:
+      return array_ == other.array_;
     case Kind::Dict:
-    case Kind::Namespace: return object_ == other.object_;
-    case Kind::Callable: return function_ == other.function_;
-    default: return false;
+    case Kind::Namespace:
+      return object_ == other.object_;
+    case Kind::Callable:
+      return function_ == other.function_;
+    default:
+      return false;
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return bool_;
-    case Kind::Int: return int_ != 0;
-    case Kind::Float: return float_ != 0 && !std::isnan(float_);
-    case Kind::String: return !string_.empty();
-    case Kind::List: return !array_->empty();
-    case Kind::Dict: return !object_->entries.empty();
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return bool_;
+    case Kind::Int:
+      return int_ != 0;
+    case Kind::Float:
+      return float_ != 0 && !std::isnan(float_);
+    case Kind::String:
+      return !string_.empty();
+    case Kind::List:
+      return !array_->empty();
+    case Kind::Dict:
+      return !object_->entries.empty();
     case Kind::Namespace:
-    case Kind::Callable: return true;
+    case Kind::Callable:
+      return true;
   }
   return false;
 }
 
 const char* Value::type_name() const {
-  static constexpr const char* kNames[] = {"undefined", "none", "boolean", "integer", "float",
+  static constexpr const char* kNames[] = {"undefined", "none", "boolean", "integer",   "float",
                                            "string",    "list", "dict",    "namespace", "function"};
   return kNames[int(kind_)];
 }
@@ -199,12 +211,18 @@ std::string python_string(std::string_view text) {
   const char quote = double_quoted ? '"' : '\'';
   std::string out(1, quote);
   for (unsigned char c : text) {
-    if (c == '\\' || c == uint8_t(quote)) out += '\\', out += char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += char(c);
+    if (c == '\\' || c == uint8_t(quote))
+      out += '\\', out += char(c);
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += char(c);
   }
   return out + quote;
 }
@@ -216,8 +234,12 @@ void write_repr(const Value& value, int depth, std::string& out) {
   using Kind = Value::Kind;
   MLA_CHECK(depth <= kMaxReprDepth, "the value nests deeper than {} levels", kMaxReprDepth);
   switch (value.kind()) {
-    case Kind::String: out += python_string(value.as_string()); return;
-    case Kind::Undefined: out += "Undefined"; return;
+    case Kind::String:
+      out += python_string(value.as_string());
+      return;
+    case Kind::Undefined:
+      out += "Undefined";
+      return;
     case Kind::List: {
       const bool tuple = value.is_tuple();
       out += tuple ? '(' : '[';
@@ -244,7 +266,8 @@ void write_repr(const Value& value, int depth, std::string& out) {
       out += name_space ? "}>" : "}";
       return;
     }
-    default: out += value.str();
+    default:
+      out += value.str();
   }
 }
 
@@ -258,14 +281,22 @@ std::string Value::repr() const {
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::Undefined: return "";
-    case Kind::None: return "None";
-    case Kind::Bool: return bool_ ? "True" : "False";
-    case Kind::Int: return std::to_string(int_);
-    case Kind::Float: return python_float(float_);
-    case Kind::String: return string_;
-    case Kind::Callable: return "<function>";
-    default: return repr();
+    case Kind::Undefined:
+      return "";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return bool_ ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(int_);
+    case Kind::Float:
+      return python_float(float_);
+    case Kind::String:
+      return string_;
+    case Kind::Callable:
+      return "<function>";
+    default:
+      return repr();
   }
 }
 
@@ -279,8 +310,10 @@ bool equal_at_depth(const Value& a, const Value& b, int depth) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::String: return a.as_string() == b.as_string();
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return a.as_string() == b.as_string();
     case Kind::List: {  // item by item, as Python compares lists
       if (a.same_container(b)) return true;
       if (a.items().size() != b.items().size()) return false;
@@ -300,7 +333,8 @@ bool equal_at_depth(const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    default: return a.same_container(b);
+    default:
+      return a.same_container(b);
   }
 }
 
@@ -365,14 +399,29 @@ std::string string_to_json(std::string_view text, bool ensure_ascii) {
     const size_t start = i;
     const uint32_t code = decode_utf8(text, i);
     switch (code) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      default:
+        break;
     }
     if (code < 0x20) {
       append_u_escape(out, code);
@@ -396,25 +445,36 @@ constexpr int kMaxJsonDepth = 1000;
 void write_json(const Value& value, const JsonFormat& format, int depth, std::string& out) {
   using Kind = Value::Kind;
   MLA_CHECK(depth <= kMaxJsonDepth, "the value nests deeper than {} levels", kMaxJsonDepth);
-  const std::string item_separator =
-      !format.item_separator.empty() ? format.item_separator : format.indent > 0 ? "," : ", ";
+  const std::string item_separator = !format.item_separator.empty() ? format.item_separator
+                                     : format.indent > 0            ? ","
+                                                                    : ", ";
   const std::string key_separator = !format.key_separator.empty() ? format.key_separator : ": ";
   check_string_size(size_t(format.indent) * size_t(depth + 1));
   std::string base(size_t(format.indent * depth) + 1, ' ');  // a newline and this depth's indent
   base[0] = '\n';
   const std::string child = base + std::string(size_t(format.indent), ' ');
   switch (value.kind()) {
-    case Kind::Undefined: throw Error("cannot convert an undefined value to JSON");
-    case Kind::None: out += "null"; return;
-    case Kind::Bool: out += value.as_bool() ? "true" : "false"; return;
-    case Kind::Int: out += std::to_string(value.as_int()); return;
+    case Kind::Undefined:
+      throw Error("cannot convert an undefined value to JSON");
+    case Kind::None:
+      out += "null";
+      return;
+    case Kind::Bool:
+      out += value.as_bool() ? "true" : "false";
+      return;
+    case Kind::Int:
+      out += std::to_string(value.as_int());
+      return;
     case Kind::Float: {  // Python's json.dumps: repr, and NaN and Infinity as JavaScript spells them
       const double x = value.as_number();
       out += std::isnan(x) ? "NaN" : std::isinf(x) ? (x > 0 ? "Infinity" : "-Infinity") : python_float(x);
       return;
     }
-    case Kind::String: out += string_to_json(value.as_string(), format.ensure_ascii); return;
-    case Kind::Callable: throw Error("cannot convert a function to JSON");
+    case Kind::String:
+      out += string_to_json(value.as_string(), format.ensure_ascii);
+      return;
+    case Kind::Callable:
+      throw Error("cannot convert a function to JSON");
     case Kind::List: {
       out += '[';
       const Array& items = value.items();
@@ -432,7 +492,8 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
     case Kind::Namespace: {
       auto entries = value.attributes().entries;
       if (format.sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i > 0) out += item_separator;
@@ -458,12 +519,18 @@ std::string to_json(const Value& value, const JsonFormat& format) {
 
 Value from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value(int64_t(json.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value(int64_t(json.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array items;
       for (const auto& item : json) items.push_back(from_json(item));
@@ -474,7 +541,8 @@ Value from_json(const nlohmann::ordered_json& json) {
       for (const auto& [key, item] : json.items()) object.set(key, from_json(item));
       return Value::object(std::move(object));
     }
-    default: throw Error("cannot convert binary JSON to a template value");
+    default:
+      throw Error("cannot convert binary JSON to a template value");
   }
 }
 

@@ -22,8 +22,9 @@ constexpr int64_t kStepCols = kAmxStepCols;  // columns one tile product consume
 using amx::kTileRows, amx::load_tile_config, amx::NextTilesPrefetch, amx::spread_prefetch, amx::TileConfig;
 
 constexpr int64_t kStepWords = kTileRows * kStepCols;  // bf16 words in an A or B tile
-constexpr int64_t kGroupTokens = 128;  // tokens split into terms at once, over a chunk of columns
-constexpr int64_t kChunkTermsBytes = 1536 * 1024;  // a chunk's split activations (L2): 128 tokens x 2048 columns x 3 terms
+constexpr int64_t kGroupTokens = 128;                  // tokens split into terms at once, over a chunk of columns
+constexpr int64_t kChunkTermsBytes =
+    1536 * 1024;  // a chunk's split activations (L2): 128 tokens x 2048 columns x 3 terms
 static_assert(kTileRows == kBf16PanelRows && kStepCols == kBf16PanelStepCols, "a stored panel's steps are B tiles");
 
 // Linux's request for permission to use an extended state component, and AMX's tile data
@@ -54,14 +55,17 @@ int split_activations(const float* x, int64_t x_stride, int64_t tokens, int64_t 
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = x + t * x_stride;
     uint16_t* first = out + (t / kTileRows) * steps * kStepWords + (t % kTileRows) * kStepCols;
-    auto at = [&](int term, int64_t c) { return first + term * term_words + (c / kStepCols) * kStepWords + c % kStepCols; };
+    auto at = [&](int term, int64_t c) {
+      return first + term * term_words + (c / kStepCols) * kStepWords + c % kStepCols;
+    };
     int64_t c = 0;
     for (; c + 16 <= cols; c += 16) {
       const __m512 v = _mm512_loadu_ps(row + c);
       const __m256bh h = _mm512_cvtneps_pbh(v);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(0, c)), __m256i(h));
       if (terms == 1) continue;
-      const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+      const __m512 magnitude =
+          _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
       const __mmask16 finite = _mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
       const __m512 rest = _mm512_maskz_sub_ps(finite, v, bf16_to_f32x16(h));
       const __m256bh m = _mm512_cvtneps_pbh(rest);
@@ -116,12 +120,14 @@ __m512i step_words(const uint8_t* row, int64_t valid, const Fp8Magnitudes& fp8) 
   if constexpr (kSource == TileSource::Int8) {
     const __m512i first = _mm512_maskz_cvtepi8_epi32(0xffff, _mm256_castsi256_si128(bytes));
     const __m512i second = _mm512_maskz_cvtepi8_epi32(0xffff, _mm256_extracti128_si256(bytes, 1));
-    return __m512i(_mm512_cvtne2ps_pbh(_mm512_maskz_cvtepi32_ps(0xffff, second), _mm512_maskz_cvtepi32_ps(0xffff, first)));
+    return __m512i(
+        _mm512_cvtne2ps_pbh(_mm512_maskz_cvtepi32_ps(0xffff, second), _mm512_maskz_cvtepi32_ps(0xffff, first)));
   } else {
     const __m512i codes = _mm512_maskz_cvtepi8_epi16(~__mmask32(0), bytes);  // sign-extended
     const __m512i low = _mm512_permutex2var_epi16(fp8.words[0], codes, fp8.words[1]);
     const __m512i high = _mm512_permutex2var_epi16(fp8.words[2], codes, fp8.words[3]);
-    const __m512i magnitude = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(codes, _mm512_set1_epi16(0x40)), low, high);
+    const __m512i magnitude =
+        _mm512_mask_blend_epi16(_mm512_test_epi16_mask(codes, _mm512_set1_epi16(0x40)), low, high);
     return _mm512_ternarylogic_epi32(magnitude, codes, _mm512_set1_epi16(int16_t(0x8000)), 0xf8);  // a | (b & c)
   }
 }
@@ -156,7 +162,8 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
   const uint8_t* rows[kTileRows];
   for (int64_t n = 0; n < kTileRows; ++n) {
     const int64_t stored_row = weight.row_offset + std::min(first_row + n, weight.rows - 1);
-    rows[n] = static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
+    rows[n] =
+        static_cast<const uint8_t*>(weight.data) + (stored_row * weight.stored_cols + weight.col_offset) * element;
     // Segments past the first start on successive blocks (segment_steps), so segment s uses the
     // view's first block + s.
     const float* row_scales = byte_codes ? weight.block_scale + stored_row / weight.block_rows * stored_blocks +
@@ -165,9 +172,12 @@ void row_major_tiles(const LinearWeight& weight, int64_t first_row, int64_t step
     for (int64_t segment = 0; segment < segments; ++segment)
       scales[segment * kTileRows + n] = byte_codes ? row_scales[segment] * (fp8 ? 256.0f : 1.0f) : 1.0f;
   }
-  if (!byte_codes) build_tiles<TileSource::Bf16>(rows, element, weight.cols, steps, out);
-  else if (fp8) build_tiles<TileSource::Fp8>(rows, element, weight.cols, steps, out);
-  else build_tiles<TileSource::Int8>(rows, element, weight.cols, steps, out);
+  if (!byte_codes)
+    build_tiles<TileSource::Bf16>(rows, element, weight.cols, steps, out);
+  else if (fp8)
+    build_tiles<TileSource::Fp8>(rows, element, weight.cols, steps, out);
+  else
+    build_tiles<TileSource::Int8>(rows, element, weight.cols, steps, out);
 }
 
 // The stored panels of rows [next_row, next_row + 32) that lie before row_end, their steps
@@ -240,8 +250,9 @@ void scale_tile(const float* c, const float* scales, bool first_segment, float* 
   const __m512 scale = _mm512_loadu_ps(scales);
   for (int64_t i = 0; i < kTileRows; ++i) {
     const __m512 product = _mm512_load_ps(c + i * kTileRows);
-    _mm512_store_ps(sums + i * kTileRows, first_segment ? _mm512_mul_ps(product, scale)
-                                                        : _mm512_fmadd_ps(product, scale, _mm512_load_ps(sums + i * kTileRows)));
+    _mm512_store_ps(sums + i * kTileRows, first_segment
+                                              ? _mm512_mul_ps(product, scale)
+                                              : _mm512_fmadd_ps(product, scale, _mm512_load_ps(sums + i * kTileRows)));
   }
 }
 
@@ -283,7 +294,8 @@ void store_sums(const float* sums, int64_t rows, int64_t first_token, int64_t to
   for (int64_t i = 0; i < kTileRows && first_token + i < tokens; ++i) {
     float* out = y + (first_token + i) * y_stride;
     const float* in = sums + i * kTileRows;
-    if (!add) std::memcpy(out, in, size_t(rows) * sizeof(float));
+    if (!add)
+      std::memcpy(out, in, size_t(rows) * sizeof(float));
     else
       for (int64_t r = 0; r < rows; ++r) out[r] += in[r];
   }
@@ -291,8 +303,8 @@ void store_sums(const float* sums, int64_t rows, int64_t first_token, int64_t to
 
 // One chunk's products for rows [row_begin, row_end) into y (the group's first token's row;
 // column 0 is row_begin), added to what earlier chunks left there.
-void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_t row_begin, int64_t row_end,
-                    float* y, int64_t y_stride, Buffers& buffers) {
+void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_t row_begin, int64_t row_end, float* y,
+                    int64_t y_stride, Buffers& buffers) {
   const bool stored_panels = weight.format == WeightFormat::Bf16Panels;
   const LinearWeight view = stored_panels ? weight : column_view(weight, chunk);
   const auto* stored = static_cast<const uint16_t*>(weight.data) + chunk.first_step * kStepWords;
@@ -300,7 +312,8 @@ void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_
   const int64_t chunk_words = chunk.steps * kStepWords, term_words = chunk.token_blocks() * chunk_words;
   const int64_t b_panel_words = stored_panels ? bf16_panel_words(weight.cols) : chunk_words;
   // FP8 and grouped INT8: one scale a block of columns, applied to each block's sums (segments).
-  const int64_t per_segment = segment_steps(view, chunk.steps), segments = (chunk.steps + per_segment - 1) / per_segment;
+  const int64_t per_segment = segment_steps(view, chunk.steps),
+                segments = (chunk.steps + per_segment - 1) / per_segment;
   // Stored panels start on multiples of 16 rows (the first may begin before row_begin).
   const int64_t first = stored_panels ? row_begin / kBf16PanelRows * kBf16PanelRows : row_begin;
   buffers.tiles.resize(size_t(2 * chunk_words));
@@ -312,8 +325,10 @@ void chunk_products(const LinearWeight& weight, const ColumnChunk& chunk, int64_
     const uint16_t* b_tiles = stored_panels ? stored + pair_row / kTileRows * b_panel_words : buffers.tiles.data();
     for (int p = 0; p < panels; ++p) {
       float* scales = buffers.scales.data() + p * segments * kTileRows;
-      if (stored_panels) std::fill(scales, scales + kTileRows, 1.0f);
-      else row_major_tiles(view, pair_row + p * kTileRows, chunk.steps, buffers.tiles.data() + p * chunk_words, scales);
+      if (stored_panels)
+        std::fill(scales, scales + kTileRows, 1.0f);
+      else
+        row_major_tiles(view, pair_row + p * kTileRows, chunk.steps, buffers.tiles.data() + p * chunk_words, scales);
     }
     const int64_t next_row = pair_row + 2 * kTileRows, tile_steps = chunk.steps * ((chunk.token_blocks() + 1) / 2);
     NextTilesPrefetch prefetch =
@@ -415,4 +430,4 @@ void linear_rows_amx(const LinearWeight&, int64_t, int64_t, const float*, int64_
 
 #endif
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

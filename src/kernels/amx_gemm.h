@@ -47,4 +47,4 @@ void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_
 void amx_configure_tiles();
 #endif
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -46,8 +46,8 @@ constexpr int64_t kInt8GroupTokens = 512;
 // columns evens first (the order a 4-bit code byte's nibbles come in), and their scales
 // [token][block]; zero for tokens past `tokens`. Q8Buffer keeps a pair of blocks as the evens
 // of both, then the odds of both (q8_index).
-void gather_q8_tiles(const Q8Buffer& x, int64_t t0, int64_t tokens, int64_t token_blocks, int64_t blocks,
-                     int8_t* tiles, float* scales) {
+void gather_q8_tiles(const Q8Buffer& x, int64_t t0, int64_t tokens, int64_t token_blocks, int64_t blocks, int8_t* tiles,
+                     float* scales) {
   std::memset(tiles, 0, size_t(token_blocks * blocks * kInt8TileBytes));
   std::fill(scales, scales + token_blocks * kTileRows * blocks, 0.0f);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -78,12 +78,14 @@ void build_4bit_tiles(const LinearWeight& weight, int64_t first_row, int n_rows,
   const auto& half_scales = e8m0_half_scales();
   for (int n = 0; n < kTileRows; ++n) {
     const int64_t stored_row = weight.row_offset + first_row + std::min(n, n_rows - 1);
-    const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+    const uint8_t* bytes =
+        static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
     const int64_t scale_row = stored_row * (weight.stored_cols / group) + weight.col_offset / group;
     for (int64_t b = 0; b < blocks; ++b) {
       const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + b * kQ8Block / 2));
       alignas(16) int8_t codes[kQ8Block];
-      _mm_store_si128(reinterpret_cast<__m128i*>(codes), _mm_shuffle_epi8(lookup, _mm_and_si128(packed, _mm_set1_epi8(0x0f))));
+      _mm_store_si128(reinterpret_cast<__m128i*>(codes),
+                      _mm_shuffle_epi8(lookup, _mm_and_si128(packed, _mm_set1_epi8(0x0f))));
       _mm_store_si128(reinterpret_cast<__m128i*>(codes + 16),
                       _mm_shuffle_epi8(lookup, _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f))));
       int8_t* tile = tiles + b * kInt8TileBytes;
@@ -96,7 +98,8 @@ void build_4bit_tiles(const LinearWeight& weight, int64_t first_row, int n_rows,
 }
 
 // acc[t] (16 rows) += float(c[t]) * x_scales[t] * w_scales for the 16 tokens of an int32 C tile.
-void scale_and_add(const int32_t* c, const float* x_scales, int64_t x_scale_stride, const float* w_scales, __m512 acc[]) {
+void scale_and_add(const int32_t* c, const float* x_scales, int64_t x_scale_stride, const float* w_scales,
+                   __m512 acc[]) {
   const __m512 w = _mm512_loadu_ps(w_scales);
 #pragma GCC unroll 16
   for (int t = 0; t < kTileRows; ++t) {
@@ -147,15 +150,17 @@ struct Int8Buffers {
 void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                            int64_t n_tokens, float* y, int64_t y_stride) {
   const bool mxfp4 = weight.format == WeightFormat::Mxfp4;
-  MLA_CHECK(amx_available() && (mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0)),
-            "AMX 4-bit GEMM: needs AMX and MXFP4 or INT4 groups of whole 32-column blocks");
+  MLA_CHECK(
+      amx_available() && (mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % kQ8Block == 0)),
+      "AMX 4-bit GEMM: needs AMX and MXFP4 or INT4 groups of whole 32-column blocks");
   thread_local Int8Buffers buffers;
   const int64_t blocks = weight.cols / kQ8Block;
   buffers.b.resize(size_t(blocks * kInt8TileBytes));
   buffers.w_scales.resize(size_t(blocks * kTileRows));
   configure_int8_tiles();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8GroupTokens) {
-    const int64_t tokens = std::min(kInt8GroupTokens, n_tokens - t0), token_blocks = (tokens + kTileRows - 1) / kTileRows;
+    const int64_t tokens = std::min(kInt8GroupTokens, n_tokens - t0),
+                  token_blocks = (tokens + kTileRows - 1) / kTileRows;
     buffers.a.resize(size_t(token_blocks * blocks * kInt8TileBytes));
     buffers.x_scales.resize(size_t(token_blocks * kTileRows * blocks));
     gather_q8_tiles(x, t0, tokens, token_blocks, blocks, buffers.a.data(), buffers.x_scales.data());
@@ -167,8 +172,8 @@ void gemm_4bit_q8_rows_amx(const LinearWeight& weight, int64_t row_begin, int64_
       for (int64_t block = 0; block < token_blocks; ++block) {
         __m512 acc[kTileRows];
         token_block_4bit(buffers.a.data() + block * blocks * kInt8TileBytes, buffers.b.data(),
-                         buffers.x_scales.data() + block * kTileRows * blocks, buffers.w_scales.data(), blocks, prefetch,
-                         acc);
+                         buffers.x_scales.data() + block * kTileRows * blocks, buffers.w_scales.data(), blocks,
+                         prefetch, acc);
         for (int64_t i = 0; i < kTileRows && t0 + block * kTileRows + i < n_tokens; ++i)
           _mm512_mask_storeu_ps(y + (t0 + block * kTileRows + i) * y_stride + (first_row - row_begin),
                                 __mmask16((1u << n_rows) - 1), acc[i]);
@@ -186,4 +191,4 @@ void gemm_4bit_q8_rows_amx(const LinearWeight&, int64_t, int64_t, const Q8Buffer
 
 #endif
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -46,5 +46,5 @@ struct NextTilesPrefetch {
 NextTilesPrefetch spread_prefetch(const char* first, int64_t row_bytes, int64_t row_stride, int64_t rows,
                                   int64_t tile_steps);
 
-}  // namespace mlaserve::amx
+}  // namespace MLASERVE_KERNELS_NS::amx
 #endif

@@ -23,10 +23,9 @@ constexpr int64_t kQueryTile = 64;
 
 // Queries [first, first + count) of one head, as two GEMMs on the packed GEMM's kernels, or on
 // the vdpbf16ps one over bf16 panels (the head's key and value panels as the "weights", the
-// queries and probabilities as the "tokens"): scores = Q K^T over the keys visible to the tile's last query, each row scaled,
-// masked to its own causal limit and softmaxed, then out = P V. Only the tile's diagonal
-// block computes scores the mask then drops (at most half of 64 x 64 a tile); no key past the
-// tile's last query is read.
+// queries and probabilities as the "tokens"): scores = Q K^T over the keys visible to the tile's last query, each row
+// scaled, masked to its own causal limit and softmaxed, then out = P V. Only the tile's diagonal block computes scores
+// the mask then drops (at most half of 64 x 64 a tile); no key past the tile's last query is read.
 void attend_query_tile(const CausalAttentionParams& p, int64_t head, int64_t first, int64_t count,
                        std::vector<float>& scores) {
   // Query j of the tile sees the panels' keys [0, offset + first + j + 1) (clipped to n_keys).
@@ -92,4 +91,4 @@ void causal_attention(const CausalAttentionParams& params) {
   });
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

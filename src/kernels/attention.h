@@ -14,11 +14,15 @@ namespace mlaserve {
 // the last key (keys) and past head_dim_v (values).
 constexpr int64_t kAttentionPanel = 16;
 inline int64_t round_up_to_panel(int64_t n) { return (n + kAttentionPanel - 1) / kAttentionPanel * kAttentionPanel; }
-inline int64_t key_panels_floats(int64_t n_keys, int64_t head_dim_qk) { return round_up_to_panel(n_keys) * head_dim_qk; }
+inline int64_t key_panels_floats(int64_t n_keys, int64_t head_dim_qk) {
+  return round_up_to_panel(n_keys) * head_dim_qk;
+}
 inline int64_t key_panel_index(int64_t key, int64_t d, int64_t head_dim_qk) {
   return (key / kAttentionPanel * head_dim_qk + d) * kAttentionPanel + key % kAttentionPanel;
 }
-inline int64_t value_panels_floats(int64_t n_keys, int64_t head_dim_v) { return round_up_to_panel(head_dim_v) * n_keys; }
+inline int64_t value_panels_floats(int64_t n_keys, int64_t head_dim_v) {
+  return round_up_to_panel(head_dim_v) * n_keys;
+}
 inline int64_t value_panel_index(int64_t key, int64_t d, int64_t n_keys) {
   return (d / kAttentionPanel * n_keys + key) * kAttentionPanel + d % kAttentionPanel;
 }
@@ -48,14 +52,14 @@ inline int64_t value_pair_index(int64_t key, int64_t d, int64_t n_keys) {
 // it sees there (out = sum exp(s - max) v, row_sum = sum exp(s - max), row_max = max s; a
 // query that sees none gets zeros and -inf), which the caller merges over the ranges.
 struct CausalAttentionParams {
-  const float* q = nullptr;         // [n_queries, n_heads, head_dim_qk]
-  const float* k_panels = nullptr;  // [n_heads][key_panels_floats(n_keys, head_dim_qk)]
-  const float* v_panels = nullptr;  // [n_heads][value_panels_floats(n_keys, head_dim_v)]
+  const float* q = nullptr;           // [n_queries, n_heads, head_dim_qk]
+  const float* k_panels = nullptr;    // [n_heads][key_panels_floats(n_keys, head_dim_qk)]
+  const float* v_panels = nullptr;    // [n_heads][value_panels_floats(n_keys, head_dim_v)]
   const uint16_t* k_pairs = nullptr;  // [n_heads][key_pair_panels_words(n_keys, head_dim_qk)]
   const uint16_t* v_pairs = nullptr;  // [n_heads][value_pair_panels_words(n_keys, head_dim_v)]
-  float* out = nullptr;             // [n_queries, n_heads, head_dim_v]
+  float* out = nullptr;               // [n_queries, n_heads, head_dim_v]
   int64_t n_queries = 0;
-  int64_t n_keys = 0;         // keys in the panels, at positions [key_position, key_position + n_keys)
+  int64_t n_keys = 0;  // keys in the panels, at positions [key_position, key_position + n_keys)
   int64_t key_position = 0;
   int64_t query_position = -1;  // query i sits at position query_position + i (-1: n_keys - n_queries)
   float* row_max = nullptr;     // [n_queries, n_heads], with row_sum: the partial form above
@@ -75,4 +79,4 @@ void softmax_in_place(float* p, int64_t n);
 
 void causal_attention(const CausalAttentionParams& params);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -34,7 +34,8 @@ static_assert(kDepth % 2 == 0, "a piece is whole column pairs");
 // chains, and too few leave the dot pipes waiting on its latency (16 tokens run as 5 + 5 + 6).
 struct TokenBlocks {
   int64_t n_tokens, count;
-  explicit TokenBlocks(int64_t tokens, int64_t most = kBlockTokens) : n_tokens(tokens), count((tokens + most - 1) / most) {}
+  explicit TokenBlocks(int64_t tokens, int64_t most = kBlockTokens)
+      : n_tokens(tokens), count((tokens + most - 1) / most) {}
   int64_t begin(int64_t block) const { return block * n_tokens / count; }
   int64_t end(int64_t block) const { return (block + 1) * n_tokens / count; }
 };
@@ -133,11 +134,13 @@ constexpr BlockKernels block_kernels(std::index_sequence<kCounts...>) {
 // from two tokens (one takes kKernels).
 constexpr auto kBlockCounts = std::make_index_sequence<kBlockTokens>();
 constexpr BlockKernels kKernels[kMostPanels] = {
-    block_kernels<1, false>(kBlockCounts), block_kernels<2, false>(kBlockCounts),
-    block_kernels<3, false>(kBlockCounts), block_kernels<4, false>(kBlockCounts)};
+    block_kernels<1, false>(kBlockCounts), block_kernels<2, false>(kBlockCounts), block_kernels<3, false>(kBlockCounts),
+    block_kernels<4, false>(kBlockCounts)};
 constexpr BlockKernels kStreamKernels[kMostPanels] = {
     block_kernels<1, true>(std::make_index_sequence<kStreamBlockTokens>()),
-    block_kernels<2, true>(std::make_index_sequence<kStreamBlockTokens>()), {}, block_kernels<4, true>(kBlockCounts)};
+    block_kernels<2, true>(std::make_index_sequence<kStreamBlockTokens>()),
+    {},
+    block_kernels<4, true>(kBlockCounts)};
 
 // Fewer tokens than a GEMM tile (decode, a small batch): memory-bound, so each stored panel is
 // read once over the whole depth, with every token's sums in registers — up to 6 tokens four
@@ -167,9 +170,9 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
       const uint16_t* panel = stored + first_panel * panel_words + k0 * kPanelRows;
       for (int64_t block = 0; block < blocks.count; ++block) {
         const int64_t begin = blocks.begin(block);
-        kernels[count - 1][blocks.end(block) - begin - 1](
-            words.data() + piece * piece_words + begin * kPairsPerToken, panel, step * panel_words, pairs,
-            sums + begin * kSumsStride, kSumsStride, 0, count * int(kPanelRows), piece > 0);
+        kernels[count - 1][blocks.end(block) - begin - 1](words.data() + piece * piece_words + begin * kPairsPerToken,
+                                                          panel, step * panel_words, pairs, sums + begin * kSumsStride,
+                                                          kSumsStride, 0, count * int(kPanelRows), piece > 0);
       }
     }
     int64_t panels[kMostPanels];
@@ -186,9 +189,8 @@ void stream_few_tokens(const uint16_t* stored, int64_t panel_words, int64_t cols
 
 bool bf16_dot_gemm_built() { return true; }
 
-void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin,
-                          int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
-                          int64_t y_stride) {
+void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin, int64_t row_end,
+                          const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   struct alignas(64) Pairs {
     uint32_t words[kTileTokens * kPairsPerToken];
   };
@@ -209,8 +211,8 @@ void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t c
         const auto& kernels = kKernels[panels - 1];
         for (int64_t block = 0; block < blocks.count; ++block) {
           const int64_t begin = blocks.begin(block);
-          kernels[blocks.end(block) - begin - 1](buffer->words + begin * kPairsPerToken, panel, panel_words,
-                                                 pairs, out + begin * y_stride, y_stride, first_row, end_row, k0 > 0);
+          kernels[blocks.end(block) - begin - 1](buffer->words + begin * kPairsPerToken, panel, panel_words, pairs,
+                                                 out + begin * y_stride, y_stride, first_row, end_row, k0 > 0);
         }
         first += panels * kPanelRows;
       }
@@ -237,4 +239,4 @@ void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
                        row_end, x, x_stride, n_tokens, y, y_stride);
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -27,8 +27,7 @@ void bf16_dot_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 // The same over panels that are not a LinearWeight (the prefill attention's keys and values):
 // panel p of the Bf16Panels layout at stored + p * panel_words, its first `cols` columns used
 // (column `cols`, read when it is odd, finite).
-void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin,
-                          int64_t row_end, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
-                          int64_t y_stride);
+void bf16_dot_stored_rows(const uint16_t* stored, int64_t panel_words, int64_t cols, int64_t row_begin, int64_t row_end,
+                          const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

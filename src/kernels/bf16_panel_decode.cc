@@ -25,8 +25,7 @@ constexpr int64_t kPanelRows = kBf16PanelRows;
 // token and 2 panels x 2 tokens).
 struct YmmDots {
   template <int kPanels, int kTokens>
-  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
-                  float* sums) {
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
       __m256 acc[2 * kPanels * kTokens];
       for (auto& a : acc) a = _mm256_setzero_ps();
@@ -65,15 +64,14 @@ struct YmmDots {
 // order.
 struct ZmmDots {
   template <int kPanels, int kTokens>
-  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols,
-                  float* sums) {
+  static void dot(const uint16_t* const panels[kPanels], const float* x, int64_t x_stride, int64_t cols, float* sums) {
     for (int64_t k0 = 0; k0 < cols; k0 += kDepth) {
       __m512 acc[kPanels * kTokens];
 #pragma GCC unroll 16
       for (auto& a : acc) a = _mm512_setzero_ps();
       const int64_t end = std::min(cols, k0 + kDepth);
       for (int64_t k = k0; k < end; k += 2) {  // a column pair a step (a lone last column: its first)
-        __m512 columns[2][kPanels];           // [column k, k + 1][panel]
+        __m512 columns[2][kPanels];            // [column k, k + 1][panel]
 #pragma GCC unroll 4
         for (int p = 0; p < kPanels; ++p) {
           simd::load_bf16_pairs(panels[p] + k * kPanelRows, columns[0][p], columns[1][p]);
@@ -122,8 +120,8 @@ void bf16_panel_pair_tokens(const LinearWeight& weight, int64_t panel, int n, in
 // 5-15 tokens: the range's panels a pair at a time (two memory streams, prefetched), each pair
 // against the tokens in blocks of up to 8 (12 tokens as 6 + 6), the later blocks finding the
 // pair in L2.
-void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride) {
   using Kernel = void (*)(const LinearWeight&, int64_t, int, int64_t, int64_t, const float*, int64_t, float*, int64_t);
   static constexpr Kernel kKernels[8] = {nullptr,
                                          nullptr,
@@ -152,8 +150,8 @@ void bf16_panel_pairs(const LinearWeight& weight, int64_t row_begin, int64_t row
 // would read one stream, with too few accumulator chains (2 tokens ran at half rate). Dots is
 // YmmDots or ZmmDots.
 template <class Dots, int kTokens, int kSpread>
-void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                       int64_t x_stride, float* y, int64_t y_stride) {
+void bf16_panel_spread(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                       float* y, int64_t y_stride) {
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols), first_panel = row_begin / kPanelRows;
   const int64_t n_panels = (row_end + kPanelRows - 1) / kPanelRows - first_panel, part = n_panels / kSpread;
@@ -213,4 +211,4 @@ void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, in
 #endif
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

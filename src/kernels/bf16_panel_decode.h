@@ -34,4 +34,4 @@ void store_panel_sums(const float* sums, int64_t token_stride, const int64_t* pa
 void bf16_panel_few_token_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
                                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

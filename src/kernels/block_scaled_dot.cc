@@ -90,7 +90,8 @@ void int8_to_f32(const uint8_t* codes, float scale, float* out, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   for (; i + 8 <= n; i += 8) {
-    const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i))));
+    const __m256 values =
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i))));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(values, _mm256_set1_ps(scale)));
   }
 #endif
@@ -163,7 +164,8 @@ int64_t block_chunks(const uint8_t* const codes[], const float* const values[], 
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < kTokens; ++t)
-      total[r * kTokens + t] = _mm512_fmadd_ps(acc[r * kTokens + t], _mm512_set1_ps(block_scale[r]), total[r * kTokens + t]);
+      total[r * kTokens + t] =
+          _mm512_fmadd_ps(acc[r * kTokens + t], _mm512_set1_ps(block_scale[r]), total[r * kTokens + t]);
   return c;
 }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -266,8 +268,8 @@ void dot_rows_of(const uint8_t* const codes[], const float* const scales[], int6
 // buffer for all the groups instead runs slower with 128-column scale blocks: each block's few
 // chunks do not repay its widening pass, stores and per-group starts.
 template <ByteCode kCode>
-void dot_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase,
-              int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n, float* out) {
+void dot_rows(const uint8_t* const codes[], const float* const scales[], int n_rows, int64_t phase, int64_t block_cols,
+              const BlockScaledActivations* const tokens[], int n_tokens, int64_t n, float* out) {
   using DotRows = void (*)(const uint8_t* const[], const float* const[], int64_t, int64_t,
                            const BlockScaledActivations* const[], int64_t, float*);
 #ifdef MLA_BLOCK_SCALED_AVX512
@@ -303,4 +305,4 @@ void dot_block_scaled_rows(const uint8_t* const codes[], const float* const scal
   dot_rows<ByteCode::Int8>(codes, scales, n_rows, phase, block_cols, tokens, n_tokens, n, out);
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

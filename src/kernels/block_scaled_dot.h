@@ -58,4 +58,4 @@ void dot_block_scaled_rows(const uint8_t* const codes[], const float* const scal
                            int64_t block_cols, const BlockScaledActivations* const tokens[], int n_tokens, int64_t n,
                            float* out);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

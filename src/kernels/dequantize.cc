@@ -29,8 +29,8 @@ void dequantize_block_scaled_range(const LinearWeight& weight, int64_t row, int6
 // Columns [col_begin, col_end) start and end on group boundaries (views split only there).
 void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
-  const uint32_t* words = static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) +
-                          weight.col_offset / 8;
+  const uint32_t* words =
+      static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8;
   const uint16_t* scales = weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
                            weight.col_offset / weight.group_size;
   for (int64_t begin = col_begin; begin < col_end; begin += weight.group_size) {
@@ -47,13 +47,15 @@ void dequantize_int4_range(const LinearWeight& weight, int64_t row, int64_t col_
 }
 
 // OCP MX: E2M1 code -> value (bit 3 the sign).
-constexpr float kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // MXFP4: the E2M1 values times 2^(scale - 127) per 32 columns; the range starts and ends on
 // 32-column boundaries.
 void dequantize_mxfp4_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t stored_row = weight.row_offset + row;
-  const uint8_t* bytes = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+  const uint8_t* bytes =
+      static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
   const uint8_t* scales = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
   for (int64_t begin = col_begin; begin < col_end; begin += 32) {
     const float scale = e8m0_to_f32(scales[begin / 32]);
@@ -105,19 +107,31 @@ void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_b
     case WeightFormat::F32:
       std::memcpy(out, static_cast<const float*>(weight.data) + offset, size_t(n) * 4);
       return;
-    case WeightFormat::BF16: simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + offset, out, n); return;
+    case WeightFormat::BF16:
+      simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + offset, out, n);
+      return;
     case WeightFormat::F16: {
       const uint16_t* values = static_cast<const uint16_t*>(weight.data) + offset;
       for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(values[c]);
       return;
     }
     case WeightFormat::Fp8Block:
-    case WeightFormat::Int8Block: dequantize_block_scaled_range(weight, row, col_begin, col_end, out); return;
-    case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
-    case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
-    case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Int8Block:
+      dequantize_block_scaled_range(weight, row, col_begin, col_end, out);
+      return;
+    case WeightFormat::Int4Group:
+      dequantize_int4_range(weight, row, col_begin, col_end, out);
+      return;
+    case WeightFormat::Mxfp4:
+      dequantize_mxfp4_range(weight, row, col_begin, col_end, out);
+      return;
+    case WeightFormat::Bf16Panels:
+      dequantize_bf16_panel_range(weight, row, col_begin, col_end, out);
+      return;
     case WeightFormat::Int4Panels:
-    case WeightFormat::Mxfp4Panels: dequantize_4bit_panel_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Mxfp4Panels:
+      dequantize_4bit_panel_range(weight, row, col_begin, col_end, out);
+      return;
   }
 }
 
@@ -125,5 +139,4 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
   dequantize_row_range(weight, row, 0, weight.cols, out);
 }
 
-
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

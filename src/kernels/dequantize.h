@@ -15,4 +15,4 @@ void dequantize_row(const LinearWeight& weight, int64_t row, float* out);
 // starts and ends on a scale group's boundary (or at W.cols).
 void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

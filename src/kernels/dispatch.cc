@@ -86,18 +86,30 @@ void use_kernel_config(const KernelConfig& config) {
 
 const char* linear_kernel_name(LinearKernel kernel) {
   switch (kernel) {
-    case LinearKernel::OneTokenDots: return "one-token dots";
-    case LinearKernel::FewTokenDots: return "few-token dots";
-    case LinearKernel::BlockScaledDots: return "block-scaled dots";
-    case LinearKernel::Q8Dots: return "int8 dots";
-    case LinearKernel::IntegerGemm: return "integer GEMM";
-    case LinearKernel::IntegerGemmAmx: return "integer GEMM on AMX";
-    case LinearKernel::FourBitPanelDots: return "4-bit panel dots";
-    case LinearKernel::PackedGemm: return "packed GEMM";
-    case LinearKernel::Bf16PanelStream: return "BF16 panel stream";
-    case LinearKernel::Bf16PanelGemm: return "BF16 panel GEMM";
-    case LinearKernel::Bf16Dot: return "vdpbf16ps";
-    case LinearKernel::AmxTiles: return "AMX tiles";
+    case LinearKernel::OneTokenDots:
+      return "one-token dots";
+    case LinearKernel::FewTokenDots:
+      return "few-token dots";
+    case LinearKernel::BlockScaledDots:
+      return "block-scaled dots";
+    case LinearKernel::Q8Dots:
+      return "int8 dots";
+    case LinearKernel::IntegerGemm:
+      return "integer GEMM";
+    case LinearKernel::IntegerGemmAmx:
+      return "integer GEMM on AMX";
+    case LinearKernel::FourBitPanelDots:
+      return "4-bit panel dots";
+    case LinearKernel::PackedGemm:
+      return "packed GEMM";
+    case LinearKernel::Bf16PanelStream:
+      return "BF16 panel stream";
+    case LinearKernel::Bf16PanelGemm:
+      return "BF16 panel GEMM";
+    case LinearKernel::Bf16Dot:
+      return "vdpbf16ps";
+    case LinearKernel::AmxTiles:
+      return "AMX tiles";
   }
   return "?";
 }
@@ -157,9 +169,10 @@ bool prefill_attention_on_bf16_dot(const KernelConfig& config) { return bf16_dot
 std::string kernel_features(const KernelConfig& config) {
   std::string features = fmt::format("{} build ({})", isa_name(config.isa), isa_kernels(config.isa).units);
   if (config.amx)
-    features += fmt::format(", AMX tiles for GEMMs of {}+ tokens, activations as {} bf16 term(s) (--bf16-terms; "
-                            "MLASERVE_AMX=0 turns the tiles off)",
-                            kAmxMinTokens, config.bf16_activation_terms);
+    features += fmt::format(
+        ", AMX tiles for GEMMs of {}+ tokens, activations as {} bf16 term(s) (--bf16-terms; "
+        "MLASERVE_AMX=0 turns the tiles off)",
+        kAmxMinTokens, config.bf16_activation_terms);
   else if (bf16_dot_runs(config))
     features += ", vdpbf16ps for BF16 panels of 2+ tokens, activations rounded to bf16 (--bf16-terms 1)";
   return features;
@@ -167,10 +180,14 @@ std::string kernel_features(const KernelConfig& config) {
 
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
   switch (kernel) {
-    case MlaDecodeKernel::Auto: return "auto";
-    case MlaDecodeKernel::Blocked: return "blocked";
-    case MlaDecodeKernel::Padded: return "padded";
-    case MlaDecodeKernel::Generic: return "generic";
+    case MlaDecodeKernel::Auto:
+      return "auto";
+    case MlaDecodeKernel::Blocked:
+      return "blocked";
+    case MlaDecodeKernel::Padded:
+      return "padded";
+    case MlaDecodeKernel::Generic:
+      return "generic";
   }
   return "?";
 }
@@ -181,7 +198,9 @@ MlaDecodeKernel mla_decode_kernel_from_name(const char* name) {
   fail("unknown --mla-kernel '{}' (auto, padded, generic)", name);
 }
 
-bool mla_blocked_supports(int64_t n_heads) { return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0); }
+bool mla_blocked_supports(int64_t n_heads) {
+  return n_heads == 4 || n_heads == 8 || (n_heads > 0 && n_heads % 16 == 0);
+}
 
 int64_t mla_padded_heads(int64_t n_heads) {
   for (int64_t heads : {4, 8, 16})
@@ -224,9 +243,7 @@ void kda_chunked(float* state, const float* q, const float* k, const float* v, c
 
 void l2_normalize(float* x, int64_t n, float scale) { running().l2_normalize(x, n, scale); }
 
-void dequantize_row(const LinearWeight& weight, int64_t row, float* out) {
-  running().dequantize_row(weight, row, out);
-}
+void dequantize_row(const LinearWeight& weight, int64_t row, float* out) { running().dequantize_row(weight, row, out); }
 
 void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   running().dequantize_row_range(weight, row, col_begin, col_end, out);

@@ -17,10 +17,10 @@ namespace mlaserve {
 // What the kernels may use: the host's units (as built and granted) and the options that trade
 // exactness or memory for speed.
 struct KernelConfig {
-  Isa isa = Isa::Avx2;            // the build of the kernels that runs (isa.h)
-  bool amx = false;               // AMX tiles: built with AMX, granted by the kernel, MLASERVE_AMX not 0
-  bool bf16_dot = false;          // vdpbf16ps built (AVX512_BF16)
-  bool four_bit_panels = false;   // the 4-bit panel kernels built (AVX2 + FMA, or AVX-512 VNNI)
+  Isa isa = Isa::Avx2;                  // the build of the kernels that runs (isa.h)
+  bool amx = false;                     // AMX tiles: built with AMX, granted by the kernel, MLASERVE_AMX not 0
+  bool bf16_dot = false;                // vdpbf16ps built (AVX512_BF16)
+  bool four_bit_panels = false;         // the 4-bit panel kernels built (AVX2 + FMA, or AVX-512 VNNI)
   int64_t bf16_panel_few_tokens = 3;    // the most tokens the build's BF16 panel stream takes
   int64_t block_scaled_max_tokens = 1;  // the most tokens the build's block-scaled dots take
   // The bf16 terms GEMMs that multiply in bf16 split each activation into (--bf16-terms): x = hi
@@ -63,18 +63,18 @@ class ScopedKernelConfig {
 
 // The kernels a linear layer can run on (docs/kernels.md describes each).
 enum class LinearKernel {
-  OneTokenDots,       // one token, rows read once in spread quads (row_dots.h)
-  FewTokenDots,       // 4 rows x 3 tokens blocks, rows dequantized to fp32 first where not BF16/F32
-  BlockScaledDots,    // FP8 / INT8 codes widened in registers (block_scaled_dot.h)
-  Q8Dots,             // 4-bit rows against int8 activations (quant_dot.h)
-  IntegerGemm,        // 4-bit rows or panels, an integer GEMM on int8 activations (gemm_4bit.h)
-  IntegerGemmAmx,     // the same on AMX-INT8 tiles
-  FourBitPanelDots,   // 4-bit panels against a few tokens (four_bit_panels.h)
-  PackedGemm,         // any format decoded to fp32 panels once per panel (packed_gemm.h)
-  Bf16PanelStream,    // BF16 panels streamed once for a few tokens (bf16_panel_decode.h)
-  Bf16PanelGemm,      // BF16 panels as the packed GEMM's panels
-  Bf16Dot,            // BF16 panels on vdpbf16ps, activations rounded to bf16 (bf16_dot_gemm.h)
-  AmxTiles,           // BF16, FP8, INT8 on AMX-BF16 tiles (amx_gemm.h)
+  OneTokenDots,      // one token, rows read once in spread quads (row_dots.h)
+  FewTokenDots,      // 4 rows x 3 tokens blocks, rows dequantized to fp32 first where not BF16/F32
+  BlockScaledDots,   // FP8 / INT8 codes widened in registers (block_scaled_dot.h)
+  Q8Dots,            // 4-bit rows against int8 activations (quant_dot.h)
+  IntegerGemm,       // 4-bit rows or panels, an integer GEMM on int8 activations (gemm_4bit.h)
+  IntegerGemmAmx,    // the same on AMX-INT8 tiles
+  FourBitPanelDots,  // 4-bit panels against a few tokens (four_bit_panels.h)
+  PackedGemm,        // any format decoded to fp32 panels once per panel (packed_gemm.h)
+  Bf16PanelStream,   // BF16 panels streamed once for a few tokens (bf16_panel_decode.h)
+  Bf16PanelGemm,     // BF16 panels as the packed GEMM's panels
+  Bf16Dot,           // BF16 panels on vdpbf16ps, activations rounded to bf16 (bf16_dot_gemm.h)
+  AmxTiles,          // BF16, FP8, INT8 on AMX-BF16 tiles (amx_gemm.h)
 };
 const char* linear_kernel_name(LinearKernel kernel);
 

@@ -115,10 +115,9 @@ constexpr const PanelChunk* kChunkKernels[3][2] = {
     {kChunks<2, false, 1, 2, 3, 4>, kChunks<2, true, 1, 2, 3, 4>},
     {kChunks<4, false, 1, 2>, kChunks<4, true, 1, 2>}};
 #else
-constexpr const PanelChunk* kChunkKernels[3][2] = {
-    {kChunks<1, false, 1, 2, 3, 4>, kChunks<1, true, 1, 2, 3, 4>},
-    {kChunks<2, false, 1, 2, 3, 4>, kChunks<2, true, 1, 2, 3, 4>},
-    {kChunks<4, false, 1, 2>, kChunks<4, true, 1, 2>}};
+constexpr const PanelChunk* kChunkKernels[3][2] = {{kChunks<1, false, 1, 2, 3, 4>, kChunks<1, true, 1, 2, 3, 4>},
+                                                   {kChunks<2, false, 1, 2, 3, 4>, kChunks<2, true, 1, 2, 3, 4>},
+                                                   {kChunks<4, false, 1, 2>, kChunks<4, true, 1, 2>}};
 #endif
 
 // How the few-token path reads a range for n tokens: `streams` equal parts of it at once (one
@@ -175,7 +174,7 @@ struct PanelWeight {
     alignas(64) float out[kMaxUnits * kMaxTokens * kUnitRows];
     const int64_t end_block = std::min(blocks, first_block + kChunkBlocks);
     kChunkKernels[n_units / 2][mxfp4][n_tokens - 1](codes_of, scales_of, first_block, end_block, blocks,
-                                                     blocks_per_group, tokens, out);
+                                                    blocks_per_group, tokens, out);
     for (int u = 0; u < n_units; ++u) {
       const int64_t first_row = std::max(row_begin, units[u] * kUnitRows);
       const int64_t end_row = std::min(row_end, (units[u] + 1) * kUnitRows);
@@ -206,7 +205,8 @@ void few_token_rows(const PanelWeight& weight, int64_t row_begin, int64_t row_en
   const FewTokenPlan plan = few_token_plan(n_tokens);
   TokenBlock token_blocks[kMaxTokens];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += plan.tokens_per_call)
-    token_blocks[t0 / plan.tokens_per_call] = token_block(x, t0, std::min<int64_t>(plan.tokens_per_call, n_tokens - t0));
+    token_blocks[t0 / plan.tokens_per_call] =
+        token_block(x, t0, std::min<int64_t>(plan.tokens_per_call, n_tokens - t0));
   const int64_t first_unit = row_begin / kUnitRows, n_units = (row_end + kUnitRows - 1) / kUnitRows - first_unit;
   const int64_t part = n_units / (plan.streams * plan.group) * plan.group;
   const auto run = [&](const int64_t* units, int count) {
@@ -255,8 +255,10 @@ void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 bool four_bit_panels_built() { return false; }
 
 void four_bit_panel_rows(const LinearWeight& weight, int64_t, int64_t, const Q8Buffer&, int64_t, float*, int64_t) {
-  MLA_CHECK(false, "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (the avx2 and avx512 kernel builds have them)",
-            weight_format_name(weight.format));
+  MLA_CHECK(
+      false,
+      "a {} weight needs a build with AVX2 and FMA, or AVX-512 VNNI (the avx2 and avx512 kernel builds have them)",
+      weight_format_name(weight.format));
 }
 
 void four_bit_panel_steps(const LinearWeight& weight, int64_t, int64_t, int64_t, uint8_t (*)[8][4 * kFourBitStepRows],
@@ -266,4 +268,4 @@ void four_bit_panel_steps(const LinearWeight& weight, int64_t, int64_t, int64_t,
 
 #endif
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -29,11 +29,10 @@ inline constexpr int kFourBitStepRows = 8;
 #endif
 
 // y[t * y_stride + r - row_begin] = W[r] . x_t for rows [row_begin, row_end) and the n_tokens
-// (at most kFourBitPanelMaxTokens) tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the integer
-// GEMM's steps in its order — per block an exact int32 sum, then fma(fma(sum, x_scale,
-// -offset * x_scale * sum(q)), w_scale, acc) over chunks of 32 blocks, the chunks added in
-// turn — so a token gets the same bits alone, in any batch, and as gemm_4bit_q8_rows gives it
-// on the row-major weight.
+// (at most kFourBitPanelMaxTokens) tokens of x, W an Int4Panels or Mxfp4Panels weight. Each (row, token) sum takes the
+// integer GEMM's steps in its order — per block an exact int32 sum, then fma(fma(sum, x_scale, -offset * x_scale *
+// sum(q)), w_scale, acc) over chunks of 32 blocks, the chunks added in turn — so a token gets the same bits alone, in
+// any batch, and as gemm_4bit_q8_rows gives it on the row-major weight.
 void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                          int64_t n_tokens, float* y, int64_t y_stride);
 
@@ -44,4 +43,4 @@ void four_bit_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t 
 void four_bit_panel_steps(const LinearWeight& weight, int64_t first_row, int64_t first_block, int64_t n_blocks,
                           uint8_t (*steps)[8][4 * kFourBitStepRows], float (*scales)[kFourBitStepRows]);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

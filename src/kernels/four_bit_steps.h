@@ -44,7 +44,8 @@ inline FloatVec mxfp4_scales(const uint8_t* from) {
   const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
   const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
   const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2)), subnormal, normal));
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(e, _mm512_set1_epi32(2)), subnormal, normal));
 }
 // A step: each lane's 4 codes times a token's 4 int8 values, summed into the lane's int32 (u
 // <= 24 and |q| <= 127: a block's 32 products sum within +-97536).
@@ -55,7 +56,8 @@ constexpr int widen_words(bool) { return 4; }  // the sums are int32 already
 inline IntVec widened(IntVec sums) { return sums; }
 // acc + w_scale * (x_scale * sum - x_offset), the integer GEMM's float steps.
 inline FloatVec add_scaled(FloatVec acc, IntVec sum, float x_scale, float x_offset, FloatVec w_scale) {
-  const __m512 scaled = _mm512_fmsub_ps(_mm512_maskz_cvtepi32_ps(0xffff, sum), _mm512_set1_ps(x_scale), _mm512_set1_ps(x_offset));
+  const __m512 scaled =
+      _mm512_fmsub_ps(_mm512_maskz_cvtepi32_ps(0xffff, sum), _mm512_set1_ps(x_scale), _mm512_set1_ps(x_offset));
   return _mm512_fmadd_ps(scaled, w_scale, acc);
 }
 #else
@@ -71,7 +73,8 @@ inline void store_floats(float* to, FloatVec v) { _mm256_store_ps(to, v); }
 inline IntVec low_nibbles(IntVec word) { return _mm256_and_si256(word, _mm256_set1_epi8(0x0f)); }
 inline IntVec high_nibbles(IntVec word) { return low_nibbles(_mm256_srli_epi16(word, 4)); }
 inline IntVec e2m1_codes(IntVec nibbles) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kE2M1DoubledPlus12)));
   return _mm256_shuffle_epi8(table, nibbles);
 }
 inline FloatVec int4_scales(const uint8_t* from) {
@@ -112,6 +115,6 @@ WordSteps word_steps(IntVec word) {
   return {{low_nibbles(word), high_nibbles(word)}};
 }
 
-}  // namespace mlaserve::four_bit_steps
+}  // namespace MLASERVE_KERNELS_NS::four_bit_steps
 
 #endif

@@ -33,13 +33,13 @@ namespace {
 // where fp32 FMAs take 32.
 constexpr int kPanelRows = kFourBitStepRows;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr int kMaxBlockTokens = 8;     // 8 int32 sums and 8 accumulators in registers
+constexpr int kMaxBlockTokens = 8;  // 8 int32 sums and 8 accumulators in registers
 #else
-constexpr int kMaxBlockTokens = 6;     // INT4: 6 16-bit sums and 6 accumulators in registers
+constexpr int kMaxBlockTokens = 6;  // INT4: 6 16-bit sums and 6 accumulators in registers
 #endif
-constexpr int64_t kChunkBlocks = 32;   // 1024 columns: 16 rows' codes 16 KB and scales 2 KB, L1
-constexpr int64_t kTileTokens = 128;   // a chunk of the tile's int8 activations: 128 KB, L2
-constexpr int kSteps = 8;              // 4-column steps of a 32-column block
+constexpr int64_t kChunkBlocks = 32;  // 1024 columns: 16 rows' codes 16 KB and scales 2 KB, L1
+constexpr int64_t kTileTokens = 128;  // a chunk of the tile's int8 activations: 128 KB, L2
+constexpr int kSteps = 8;             // 4-column steps of a 32-column block
 
 // Step s of block b holds, in int32 lane i, row i's codes of columns 8 (s / 2) + s % 2 +
 // {0, 2, 4, 6} (the low nibbles of the row's stored word s / 2 at even s, the high at odd),
@@ -78,7 +78,8 @@ void store_steps(const four_bit_steps::IntVec words[4], bool mxfp4, uint8_t (*st
 // words in each lane leaves row j's word w in lane j of words[w]; MXFP4 codes then mapped
 // through kE2M1DoubledPlus12. (Zero-masked inserts and unpacks with every lane on: GCC 12's
 // plain ones take an undefined source and warn from inside its headers.)
-void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4,
+                   uint8_t (*steps)[4 * kPanelRows]) {
   const auto row_block = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + offset)); };
   __m512i quad[4];
   for (int i = 0; i < 4; ++i) {
@@ -100,7 +101,8 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
 // Codes of 8 rows' block (16 bytes a row) regrouped into the panel's 8 steps: rows 0-3 and
 // 4-7 in the two 128-bit lanes, a 4 x 4 transpose of 32-bit words in each; MXFP4 codes then
 // mapped through kE2M1DoubledPlus12.
-void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4,
+                   uint8_t (*steps)[4 * kPanelRows]) {
   __m256i pair[4];
   for (int i = 0; i < 4; ++i)
     pair[i] = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i + 4] + offset)),
@@ -112,7 +114,8 @@ void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool m
   store_steps(words, mxfp4, steps);
 }
 #else
-void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4, uint8_t (*steps)[4 * kPanelRows]) {
+void regroup_block(const uint8_t* const rows[kPanelRows], int64_t offset, bool mxfp4,
+                   uint8_t (*steps)[4 * kPanelRows]) {
   for (int s = 0; s < kSteps; ++s)
     for (int i = 0; i < kPanelRows; ++i)
       for (int k = 0; k < 4; ++k) {
@@ -186,7 +189,8 @@ void panel_tokens(const Panel& panel, int64_t n_blocks, const ChunkTokens& chunk
     }
     const FloatVec w_scale = load_floats(panel.scales[b]);
 #pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) acc[t] = add_scaled(acc[t], block_sums[t], x_scales[t][b], x_offsets[t][b], w_scale);
+    for (int t = 0; t < kTokens; ++t)
+      acc[t] = add_scaled(acc[t], block_sums[t], x_scales[t][b], x_offsets[t][b], w_scale);
   }
 #pragma GCC unroll 8
   for (int t = 0; t < kTokens; ++t) store_floats(out + t * kPanelRows, acc[t]);
@@ -292,4 +296,4 @@ void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t ro
   }
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -23,4 +23,4 @@ namespace MLASERVE_KERNELS_NS {
 void gemm_4bit_q8_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x,
                        int64_t n_tokens, float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

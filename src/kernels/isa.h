@@ -25,10 +25,10 @@ inline constexpr Isa kIsas[] = {Isa::Avx2, Isa::Avx512};
 // Only a build host_runs may be touched: its code, even its table's initialisation, may use
 // instructions other CPUs lack.
 struct IsaKernels {
-  const char* units;     // the vector units it compiles for, for the start-up log
-  bool bf16_dot;         // vdpbf16ps (AVX512_BF16)
-  bool four_bit_panels;  // the 4-bit panel kernels
-  bool amx;              // the AMX tile kernels (they run where amx_available() also says so)
+  const char* units;                // the vector units it compiles for, for the start-up log
+  bool bf16_dot;                    // vdpbf16ps (AVX512_BF16)
+  bool four_bit_panels;             // the 4-bit panel kernels
+  bool amx;                         // the AMX tile kernels (they run where amx_available() also says so)
   int64_t bf16_panel_few_tokens;    // the most tokens the BF16 panel stream takes
   int64_t block_scaled_max_tokens;  // the most tokens the block-scaled dots take
   bool (*amx_available)();          // built, and the kernel grants this process the tiles
@@ -37,8 +37,8 @@ struct IsaKernels {
   // The entry points the code above calls (linear.h, mla_decode.h, attention.h, kda.h, dequantize.h,
   // peak_probes.h).
   void (*linear)(const LinearWeight& weight, const float* x, int64_t n_tokens, float* y);
-  void (*linear_rows)(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+  void (*linear_rows)(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride);
   void (*linear_transposed_rows)(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* coef,
                                  int64_t coef_stride, int64_t n_tokens, float* y, int64_t y_stride);
   void (*mla_absorbed_attention)(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next);
@@ -46,13 +46,11 @@ struct IsaKernels {
   void (*softmax_in_place)(float* p, int64_t n);
   void (*kda_recurrent_step)(float* state, const float* q, const float* k, const float* v, const float* g, float beta,
                              int64_t key_dim, int64_t value_dim, float* out);
-  void (*kda_chunked)(float* state, const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, int64_t n_tokens, int64_t stride, int64_t beta_stride, int64_t dim,
-                      int64_t chunk, float* out);
+  void (*kda_chunked)(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                      int64_t n_tokens, int64_t stride, int64_t beta_stride, int64_t dim, int64_t chunk, float* out);
   void (*l2_normalize)(float* x, int64_t n, float scale);
   void (*dequantize_row)(const LinearWeight& weight, int64_t row, float* out);
-  void (*dequantize_row_range)(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end,
-                               float* out);
+  void (*dequantize_row_range)(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out);
   double (*fma_chains)(int64_t iterations);  // peak_probes.h
   double (*bf16_dot_chains)(int64_t iterations);
   double (*int8_dot_chains)(int64_t iterations);

@@ -9,8 +9,8 @@
 
 namespace MLASERVE_KERNELS_NS {
 
-void kda_recurrent_step(float* state, const float* q, const float* k, const float* v, const float* g,
-                        float beta, int64_t key_dim, int64_t value_dim, float* out) {
+void kda_recurrent_step(float* state, const float* q, const float* k, const float* v, const float* g, float beta,
+                        int64_t key_dim, int64_t value_dim, float* out) {
   thread_local std::vector<float> delta;
   delta.assign(v, v + value_dim);  // v - S^T k after the decay
   for (int64_t i = 0; i < key_dim; ++i) {
@@ -39,7 +39,7 @@ void kda_chunk(float* state, const float* q, const float* k, const float* v, con
   decayed_k.resize(size_t(c * dim));   // exp(G_t) * k_t, then beta_t (v_t - S0^T that) lands in u
   decayed_q.resize(size_t(c * dim));   // exp(G_t) * q_t
   u.assign(size_t(c * dim), 0.0f);
-  last_k.resize(size_t(dim * c));      // [i][s]: exp(G_last,i - G_s,i) k_s,i
+  last_k.resize(size_t(dim * c));  // [i][s]: exp(G_last,i - G_s,i) k_s,i
   a.assign(size_t(c * c), 0.0f);
   m.assign(size_t(c * c), 0.0f);
   for (int64_t t = 0; t < c; ++t)
@@ -126,4 +126,4 @@ void l2_normalize(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -22,7 +22,7 @@ namespace mlaserve {
 
 enum class CacheDType { F32, BF16, FP8 };
 
-const char* cache_dtype_name(CacheDType dtype);        // fp32 | bf16 | fp8
+const char* cache_dtype_name(CacheDType dtype);             // fp32 | bf16 | fp8
 CacheDType cache_dtype_from_name(const std::string& name);  // those names; throws naming them otherwise
 
 inline constexpr int64_t kFp8ScaleBlock = 128;  // E4M3 codes sharing one scale
@@ -42,9 +42,9 @@ void fp8_row_store(const float* values, int64_t kv_lora_rank, int64_t rope_dim, 
 void fp8_row_load(const uint8_t* row, int64_t kv_lora_rank, int64_t first, int64_t count, float* out);
 
 struct LatentCacheView {
-  void* pool = nullptr;                   // [n_pool_blocks, n_layers, block_size, row]
+  void* pool = nullptr;  // [n_pool_blocks, n_layers, block_size, row]
   CacheDType dtype = CacheDType::F32;
-  const int32_t* block_table = nullptr;   // [n_blocks]: pool block of each sequence block
+  const int32_t* block_table = nullptr;  // [n_blocks]: pool block of each sequence block
   int64_t n_blocks = 0;
   int64_t block_size = 0;
   int64_t n_layers = 0;
@@ -63,9 +63,12 @@ struct LatentCacheView {
   // The row of (layer, position).
   uint8_t* row(int64_t layer, int64_t position) const {
     const int64_t block = block_table[position / block_size];
-    return static_cast<uint8_t*>(pool) + ((block * n_layers + layer) * block_size + position % block_size) * row_bytes();
+    return static_cast<uint8_t*>(pool) +
+           ((block * n_layers + layer) * block_size + position % block_size) * row_bytes();
   }
-  const float* f32_row(int64_t layer, int64_t position) const { return reinterpret_cast<const float*>(row(layer, position)); }
+  const float* f32_row(int64_t layer, int64_t position) const {
+    return reinterpret_cast<const float*>(row(layer, position));
+  }
   const uint16_t* bf16_row(int64_t layer, int64_t position) const {
     return reinterpret_cast<const uint16_t*>(row(layer, position));
   }

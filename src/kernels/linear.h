@@ -15,8 +15,8 @@ void linear(const LinearWeight& weight, const float* x, int64_t n_tokens, float*
 
 // Same over rows [row_begin, row_end) on the calling thread only:
 //   y[t * y_stride + (r - row_begin)] for r in the range.
-void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride);
 
 // y_t[c] += sum_{r in [row_begin, row_end)} coef_t[r - row_begin] * W[r, c] for n_tokens
 // tokens, coef_t = coef + t * coef_stride, y_t = y + t * y_stride (the transposed product, used
@@ -25,4 +25,4 @@ void linear_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end,
 void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* coef,
                             int64_t coef_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -156,7 +156,8 @@ void merge_parts(const std::vector<BlockedItem>& items, const std::vector<Partia
     const size_t stride = size_t(item.p->n_heads / B);
     for (int h = 0; h < B; ++h) {
       float max = -INFINITY, sum = 0.0f;
-      for (int64_t part = 0; part < item.parts; ++part) max = std::max(max, partials[first + size_t(part) * stride].max[h]);
+      for (int64_t part = 0; part < item.parts; ++part)
+        max = std::max(max, partials[first + size_t(part) * stride].max[h]);
       float* out = item.p->out_latent + (item.query * item.p->n_heads + item.head0 + h) * rank;
       std::fill(out, out + rank, 0.0f);
       for (int64_t part = 0; part < item.parts; ++part) {
@@ -320,4 +321,4 @@ void mla_absorbed_generic(const MlaAbsorbedParams& params) {
   });
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

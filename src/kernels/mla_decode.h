@@ -24,7 +24,7 @@ struct MlaAbsorbedParams {
   LatentCacheView cache;
   int64_t layer = 0;
   int64_t n_queries = 0;
-  int64_t first_position = 0;       // query i attends to positions [0, first_position + i]
+  int64_t first_position = 0;  // query i attends to positions [0, first_position + i]
   int64_t n_heads = 0;
   int64_t kv_lora_rank = 0;
   int64_t qk_rope_head_dim = 0;
@@ -67,4 +67,4 @@ void mla_absorbed_generic(const MlaAbsorbedParams& params);
 void mla_absorbed_blocked(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx);
 void mla_absorbed_padded(std::span<const MlaAbsorbedParams> batch, std::span<const ByteRange> read_next, bool amx);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -98,8 +98,13 @@ class NextRowsPrefetch {
  public:
   NextRowsPrefetch() = default;
   NextRowsPrefetch(const MlaAbsorbedParams& p, int64_t first, int64_t n, ReadNextPrefetch& read_next)
-      : cache_(&p.cache), read_next_(&read_next), layer_(p.layer), position_(first), end_(first + n),
-        row_bytes_(p.cache.row_bytes()), offset_(row_bytes_),
+      : cache_(&p.cache),
+        read_next_(&read_next),
+        layer_(p.layer),
+        position_(first),
+        end_(first + n),
+        row_bytes_(p.cache.row_bytes()),
+        offset_(row_bytes_),
         lines_(n * ((row_bytes_ + 63) / 64)) {}
 
   // The caller will call step() `calls` times over the current tile: each prefetches its share.
@@ -252,9 +257,9 @@ inline void stage_bf16_tile(const MlaAbsorbedParams& p, int64_t first, int64_t n
 // sums: for 16 columns at a time, two rows' values interleaved (vpermt2w) meet each head's
 // pair of weights; B accumulators stay in registers while the tile's rows pass.
 // Word 2c of vpermt2w's result is column c of the first row, word 2c + 1 column c of the second.
-alignas(64) inline constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37,
-                                                            6,  38, 7,  39, 8,  40, 9,  41, 10, 42, 11, 43,
-                                                            12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) inline constexpr int16_t kInterleaveRows[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                            37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                            11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
 
 template <int B>
 class Bf16Tiles {
@@ -426,9 +431,11 @@ class AmxTiles : public Bf16Tiles<16> {
           const int64_t row = step * 32 + 2 * i;  // rows past the tile: its last (weight 0)
           const uint16_t* first = tile_rows_[std::min(row, n - 1)];
           const uint16_t* second = tile_rows_[std::min(row + 1, n - 1)];
-          _mm512_store_si512(columns[i], _mm512_permutex2var_epi16(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + d))), interleave,
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + d)))));
+          _mm512_store_si512(
+              columns[i],
+              _mm512_permutex2var_epi16(
+                  _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + d))), interleave,
+                  _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + d)))));
         }
         _tile_loadd(1, &weight_pairs[0][step * kStepPairs], kStepPairs * kMaxSteps * 4);
         _tile_loadd(2, columns, 64);
@@ -444,4 +451,4 @@ class AmxTiles : public Bf16Tiles<16> {
 };
 #endif
 
-}  // namespace mlaserve::mla_tiles
+}  // namespace MLASERVE_KERNELS_NS::mla_tiles

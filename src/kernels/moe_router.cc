@@ -26,9 +26,8 @@ RouterScratch& router_scratch() {
 void top_indices(const float* values, int64_t n, int64_t k, std::vector<int32_t>& order, int32_t* out) {
   order.resize(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return values[a] > values[b] || (values[a] == values[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
   std::copy(order.begin(), order.begin() + k, out);
 }
 
@@ -48,8 +47,10 @@ void expert_scores(const float* logits, const RouterParams& params, std::vector<
 float top2_sum(const float* values, int64_t n) {
   float first = -std::numeric_limits<float>::infinity(), second = first;
   for (int64_t i = 0; i < n; ++i) {
-    if (values[i] > first) second = first, first = values[i];
-    else if (values[i] > second) second = values[i];
+    if (values[i] > first)
+      second = first, first = values[i];
+    else if (values[i] > second)
+      second = values[i];
   }
   return n >= 2 ? first + second : first;
 }
@@ -61,11 +62,12 @@ void mask_groups(std::vector<float>& choice, const RouterParams& params, RouterS
   for (int64_t g = 0; g < params.n_group; ++g) {
     const float* members = choice.data() + g * group_size;
     scratch.group_scores[g] = params.topk_method == TopkMethod::NoAuxTc
-                                  ? top2_sum(members, group_size)                     // sum of the group's top-2
+                                  ? top2_sum(members, group_size)                      // sum of the group's top-2
                                   : *std::max_element(members, members + group_size);  // group_limited_greedy
   }
   scratch.best_groups.resize(static_cast<size_t>(params.topk_group));
-  top_indices(scratch.group_scores.data(), params.n_group, params.topk_group, scratch.order, scratch.best_groups.data());
+  top_indices(scratch.group_scores.data(), params.n_group, params.topk_group, scratch.order,
+              scratch.best_groups.data());
   scratch.kept.assign(size_t(params.n_group), false);
   for (int32_t g : scratch.best_groups) scratch.kept[size_t(g)] = true;
   for (int64_t e = 0; e < params.n_experts; ++e)
@@ -74,8 +76,8 @@ void mask_groups(std::vector<float>& choice, const RouterParams& params, RouterS
 
 }  // namespace
 
-void route_token(const float* logits, const float* correction_bias, const RouterParams& params,
-                 int32_t* expert_ids, float* expert_weights) {
+void route_token(const float* logits, const float* correction_bias, const RouterParams& params, int32_t* expert_ids,
+                 float* expert_weights) {
   RouterScratch& scratch = router_scratch();
   expert_scores(logits, params, scratch.scores);
   scratch.choice = scratch.scores;

@@ -24,7 +24,7 @@ struct RouterParams {
 // with noaux_tc, for choosing). Writes top_k expert ids (best first) and their weights.
 // Masked groups are excluded with -inf (as vLLM and SGLang do; HF fills 0.0, which differs
 // only when a biased score is negative).
-void route_token(const float* logits, const float* correction_bias, const RouterParams& params,
-                 int32_t* expert_ids, float* expert_weights);
+void route_token(const float* logits, const float* correction_bias, const RouterParams& params, int32_t* expert_ids,
+                 float* expert_weights);
 
 }  // namespace mlaserve

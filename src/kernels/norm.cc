@@ -19,8 +19,8 @@ void rms_norm_row(const float* in, const float* weight, int64_t dim, double eps,
 
 }  // namespace
 
-void rms_norm(const float* x, int64_t x_stride, const float* weight, int64_t n_rows, int64_t dim,
-              double eps, float* out, int64_t out_stride) {
+void rms_norm(const float* x, int64_t x_stride, const float* weight, int64_t n_rows, int64_t dim, double eps,
+              float* out, int64_t out_stride) {
   thread_pool().parallel_for(
       n_rows,
       [&](int64_t begin, int64_t end, int) {
@@ -30,8 +30,8 @@ void rms_norm(const float* x, int64_t x_stride, const float* weight, int64_t n_r
       kRowsPerTask);
 }
 
-void add_rms_norm(float* residual, const float* delta, const float* weight, int64_t n_rows, int64_t dim,
-                  double eps, float* out) {
+void add_rms_norm(float* residual, const float* delta, const float* weight, int64_t n_rows, int64_t dim, double eps,
+                  float* out) {
   thread_pool().parallel_for(
       n_rows,
       [&](int64_t begin, int64_t end, int) {

@@ -148,12 +148,13 @@ void pack_4bit_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
         offset = _mm256_mul_ps(scale, _mm256_set1_ps(-8.0f));
       }
       const int64_t at = col / 2;
-      const __m256i packed = _mm256_setr_epi32(word_at(row_bytes[0] + at), word_at(row_bytes[1] + at),
-                                               word_at(row_bytes[2] + at), word_at(row_bytes[3] + at),
-                                               word_at(row_bytes[4] + at), word_at(row_bytes[5] + at),
-                                               word_at(row_bytes[6] + at), word_at(row_bytes[7] + at));
+      const __m256i packed =
+          _mm256_setr_epi32(word_at(row_bytes[0] + at), word_at(row_bytes[1] + at), word_at(row_bytes[2] + at),
+                            word_at(row_bytes[3] + at), word_at(row_bytes[4] + at), word_at(row_bytes[5] + at),
+                            word_at(row_bytes[6] + at), word_at(row_bytes[7] + at));
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) _mm256_store_ps(panel + (k + c) * kPanelRows + half, column(packed, c, scale, offset));
+      for (int c = 0; c < 8; ++c)
+        _mm256_store_ps(panel + (k + c) * kPanelRows + half, column(packed, c, scale, offset));
     }
   }
 }
@@ -163,7 +164,9 @@ void pack_int4_panel(const LinearWeight& weight, int64_t row, int64_t k0, int64_
   const int64_t scales_per_row = weight.stored_cols / weight.group_size;
   pack_4bit_panel(
       weight, row, k0, depth, weight.group_size,
-      [&](int64_t stored_row, int64_t group) { return bf16_to_f32(weight.group_scale[stored_row * scales_per_row + group]); },
+      [&](int64_t stored_row, int64_t group) {
+        return bf16_to_f32(weight.group_scale[stored_row * scales_per_row + group]);
+      },
       [](__m256i packed, int c, __m256 scale, __m256 offset) {
         return simd::int4_lanes_to_f32(_mm256_srli_epi32(packed, 4 * c), scale, offset);
       },
@@ -176,9 +179,8 @@ bool pack_panel_fast(const LinearWeight& weight, int64_t row, int64_t k0, int64_
   const int64_t stored_cols = weight.stored_cols;
   if (weight.format == WeightFormat::BF16 && depth % 8 == 0) {
     const auto* values = static_cast<const uint16_t*>(weight.data);
-    pack_panel_in_registers(weight, row, k0, depth, panel, [&](int64_t r, int64_t c) {
-      return simd::load_bf16x8(values + r * stored_cols + c);
-    });
+    pack_panel_in_registers(weight, row, k0, depth, panel,
+                            [&](int64_t r, int64_t c) { return simd::load_bf16x8(values + r * stored_cols + c); });
     return true;
   }
   if (weight.format == WeightFormat::Int4Group) {  // depth: whole groups
@@ -314,7 +316,7 @@ void bf16_pair_block_kernel(const float* tokens, Bf16PanelPair pair, int64_t dep
   __m512 acc[2 * kTokens];
   begin_pair_block<kTokens>(y, y_stride, first_row, end_row, acc);
   for (int64_t k = 0; k < depth; k += 2) {  // a column pair a step (a lone last column: its first)
-    __m512 first[2], second[2];               // [column k, k + 1]
+    __m512 first[2], second[2];             // [column k, k + 1]
     simd::load_bf16_pairs(pair.panel + k * kPanelRows, first[0], first[1]);
     simd::load_bf16_pairs(pair.panel + pair.panel_stride + k * kPanelRows, second[0], second[1]);
     pair_block_column<kTokens>(tokens + k * kBlockTokens, first[0], second[0], acc);
@@ -345,12 +347,12 @@ void fp32_pair_block_kernel(const float* tokens, Fp32PanelPair pair, int64_t dep
 
 // kBlockKernels' counterparts for panel pairs: [tokens - 1].
 constexpr void (*kPairBlockKernels[kBlockTokens])(const float*, Bf16PanelPair, int64_t, float*, int64_t, int, int,
-                                                   bool) = {
+                                                  bool) = {
     bf16_pair_block_kernel<1>, bf16_pair_block_kernel<2>, bf16_pair_block_kernel<3>,
     bf16_pair_block_kernel<4>, bf16_pair_block_kernel<5>, bf16_pair_block_kernel<6>,
 };
 constexpr void (*kFp32PairBlockKernels[kBlockTokens])(const float*, Fp32PanelPair, int64_t, float*, int64_t, int, int,
-                                                       bool) = {
+                                                      bool) = {
     fp32_pair_block_kernel<1>, fp32_pair_block_kernel<2>, fp32_pair_block_kernel<3>,
     fp32_pair_block_kernel<4>, fp32_pair_block_kernel<5>, fp32_pair_block_kernel<6>,
 };
@@ -448,19 +450,18 @@ void gemm_tiles(const float* x, int64_t x_stride, int64_t n_tokens, int64_t cols
         const auto& kernels = block_kernels(panel, end_row);
         for (int64_t block = 0; block < blocks.count; ++block) {
           const int64_t first = blocks.begin(block), count = blocks.end(block) - first;
-          kernels[count - 1](tokens + block * kBlockTokens * depth, panel, depth, y + (tile + first) * y_stride + y_column,
-                             y_stride, first_row, end_row, k0 > 0);
+          kernels[count - 1](tokens + block * kBlockTokens * depth, panel, depth,
+                             y + (tile + first) * y_stride + y_column, y_stride, first_row, end_row, k0 > 0);
         }
       });
     }
   }
 }
 
-
 }  // namespace
 
-void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride) {
   // 64-byte aligned: a panel step (16 floats) is then one cache line, and no weight load
   // straddles two.
   struct alignas(64) Buffers {
@@ -501,8 +502,8 @@ void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, in
   });
 }
 
-void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* stored = static_cast<const uint16_t*>(weight.data);
   const int64_t cols = weight.cols, panel_words = bf16_panel_words(cols);
   const auto piece = [&](int64_t panel, int64_t k0) { return stored + panel * panel_words + k0 * kPanelRows; };
@@ -512,8 +513,8 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
 #if defined(__AVX512F__)
     for (; (panel + 2) * kPanelRows <= row_end; panel += 2) {  // whole pairs (the first may start before row_begin)
       const int64_t first = panel * kPanelRows;
-      run_panel(Bf16PanelPair{piece(panel, k0), panel_words},
-                std::max(first, row_begin) - row_begin, int(std::max<int64_t>(0, row_begin - first)), 2 * int(kPanelRows));
+      run_panel(Bf16PanelPair{piece(panel, k0), panel_words}, std::max(first, row_begin) - row_begin,
+                int(std::max<int64_t>(0, row_begin - first)), 2 * int(kPanelRows));
     }
 #endif
     for (; panel * kPanelRows < row_end; ++panel) {
@@ -530,4 +531,4 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
   });
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -18,13 +18,13 @@ constexpr int64_t kPackedGemmDepth = 256;
 // y[t * y_stride + (r - row_begin)] = sum_c x[t * x_stride + c] * W[r, c] for r in
 // [row_begin, row_end) and t < n_tokens, on the calling thread. Any weight format; for INT4
 // the column depth (256) must be a whole number of groups (group sizes dividing 256).
-void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+void packed_gemm_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride);
 
 // The same for a Bf16Panels weight (any number of tokens): the stored panels feed the kernel
 // directly, widened in registers.
-void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x,
-                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const float* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride);
 
 // The same for a matrix the caller lays out as fp32 panels (the expanded prefill attention's
 // keys and values): panel p holds rows [16p, 16p + 16) as [column][16] floats from
@@ -34,4 +34,4 @@ void bf16_panel_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_
 void fp32_panel_rows(const float* panels, int64_t panel_stride, int64_t rows, int64_t cols, const float* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

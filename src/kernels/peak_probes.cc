@@ -97,4 +97,4 @@ double int8_dot_chains(int64_t iterations) {
 #endif
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -19,4 +19,4 @@ double bf16_dot_chains(int64_t iterations);
 // what 4-bit and INT8 weights compute on); 0 where the build has no such instruction.
 double int8_dot_chains(int64_t iterations);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

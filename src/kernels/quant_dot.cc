@@ -62,10 +62,9 @@ struct Int4BlockScales {
   // its 4 lanes, the low halves zeroed (its fp32 bits): two operations.
   __m512 quad(int row, int64_t block) const {
     const __m128i four = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w_scales[row] + block));
-    const __m512i word_of_lane = _mm512_set_epi16(3, 0, 3, 0, 3, 0, 3, 0, 2, 0, 2, 0, 2, 0, 2, 0,
-                                                  1, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castsi512_ps(
-        _mm512_maskz_permutexvar_epi16(0xaaaaaaaau, word_of_lane, _mm512_zextsi128_si512(four)));
+    const __m512i word_of_lane = _mm512_set_epi16(3, 0, 3, 0, 3, 0, 3, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                  0, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, word_of_lane, _mm512_zextsi128_si512(four)));
   }
 #endif
 };
@@ -89,7 +88,8 @@ struct Int4GroupScales {
     const uint16_t* first = w_scales[row] + (block >> shift);
     const __m512i low = _mm512_set1_epi32(int32_t(uint32_t(first[0]) << 16));
     if (shift >= 2) return _mm512_castsi512_ps(low);
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(0xff00, low, _mm512_set1_epi32(int32_t(uint32_t(first[1]) << 16))));
+    return _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(0xff00, low, _mm512_set1_epi32(int32_t(uint32_t(first[1]) << 16))));
   }
 #endif
 };
@@ -112,7 +112,8 @@ struct Mxfp4Scales {
   __m512 quad(int row, int64_t block) const {
     int32_t four;
     std::memcpy(&four, e8m0[row] + block, 4);
-    const __m128i spread = _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    const __m128i spread =
+        _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     const __m512i e = _mm512_maskz_cvtepu8_epi32(0xffff, spread);
     const __m512i normal = _mm512_maskz_slli_epi32(0xffff, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
     const __m512i subnormal = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(1 << 21), e);
@@ -128,7 +129,8 @@ struct Mxfp4Scales {
 template <class Scales>
 __m512 scale_quad(const Scales& scales, int row, int64_t block) {
   if constexpr (requires { scales.quad(row, block); }) return scales.quad(row, block);
-  return _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xff, _mm512_castps_pd(_mm512_castps256_ps512(scales.pair(row, block))),
+  return _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xff,
+                                                   _mm512_castps_pd(_mm512_castps256_ps512(scales.pair(row, block))),
                                                    _mm256_castps_pd(scales.pair(row, block + 2)), 1));
 }
 
@@ -153,7 +155,8 @@ int64_t dot_4bit_q8_vnni(const uint8_t* const bytes[kRows], const uint8_t* table
   for (int i = 0; i < kRows * kTokens; ++i) wide[i] = _mm512_setzero_ps();
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   const __m512i lookup =
-      kLookup ? _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(table))) : low_mask;
+      kLookup ? _mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(table)))
+              : low_mask;
   const __m512 minus_offset = _mm512_set1_ps(-float(offset));
   int64_t block = 0;
   // Two steps a loop (faster than one or four); each sum still takes its steps in order.
@@ -181,11 +184,11 @@ int64_t dot_4bit_q8_vnni(const uint8_t* const bytes[kRows], const uint8_t* table
 #pragma GCC unroll 4
       for (int t = 0; t < kTokens; ++t) {
         // u <= 24 and |x| <= 127: each lane's 8 products sum within +-24384.
-        const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, q_even[t]), odd,
-                                                 q_odd[t]);
+        const __m512i sums =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, q_even[t]), odd, q_odd[t]);
         const int i = r * kTokens + t;
-        wide[i] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, sums), x_scale[t], x_correction[t]), w_scale,
-                                  wide[i]);
+        wide[i] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, sums), x_scale[t], x_correction[t]),
+                                  w_scale, wide[i]);
       }
     }
   }
@@ -266,8 +269,7 @@ void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int of
           const int code = (block_bytes[c / 2] >> (4 * (c % 2))) & 0xf;
           sum += (kLookup ? table[code] : code) * x[t].values[q8_index(blocks, block, c)];
         }
-        total[r * kTokens + t] +=
-            w_scale * (float(sum) * x[t].scales[block] - float(offset) * x[t].scaled_sums[block]);
+        total[r * kTokens + t] += w_scale * (float(sum) * x[t].scales[block] - float(offset) * x[t].scaled_sums[block]);
       }
     }
   for (int i = 0; i < kRows * kTokens; ++i) out[i] = total[i];
@@ -275,18 +277,22 @@ void dot_4bit_q8(const uint8_t* const bytes[kRows], const uint8_t* table, int of
 
 // dot_4bit_q8 for one row and n_tokens in 1..kQ8MaxTokens, or 4 rows and one token.
 template <bool kLookup, class Scales>
-void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset,
-                        const Scales& scales, const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
+void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* table, int offset, const Scales& scales,
+                        const Q8Activations* x, int64_t n_tokens, int64_t cols, float* out) {
   MLA_CHECK(n_rows == 1 || (n_rows == 4 && n_tokens <= kQ8QuadTokens),
             "4-bit dot: {} rows x {} tokens is not a supported block", n_rows, n_tokens);
   if (n_rows == 4 && n_tokens == 1) return dot_4bit_q8<4, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
   if (n_rows == 4 && n_tokens == 2) return dot_4bit_q8<4, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
   if (n_rows == 4) return dot_4bit_q8<4, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
   switch (n_tokens) {
-    case 1: return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
-    case 2: return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
-    case 3: return dot_4bit_q8<1, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
-    default: return dot_4bit_q8<1, 4, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 1:
+      return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 2:
+      return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 3:
+      return dot_4bit_q8<1, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
+    default:
+      return dot_4bit_q8<1, 4, kLookup>(bytes, table, offset, scales, x, cols, out);
   }
 }
 
@@ -297,7 +303,8 @@ float round_block(const float* x, int32_t* rounded) {
   // skipped, as std::max(running, |x|) skips it in the scalar loop.
   const __m256 magnitude_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 amax8 = _mm256_setzero_ps();
-  for (int i = 0; i < kQ8Block; i += 8) amax8 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude_bits), amax8);
+  for (int i = 0; i < kQ8Block; i += 8)
+    amax8 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude_bits), amax8);
   __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
   amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
   const float amax = std::max(_mm_cvtss_f32(amax4), _mm_cvtss_f32(_mm_movehdup_ps(amax4)));
@@ -327,9 +334,9 @@ int32_t store_block_q8(const int32_t* rounded, int8_t* evens, int8_t* odds) {
   const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
   const __m256i natural = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   // Per 16-byte lane: its 8 evens, then its 8 odds; then the lanes' evens together.
-  const __m256i split_lanes = _mm256_shuffle_epi8(
-      natural, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1,
-                                3, 5, 7, 9, 11, 13, 15));
+  const __m256i split_lanes =
+      _mm256_shuffle_epi8(natural, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
+                                                    10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
   const __m256i split = _mm256_permute4x64_epi64(split_lanes, 0xd8);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(evens), _mm256_castsi256_si128(split));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(odds), _mm256_extracti128_si256(split, 1));
@@ -403,8 +410,8 @@ void dot_int4_q8(const uint32_t* const words[], const uint16_t* const w_scales[]
 
 void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int n_rows, const Q8Activations* x,
                   int64_t n_tokens, int64_t cols, float* out) {
-  dot_4bit_q8_tokens<true>(bytes, n_rows, kE2M1DoubledPlus12, kMxfp4Offset, Mxfp4Scales{e8m0, e8m0_half_scales().data()},
-                           x, n_tokens, cols, out);
+  dot_4bit_q8_tokens<true>(bytes, n_rows, kE2M1DoubledPlus12, kMxfp4Offset,
+                           Mxfp4Scales{e8m0, e8m0_half_scales().data()}, x, n_tokens, cols, out);
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -34,11 +34,11 @@ const std::array<float, 256>& e8m0_half_scales();
 // per-weight subtraction); the same per pair of blocks spread over 8 lanes (block 2p in lanes
 // 0-3, 2p + 1 in 4-7, scaled sums divided by 4) for the vector loop.
 struct Q8Activations {
-  const int8_t* values;        // [cols]
-  const float* scales;         // [cols / 32]
-  const float* scaled_sums;    // [cols / 32]
-  const float* scales8;        // [cols / 64 * 8]
-  const float* scaled_sums8;   // [cols / 64 * 8]
+  const int8_t* values;       // [cols]
+  const float* scales;        // [cols / 32]
+  const float* scaled_sums;   // [cols / 32]
+  const float* scales8;       // [cols / 64 * 8]
+  const float* scaled_sums8;  // [cols / 64 * 8]
 };
 
 // Several tokens' activations quantized to int8 per block of 32 (round half to even of
@@ -82,4 +82,4 @@ void dot_mxfp4_q8(const uint8_t* const bytes[], const uint8_t* const e8m0[], int
 constexpr int64_t kQ8MaxTokens = 4;
 constexpr int64_t kQ8QuadTokens = 3;
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -11,8 +11,7 @@ namespace {
 // YaRN (Peng et al. 2023, eq. 17-19 as in HF yarn_find_correction_dim): the rotary dimension
 // index whose wavelength completes `rotations` turns over the original context.
 double correction_dim(double rotations, int64_t dim, double base, int64_t max_position) {
-  return double(dim) * std::log(double(max_position) / (rotations * 2.0 * M_PI)) /
-         (2.0 * std::log(base));
+  return double(dim) * std::log(double(max_position) / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
 }
 
 }  // namespace
@@ -24,8 +23,8 @@ double yarn_get_mscale(double scale, double mscale) {
 RotaryEmbedding::RotaryEmbedding(int64_t dim, double theta, const std::optional<YarnScaling>& yarn_scaling,
                                  RotaryPairing pairing)
     : dim_(dim), pairing_(pairing) {
-  MLA_CHECK(dim_ > 0 && dim_ % 2 == 0 && dim_ <= kMaxRopeDim,
-            "qk_rope_head_dim {} must be even and at most {}", dim_, kMaxRopeDim);
+  MLA_CHECK(dim_ > 0 && dim_ % 2 == 0 && dim_ <= kMaxRopeDim, "qk_rope_head_dim {} must be even and at most {}", dim_,
+            kMaxRopeDim);
   const int64_t half = dim_ / 2;
   const double base = theta;
   inv_freq_.resize(size_t(half));
@@ -44,8 +43,7 @@ RotaryEmbedding::RotaryEmbedding(int64_t dim, double theta, const std::optional<
     const double interpolated = inv_freq_[i] / yarn.factor;
     inv_freq_[i] = interpolated * (1.0 - extrapolation_weight) + inv_freq_[i] * extrapolation_weight;
   }
-  attention_factor_ = yarn_get_mscale(yarn.factor, yarn.mscale) /
-                      yarn_get_mscale(yarn.factor, yarn.mscale_all_dim);
+  attention_factor_ = yarn_get_mscale(yarn.factor, yarn.mscale) / yarn_get_mscale(yarn.factor, yarn.mscale_all_dim);
 }
 
 void RotaryEmbedding::apply(float* x, int64_t position, int64_t n_slices, int64_t stride) const {

@@ -15,12 +15,12 @@ constexpr int64_t kMaxRopeDim = 512;
 
 // config.json's rope_scaling of type "yarn".
 struct YarnScaling {
-  double factor = 1.0;                            // context extension factor s
+  double factor = 1.0;                              // context extension factor s
   int64_t original_max_position_embeddings = 4096;  // pre-extension context length
-  double beta_fast = 32.0;                        // ramp bound (rotations) for extrapolation
-  double beta_slow = 1.0;                         // ramp bound (rotations) for interpolation
-  double mscale = 1.0;                            // attention factor numerator
-  double mscale_all_dim = 0.0;                    // attention factor denominator and softmax scale
+  double beta_fast = 32.0;                          // ramp bound (rotations) for extrapolation
+  double beta_slow = 1.0;                           // ramp bound (rotations) for interpolation
+  double mscale = 1.0;                              // attention factor numerator
+  double mscale_all_dim = 0.0;                      // attention factor denominator and softmax scale
 };
 
 // YaRN's attention scaling mscale(s, m) = 0.1 m ln s + 1 (1 for s <= 1).

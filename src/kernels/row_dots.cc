@@ -151,11 +151,13 @@ void dot_4bit_rows(const LinearWeight& weight, const int64_t* rows, int n_rows, 
   for (int i = 0; i < n_rows; ++i) {
     const int64_t stored_row = weight.row_offset + rows[i];
     if (int4) {
-      words[i] = static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8;
+      words[i] =
+          static_cast<const uint32_t*>(weight.data) + stored_row * (weight.stored_cols / 8) + weight.col_offset / 8;
       group_scales[i] = weight.group_scale + stored_row * (weight.stored_cols / weight.group_size) +
                         weight.col_offset / weight.group_size;
     } else {
-      bytes[i] = static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
+      bytes[i] =
+          static_cast<const uint8_t*>(weight.data) + stored_row * (weight.stored_cols / 2) + weight.col_offset / 2;
       e8m0[i] = weight.e8m0_scale + stored_row * (weight.stored_cols / 32) + weight.col_offset / 32;
     }
   }
@@ -245,7 +247,8 @@ void few_token_dot_rows(const LinearWeight& weight, int64_t row_begin, int64_t r
   }
   for (int64_t r = quads.leftover_begin(); r < row_end; ++r) {
     dequantize_row(weight, r, scratch);
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + (r - row_begin)] = simd::dot_f32(scratch, x + t * x_stride, cols);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      y[t * y_stride + (r - row_begin)] = simd::dot_f32(scratch, x + t * x_stride, cols);
   }
 }
 
@@ -276,4 +279,4 @@ void linear_transposed_rows(const LinearWeight& weight, int64_t row_begin, int64
   }
 }
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -35,4 +35,4 @@ void block_scaled_dot_rows(const LinearWeight& weight, int64_t row_begin, int64_
 void q8_dot_rows(const LinearWeight& weight, int64_t row_begin, int64_t row_end, const Q8Buffer& x, int64_t n_tokens,
                  float* y, int64_t y_stride);
 
-}  // namespace mlaserve
+}  // namespace MLASERVE_KERNELS_NS

@@ -99,8 +99,7 @@ void sampling_candidates(const float* logits, int64_t vocab_size, const Sampling
   for (int64_t i = 0; i < kept; ++i) candidates.weights[size_t(i)] = weight_of[size_t(ids[size_t(i)])];
 }
 
-int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params,
-                     std::mt19937_64& rng) {
+int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, std::mt19937_64& rng) {
   if (params.temperature <= 0.0f || params.top_k == 1) return argmax(logits, vocab_size);
   thread_local SamplingCandidates candidates;  // reused: vocabulary-sized every token
   sampling_candidates(logits, vocab_size, params, candidates);
@@ -141,7 +140,8 @@ int64_t filter_probs(const float* probs, int64_t vocab, int64_t top_k, float top
     kept = nucleus(ids, kept, sorted ? kept : 0, probs, top_p, by);
     sorted = true;
   }
-  if (min_p > 0.0f) kept = keep_min_p(ids, kept, probs, sorted ? probs[ids[0]] : *std::max_element(probs, probs + vocab), min_p);
+  if (min_p > 0.0f)
+    kept = keep_min_p(ids, kept, probs, sorted ? probs[ids[0]] : *std::max_element(probs, probs + vocab), min_p);
   return kept;
 }
 

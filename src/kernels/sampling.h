@@ -29,8 +29,7 @@ struct SamplingCandidates {
 void sampling_candidates(const float* logits, int64_t vocab_size, const SamplingParams& params,
                          SamplingCandidates& candidates);
 
-int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params,
-                     std::mt19937_64& rng);
+int32_t sample_token(const float* logits, int64_t vocab_size, const SamplingParams& params, std::mt19937_64& rng);
 
 // The distribution sample_token draws from, as a dense row probs [vocab_size]: the candidates'
 // weights normalised, zeros elsewhere; one-hot at the argmax when greedy.

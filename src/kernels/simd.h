@@ -102,7 +102,8 @@ inline __m256 mxfp4x8_to_f32(uint32_t four_bytes, float scale) {
 // [-87.3, 88.7], so large negative inputs give ~1e-38 rather than 0.
 inline __m256 exp8(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2 in two parts, exact first
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -270,7 +271,6 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-
 // out[r * kTokens + t] = sum_i w[r][i] * x[t][i] for 4 rows (fp32 or bf16, widened in
 // registers) and kTokens (1..3) tokens. With 3 tokens the 12 accumulators, 3 activations and
 // one weight fill the 16 AVX2 registers: 7 loads feed 12 FMAs, so the loop runs on the FMA
@@ -411,14 +411,14 @@ inline void rows_times_panel(const float* const rows[kRows], const float* panel,
   __m256 acc[kRows * kVectors];
 #pragma GCC unroll 12
   for (auto& a : acc) a = _mm256_setzero_ps();
-  broadcast_times_loaded_panel<kRows, kVectors, 1>(
-      [&](int r, int64_t k) { return rows[r] + k; },
-      [&](int64_t k, __m256* p0, __m256* p1) {
-        if (k % 4 == 0) every_four_columns();
-        p0[0] = _mm256_loadu_ps(panel + k * kWidth);
-        p1[0] = kVectors == 2 ? _mm256_loadu_ps(panel + k * kWidth + 8) : p0[0];
-      },
-      depth, acc);
+  broadcast_times_loaded_panel<kRows, kVectors, 1>([&](int r, int64_t k) { return rows[r] + k; },
+                                                   [&](int64_t k, __m256* p0, __m256* p1) {
+                                                     if (k % 4 == 0) every_four_columns();
+                                                     p0[0] = _mm256_loadu_ps(panel + k * kWidth);
+                                                     p1[0] = kVectors == 2 ? _mm256_loadu_ps(panel + k * kWidth + 8)
+                                                                           : p0[0];
+                                                   },
+                                                   depth, acc);
 #pragma GCC unroll 12
   for (int r = 0; r < kRows * kVectors; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 #else
@@ -458,8 +458,8 @@ inline void widen_fp8_e4m3(const uint8_t* codes, float scale, float* out, int64_
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, fp8_e4m3_times(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)),
-                                             _mm512_set1_ps(scale)));
+    _mm512_storeu_ps(
+        out + i, fp8_e4m3_times(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)), _mm512_set1_ps(scale)));
 #elif defined(__AVX2__)
   for (; i + 8 <= n; i += 8) {
     const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
@@ -482,8 +482,7 @@ inline void axpy_bf16(float alpha, const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const __m256 a8 = _mm256_set1_ps(alpha);
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a8, load_bf16x8(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a8, load_bf16x8(x + i), _mm256_loadu_ps(y + i)));
 #endif
   for (; i < n; ++i) {
     const uint32_t bits = uint32_t(x[i]) << 16;
@@ -515,4 +514,4 @@ inline void axpy_bf16_x4(const float alpha[4], const uint16_t* const x[4], float
   }
 }
 
-}  // namespace mlaserve::simd
+}  // namespace MLASERVE_KERNELS_NS::simd

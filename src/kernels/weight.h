@@ -14,14 +14,14 @@ enum class WeightFormat {
   F32,
   F16,
   BF16,
-  Fp8Block,   // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
-  Int8Block,  // compressed-tensors int-quantized: I8 [rows, cols] x weight_scale per 1 x block_cols
-              // block (strategy channel: block_cols = cols; group: the group size)
-  Int4Group,  // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
-  Mxfp4,      // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
-  Bf16Panels, // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
-  Int4Panels, // Int4Group copied at load into 16-row panels (see repack_4bit_panels)
-  Mxfp4Panels, // Mxfp4 likewise
+  Fp8Block,     // F8_E4M3 [rows, cols] x weight_scale_inv F32 per block_rows x block_cols block
+  Int8Block,    // compressed-tensors int-quantized: I8 [rows, cols] x weight_scale per 1 x block_cols
+                // block (strategy channel: block_cols = cols; group: the group size)
+  Int4Group,    // compressed-tensors pack-quantized: 8 offset-coded nibbles per int32, bf16 scales
+  Mxfp4,        // compressed-tensors mxfp4-pack-quantized: 2 E2M1 nibbles per byte, E8M0 scale per 32
+  Bf16Panels,   // BF16 copied at load into the CPU kernels' layout (see repack_bf16_panels)
+  Int4Panels,   // Int4Group copied at load into 16-row panels (see repack_4bit_panels)
+  Mxfp4Panels,  // Mxfp4 likewise
 };
 
 // FP8 and INT8: one byte an element with a float scale per block_rows x block_cols block.
@@ -82,9 +82,9 @@ struct LinearWeight {
   const void* data = nullptr;
   const float* block_scale = nullptr;  // Fp8Block, Int8Block: [ceil(rows/block_rows), ceil(cols/block_cols)]
   int64_t block_rows = 128, block_cols = 128;
-  const uint16_t* group_scale = nullptr;  // Int4Group: bf16 [rows, cols / group_size]
-  const uint8_t* e8m0_scale = nullptr;    // Mxfp4: [rows, cols / 32], scale 2^(s - 127)
-  int64_t group_size = 32;                // Int4Group's group; Mxfp4: always 32
+  const uint16_t* group_scale = nullptr;                     // Int4Group: bf16 [rows, cols / group_size]
+  const uint8_t* e8m0_scale = nullptr;                       // Mxfp4: [rows, cols / 32], scale 2^(s - 127)
+  int64_t group_size = 32;                                   // Int4Group's group; Mxfp4: always 32
   ActivationQuant activation_quant = ActivationQuant::Int8;  // Int4Group and Mxfp4 only
   // A weight may be a view of part of a stored matrix (a tensor-parallel shard): rows
   // [row_offset, row_offset + rows) and columns [col_offset, col_offset + cols) of a stored

@@ -34,8 +34,9 @@ void capture_final_norm(const HiddenStates& hidden, const float* residual, const
 int64_t logit_rows(std::span<const ForwardSequence> batch) {
   int64_t rows = 0;
   for (const auto& seq : batch)
-    rows += seq.logits == ForwardSequence::Logits::All ? int64_t(seq.tokens.size())
-            : seq.logits == ForwardSequence::Logits::Last ? 1 : 0;
+    rows += seq.logits == ForwardSequence::Logits::All    ? int64_t(seq.tokens.size())
+            : seq.logits == ForwardSequence::Logits::Last ? 1
+                                                          : 0;
   return rows;
 }
 
@@ -95,9 +96,10 @@ void lock_weights(const CausalLM& model) {
     }
   });
   if (error != 0) {
-    spdlog::warn("--mlock: locking the weights in RAM stopped after {:.2f} GB: {} (raise the limit with `ulimit -l` "
-                 "or run with CAP_IPC_LOCK); the rest stay unlocked",
-                 double(locked) / 1e9, std::strerror(error));
+    spdlog::warn(
+        "--mlock: locking the weights in RAM stopped after {:.2f} GB: {} (raise the limit with `ulimit -l` "
+        "or run with CAP_IPC_LOCK); the rest stay unlocked",
+        double(locked) / 1e9, std::strerror(error));
     return;
   }
   spdlog::info("locked {:.2f} GB of weights in RAM (mlock)", double(locked) / 1e9);
@@ -110,8 +112,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, Activatio
 }
 
 size_t sequence_cache_bytes(const ModelConfig& config, int64_t capacity, CacheDType dtype) {
-  return size_t(capacity * config.kv_bytes_per_token(dtype)) +
-         size_t(config.recurrent_state_bytes());
+  return size_t(capacity * config.kv_bytes_per_token(dtype)) + size_t(config.recurrent_state_bytes());
 }
 
 LatentCacheView sequence_cache_view(const ModelConfig& config, int64_t capacity, CacheDType dtype, void* pool,

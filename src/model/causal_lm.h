@@ -24,7 +24,7 @@ struct ForwardSequence {
   int64_t start_position = 0;       // position of tokens[0]; the cache holds [0, start_position)
   LatentCacheView cache;
   MlaPath path = MlaPath::Auto;
-  Logits logits = Logits::Last;     // a prefill chunk that does not end the prompt needs none
+  Logits logits = Logits::Last;  // a prefill chunk that does not end the prompt needs none
 };
 
 // Rows of logits a batch produces: All -> every token, Last -> 1, None -> 0, in batch order.
@@ -99,7 +99,7 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   // Every linear weight (the embedding and LM head included, once when they are tied).
   virtual void for_each_weight(const std::function<void(const LinearWeight&)>& visit) const = 0;
-  size_t weight_bytes() const;  // of the weights for_each_weight visits
+  size_t weight_bytes() const;                     // of the weights for_each_weight visits
   virtual double routed_expert_bytes() const = 0;  // of every layer's routed experts (0 without MoE)
   // Weight bytes one decoded token reads (the active experts' share of the routed experts).
   virtual double active_weight_bytes_per_token() const = 0;
@@ -119,8 +119,8 @@ class CausalLM {
   virtual std::unique_ptr<CausalLM> shard(const ShardSpec& spec, Communicator* comm) const = 0;
 
   // One sequence: logits [n, vocab] if all_logits, else [1, vocab] for the last token.
-  void forward(std::span<const int32_t> tokens, int64_t start_position, const LatentCacheView& cache,
-               bool all_logits, float* logits, MlaPath path = MlaPath::Auto) const;
+  void forward(std::span<const int32_t> tokens, int64_t start_position, const LatentCacheView& cache, bool all_logits,
+               float* logits, MlaPath path = MlaPath::Auto) const;
 };
 
 // Locks the stored bytes of the model's weights in RAM (mlock: `--mlock`), so that memory

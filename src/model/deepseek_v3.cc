@@ -26,8 +26,8 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& model_
   auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir), activation_quant);
   DeepseekV3Weights weights = load_deepseek_v3_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<DeepseekV3Model>(new DeepseekV3Model(std::move(storage), std::move(weights)));
-  spdlog::info("loaded {} from '{}': {} layers, {:.2f} GB of weights", model->config_.model_type,
-               model_dir, model->config_.num_hidden_layers, double(model->weight_bytes()) / 1e9);
+  spdlog::info("loaded {} from '{}': {} layers, {:.2f} GB of weights", model->config_.model_type, model_dir,
+               model->config_.num_hidden_layers, double(model->weight_bytes()) / 1e9);
   return model;
 }
 
@@ -72,7 +72,8 @@ double DeepseekV3Model::active_weight_bytes_per_token() const {
                              config_);
 }
 
-void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden_states) const {
+void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* logits,
+                              const HiddenStates* hidden_states) const {
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
   layout_batch(batch, layout);
@@ -80,7 +81,7 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   const std::vector<MlaSequence>& sequences = layout.sequences;
   const std::vector<int64_t>& logit_tokens = layout.logit_tokens;
   thread_local std::vector<float> residual, normed, mixed;  // reused from step to step
-  residual.resize(size_t(n_tokens * hidden));                // [n_tokens, hidden]
+  residual.resize(size_t(n_tokens * hidden));               // [n_tokens, hidden]
   normed.resize(residual.size());
   mixed.resize(residual.size());
   embed_vocab_slice(weights_.embed_tokens, vocab_, config_.vocab_size, hidden, batch, residual.data(), comm_);
@@ -96,8 +97,7 @@ void DeepseekV3Model::forward(std::span<const ForwardSequence> batch, float* log
   rms_norm(residual.data(), hidden, weights_.layers[0].input_layernorm, n_tokens, hidden, eps, normed.data(), hidden);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const DecoderLayerWeights& layer = weights_.layers[i];
-    mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i},
-                mixed.data());
+    mla_forward(mla_shape_, layer.self_attn, rope_, MlaInput{normed.data(), n_tokens, sequences, i}, mixed.data());
     reduce(mixed);
     dump.write("attn_out", i, mixed.data(), n_tokens, hidden);
     add_rms_norm(residual.data(), mixed.data(), layer.post_attention_layernorm, n_tokens, hidden, eps, normed.data());

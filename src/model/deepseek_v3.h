@@ -42,22 +42,20 @@ struct NextTokenWeights {
 struct DeepseekV3Weights {
   LinearWeight embed_tokens;  // [vocab, hidden]
   std::vector<DecoderLayerWeights> layers;
-  const float* norm = nullptr;  // [hidden]
-  LinearWeight lm_head;         // [vocab, hidden]; embed_tokens when tie_word_embeddings
+  const float* norm = nullptr;                 // [hidden]
+  LinearWeight lm_head;                        // [vocab, hidden]; embed_tokens when tie_word_embeddings
   std::optional<NextTokenWeights> next_token;  // the first MTP layer, where the checkpoint has one
 };
 
 // Loads and validates every tensor against the config; extra, missing, mis-shaped or
 // wrongly typed tensors are errors naming the tensor. The loader keeps converted buffers.
-DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config,
-                                           WeightLoader& loader);
+DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config, WeightLoader& loader);
 
 // This rank's slices of every weight: views into the same mapped checkpoint, except column
 // slices, which are copied into `storage` (see compact_columns; `source` is the mapped
 // checkpoint whose pages the copies replace).
 DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
-                                            const ShardSpec& spec, WeightCopies& storage,
-                                            const Checkpoint* source);
+                                            const ShardSpec& spec, WeightCopies& storage, const Checkpoint* source);
 
 class DeepseekV3Model : public CausalLM {
  public:
@@ -89,8 +87,8 @@ class DeepseekV3Model : public CausalLM {
   RotaryEmbedding rope_;
   MlaShape mla_shape_;
   RouterParams router_;
-  Communicator* comm_ = nullptr;             // null: a single rank
-  VocabSlice vocab_;                         // this rank's rows of embed_tokens and lm_head
+  Communicator* comm_ = nullptr;  // null: a single rank
+  VocabSlice vocab_;              // this rank's rows of embed_tokens and lm_head
 };
 
 }  // namespace mlaserve

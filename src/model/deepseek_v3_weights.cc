@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 
-
 #include "base/error.h"
 #include "io/linear_weight.h"
 #include "model/deepseek_v3.h"
@@ -15,14 +14,13 @@ MoeWeights load_moe(WeightLoader& loader, const ModelConfig& config, const std::
   MoeWeights moe;
   moe.gate = loader.dense(prefix + ".gate.weight", config.n_routed_experts, hidden);
   if (config.topk_method == TopkMethod::NoAuxTc)
-    moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias",
-                                                config.n_routed_experts);
+    moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias", config.n_routed_experts);
   for (int64_t e = 0; e < config.n_routed_experts; ++e)
-    moe.experts.push_back(load_mlp_weights(loader, fmt::format("{}.experts.{}", prefix, e), hidden,
-                                   config.moe_intermediate_size));
+    moe.experts.push_back(
+        load_mlp_weights(loader, fmt::format("{}.experts.{}", prefix, e), hidden, config.moe_intermediate_size));
   if (config.n_shared_experts > 0)
     moe.shared_experts = load_mlp_weights(loader, prefix + ".shared_experts", hidden,
-                                  config.n_shared_experts * config.moe_intermediate_size);
+                                          config.n_shared_experts * config.moe_intermediate_size);
   return moe;
 }
 
@@ -63,7 +61,8 @@ bool ignorable(const std::string& name, const ModelConfig& config) {
       const int64_t layer = std::stoll(name.substr(prefix.size(), end - prefix.size()));
       const std::string rest = name.substr(end + 1);
       return layer > config.num_hidden_layers ||
-             (layer == config.num_hidden_layers && (rest == "embed_tokens.weight" || rest.starts_with("shared_head.head.")));
+             (layer == config.num_hidden_layers &&
+              (rest == "embed_tokens.weight" || rest.starts_with("shared_head.head.")));
     }
   }
   return name.ends_with("rotary_emb.inv_freq");
@@ -71,12 +70,12 @@ bool ignorable(const std::string& name, const ModelConfig& config) {
 
 }  // namespace
 
-DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config,
-                                           WeightLoader& loader) {
+DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelConfig& config, WeightLoader& loader) {
   const int64_t hidden = config.hidden_size;
   DeepseekV3Weights weights;
   weights.embed_tokens = loader.dense("model.embed_tokens.weight", config.vocab_size, hidden);
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) weights.layers.push_back(load_decoder_layer(loader, config, i));
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i)
+    weights.layers.push_back(load_decoder_layer(loader, config, i));
   if (config.num_nextn_predict_layers > 0) weights.next_token = load_next_token_weights(loader, config);
   weights.norm = loader.vector("model.norm.weight", hidden);
   if (config.tie_word_embeddings) {
@@ -96,12 +95,13 @@ DeepseekV3Weights load_deepseek_v3_weights(Checkpoint& checkpoint, const ModelCo
 
 namespace mlaserve {
 DeepseekV3Weights shard_deepseek_v3_weights(const DeepseekV3Weights& full, const ModelConfig& config,
-                                            const ShardSpec& spec, WeightCopies& storage,
-                     const Checkpoint* source) {
-  MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
+                                            const ShardSpec& spec, WeightCopies& storage, const Checkpoint* source) {
+  MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank,
+            spec.size);
   if (spec.size == 1 && !spec.copy_weights) return full;
   const Range heads = heads_of_rank(config.num_attention_heads, spec.size, spec.rank);
-  MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size, spec.size);
+  MLA_CHECK(config.vocab_size >= spec.size, "vocab_size {} is smaller than the world size {}", config.vocab_size,
+            spec.size);
   const VocabSlice vocab = VocabSlice::of_rank(config.vocab_size, spec.size, spec.rank);
   const ShardContext context{spec, storage, source};
   DeepseekV3Weights out;

@@ -46,20 +46,22 @@ BlockDraftModel::BlockDraftModel(const std::string& model_dir, const CausalLM& t
       loader_(checkpoint_, loader_config_),
       rope_(config_.head_dim, config_.rope_theta, std::nullopt, RotaryPairing::Halves) {
   const ModelConfig& target_config = target.config();
-  MLA_CHECK(config_.vocab_size == target_config.vocab_size, "the block draft's vocabulary ({}) is not the target's ({})",
-            config_.vocab_size, target_config.vocab_size);
+  MLA_CHECK(config_.vocab_size == target_config.vocab_size,
+            "the block draft's vocabulary ({}) is not the target's ({})", config_.vocab_size, target_config.vocab_size);
   for (const int layer : config_.target_layer_ids)
     MLA_CHECK(layer < target_config.num_hidden_layers, "the block draft reads target layer {}, but the target has {}",
               layer, target_config.num_hidden_layers);
-  const int64_t hidden = config_.hidden_size, features = int64_t(config_.target_layer_ids.size()) * target_config.hidden_size;
+  const int64_t hidden = config_.hidden_size,
+                features = int64_t(config_.target_layer_ids.size()) * target_config.hidden_size;
   MLA_CHECK(hidden == target_config.hidden_size, "the block draft's hidden_size {} is not the target's {}", hidden,
             target_config.hidden_size);
   fc_ = repack_bf16_panels(loader_.linear("fc", hidden, features), copies_);
   hidden_norm_ = loader_.vector("hidden_norm.weight", hidden);
   norm_ = loader_.vector("norm.weight", hidden);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(loader_, copies_, config_, i));
-  embed_tokens_ = checkpoint_.contains("embed_tokens.weight") ? loader_.dense("embed_tokens.weight", config_.vocab_size, hidden)
-                                                              : target.embed_tokens();
+  embed_tokens_ = checkpoint_.contains("embed_tokens.weight")
+                      ? loader_.dense("embed_tokens.weight", config_.vocab_size, hidden)
+                      : target.embed_tokens();
   lm_head_ = checkpoint_.contains("lm_head.weight")
                  ? repack_bf16_panels(loader_.linear("lm_head", config_.vocab_size, hidden), copies_)
                  : target.lm_head();

@@ -16,7 +16,7 @@ namespace mlaserve {
 namespace {
 
 struct DumpSettings {
-  std::string dir;             // empty: off
+  std::string dir;              // empty: off
   std::set<std::string> names;  // empty: every name
 };
 

@@ -20,8 +20,8 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // Causal depthwise convolution then SiLU over one sequence's rows of `projected`
 // ([n, channels] with row stride `stride`), in place; `window` holds the kernel-1 rows before
 // them and is advanced to the last kernel-1 inputs.
-void short_conv_silu(float* projected, int64_t stride, int64_t n, int64_t channels, const float* weight,
-                     int64_t kernel, float* window) {
+void short_conv_silu(float* projected, int64_t stride, int64_t n, int64_t channels, const float* weight, int64_t kernel,
+                     float* window) {
   const int64_t history = kernel - 1;
   thread_local std::vector<float> inputs;  // [history + n, channels], reused
   inputs.resize(size_t((history + n) * channels));
@@ -31,7 +31,8 @@ void short_conv_silu(float* projected, int64_t stride, int64_t n, int64_t channe
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < channels; ++c) {
       float sum = 0.0f;
-      for (int64_t tap = 0; tap < kernel; ++tap) sum += weight[c * kernel + tap] * inputs[size_t((t + tap) * channels + c)];
+      for (int64_t tap = 0; tap < kernel; ++tap)
+        sum += weight[c * kernel + tap] * inputs[size_t((t + tap) * channels + c)];
       projected[t * stride + c] = silu(sum);
     }
   std::memcpy(window, inputs.data() + n * channels, size_t(history * channels) * sizeof(float));
@@ -81,7 +82,8 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
   for (const KdaSequence& seq : sequences) {
     const int64_t first = seq.token_offset;
     float* conv_windows = seq.state;
-    short_conv_silu(q.data() + first * width, width, seq.n_tokens, width, weights.q_conv1d, shape.conv_kernel, conv_windows);
+    short_conv_silu(q.data() + first * width, width, seq.n_tokens, width, weights.q_conv1d, shape.conv_kernel,
+                    conv_windows);
     short_conv_silu(k.data() + first * width, width, seq.n_tokens, width, weights.k_conv1d, shape.conv_kernel,
                     conv_windows + history * width);
     short_conv_silu(v.data() + first * width, width, seq.n_tokens, width, weights.v_conv1d, shape.conv_kernel,
@@ -104,8 +106,8 @@ void kda_forward(const KdaShape& shape, const KdaWeights& weights, const float* 
         }
         for (int64_t t = 0; t < seq.n_tokens; ++t)
           kda_recurrent_step(recurrent + h * dim * dim, q.data() + at + t * width, k.data() + at + t * width,
-                             v.data() + at + t * width, f.data() + at + t * width, beta[size_t((first + t) * heads + h)],
-                             dim, dim, o.data() + at + t * width);
+                             v.data() + at + t * width, f.data() + at + t * width,
+                             beta[size_t((first + t) * heads + h)], dim, dim, o.data() + at + t * width);
       }
     });
   }

@@ -17,21 +17,21 @@ struct KdaWeights {
   const float* q_conv1d = nullptr;      // [H * head_dim, 1, kernel]; tap kernel-1 is the current token
   const float* k_conv1d = nullptr;
   const float* v_conv1d = nullptr;
-  const float* A_log = nullptr;         // [H] (stored [1, 1, H, 1])
-  LinearWeight f_a_proj;                // [head_dim, hidden]
-  LinearWeight f_b_proj;                // [H * head_dim, head_dim]
-  const float* dt_bias = nullptr;       // [H * head_dim]
-  LinearWeight b_proj;                  // [H, hidden]
-  LinearWeight g_a_proj;                // [head_dim, hidden] (no full-rank gate)
-  LinearWeight g_b_proj;                // [H * head_dim, head_dim]
-  std::optional<LinearWeight> g_proj;   // K3 full-rank output gate [H * head_dim, hidden]
-  const float* o_norm = nullptr;        // [head_dim]
-  LinearWeight o_proj;                  // [hidden, H * head_dim]
+  const float* A_log = nullptr;        // [H] (stored [1, 1, H, 1])
+  LinearWeight f_a_proj;               // [head_dim, hidden]
+  LinearWeight f_b_proj;               // [H * head_dim, head_dim]
+  const float* dt_bias = nullptr;      // [H * head_dim]
+  LinearWeight b_proj;                 // [H, hidden]
+  LinearWeight g_a_proj;               // [head_dim, hidden] (no full-rank gate)
+  LinearWeight g_b_proj;               // [H * head_dim, head_dim]
+  std::optional<LinearWeight> g_proj;  // K3 full-rank output gate [H * head_dim, hidden]
+  const float* o_norm = nullptr;       // [head_dim]
+  LinearWeight o_proj;                 // [hidden, H * head_dim]
 };
 
 struct KdaShape {
   int64_t hidden_size, n_heads, head_dim, conv_kernel;
-  double norm_eps;  // o_norm: rms_norm_eps
+  double norm_eps;                        // o_norm: rms_norm_eps
   std::optional<float> gate_lower_bound;  // K3
   int64_t width() const { return n_heads * head_dim; }
   // Floats of one sequence's state for one layer: q, k, v conv windows, then S [H, K, V].

@@ -65,7 +65,8 @@ MoeWeights load_block_sparse_moe(WeightLoader& loader, const ModelConfig& config
   if (config.routed_expert_hidden_size) {
     LatentMoeWeights latent;
     latent.routed_expert_down_proj = loader.linear(prefix + ".routed_expert_down_proj", expert_io, hidden);
-    if (config.latent_moe_use_norm) latent.routed_expert_norm = loader.vector(prefix + ".routed_expert_norm.weight", expert_io);
+    if (config.latent_moe_use_norm)
+      latent.routed_expert_norm = loader.vector(prefix + ".routed_expert_norm.weight", expert_io);
     latent.routed_expert_up_proj = loader.linear(prefix + ".routed_expert_up_proj", hidden, expert_io);
     latent.norm_eps = config.rms_norm_eps;
     moe.latent = latent;
@@ -74,10 +75,12 @@ MoeWeights load_block_sparse_moe(WeightLoader& loader, const ModelConfig& config
   moe.e_score_correction_bias = loader.vector(prefix + ".gate.e_score_correction_bias", config.n_routed_experts);
   for (int64_t e = 0; e < config.n_routed_experts; ++e) {
     const std::string expert = fmt::format("{}.experts.{}", prefix, e);
-    moe.experts.push_back({loader.linear(expert + ".w1", width, expert_io), loader.linear(expert + ".w3", width, expert_io),
+    moe.experts.push_back({loader.linear(expert + ".w1", width, expert_io),
+                           loader.linear(expert + ".w3", width, expert_io),
                            loader.linear(expert + ".w2", expert_io, width), activation_of(config)});
   }
-  if (config.n_shared_experts > 0) moe.shared_experts = load_mlp(loader, config, prefix + ".shared_experts", config.n_shared_experts * width);
+  if (config.n_shared_experts > 0)
+    moe.shared_experts = load_mlp(loader, config, prefix + ".shared_experts", config.n_shared_experts * width);
   return moe;
 }
 
@@ -128,12 +131,22 @@ KimiLinearModel::KimiLinearModel(std::shared_ptr<ModelStorage> storage, KimiLine
       config_(storage_->config),
       weights_(std::move(weights)),
       rope_(config_.qk_rope_head_dim, config_.rope_theta, config_.rope_scaling),
-      mla_shape_{config_.hidden_size,      config_.num_attention_heads, config_.kv_lora_rank,
-                 config_.qk_nope_head_dim, config_.qk_rope_head_dim,    config_.v_head_dim,
-                 1e-6,                     float(config_.softmax_scale()), !config_.mla_use_nope},
-      kda_shape_{config_.hidden_size, config_.kda->num_heads, config_.kda->head_dim,
-                 config_.kda->short_conv_kernel_size, config_.rms_norm_eps,
-                 config_.kda->gate_lower_bound ? std::optional<float>(float(*config_.kda->gate_lower_bound)) : std::nullopt},
+      mla_shape_{config_.hidden_size,
+                 config_.num_attention_heads,
+                 config_.kv_lora_rank,
+                 config_.qk_nope_head_dim,
+                 config_.qk_rope_head_dim,
+                 config_.v_head_dim,
+                 1e-6,
+                 float(config_.softmax_scale()),
+                 !config_.mla_use_nope},
+      kda_shape_{
+          config_.hidden_size,
+          config_.kda->num_heads,
+          config_.kda->head_dim,
+          config_.kda->short_conv_kernel_size,
+          config_.rms_norm_eps,
+          config_.kda->gate_lower_bound ? std::optional<float>(float(*config_.kda->gate_lower_bound)) : std::nullopt},
       router_(router_params(config_)),
       vocab_(VocabSlice::whole(config_.vocab_size)) {
   int64_t mla = 0, kda = 0;
@@ -145,15 +158,17 @@ std::unique_ptr<KimiLinearModel> KimiLinearModel::load(const std::string& model_
   auto storage = std::make_shared<ModelStorage>(model_dir, load_model_config(model_dir), activation_quant);
   KimiLinearWeights weights = load_weights(storage->checkpoint, storage->config, storage->loader);
   auto model = std::unique_ptr<KimiLinearModel>(new KimiLinearModel(std::move(storage), std::move(weights)));
-  spdlog::info("loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.2f} MiB of KDA state per sequence",
-               model->config_.model_type, model_dir, model->config_.num_hidden_layers, model->config_.kda->kda_layers(),
-               model->config_.cache_layers(), double(model->weight_bytes()) / 1e9,
-               double(model->config_.recurrent_state_bytes()) / double(1 << 20));
+  spdlog::info(
+      "loaded {} from '{}': {} layers ({} KDA, {} MLA), {:.2f} GB of weights, {:.2f} MiB of KDA state per sequence",
+      model->config_.model_type, model_dir, model->config_.num_hidden_layers, model->config_.kda->kda_layers(),
+      model->config_.cache_layers(), double(model->weight_bytes()) / 1e9,
+      double(model->config_.recurrent_state_bytes()) / double(1 << 20));
   return model;
 }
 
 std::unique_ptr<CausalLM> KimiLinearModel::shard(const ShardSpec& spec, Communicator* comm) const {
-  MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank, spec.size);
+  MLA_CHECK(spec.size >= 1 && spec.rank >= 0 && spec.rank < spec.size, "rank {} outside a world of {}", spec.rank,
+            spec.size);
   const Range mla_heads = heads_of_rank(config_.num_attention_heads, spec.size, spec.rank);
   const Range kda_heads = heads_of_rank(config_.kda->num_heads, spec.size, spec.rank);
   const auto start = std::chrono::steady_clock::now();
@@ -270,7 +285,8 @@ void attn_res_mix(const AttnResWeights& weights, const std::vector<const float*>
     for (float& score : scores) total += score = std::exp(score - best);
     float* mixed = out + t * hidden;
     std::fill(mixed, mixed + hidden, 0.0f);
-    for (size_t c = 0; c < candidates.size(); ++c) simd::axpy(scores[c] / total, candidates[c] + t * hidden, mixed, hidden);
+    for (size_t c = 0; c < candidates.size(); ++c)
+      simd::axpy(scores[c] / total, candidates[c] + t * hidden, mixed, hidden);
   }
 }
 
@@ -345,7 +361,8 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
     for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
     partial_started = true;
     mix_into_residual(*layer.mlp_res);
-    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n, hidden, config_.rms_norm_eps, normed.data(), hidden);
+    rms_norm(residual.data(), hidden, layer.post_attention_layernorm, n, hidden, config_.rms_norm_eps, normed.data(),
+             hidden);
     feed_forward(i, normed.data(), n, out.data());
     for (size_t j = 0; j < partial.size(); ++j) partial[j] += out[j];
     if ((i + 1) % block == 0) {
@@ -358,7 +375,8 @@ void KimiLinearModel::run_layers_attn_res(const Pass& pass, std::vector<float>& 
   if (pass.hidden) capture_layer_states(*pass.hidden, int(config_.num_hidden_layers - 1), residual.data(), n, hidden);
 }
 
-void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits, const HiddenStates* hidden_states) const {
+void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* logits,
+                              const HiddenStates* hidden_states) const {
   const int64_t hidden = config_.hidden_size;
   thread_local BatchLayout layout;
   layout_batch(batch, layout);
@@ -379,8 +397,8 @@ void KimiLinearModel::forward(std::span<const ForwardSequence> batch, float* log
   normed.resize(residual.size());
   const int64_t n_out = int64_t(layout.logit_tokens.size());
   for (int64_t r = 0; r < n_out; ++r)
-    rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden, config_.rms_norm_eps,
-             normed.data() + r * hidden, hidden);
+    rms_norm(residual.data() + layout.logit_tokens[size_t(r)] * hidden, hidden, weights_.norm, 1, hidden,
+             config_.rms_norm_eps, normed.data() + r * hidden, hidden);
   if (hidden_states)
     capture_final_norm(*hidden_states, residual.data(), weights_.norm, config_.rms_norm_eps, n_tokens, hidden);
   project_vocab_slice(weights_.lm_head, vocab_, config_.vocab_size, normed.data(), n_out, logits, comm_);

@@ -82,11 +82,11 @@ class KimiLinearModel : public CausalLM {
   ModelConfig config_;
   KimiLinearWeights weights_;
   Communicator* comm_ = nullptr;  // null: a single rank
-  RotaryEmbedding rope_;  // never applied (mla_use_nope); MLA's interface takes one
+  RotaryEmbedding rope_;          // never applied (mla_use_nope); MLA's interface takes one
   MlaShape mla_shape_;
   KdaShape kda_shape_;
   RouterParams router_;
-  VocabSlice vocab_;  // this rank's rows of embed_tokens and lm_head
+  VocabSlice vocab_;              // this rank's rows of embed_tokens and lm_head
   std::vector<int64_t> ordinal_;  // per layer: its index among the MLA layers or among the KDA layers
 };
 

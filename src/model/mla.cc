@@ -67,8 +67,8 @@ void project_queries(const MlaShape& shape, const MlaWeights& weights, const Rot
     thread_local std::vector<float> q_a;  // [n_tokens, q_lora_rank]
     q_a.resize(size_t(n_tokens * q_lora_rank));
     linear(*weights.q_a_proj, input.x, n_tokens, q_a.data());
-    rms_norm(q_a.data(), q_lora_rank, weights.q_a_layernorm, n_tokens, q_lora_rank, shape.norm_eps,
-             q_a.data(), q_lora_rank);
+    rms_norm(q_a.data(), q_lora_rank, weights.q_a_layernorm, n_tokens, q_lora_rank, shape.norm_eps, q_a.data(),
+             q_lora_rank);
     linear(*weights.q_b_proj, q_a.data(), n_tokens, q.data());
   }
   if (!shape.use_rope) return;
@@ -84,8 +84,8 @@ void project_queries(const MlaShape& shape, const MlaWeights& weights, const Rot
 }
 
 // kv_a_proj_with_mqa -> [compressed_kv | k_pe]; norm the first, rotate the second, cache both.
-void write_latents(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                   const MlaInput& input, std::span<const TokenPlace> places) {
+void write_latents(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope, const MlaInput& input,
+                   std::span<const TokenPlace> places) {
   const int64_t latent_dim = shape.latent_dim(), n_tokens = input.n_tokens;
   thread_local std::vector<float> latent_buffer;  // [n_tokens, latent_dim]
   std::vector<float>& latent = latent_buffer;
@@ -141,7 +141,8 @@ void pack_head_panels(const MlaShape& shape, const float* kv, const float* k_pe,
     for (int64_t s = begin; s < end; ++s) {
       const float* kv_head = kv + (s * shape.n_heads + h) * kv_dim;
       for (int64_t d = 0; d < nope; ++d) k_head[Layout::key_at(s, d, qk)] = Layout::from(kv_head[d]);
-      for (int64_t d = 0; d < rope_dim; ++d) k_head[Layout::key_at(s, nope + d, qk)] = Layout::from(k_pe[s * rope_dim + d]);
+      for (int64_t d = 0; d < rope_dim; ++d)
+        k_head[Layout::key_at(s, nope + d, qk)] = Layout::from(k_pe[s * rope_dim + d]);
       for (int64_t d = qk; d < qk_read; ++d) k_head[Layout::key_at(s, d, qk)] = 0;
       for (int64_t d = 0; d < v_dim; ++d) v_head[Layout::value_at(s, d, n_keys)] = Layout::from(kv_head[nope + d]);
       for (int64_t d = v_dim; d < round_up_to_panel(v_dim); ++d) v_head[Layout::value_at(s, d, n_keys)] = 0;
@@ -180,8 +181,8 @@ void lay_out_heads(const MlaShape& shape, const float* kv, const float* k_pe, in
 // Keys [first, first + n_keys) of the sequence expanded through kv_b_proj and laid out as
 // head panels for causal_attention (their pointers set in params; the buffers are the calling
 // thread's, reused).
-void expand_keys(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq, int64_t layer,
-                 int64_t first, int64_t n_keys, CausalAttentionParams& params) {
+void expand_keys(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq, int64_t layer, int64_t first,
+                 int64_t n_keys, CausalAttentionParams& params) {
   const int64_t n_heads = shape.n_heads, rope_dim = shape.qk_rope_head_dim, rank = shape.kv_lora_rank;
   const int64_t kv_dim = shape.qk_nope_head_dim + shape.v_head_dim;
   thread_local std::vector<float> latents_buffer, k_pe_buffer, kv_buffer;
@@ -234,8 +235,8 @@ void merge_key_range(const std::vector<float>& out, const std::vector<float>& ma
 // are expanded kMlaExpandedKeyTile at a time, so the form's scratch does not grow with the
 // context (mini's 4,096 keys: 34 MB of fp32 K/V, 21 MB of panels); a longer sequence's ranges
 // are merged by their softmax terms.
-void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq,
-                     int64_t layer, const float* q, float* attn) {
+void attend_expanded(const MlaShape& shape, const MlaWeights& weights, const MlaSequence& seq, int64_t layer,
+                     const float* q, float* attn) {
   const int64_t n_keys = seq.start_position + seq.n_tokens, v_dim = shape.v_head_dim;
   CausalAttentionParams params;
   params.q = q;
@@ -283,7 +284,7 @@ void attend_absorbed(const MlaShape& shape, const MlaWeights& weights, std::span
   const int64_t rope_dim = shape.qk_rope_head_dim, v_dim = shape.v_head_dim, qk_dim = shape.qk_head_dim();
   const int64_t kv_dim = nope + v_dim, q_stride = n_heads * qk_dim, attn_stride = n_heads * v_dim;
   thread_local std::vector<float> q_buffer, q_latent_buffer, q_pe_buffer, o_latent_buffer, out_buffer;
-  std::vector<float>& queries = q_buffer;    // [T, H, qk]: the absorbed tokens' queries, gathered
+  std::vector<float>& queries = q_buffer;          // [T, H, qk]: the absorbed tokens' queries, gathered
   std::vector<float>& q_latent = q_latent_buffer;  // [T, H, kv_lora_rank], accumulated
   std::vector<float>& q_pe = q_pe_buffer;          // [T, H, rope]
   std::vector<float>& o_latent = o_latent_buffer;  // [T, H, kv_lora_rank]
@@ -363,9 +364,12 @@ MlaPath mla_path_from_name(const std::string& name) {
 
 const char* mla_path_name(MlaPath path) {
   switch (path) {
-    case MlaPath::Expanded: return "expanded";
-    case MlaPath::Absorbed: return "absorbed";
-    case MlaPath::Auto: break;
+    case MlaPath::Expanded:
+      return "expanded";
+    case MlaPath::Absorbed:
+      return "absorbed";
+    case MlaPath::Auto:
+      break;
   }
   return "auto";
 }
@@ -387,8 +391,8 @@ MlaPath mla_prefill_path(const MlaShape& shape, int64_t n_tokens, int64_t start_
   return absorbed < expanded ? MlaPath::Absorbed : MlaPath::Expanded;
 }
 
-void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                 const MlaInput& input, float* out) {
+void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope, const MlaInput& input,
+                 float* out) {
   thread_local std::vector<float> q, attn;
   const std::vector<TokenPlace>& places = token_places(input);
   project_queries(shape, weights, rope, input, places, q);
@@ -398,9 +402,9 @@ void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryE
   thread_local std::vector<const MlaSequence*> absorbed;
   absorbed.clear();
   for (const MlaSequence& seq : input.sequences) {
-    const MlaPath path =
-        seq.path != MlaPath::Auto ? seq.path
-                                  : mla_prefill_path(shape, seq.n_tokens, seq.start_position, seq.cache.dtype);
+    const MlaPath path = seq.path != MlaPath::Auto
+                             ? seq.path
+                             : mla_prefill_path(shape, seq.n_tokens, seq.start_position, seq.cache.dtype);
     if (path == MlaPath::Absorbed) {
       absorbed.push_back(&seq);
       continue;
@@ -455,8 +459,8 @@ void add_absorbed_panels(MlaWeights& mla, int64_t qk_nope_head_dim, int64_t v_he
 }
 
 MlaShape mla_shape_of(const ModelConfig& config) {
-  return MlaShape{config.hidden_size,      config.num_attention_heads, config.kv_lora_rank,
-                  config.qk_nope_head_dim, config.qk_rope_head_dim,    config.v_head_dim,
+  return MlaShape{config.hidden_size,      config.num_attention_heads,   config.kv_lora_rank,
+                  config.qk_nope_head_dim, config.qk_rope_head_dim,      config.v_head_dim,
                   config.rms_norm_eps,     float(config.softmax_scale())};
 }
 
@@ -472,8 +476,8 @@ MlaWeights load_mla_weights(WeightLoader& loader, const ModelConfig& config, con
   }
   mla.kv_a_proj_with_mqa = loader.linear(prefix + ".kv_a_proj_with_mqa", config.kv_latent_dim(), hidden);
   mla.kv_a_layernorm = loader.vector(prefix + ".kv_a_layernorm.weight", config.kv_lora_rank);
-  mla.kv_b_proj = loader.linear(prefix + ".kv_b_proj",
-                                heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
+  mla.kv_b_proj =
+      loader.linear(prefix + ".kv_b_proj", heads * (config.qk_nope_head_dim + config.v_head_dim), config.kv_lora_rank);
   mla.o_proj = loader.linear(prefix + ".o_proj", hidden, heads * config.v_head_dim);
   if (config.mla_use_output_gate) mla.g_proj = loader.linear(prefix + ".g_proj", heads * config.v_head_dim, hidden);
   return mla;

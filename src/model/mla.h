@@ -14,15 +14,15 @@
 namespace mlaserve {
 
 struct MlaWeights {
-  std::optional<LinearWeight> q_proj;    // [H * qk_head_dim, hidden] when q_lora_rank is null
-  std::optional<LinearWeight> q_a_proj;  // [q_lora_rank, hidden]
-  const float* q_a_layernorm = nullptr;  // [q_lora_rank]
-  std::optional<LinearWeight> q_b_proj;  // [H * qk_head_dim, q_lora_rank]
-  LinearWeight kv_a_proj_with_mqa;       // [kv_lora_rank + qk_rope_head_dim, hidden]
+  std::optional<LinearWeight> q_proj;     // [H * qk_head_dim, hidden] when q_lora_rank is null
+  std::optional<LinearWeight> q_a_proj;   // [q_lora_rank, hidden]
+  const float* q_a_layernorm = nullptr;   // [q_lora_rank]
+  std::optional<LinearWeight> q_b_proj;   // [H * qk_head_dim, q_lora_rank]
+  LinearWeight kv_a_proj_with_mqa;        // [kv_lora_rank + qk_rope_head_dim, hidden]
   const float* kv_a_layernorm = nullptr;  // [kv_lora_rank]
-  LinearWeight kv_b_proj;                // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
-  LinearWeight o_proj;                   // [hidden, H * v_head_dim]
-  std::optional<LinearWeight> g_proj;    // Kimi K3 output gate [H * v_head_dim, hidden]
+  LinearWeight kv_b_proj;                 // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  LinearWeight o_proj;                    // [hidden, H * v_head_dim]
+  std::optional<LinearWeight> g_proj;     // Kimi K3 output gate [H * v_head_dim, hidden]
   // Absorbed decode's two products of a BF16 kv_b_proj, copied into panels at load
   // (add_absorbed_panels): absorbed_uk_t [H * kv_lora_rank, qk_nope_head_dim], row
   // h * kv_lora_rank + d = column d of head h's W_UK; absorbed_uv [H * v_head_dim,
@@ -40,8 +40,8 @@ const char* mla_path_name(MlaPath path);
 
 struct MlaShape {
   int64_t hidden_size, n_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
-  double norm_eps;      // q_a_layernorm / kv_a_layernorm eps
-  float softmax_scale;  // qk_head_dim^-1/2 (times the YaRN mscale^2)
+  double norm_eps;       // q_a_layernorm / kv_a_layernorm eps
+  float softmax_scale;   // qk_head_dim^-1/2 (times the YaRN mscale^2)
   bool use_rope = true;  // false: Kimi Linear's mla_use_nope, the pe slices stay unrotated
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
@@ -92,7 +92,7 @@ void visit_mla(const MlaWeights& mla, const std::function<void(const LinearWeigh
 void add_absorbed_panels(MlaWeights& mla, int64_t qk_nope_head_dim, int64_t v_head_dim, WeightCopies& storage);
 
 // out: [n_tokens, hidden]. Writes the new tokens' latent rows into each sequence's cache.
-void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope,
-                 const MlaInput& input, float* out);
+void mla_forward(const MlaShape& shape, const MlaWeights& weights, const RotaryEmbedding& rope, const MlaInput& input,
+                 float* out);
 
 }  // namespace mlaserve

@@ -92,17 +92,20 @@ void run_expert_jobs(std::span<ExpertJob> jobs, int64_t in_width, float* out, in
         apply_glu(job.mlp->activation, gate + t * width, up.data() + t * (row_end - row_begin), row_end - row_begin);
     }
   });
-  thread_pool().parallel_for(out_width, [&](int64_t begin, int64_t end, int) {
-    thread_local std::vector<float> partial;
-    for (const auto& job : jobs) {
-      const int64_t count = int64_t(job.tokens.size()), width = job.mlp->gate_proj.rows;
-      partial.resize(size_t(count * (end - begin)));
-      linear_rows(job.mlp->down_proj, begin, end, job.hidden, width, count, partial.data(), end - begin);
-      for (int64_t t = 0; t < count; ++t)
-        simd::axpy(job.weights[size_t(t)], partial.data() + t * (end - begin), out + job.tokens[size_t(t)] * out_width + begin,
-                   end - begin);
-    }
-  }, 8);
+  thread_pool().parallel_for(
+      out_width,
+      [&](int64_t begin, int64_t end, int) {
+        thread_local std::vector<float> partial;
+        for (const auto& job : jobs) {
+          const int64_t count = int64_t(job.tokens.size()), width = job.mlp->gate_proj.rows;
+          partial.resize(size_t(count * (end - begin)));
+          linear_rows(job.mlp->down_proj, begin, end, job.hidden, width, count, partial.data(), end - begin);
+          for (int64_t t = 0; t < count; ++t)
+            simd::axpy(job.weights[size_t(t)], partial.data() + t * (end - begin),
+                       out + job.tokens[size_t(t)] * out_width + begin, end - begin);
+        }
+      },
+      8);
 }
 
 // The jobs of one step (a thread-local list: its vectors keep their capacity).
@@ -198,8 +201,8 @@ void mlp_forward(const MlpWeights& weights, const float* x, int64_t n_tokens, fl
   run_expert_jobs(list.jobs, hidden, out, weights.down_proj.rows);
 }
 
-void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
-                 int64_t n_tokens, float* out, Communicator* comm) {
+void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x, int64_t n_tokens, float* out,
+                 Communicator* comm) {
   const int64_t hidden = weights.gate.cols, top_k = router.top_k;
   // Reused from step to step: the decode path allocates nothing once these have grown.
   thread_local std::vector<float> logits, expert_weights;
@@ -210,8 +213,8 @@ void moe_forward(const RouterParams& router, const MoeWeights& weights, const fl
   ids.resize(size_t(n_tokens * top_k));
   expert_weights.resize(size_t(n_tokens * top_k));
   for (int64_t t = 0; t < n_tokens; ++t)
-    route_token(logits.data() + t * router.n_experts, weights.e_score_correction_bias, router,
-                ids.data() + t * top_k, expert_weights.data() + t * top_k);
+    route_token(logits.data() + t * router.n_experts, weights.e_score_correction_bias, router, ids.data() + t * top_k,
+                expert_weights.data() + t * top_k);
   assigned.assign(ids, expert_weights, top_k, router.n_experts);
   std::fill(out, out + n_tokens * hidden, 0.0f);
   thread_local JobList list, routed_list;

@@ -39,20 +39,20 @@ inline void visit_mlp(const MlpWeights& mlp, const std::function<void(const Line
 // sum of the experts on h is RMSNorm'd (routed_expert_norm, when latent_moe_use_norm), then up()
 // back to hidden. The router and the shared experts read x itself.
 struct LatentMoeWeights {
-  LinearWeight routed_expert_down_proj;  // [latent, hidden]
+  LinearWeight routed_expert_down_proj;       // [latent, hidden]
   const float* routed_expert_norm = nullptr;  // [latent] or null
-  LinearWeight routed_expert_up_proj;    // [hidden, latent]
+  LinearWeight routed_expert_up_proj;         // [hidden, latent]
   double norm_eps = 1e-6;
 };
 
 struct MoeWeights {
-  LinearWeight gate;                              // router [n_routed_experts, hidden]
+  LinearWeight gate;                               // router [n_routed_experts, hidden]
   const float* e_score_correction_bias = nullptr;  // [n_routed_experts], noaux_tc only
-  std::vector<MlpWeights> experts;                // n_routed_experts
-  std::optional<MlpWeights> shared_experts;       // intermediate = n_shared * moe_intermediate
-  int64_t first_owned_expert = 0;                 // expert parallelism: this rank runs experts
-  int64_t end_owned_expert = INT64_MAX;           // [first_owned_expert, end_owned_expert)
-  std::optional<LatentMoeWeights> latent;         // Kimi K3
+  std::vector<MlpWeights> experts;                 // n_routed_experts
+  std::optional<MlpWeights> shared_experts;        // intermediate = n_shared * moe_intermediate
+  int64_t first_owned_expert = 0;                  // expert parallelism: this rank runs experts
+  int64_t end_owned_expert = INT64_MAX;            // [first_owned_expert, end_owned_expert)
+  std::optional<LatentMoeWeights> latent;          // Kimi K3
 };
 
 // prefix.{gate,up,down}_proj of an MLP of `width` (checked against the checkpoint).
@@ -68,8 +68,8 @@ RouterParams router_params(const ModelConfig& config);
 // out = sum_k w_k expert_k(x) + shared(x), experts chosen per token by the router. Sharded,
 // out is this rank's partial sum; with LatentMoE the routed latent sum is all-reduced on
 // `comm` before its norm, and only rank 0 adds the (then identical) up-projection.
-void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x,
-                 int64_t n_tokens, float* out, Communicator* comm = nullptr);
+void moe_forward(const RouterParams& router, const MoeWeights& weights, const float* x, int64_t n_tokens, float* out,
+                 Communicator* comm = nullptr);
 
 // The bytes of routed-expert weights moe_forward has read in this process since it started:
 // each call adds the bytes of the experts its tokens chose, each expert once however many of

@@ -23,7 +23,8 @@ LinearWeight column_slice(const LinearWeight& weight, int64_t begin, int64_t end
 }
 
 MlpWeights mlp_copied_if_asked(MlpWeights mlp, const ShardContext& context) {
-  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) *weight = copied_if_asked(*weight, context);
+  for (LinearWeight* weight : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj})
+    *weight = copied_if_asked(*weight, context);
   return mlp;
 }
 
@@ -50,14 +51,16 @@ void log_shard_progress(const ShardSpec& spec, size_t layers_done, size_t layers
 void log_shard_copies(const ShardSpec& spec, const WeightCopies& copies, double seconds) {
   const size_t bytes = copies.bytes();
   if (bytes == 0) return;
-  const char* how = !spec.copy_weights          ? "column slices"
+  const char* how = !spec.copy_weights                     ? "column slices"
                     : repacks_4bit_panels(kernel_config()) ? "BF16, INT4 and MXFP4 in panels, other formats as stored"
-                                                 : "BF16 panels, other formats as stored";
+                                                           : "BF16 panels, other formats as stored";
   spdlog::info("rank {} of {}: {:.2f} GB of weights copied from the checkpoint ({}) in {:.1f} s", spec.rank, spec.size,
                double(bytes) / 1e9, how, seconds);
   if (!copies.placement_error().empty())
-    spdlog::warn("rank {} of {}: its weight copies could not be placed on NUMA node(s) {} ({}); they stay where first "
-                 "touched", spec.rank, spec.size, format_cpu_list(copies.numa_nodes()), copies.placement_error());
+    spdlog::warn(
+        "rank {} of {}: its weight copies could not be placed on NUMA node(s) {} ({}); they stay where first "
+        "touched",
+        spec.rank, spec.size, format_cpu_list(copies.numa_nodes()), copies.placement_error());
 }
 
 MlpWeights shard_mlp_weights(const MlpWeights& mlp, const ShardContext& context) {
@@ -119,8 +122,8 @@ MoeWeights shard_moe_weights(const MoeWeights& moe, const ShardContext& context)
   return out;
 }
 
-
-KdaWeights shard_kda_weights(const KdaWeights& kda, const KdaShape& shape, const Range& heads, const ShardContext& context) {
+KdaWeights shard_kda_weights(const KdaWeights& kda, const KdaShape& shape, const Range& heads,
+                             const ShardContext& context) {
   const int64_t first = heads.begin * shape.head_dim, end = heads.end * shape.head_dim;
   KdaWeights out = kda;
   out.q_conv1d = kda.q_conv1d + first * shape.conv_kernel;

@@ -18,8 +18,8 @@ namespace mlaserve {
 
 struct ShardContext {
   const ShardSpec& spec;
-  WeightCopies& storage;  // owns the compacted column slices
-  const Checkpoint* source;                   // the mapped checkpoint whose pages they replace
+  WeightCopies& storage;     // owns the compacted column slices
+  const Checkpoint* source;  // the mapped checkpoint whose pages they replace
 };
 
 // While repacking (the long part of making a shard of a large model), logs each quarter of
@@ -41,6 +41,7 @@ MlaWeights shard_mla_weights(const MlaWeights& mla, const ModelConfig& config, c
 MoeWeights shard_moe_weights(const MoeWeights& moe, const ShardContext& context);
 // KDA heads [heads.begin, heads.end): the tensors' rows or channels of those heads; A_log and
 // dt_bias are offset to them; f_a_proj, g_a_proj and o_norm are replicated.
-KdaWeights shard_kda_weights(const KdaWeights& kda, const KdaShape& shape, const Range& heads, const ShardContext& context);
+KdaWeights shard_kda_weights(const KdaWeights& kda, const KdaShape& shape, const Range& heads,
+                             const ShardContext& context);
 
 }  // namespace mlaserve

@@ -80,8 +80,10 @@ class MpiCommunicator : public Communicator {
       if (poll == Poll::Spin && polls % 1024 != 0) continue;  // a poll costs less than reading the clock
       const auto waited = std::chrono::steady_clock::now() - start;
       if (timeout_.count() > 0 && waited > timeout_)
-        throw CollectiveTimeout(fmt::format("an MPI {} did not complete within {} s (--comm-timeout): a rank has died "
-                                            "or stopped answering", what, timeout_.count() / 1000.0));
+        throw CollectiveTimeout(
+            fmt::format("an MPI {} did not complete within {} s (--comm-timeout): a rank has died "
+                        "or stopped answering",
+                        what, timeout_.count() / 1000.0));
       if (poll == Poll::SpinThenSleep && waited > std::chrono::microseconds(200))
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

@@ -20,8 +20,8 @@ inline Range even_split(int64_t n, int parts, int index, int64_t align = 1) {
 
 // Attention heads of a rank: they must divide evenly (each rank runs the same kernel shape).
 inline Range heads_of_rank(int64_t heads, int size, int rank) {
-  MLA_CHECK(size > 0 && heads % size == 0,
-            "num_attention_heads {} is not divisible by the tensor-parallel size {}", heads, size);
+  MLA_CHECK(size > 0 && heads % size == 0, "num_attention_heads {} is not divisible by the tensor-parallel size {}",
+            heads, size);
   return {heads / size * rank, heads / size * (rank + 1)};
 }
 

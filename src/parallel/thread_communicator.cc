@@ -28,8 +28,8 @@ struct Group {
     if (!passed) {
       aborted = true;
       ready.notify_all();
-      fail("rank {} timed out after {} ms waiting for the other ranks (a rank died or the world size is wrong)",
-           rank, timeout.count());
+      fail("rank {} timed out after {} ms waiting for the other ranks (a rank died or the world size is wrong)", rank,
+           timeout.count());
     }
   }
 

@@ -12,14 +12,22 @@ using ojson = nlohmann::ordered_json;
 
 const char* anthropic_error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return "api_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return "api_error";
   }
 }
 
@@ -29,7 +37,8 @@ const char* anthropic_error_type(int status) {
 ojson text_part(const ojson& block, const std::string& where, const std::string& field = "messages") {
   const std::string type = block.is_object() ? block.value("type", "") : "";
   if (type == "image" || type == "document")
-    refuse(field, fmt::format("{}: {} blocks are not supported: the model is served without its vision tower", where, type));
+    refuse(field,
+           fmt::format("{}: {} blocks are not supported: the model is served without its vision tower", where, type));
   if (type != "text" || !block.contains("text") || !block["text"].is_string())
     refuse(field, fmt::format("{} must be a text block ({{\"type\": \"text\", \"text\"}})", where));
   return {{"type", "text"}, {"text", block["text"]}};
@@ -37,7 +46,8 @@ ojson text_part(const ojson& block, const std::string& where, const std::string&
 
 ojson text_parts(const ojson& blocks, const std::string& where, const std::string& field = "messages") {
   ojson parts = ojson::array();
-  for (size_t i = 0; i < blocks.size(); ++i) parts.push_back(text_part(blocks[i], fmt::format("{}[{}]", where, i), field));
+  for (size_t i = 0; i < blocks.size(); ++i)
+    parts.push_back(text_part(blocks[i], fmt::format("{}[{}]", where, i), field));
   return parts;
 }
 
@@ -45,8 +55,10 @@ ojson tool_result(const ojson& block, const std::string& where) {
   if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string())
     refuse("messages", where + ": a tool_result needs a string 'tool_use_id'");
   const ojson content = block.value("content", ojson(""));
-  if (!content.is_string() && !content.is_array()) refuse("messages", where + ".content must be a string or a list of text blocks");
-  return {{"role", "tool"}, {"tool_call_id", block["tool_use_id"]},
+  if (!content.is_string() && !content.is_array())
+    refuse("messages", where + ".content must be a string or a list of text blocks");
+  return {{"role", "tool"},
+          {"tool_call_id", block["tool_use_id"]},
           {"content", content.is_string() ? content : text_parts(content, where + ".content")}};
 }
 
@@ -56,7 +68,8 @@ ojson tool_call(const ojson& block, const std::string& where) {
     refuse("messages", where + ": a tool_use needs a string 'id' and 'name'");
   const ojson input = block.value("input", ojson::object());
   if (!input.is_object()) refuse("messages", where + ".input must be an object");
-  return {{"id", block["id"]}, {"type", "function"}, {"function", {{"name", block["name"]}, {"arguments", input.dump()}}}};
+  return {
+      {"id", block["id"]}, {"type", "function"}, {"function", {{"name", block["name"]}, {"arguments", input.dump()}}}};
 }
 
 // One Messages turn as OpenAI messages: a user turn's tool results first (each a tool message),
@@ -66,7 +79,8 @@ void add_turn(const ojson& message, size_t index, ojson& out) {
   if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
     refuse("messages", where + " needs a 'role' (user or assistant)");
   const std::string role = message["role"].get<std::string>();
-  if (role != "user" && role != "assistant") refuse("messages", where + ".role must be user or assistant, got '" + role + "'");
+  if (role != "user" && role != "assistant")
+    refuse("messages", where + ".role must be user or assistant, got '" + role + "'");
   const ojson content = message.value("content", ojson());
   if (content.is_string()) return out.push_back({{"role", role}, {"content", content}});
   if (!content.is_array()) refuse("messages", where + ".content must be a string or a list of content blocks");
@@ -110,7 +124,9 @@ ojson tools_of(const ojson& tools) {
       refuse("tools", fmt::format("tools[{}] needs a string 'name'", i));
     const std::string type = tool.value("type", "custom");
     if (type != "custom")
-      refuse("tools", fmt::format("tools[{}]: server tools ('{}') are not supported; define a custom tool with input_schema", i, type));
+      refuse("tools",
+             fmt::format("tools[{}]: server tools ('{}') are not supported; define a custom tool with input_schema", i,
+                         type));
     ojson function = {{"name", tool["name"]}, {"parameters", tool.value("input_schema", ojson({{"type", "object"}}))}};
     if (tool.contains("description")) function["description"] = tool["description"];
     out.push_back({{"type", "function"}, {"function", function}});
@@ -121,11 +137,15 @@ ojson tools_of(const ojson& tools) {
 // tool_choice {"type": auto | any | tool (with name) | none, "disable_parallel_tool_use"}.
 void add_tool_choice(const ojson& choice, ojson& chat) {
   const std::string type = choice.is_object() ? choice.value("type", "") : "";
-  if (type == "auto" || type == "none") chat["tool_choice"] = type;
-  else if (type == "any") chat["tool_choice"] = "required";
+  if (type == "auto" || type == "none")
+    chat["tool_choice"] = type;
+  else if (type == "any")
+    chat["tool_choice"] = "required";
   else if (type == "tool" && choice.contains("name") && choice["name"].is_string())
     chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
-  else refuse("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
+  else
+    refuse("tool_choice",
+           "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\"}");
   if (choice.value("disable_parallel_tool_use", false) == true) chat["parallel_tool_calls"] = false;
 }
 
@@ -212,9 +232,12 @@ json MessageAnswer::stop_block() {
 std::vector<json> MessageAnswer::block_events(const ChatDelta& delta) {
   std::vector<json> events;
   auto add = [&](std::vector<json> more) { events.insert(events.end(), more.begin(), more.end()); };
-  auto block_delta = [&](json value) { events.push_back({{"type", "content_block_delta"}, {"index", index_}, {"delta", value}}); };
+  auto block_delta = [&](json value) {
+    events.push_back({{"type", "content_block_delta"}, {"index", index_}, {"delta", value}});
+  };
   if (!delta.reasoning.empty()) {
-    if (open_ != Block::Thinking) add(start_block(Block::Thinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}));
+    if (open_ != Block::Thinking)
+      add(start_block(Block::Thinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}));
     block_delta({{"type", "thinking_delta"}, {"thinking", delta.reasoning}});
   }
   if (!delta.content.empty()) {
@@ -223,8 +246,9 @@ std::vector<json> MessageAnswer::block_events(const ChatDelta& delta) {
   }
   for (const ToolCallDelta& call : delta.tool_calls) {
     if (!call.name.empty() || open_ != Block::ToolUse || call_ != call.index) {
-      add(start_block(Block::ToolUse, {{"type", "tool_use"}, {"id", chat_.call_id(call.index)}, {"name", call.name},
-                                       {"input", json::object()}}));
+      add(start_block(
+          Block::ToolUse,
+          {{"type", "tool_use"}, {"id", chat_.call_id(call.index)}, {"name", call.name}, {"input", json::object()}}));
       call_ = call.index;
     }
     if (!call.arguments.empty()) block_delta({{"type", "input_json_delta"}, {"partial_json", call.arguments}});
@@ -242,21 +266,29 @@ std::string MessageAnswer::stop_reason() const {
 // Anthropic counts input as what was computed, read from the cache and written to it.
 json MessageAnswer::usage() const {
   const StreamEvent& last = chat_.final_event();
-  return {{"input_tokens", last.prompt_tokens - last.cached_tokens}, {"output_tokens", last.completion_tokens},
-          {"cache_read_input_tokens", last.cached_tokens}, {"cache_creation_input_tokens", 0}};
+  return {{"input_tokens", last.prompt_tokens - last.cached_tokens},
+          {"output_tokens", last.completion_tokens},
+          {"cache_read_input_tokens", last.cached_tokens},
+          {"cache_creation_input_tokens", 0}};
 }
 
 namespace {
 
 std::string sse(const json& event) {
-  return "event: " + event["type"].get<std::string>() + "\ndata: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return "event: " + event["type"].get<std::string>() +
+         "\ndata: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 }  // namespace
 
 std::vector<std::string> MessageAnswer::stream_start() {
-  const json message = {{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", model_},
-                        {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+  const json message = {{"id", id_},
+                        {"type", "message"},
+                        {"role", "assistant"},
+                        {"model", model_},
+                        {"content", json::array()},
+                        {"stop_reason", nullptr},
+                        {"stop_sequence", nullptr},
                         {"usage", {{"input_tokens", request_.engine.prompt.size()}, {"output_tokens", 0}}}};
   return {sse({{"type", "message_start"}, {"message", message}}), sse({{"type", "ping"}})};
 }
@@ -267,7 +299,8 @@ std::vector<std::string> MessageAnswer::stream_event(const StreamEvent& event) {
   if (!event.finished) return frames;
   if (open_ != Block::None) frames.push_back(sse(stop_block()));
   const json stop_sequence = event.stop_string.empty() ? json() : json(event.stop_string);
-  frames.push_back(sse({{"type", "message_delta"}, {"delta", {{"stop_reason", stop_reason()}, {"stop_sequence", stop_sequence}}},
+  frames.push_back(sse({{"type", "message_delta"},
+                        {"delta", {{"stop_reason", stop_reason()}, {"stop_sequence", stop_sequence}}},
                         {"usage", usage()}}));
   frames.push_back(sse({{"type", "message_stop"}}));
   return frames;
@@ -287,8 +320,10 @@ void MessageAnswer::add(const StreamEvent& event) {
     if (e["type"] != "content_block_delta") continue;
     const json& delta = e["delta"];
     json& block = content_.back();
-    if (delta["type"] == "thinking_delta") block["thinking"] = block["thinking"].get<std::string>() + delta["thinking"].get<std::string>();
-    if (delta["type"] == "text_delta") block["text"] = block["text"].get<std::string>() + delta["text"].get<std::string>();
+    if (delta["type"] == "thinking_delta")
+      block["thinking"] = block["thinking"].get<std::string>() + delta["thinking"].get<std::string>();
+    if (delta["type"] == "text_delta")
+      block["text"] = block["text"].get<std::string>() + delta["text"].get<std::string>();
     if (delta["type"] == "input_json_delta") arguments_.back() += delta["partial_json"].get<std::string>();
   }
 }
@@ -303,8 +338,13 @@ json MessageAnswer::response() const {
     block["input"] = input.is_object() ? input : json::object();
   }
   const StreamEvent& last = chat_.final_event();
-  return {{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", model_}, {"content", content},
-          {"stop_reason", stop_reason()}, {"stop_sequence", last.stop_string.empty() ? json() : json(last.stop_string)},
+  return {{"id", id_},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", model_},
+          {"content", content},
+          {"stop_reason", stop_reason()},
+          {"stop_sequence", last.stop_string.empty() ? json() : json(last.stop_string)},
           {"usage", usage()}};
 }
 

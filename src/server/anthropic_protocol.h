@@ -48,8 +48,8 @@ class MessageAnswer : public ChatAnswer {
   std::string model_, id_;
   ChatStream chat_;
   Block open_ = Block::None;
-  int index_ = -1;       // the open block's index
-  int call_ = -1;        // the open tool_use block's call
+  int index_ = -1;                                    // the open block's index
+  int call_ = -1;                                     // the open tool_use block's call
   nlohmann::json content_ = nlohmann::json::array();  // whole: the blocks, their text appended
   std::vector<std::string> arguments_;                // whole: each call's JSON arguments
 };

@@ -64,9 +64,10 @@ namespace {
 
 const std::string kDeepseekCallEnd = "<｜tool▁call▁end｜>";
 
-const std::vector<std::pair<ToolCallFormat, const char*>> kFormatNames = {
-    {ToolCallFormat::DeepseekV3, "deepseek_v3"}, {ToolCallFormat::DeepseekV31, "deepseek_v31"}, {ToolCallFormat::KimiK2, "kimi_k2"},
-    {ToolCallFormat::KimiK3, "kimi_k3"}};
+const std::vector<std::pair<ToolCallFormat, const char*>> kFormatNames = {{ToolCallFormat::DeepseekV3, "deepseek_v3"},
+                                                                          {ToolCallFormat::DeepseekV31, "deepseek_v31"},
+                                                                          {ToolCallFormat::KimiK2, "kimi_k2"},
+                                                                          {ToolCallFormat::KimiK3, "kimi_k3"}};
 
 }  // namespace
 
@@ -88,8 +89,8 @@ std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view sour
   return source.find("```json") != std::string_view::npos ? ToolCallFormat::DeepseekV3 : ToolCallFormat::DeepseekV31;
 }
 
-ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source,
-                         bool kimi_k3_format) {
+ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser,
+                         std::string_view template_source, bool kimi_k3_format) {
   ChatParsing parsing;
   if (tool_parser == "auto")
     parsing.tools = kimi_k3_format ? ToolCallFormat::KimiK3 : tool_call_format_of_template(template_source);
@@ -100,7 +101,8 @@ ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasonin
   } else {
     MLA_CHECK(reasoning_parser == "none" || reasoning_parser == "deepseek_r1" || reasoning_parser == "deepseek_v3" ||
                   reasoning_parser == "kimi_k2" || reasoning_parser == "kimi_k3",
-              "unknown reasoning parser '{}' (auto, none, deepseek_r1, deepseek_v3, kimi_k2, kimi_k3)", reasoning_parser);
+              "unknown reasoning parser '{}' (auto, none, deepseek_r1, deepseek_v3, kimi_k2, kimi_k3)",
+              reasoning_parser);
     parsing.reasoning = reasoning_parser != "none";
   }
   parsing.kimi_k3 = parsing.tools == ToolCallFormat::KimiK3 || reasoning_parser == "kimi_k3" ||
@@ -109,16 +111,20 @@ ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasonin
 }
 
 const ToolCallParser::Markup& ToolCallParser::markup_of(ToolCallFormat format) {
-  static const Markup deepseek_v3 = {
-      {"<｜tool▁calls▁begin｜>"}, {"<｜tool▁calls▁end｜>"}, "<｜tool▁call▁begin｜>",
-      {"<｜tool▁sep｜>", "\n```json\n"}, {"\n```" + kDeepseekCallEnd, kDeepseekCallEnd}, false};
-  static const Markup deepseek_v31 = {
-      {"<｜tool▁calls▁begin｜>"}, {"<｜tool▁calls▁end｜>"}, "<｜tool▁call▁begin｜>",
-      {"<｜tool▁sep｜>"}, {kDeepseekCallEnd}, false};
-  static const Markup kimi_k2 = {
-      {"<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"},
-      {"<|tool_calls_section_end|>", "<|tool_call_section_end|>"}, "<|tool_call_begin|>",
-      {"<|tool_call_argument_begin|>"}, {"<|tool_call_end|>"}, true};
+  static const Markup deepseek_v3 = {{"<｜tool▁calls▁begin｜>"},
+                                     {"<｜tool▁calls▁end｜>"},
+                                     "<｜tool▁call▁begin｜>",
+                                     {"<｜tool▁sep｜>", "\n```json\n"},
+                                     {"\n```" + kDeepseekCallEnd, kDeepseekCallEnd},
+                                     false};
+  static const Markup deepseek_v31 = {{"<｜tool▁calls▁begin｜>"}, {"<｜tool▁calls▁end｜>"}, "<｜tool▁call▁begin｜>",
+                                      {"<｜tool▁sep｜>"},         {kDeepseekCallEnd},       false};
+  static const Markup kimi_k2 = {{"<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"},
+                                 {"<|tool_calls_section_end|>", "<|tool_call_section_end|>"},
+                                 "<|tool_call_begin|>",
+                                 {"<|tool_call_argument_begin|>"},
+                                 {"<|tool_call_end|>"},
+                                 true};
   return format == ToolCallFormat::KimiK2 ? kimi_k2 : format == ToolCallFormat::DeepseekV3 ? deepseek_v3 : deepseek_v31;
 }
 
@@ -177,7 +183,8 @@ bool ToolCallParser::step(ChatDelta& out) {
     }
     case State::Arguments: {
       const auto [at, length] = find_first(buffer_, markup_.arguments_end);
-      const size_t ready = at != std::string::npos ? at : buffer_.size() - partial_match_length(buffer_, markup_.arguments_end);
+      const size_t ready =
+          at != std::string::npos ? at : buffer_.size() - partial_match_length(buffer_, markup_.arguments_end);
       if (ready > 0) out.append({"", "", {{calls_, "", "", buffer_.substr(0, ready)}}});
       buffer_.erase(0, at != std::string::npos ? at + length : ready);
       if (at == std::string::npos) return false;
@@ -240,7 +247,8 @@ bool think_opened_in_prompt(std::string_view prompt_text) {
 
 ChatOutputParser::ChatOutputParser(const ChatParsing& parsing, std::string_view prompt_text) {
   if (parsing.kimi_k3) {
-    kimi_k3_ = std::make_unique<KimiK3OutputParser>(kimi_k3_opened(prompt_text), parsing.reasoning, parsing.tools.has_value());
+    kimi_k3_ =
+        std::make_unique<KimiK3OutputParser>(kimi_k3_opened(prompt_text), parsing.reasoning, parsing.tools.has_value());
     return;
   }
   if (parsing.reasoning) reasoning_.emplace(think_opened_in_prompt(prompt_text));

@@ -1,7 +1,8 @@
 // A chat completion's text split as the model was trained to write it: reasoning between
 // <think> and </think>, tool calls in the model's own markup (DeepSeek-V3, DeepSeek-V3.1, Kimi K2),
-// and content; or Kimi K3's XTML channels (server/kimi_k3_output.h). The parsers take the text as it streams, in pieces cut anywhere, and return only
-// what is certain: a piece that may be the start of a marker is held until the next one decides.
+// and content; or Kimi K3's XTML channels (server/kimi_k3_output.h). The parsers take the text as it streams, in pieces
+// cut anywhere, and return only what is certain: a piece that may be the start of a marker is held until the next one
+// decides.
 #pragma once
 #include <memory>
 #include <optional>
@@ -27,7 +28,7 @@ struct ChatDelta {
 };
 
 enum class ToolCallFormat {
-  DeepseekV3,   // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+  DeepseekV3,  // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
   DeepseekV31,  // <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>
   KimiK2,       // <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>
   KimiK3,       // <|open|>call tool="NAME" index="1"<|sep|> typed arguments <|close|>call<|sep|>
@@ -48,8 +49,8 @@ struct ChatParsing {
   bool reasoning = false;
   bool kimi_k3 = false;  // the output is in K3's channels, whatever the request asks to parse
 };
-ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser, std::string_view template_source,
-                         bool kimi_k3_format = false);
+ChatParsing chat_parsing(std::string_view tool_parser, std::string_view reasoning_parser,
+                         std::string_view template_source, bool kimi_k3_format = false);
 
 // Tool calls inside a tool-call section (<｜tool▁calls▁begin｜>... or
 // <|tool_calls_section_begin|>...); text outside sections is content, so markup-like prose is

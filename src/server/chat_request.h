@@ -47,7 +47,8 @@ struct ParsedRequest {
 // schema share a grammar and so its token masks. Thread-safe.
 class GrammarCache {
  public:
-  std::shared_ptr<const grammar::Grammar> get(const std::string& schema, const std::function<grammar::Grammar()>& compile);
+  std::shared_ptr<const grammar::Grammar> get(const std::string& schema,
+                                              const std::function<grammar::Grammar()>& compile);
 
  private:
   static constexpr size_t kCapacity = 64;
@@ -65,7 +66,7 @@ struct RequestContext {
   int64_t max_model_len = 0;
   int64_t vocab_size = 0;
   GenerationConfig generation;
-  ChatParsing parsing;  // what the server parses out of chat output (chat_parsing)
+  ChatParsing parsing;               // what the server parses out of chat output (chat_parsing)
   GrammarCache* grammars = nullptr;  // the server's; none: every request compiles its own
 };
 

@@ -43,7 +43,8 @@ class Choices {
     handles_.push_back(engine_.submit(request_->engine));
     builders_.push_back(std::make_unique<ResponseBuilder>(*request_, engine_.tokenizer(), model));
     for (int64_t i = 1; i < request_->n; ++i)
-      builders_.push_back(std::make_unique<ResponseBuilder>(*request_, engine_.tokenizer(), model, i, builders_[0]->id()));
+      builders_.push_back(
+          std::make_unique<ResponseBuilder>(*request_, engine_.tokenizer(), model, i, builders_[0]->id()));
     finished_.assign(size_t(request_->n), false);
   }
 
@@ -66,7 +67,9 @@ class Choices {
     if (!out.empty() && handles_.size() < builders_.size()) submit_the_others();
     return out;
   }
-  bool finished() const { return std::all_of(finished_.begin(), finished_.end(), [](bool done) { return done; }); }
+  bool finished() const {
+    return std::all_of(finished_.begin(), finished_.end(), [](bool done) { return done; });
+  }
   void cancel() {
     for (auto& handle : handles_) handle->cancel();
   }
@@ -140,8 +143,10 @@ void complete_response(httplib::Response& res, Choices& choices) {
   try {
     while (!choices.finished()) {
       for (auto& [choice, event] : choices.wait(kPollInterval)) {
-        if (event.finish_reason == "error") return choices.cancel(), send_error(res, 500, "internal error: " + event.error);
-        if (event.finish_reason == "abort") return choices.cancel(), send_error(res, 503, "the request was cancelled (server shutting down)");
+        if (event.finish_reason == "error")
+          return choices.cancel(), send_error(res, 500, "internal error: " + event.error);
+        if (event.finish_reason == "abort")
+          return choices.cancel(), send_error(res, 503, "the request was cancelled (server shutting down)");
         choices.builder(choice).add(event);
       }
     }
@@ -149,8 +154,9 @@ void complete_response(httplib::Response& res, Choices& choices) {
     choices.cancel();
     return send_error(res, e.status, e.what());
   }
-  res.set_content(ResponseBuilder::final_response(choices.builders()).dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+  res.set_content(
+      ResponseBuilder::final_response(choices.builders()).dump(-1, ' ', false, json::error_handler_t::replace),
+      "application/json");
 }
 
 // A completions or chat request's body parsed, submitted to the engine and answered (streamed or
@@ -181,12 +187,16 @@ json openai_error_body(int status, const std::string& message, const std::string
   return error_body(status, message, param);
 }
 
-json anthropic_error(int status, const std::string& message, const std::string&) { return anthropic_error_body(status, message); }
+json anthropic_error(int status, const std::string& message, const std::string&) {
+  return anthropic_error_body(status, message);
+}
 
-void send_error(httplib::Response& res, int status, const std::string& message, const ErrorBody& body, const std::string& param = "") {
+void send_error(httplib::Response& res, int status, const std::string& message, const ErrorBody& body,
+                const std::string& param = "") {
   res.status = status;
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
-  res.set_content(body(status, message, param).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content(body(status, message, param).dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
 }
 
 // Streams one request's answer as the protocol's server-sent events; a client that goes away
@@ -208,8 +218,9 @@ void stream_answer(httplib::Response& res, std::shared_ptr<RequestHandle> handle
           const bool failed = event.finish_reason == "error" || event.finish_reason == "abort";
           if (failed) {
             write({answer->stream_error(event.finish_reason == "error" ? 500 : 503,
-                                        event.finish_reason == "error" ? "internal error: " + event.error
-                                                                       : "the request was cancelled (server shutting down)")});
+                                        event.finish_reason == "error"
+                                            ? "internal error: " + event.error
+                                            : "the request was cancelled (server shutting down)")});
           } else if (!write(answer->stream_event(event))) {
             return handle->cancel(), false;
           }
@@ -229,8 +240,8 @@ void stream_answer(httplib::Response& res, std::shared_ptr<RequestHandle> handle
 // A request of a protocol that answers one choice (Anthropic's messages), submitted to the
 // engine and answered streamed or whole, every failure in the protocol's error shape.
 void answer_one(Engine& engine, const std::function<ParsedRequest()>& parse,
-                const std::function<std::shared_ptr<ChatAnswer>(const ParsedRequest&)>& make_answer, const ErrorBody& error_body,
-                httplib::Response& res) {
+                const std::function<std::shared_ptr<ChatAnswer>(const ParsedRequest&)>& make_answer,
+                const ErrorBody& error_body, httplib::Response& res) {
   try {
     auto request = std::make_shared<ParsedRequest>(parse());
     std::shared_ptr<ChatAnswer> made = make_answer(*request);
@@ -240,7 +251,8 @@ void answer_one(Engine& engine, const std::function<ParsedRequest()>& parse,
     if (request->stream) return stream_answer(res, handle, answer);
     for (bool done = false; !done;) {
       for (const StreamEvent& event : handle->wait(kPollInterval)) {
-        if (event.finish_reason == "error") return handle->cancel(), send_error(res, 500, "internal error: " + event.error, error_body);
+        if (event.finish_reason == "error")
+          return handle->cancel(), send_error(res, 500, "internal error: " + event.error, error_body);
         if (event.finish_reason == "abort")
           return handle->cancel(), send_error(res, 503, "the request was cancelled (server shutting down)", error_body);
         answer->add(event);
@@ -264,7 +276,8 @@ void answer_one(Engine& engine, const std::function<ParsedRequest()>& parse,
 // Debian's library; read here, only max_body_bytes applies, and any type is parsed as JSON.
 httplib::Server::HandlerWithContentReader with_body(std::function<void(const std::string&, httplib::Response&)> handle,
                                                     const ErrorBody& error_body = openai_error_body) {
-  return [handle = std::move(handle), error_body](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+  return [handle = std::move(handle), error_body](const httplib::Request&, httplib::Response& res,
+                                                  const httplib::ContentReader& read) {
     std::string body;
     const bool complete = read([&body](const char* data, size_t size) {
       body.append(data, size);
@@ -303,15 +316,21 @@ HttpServer::HttpServer(Engine& engine, ChatTemplate chat_template, ServerOptions
     : engine_(engine),
       options_(std::move(options)),
       chat_template_(std::move(chat_template)),
-      requests_{engine.tokenizer(), chat_template_, options_.served_model_name, engine.max_model_len(),
-                engine.vocab_size(), options_.generation,
+      requests_{engine.tokenizer(),
+                chat_template_,
+                options_.served_model_name,
+                engine.max_model_len(),
+                engine.vocab_size(),
+                options_.generation,
                 chat_parsing(options_.tool_parser, options_.reasoning_parser, chat_template_.source(),
                              chat_template_.is_built_in() && chat_template_.format() == ChatFormat::KimiK3),
                 &grammars_},
       server_(std::make_unique<httplib::Server>()) {
   spdlog::info("chat output: tool calls {}, reasoning {}",
                requests_.parsing.tools ? tool_call_format_name(*requests_.parsing.tools) : "not parsed",
-               !requests_.parsing.reasoning ? "not parsed" : requests_.parsing.kimi_k3 ? "K3's think channel" : "<think> blocks");
+               !requests_.parsing.reasoning ? "not parsed"
+               : requests_.parsing.kimi_k3  ? "K3's think channel"
+                                            : "<think> blocks");
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new LifoTaskQueue(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
@@ -327,11 +346,14 @@ void HttpServer::add_routes() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.method == "OPTIONS" || !req.path.starts_with("/v1/"))
       return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key || req.get_header_value("x-api-key") == options_.api_key)
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key ||
+        req.get_header_value("x-api-key") == options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string message = "missing or invalid API key (Authorization: Bearer ..., or x-api-key)";
-    if (req.path.starts_with("/v1/messages")) send_error(res, 401, message, anthropic_error);
-    else send_error(res, 401, message);
+    if (req.path.starts_with("/v1/messages"))
+      send_error(res, 401, message, anthropic_error);
+    else
+      send_error(res, 401, message);
     return httplib::Server::HandlerResponse::Handled;
   });
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
@@ -340,16 +362,19 @@ void HttpServer::add_routes() {
                     "text/plain; version=0.0.4");
   });
   server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", 0},
-                        {"owned_by", "mlaserve"}, {"max_model_len", engine_.max_model_len()}};
+    const json model = {{"id", options_.served_model_name},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "mlaserve"},
+                        {"max_model_len", engine_.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
   server_->Post("/v1/completions", with_body([this](const std::string& body, httplib::Response& res) {
-    answer_generate(engine_, requests_, options_, Endpoint::Completions, body, res);
-  }));
+                  answer_generate(engine_, requests_, options_, Endpoint::Completions, body, res);
+                }));
   server_->Post("/v1/chat/completions", with_body([this](const std::string& body, httplib::Response& res) {
-    answer_generate(engine_, requests_, options_, Endpoint::ChatCompletions, body, res);
-  }));
+                  answer_generate(engine_, requests_, options_, Endpoint::ChatCompletions, body, res);
+                }));
   add_messages_routes();
   add_responses_routes();
   add_token_routes();
@@ -360,48 +385,61 @@ void HttpServer::add_routes() {
 
 // Anthropic's Messages API: /v1/messages (whole or streamed) and /v1/messages/count_tokens.
 void HttpServer::add_messages_routes() {
-  server_->Post("/v1/messages", with_body([this](const std::string& body, httplib::Response& res) {
-    answer_one(engine_, [&] { return parse_messages_request(body, requests_); },
-               [this](const ParsedRequest& request) { return std::make_shared<MessageAnswer>(request, options_.served_model_name); },
-               anthropic_error, res);
-  }, anthropic_error));
-  server_->Post("/v1/messages/count_tokens", with_body([this](const std::string& body, httplib::Response& res) {
-    try {
-      res.set_content(json{{"input_tokens", count_message_tokens(body, requests_)}}.dump(), "application/json");
-    } catch (const ApiError& e) {
-      send_error(res, e.status, e.what(), anthropic_error);
-    }
-  }, anthropic_error));
+  server_->Post("/v1/messages", with_body(
+                                    [this](const std::string& body, httplib::Response& res) {
+                                      answer_one(
+                                          engine_, [&] { return parse_messages_request(body, requests_); },
+                                          [this](const ParsedRequest& request) {
+                                            return std::make_shared<MessageAnswer>(request, options_.served_model_name);
+                                          },
+                                          anthropic_error, res);
+                                    },
+                                    anthropic_error));
+  server_->Post(
+      "/v1/messages/count_tokens",
+      with_body(
+          [this](const std::string& body, httplib::Response& res) {
+            try {
+              res.set_content(json{{"input_tokens", count_message_tokens(body, requests_)}}.dump(), "application/json");
+            } catch (const ApiError& e) {
+              send_error(res, e.status, e.what(), anthropic_error);
+            }
+          },
+          anthropic_error));
 }
 
 // OpenAI's Responses API: POST /v1/responses (whole or streamed), and GET and DELETE of a stored
 // response by id.
 void HttpServer::add_responses_routes() {
   server_->Post("/v1/responses", with_body([this](const std::string& body, httplib::Response& res) {
-    auto responses = std::make_shared<ResponsesRequest>();
-    answer_one(engine_,
-               [&] {
-                 try {
-                   *responses = responses_to_chat(request_body(body), responses_);
-                 } catch (const nlohmann::ordered_json::exception& e) {
-                   throw ApiError(400, fmt::format("malformed request: {}", e.what()));
-                 }
-                 return parse_chat_request(responses->chat, requests_);
-               },
-               [&](const ParsedRequest& request) {
-                 return std::make_shared<ResponseAnswer>(request, std::move(*responses), options_.served_model_name, responses_);
-               },
-               openai_error_body, res);
-  }));
+                  auto responses = std::make_shared<ResponsesRequest>();
+                  answer_one(
+                      engine_,
+                      [&] {
+                        try {
+                          *responses = responses_to_chat(request_body(body), responses_);
+                        } catch (const nlohmann::ordered_json::exception& e) {
+                          throw ApiError(400, fmt::format("malformed request: {}", e.what()));
+                        }
+                        return parse_chat_request(responses->chat, requests_);
+                      },
+                      [&](const ParsedRequest& request) {
+                        return std::make_shared<ResponseAnswer>(request, std::move(*responses),
+                                                                options_.served_model_name, responses_);
+                      },
+                      openai_error_body, res);
+                }));
   server_->Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
     const auto response = responses_.response(req.matches[1]);
-    if (!response) return send_error(res, 404, fmt::format("Response with id '{}' not found.", req.matches[1].str()), "response_id");
+    if (!response)
+      return send_error(res, 404, fmt::format("Response with id '{}' not found.", req.matches[1].str()), "response_id");
     res.set_content(response->dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   });
   server_->Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (!responses_.erase(req.matches[1]))
       return send_error(res, 404, fmt::format("Response with id '{}' not found.", req.matches[1].str()), "response_id");
-    res.set_content(json{{"id", req.matches[1].str()}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
+    res.set_content(json{{"id", req.matches[1].str()}, {"object", "response"}, {"deleted", true}}.dump(),
+                    "application/json");
   });
 }
 

@@ -1,6 +1,6 @@
-// The HTTP front end (cpp-httplib): OpenAI's (chat completions, responses) and Anthropic's routes, API key, SSE streaming and
-// errors in each protocol's shape. Each request runs on one of the server's threads and talks to
-// the engine through its RequestHandle.
+// The HTTP front end (cpp-httplib): OpenAI's (chat completions, responses) and Anthropic's routes, API key, SSE
+// streaming and errors in each protocol's shape. Each request runs on one of the server's threads and talks to the
+// engine through its RequestHandle.
 #pragma once
 #include <memory>
 #include <string>
@@ -20,17 +20,17 @@ namespace mlaserve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;               // 0: any free port
-  std::string api_key;           // non-empty: /v1/* needs "Authorization: Bearer <key>"
+  int port = 8000;      // 0: any free port
+  std::string api_key;  // non-empty: /v1/* needs "Authorization: Bearer <key>"
   std::string served_model_name;
-  int http_threads = 128;        // each streaming response holds one while it runs
+  int http_threads = 128;  // each streaming response holds one while it runs
   size_t max_body_bytes = 32u << 20;
-  GenerationConfig generation;   // the checkpoint's sampling defaults
+  GenerationConfig generation;               // the checkpoint's sampling defaults
   std::vector<std::string> allowed_origins;  // CORS: browser origins answered ("*": any)
-  std::string tool_parser = "auto";       // --tool-parser (chat_parsing)
-  std::string reasoning_parser = "auto";  // --reasoning-parser
-  bool webui = true;              // the built-in web page at "/" and "/dashboard"
-  ModelInfo model_info;           // mlaserve_model_info's labels on /metrics
+  std::string tool_parser = "auto";          // --tool-parser (chat_parsing)
+  std::string reasoning_parser = "auto";     // --reasoning-parser
+  bool webui = true;                         // the built-in web page at "/" and "/dashboard"
+  ModelInfo model_info;                      // mlaserve_model_info's labels on /metrics
 };
 
 // 127.0.0.0/8, ::1 or localhost: the addresses on which the web page is on by default.

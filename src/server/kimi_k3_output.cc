@@ -17,7 +17,8 @@ std::string xtml_tag(std::string_view open_or_close, std::string_view name) {
 const std::string kK3ThinkOpen = xtml_tag(kOpen, "think"), kK3ThinkClose = xtml_tag(kClose, "think");
 const std::string kK3ResponseOpen = xtml_tag(kOpen, "response"), kK3ResponseClose = xtml_tag(kClose, "response");
 const std::string kK3ToolsOpen = xtml_tag(kOpen, "tools"), kK3MessageClose = xtml_tag(kClose, "message");
-const std::string kK3ArgumentClose = xtml_tag(kClose, "argument"), kK3JsonClose = xtml_tag(kClose, "json"), kK3CallClose = xtml_tag(kClose, "call");
+const std::string kK3ArgumentClose = xtml_tag(kClose, "argument"), kK3JsonClose = xtml_tag(kClose, "json"),
+                  kK3CallClose = xtml_tag(kClose, "call");
 const std::string kK3End(kEndOfMessage);
 
 // A JSON string's contents: the text escaped byte by byte, so pieces escape to the whole's.
@@ -25,13 +26,27 @@ std::string json_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (uint8_t(c) < 0x20)
           out += fmt::format("\\u{:04x}", int(c));
@@ -50,7 +65,8 @@ std::string attribute(std::string_view header, std::string_view key) {
   const size_t begin = at + needle.size(), end = header.find('"', begin);
   std::string value(header.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin));
   for (const auto& [escaped, plain] : {std::pair<std::string, std::string>{"&quot;", "\""}, {"&amp;", "&"}})
-    for (size_t found = value.find(escaped); found != std::string::npos; found = value.find(escaped, found + plain.size()))
+    for (size_t found = value.find(escaped); found != std::string::npos;
+         found = value.find(escaped, found + plain.size()))
       value.replace(found, escaped.size(), plain);
   return value;
 }
@@ -101,9 +117,13 @@ bool KimiK3OutputParser::step(ChatDelta& out) {
 void KimiK3OutputParser::emit_text(std::string_view text, ChatDelta& out) {
   if (text.empty()) return;
   switch (state_) {
-    case State::Think: (parse_reasoning_ ? out.reasoning : out.content) += text; break;
+    case State::Think:
+      (parse_reasoning_ ? out.reasoning : out.content) += text;
+      break;
     case State::Response:
-    case State::Message: out.content += text; break;
+    case State::Message:
+      out.content += text;
+      break;
     case State::Argument:
       if (argument_type_ == "string")
         emit_arguments(json_escaped(text), out);
@@ -113,7 +133,8 @@ void KimiK3OutputParser::emit_text(std::string_view text, ChatDelta& out) {
     case State::Json:
       if (raw_arguments_) emit_arguments(std::string(text), out);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -208,8 +229,12 @@ void KimiK3OutputParser::on_tag(std::string_view header, bool opens, ChatDelta& 
     if (opens && name == "argument") {
       argument_type_ = attribute(header, "type");
       argument_value_.clear();
-      if (!raw_arguments_) emit_arguments((arguments_++ == 0 ? "{" : ", ") + nlohmann::json(attribute(header, "key")).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                                              (argument_type_ == "string" ? ": \"" : ": "), out);
+      if (!raw_arguments_)
+        emit_arguments((arguments_++ == 0 ? "{" : ", ") +
+                           nlohmann::json(attribute(header, "key"))
+                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                           (argument_type_ == "string" ? ": \"" : ": "),
+                       out);
       state_ = State::Argument;
     }
     if (opens && name == "json") {
@@ -224,7 +249,10 @@ void KimiK3OutputParser::end_argument(ChatDelta& out) {
   if (raw_arguments_) return;
   if (argument_type_ == "string") return emit_arguments("\"", out);
   const size_t first = argument_value_.find_first_not_of(" \t\r\n");
-  const std::string value = first == std::string::npos ? "" : argument_value_.substr(first, argument_value_.find_last_not_of(" \t\r\n") - first + 1);
+  const std::string value =
+      first == std::string::npos
+          ? ""
+          : argument_value_.substr(first, argument_value_.find_last_not_of(" \t\r\n") - first + 1);
   const bool is_json = !nlohmann::json::parse(value, nullptr, false).is_discarded();
   emit_arguments(is_json ? value : "\"" + json_escaped(argument_value_) + "\"", out);
 }

@@ -42,8 +42,8 @@ class KimiK3OutputParser {
   bool fresh_ = true;  // nothing read yet in the current channel (its own opening is skipped)
   bool parse_reasoning_, parse_calls_;
   std::string buffer_;
-  int calls_ = 0;            // calls started
-  int arguments_ = 0;        // typed arguments of the current call
+  int calls_ = 0;               // calls started
+  int arguments_ = 0;           // typed arguments of the current call
   bool raw_arguments_ = false;  // the current call's arguments are a json block
   std::string argument_type_, argument_value_;
 };

@@ -22,13 +22,20 @@ constexpr int64_t kMaxChoices = 16;
 
 const char* error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable";
-    default: return "server_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable";
+    default:
+      return "server_error";
   }
 }
 
@@ -90,7 +97,8 @@ std::vector<std::pair<int32_t, float>> logit_bias(const ojson& body, int64_t voc
     int64_t id = -1;
     const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
     if (error != std::errc() || end != key.data() + key.size() || id < 0 || id >= vocab_size)
-      throw ApiError(400, fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, vocab_size), "logit_bias");
+      throw ApiError(400, fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, vocab_size),
+                     "logit_bias");
     if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
       throw ApiError(400, fmt::format("'logit_bias' of token {} must be a number in [-100, 100]", key), "logit_bias");
     biases.emplace_back(int32_t(id), value.get<float>());
@@ -117,13 +125,16 @@ void check_messages(const ojson& messages) {
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
       throw ApiError(400, fmt::format("messages[{}] needs a string 'role'", i), "messages");
     if (!kRoles.contains(message["role"].get<std::string>()))
-      throw ApiError(400, fmt::format("messages[{}].role '{}' is not one of system, developer, user, assistant, tool",
-                                      i, message["role"].get<std::string>()), "messages");
+      throw ApiError(400,
+                     fmt::format("messages[{}].role '{}' is not one of system, developer, user, assistant, tool", i,
+                                 message["role"].get<std::string>()),
+                     "messages");
     if (!message.contains("content") || !message["content"].is_array()) continue;
     for (const auto& part : message["content"]) {
       const std::string type = part.is_object() ? part.value("type", "") : "";
       if (type == "image_url" || type == "image" || type == "input_image")
-        throw ApiError(400, "images are not supported: this model's text model is served without its vision tower", "messages");
+        throw ApiError(400, "images are not supported: this model's text model is served without its vision tower",
+                       "messages");
       if (type == "input_audio") throw ApiError(400, "audio is not supported: this is a text model", "messages");
     }
   }
@@ -137,8 +148,12 @@ ojson tool_definitions(const ojson& body) {
   for (size_t i = 0; i < found->size(); ++i) {
     const ojson& tool = (*found)[i];
     const bool valid = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
-                       tool["function"].is_object() && tool["function"].contains("name") && tool["function"]["name"].is_string();
-    if (!valid) throw ApiError(400, fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i), "tools");
+                       tool["function"].is_object() && tool["function"].contains("name") &&
+                       tool["function"]["name"].is_string();
+    if (!valid)
+      throw ApiError(400,
+                     fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i),
+                     "tools");
   }
   return *found;
 }
@@ -152,16 +167,26 @@ std::string tool_choice(const ojson& body, const ojson& tools) {
   if (found->is_string()) {
     const std::string choice = found->get<std::string>();
     if (choice != "none" && choice != "auto" && choice != "required")
-      throw ApiError(400, fmt::format("'tool_choice' must be none, auto, required or a named function, got '{}'", choice), "tool_choice");
-    if (choice != "none" && !has_tools) throw ApiError(400, fmt::format("'tool_choice' {} needs 'tools'", choice), "tool_choice");
+      throw ApiError(400,
+                     fmt::format("'tool_choice' must be none, auto, required or a named function, got '{}'", choice),
+                     "tool_choice");
+    if (choice != "none" && !has_tools)
+      throw ApiError(400, fmt::format("'tool_choice' {} needs 'tools'", choice), "tool_choice");
     return choice;
   }
   const bool named = found->is_object() && found->value("type", "") == "function" && found->contains("function") &&
-                     (*found)["function"].is_object() && (*found)["function"].contains("name") && (*found)["function"]["name"].is_string();
-  if (!named) throw ApiError(400, "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\"}}", "tool_choice");
+                     (*found)["function"].is_object() && (*found)["function"].contains("name") &&
+                     (*found)["function"]["name"].is_string();
+  if (!named)
+    throw ApiError(400,
+                   "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\"}}",
+                   "tool_choice");
   const std::string name = (*found)["function"]["name"].get<std::string>();
-  const bool known = has_tools && std::any_of(tools.begin(), tools.end(), [&](const ojson& tool) { return tool["function"]["name"] == name; });
-  if (!known) throw ApiError(400, fmt::format("'tool_choice' names '{}', which is not one of the request's tools", name), "tool_choice");
+  const bool known = has_tools && std::any_of(tools.begin(), tools.end(),
+                                              [&](const ojson& tool) { return tool["function"]["name"] == name; });
+  if (!known)
+    throw ApiError(400, fmt::format("'tool_choice' names '{}', which is not one of the request's tools", name),
+                   "tool_choice");
   return "function:" + name;
 }
 
@@ -189,7 +214,8 @@ ChatInput chat_input(const ojson& body, const ojson& tools) {
   input.tool_choice = body.value("tool_choice", ojson());
   input.response_format = body.value("response_format", ojson());
   if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
-    if (!body["reasoning_effort"].is_string()) throw ApiError(400, "'reasoning_effort' must be a string", "reasoning_effort");
+    if (!body["reasoning_effort"].is_string())
+      throw ApiError(400, "'reasoning_effort' must be a string", "reasoning_effort");
     input.reasoning_effort = body["reasoning_effort"].get<std::string>();
   }
   return input;
@@ -221,10 +247,15 @@ std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, 
 // The grammar of a JSON schema (null: any JSON object), after free reasoning with `thinking`.
 std::shared_ptr<const grammar::Grammar> compiled(const RequestContext& context, const ojson& schema, const char* param,
                                                  const std::optional<grammar::ThinkingFirst>& thinking = std::nullopt) {
-  const std::string key = (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + schema.dump();
-  return compiled(context, key, [&] {
-    return schema.is_null() ? grammar::json_object_grammar(thinking) : grammar::json_schema_grammar(schema, thinking);
-  }, param);
+  const std::string key =
+      (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + schema.dump();
+  return compiled(
+      context, key,
+      [&] {
+        return schema.is_null() ? grammar::json_object_grammar(thinking)
+                                : grammar::json_schema_grammar(schema, thinking);
+      },
+      param);
 }
 
 // What response_format asks: nothing (absent, text), any JSON object (null: json_object), or a
@@ -236,7 +267,9 @@ std::optional<ojson> response_format_schema(const ojson& body) {
   if (type == "text") return std::nullopt;
   if (type == "json_object") return ojson();
   if (type != "json_schema")
-    throw ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
+    throw ApiError(400,
+                   "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                   "\"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
                    "response_format");
   const ojson& spec = found->contains("json_schema") ? (*found)["json_schema"] : ojson();
   if (!spec.is_object() || !spec.contains("schema"))
@@ -246,18 +279,21 @@ std::optional<ojson> response_format_schema(const ojson& body) {
 
 // response_format (json_object, or json_schema with its schema), or vLLM's guided_json (a
 // schema) and guided_choice (exactly one of the strings), after free reasoning with `thinking`.
-std::shared_ptr<const grammar::Grammar> output_grammar(const ojson& body, const RequestContext& context,
-                                                       const std::optional<grammar::ThinkingFirst>& thinking = std::nullopt) {
+std::shared_ptr<const grammar::Grammar> output_grammar(
+    const ojson& body, const RequestContext& context,
+    const std::optional<grammar::ThinkingFirst>& thinking = std::nullopt) {
   if (body.contains("guided_json") && !body["guided_json"].is_null())
     return compiled(context, body["guided_json"], "guided_json", thinking);
   if (body.contains("guided_choice") && !body["guided_choice"].is_null()) {
     const ojson& choices = body["guided_choice"];
-    if (!choices.is_array() || choices.empty() || !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
+    if (!choices.is_array() || choices.empty() ||
+        !std::all_of(choices.begin(), choices.end(), [](const ojson& c) { return c.is_string(); }))
       throw ApiError(400, "'guided_choice' must be a non-empty list of strings", "guided_choice");
-    const std::string key = (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + choices.dump();
-    return compiled(context, "guided_choice " + key, [&] {
-      return grammar::choice_grammar(choices.get<std::vector<std::string>>(), thinking);
-    }, "guided_choice");
+    const std::string key =
+        (thinking ? thinking->opened_in_prompt ? "thinking opened " : "thinking " : "") + choices.dump();
+    return compiled(
+        context, "guided_choice " + key,
+        [&] { return grammar::choice_grammar(choices.get<std::vector<std::string>>(), thinking); }, "guided_choice");
   }
   const std::optional<ojson> schema = response_format_schema(body);
   return schema ? compiled(context, *schema, "response_format", thinking) : nullptr;
@@ -269,8 +305,9 @@ ojson required_calls_schema(const ojson& tools, bool parallel) {
   ojson calls = ojson::array();
   for (const auto& tool : tools)
     calls.push_back({{"type", "object"},
-                     {"properties", {{"name", {{"const", tool["function"]["name"]}}},
-                                     {"parameters", tool["function"].value("parameters", ojson({{"type", "object"}}))}}},
+                     {"properties",
+                      {{"name", {{"const", tool["function"]["name"]}}},
+                       {"parameters", tool["function"].value("parameters", ojson({{"type", "object"}}))}}},
                      {"required", {"name", "parameters"}}});
   ojson schema = {{"type", "array"}, {"items", {{"anyOf", calls}}}, {"minItems", 1}};
   if (!parallel) schema["maxItems"] = 1;
@@ -299,15 +336,16 @@ void parse_chat_output(const ojson& body, const ojson& tools, const std::string&
         compiled(context, required_calls_schema(tools, request.parallel_tool_calls), "tools");
   } else if (choice.starts_with("function:")) {
     request.forced_tool = choice.substr(9);
-    request.engine.sampling.grammar =
-        compiled(context, named_call_schema(tools, request.forced_tool), "tools");
+    request.engine.sampling.grammar = compiled(context, named_call_schema(tools, request.forced_tool), "tools");
   }
   // A forced call's output is its JSON from the first token: there is no reasoning to split off.
   if (choice == "required" || choice.starts_with("function:")) request.parsing.reasoning = false;
   if (choice == "auto") {
     if (!context.parsing.tools)
-      throw ApiError(400, "'tools' cannot be used: the chat template writes no tool calls this server can parse "
-                          "(serve with --tool-parser and a --chat-template that renders tools)", "tools");
+      throw ApiError(400,
+                     "'tools' cannot be used: the chat template writes no tool calls this server can parse "
+                     "(serve with --tool-parser and a --chat-template that renders tools)",
+                     "tools");
     request.parsing.tools = context.parsing.tools;
   }
 }
@@ -319,7 +357,8 @@ void parse_kimi_k3_chat(const ojson& body, const ojson& tools, const std::string
                         ParsedRequest& request, const RequestContext& context) {
   request.parsing = context.parsing;
   request.parsing.tools.reset();
-  if (context.parsing.tools && tools.is_array() && !tools.empty() && choice != "none") request.parsing.tools = ToolCallFormat::KimiK3;
+  if (context.parsing.tools && tools.is_array() && !tools.empty() && choice != "none")
+    request.parsing.tools = ToolCallFormat::KimiK3;
   for (const char* key : {"guided_json", "guided_choice"})
     if (body.contains(key) && !body[key].is_null())
       throw ApiError(400, fmt::format("'{}' is not supported with Kimi K3's format (use response_format)", key), key);
@@ -333,11 +372,15 @@ void parse_kimi_k3_chat(const ojson& body, const ojson& tools, const std::string
     constraint.one_call = constraint.named = true;
   }
   if (!constraint.response_schema && constraint.tools.empty()) return;
-  const std::string key = ojson({{"kimi_k3", int(opened)}, {"schema", constraint.response_schema.value_or("none")},
-                                 {"tools", constraint.tools}, {"one_call", constraint.one_call}, {"named", constraint.named}})
+  const std::string key = ojson({{"kimi_k3", int(opened)},
+                                 {"schema", constraint.response_schema.value_or("none")},
+                                 {"tools", constraint.tools},
+                                 {"one_call", constraint.one_call},
+                                 {"named", constraint.named}})
                               .dump();
-  request.engine.sampling.grammar = compiled(context, key, [&] { return grammar::kimi_k3_grammar(constraint); },
-                                             constraint.tools.empty() ? "response_format" : "tools");
+  request.engine.sampling.grammar = compiled(
+      context, key, [&] { return grammar::kimi_k3_grammar(constraint); },
+      constraint.tools.empty() ? "response_format" : "tools");
 }
 
 // A chat request's prompt and what is parsed out of its output. Output parsing needs the
@@ -380,8 +423,10 @@ void refuse_unsupported(const ojson& body) {
   };
   if (present("functions") && !body["functions"].empty()) refuse("functions", "use 'tools' (functions is deprecated)");
   for (const char* key : {"guided_regex", "guided_grammar"})
-    if (present(key)) refuse(key, "constrained decoding takes JSON schemas (response_format, guided_json, guided_choice)");
-  if (present("chat_template")) refuse("chat_template", "the server renders the checkpoint's template (or serve --chat-template)");
+    if (present(key))
+      refuse(key, "constrained decoding takes JSON schemas (response_format, guided_json, guided_choice)");
+  if (present("chat_template"))
+    refuse("chat_template", "the server renders the checkpoint's template (or serve --chat-template)");
   if (present("best_of") && body["best_of"] != 1) refuse("best_of", "one sequence a request");
   if (present("suffix") && body["suffix"] != "") refuse("suffix", "no insertion");
 }
@@ -421,8 +466,11 @@ std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& sch
 }
 
 json error_body(int status, const std::string& message, const std::string& param) {
-  return {{"error", {{"message", message}, {"type", error_type(status)},
-                     {"param", param.empty() ? json() : json(param)}, {"code", status}}}};
+  return {{"error",
+           {{"message", message},
+            {"type", error_type(status)},
+            {"param", param.empty() ? json() : json(param)},
+            {"code", status}}}};
 }
 
 namespace {
@@ -434,7 +482,8 @@ ParsedRequest parse_request_body(Endpoint endpoint, const ojson& body, const Req
     if (!body["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
     const std::string model = body["model"].get<std::string>();
     if (!context.served_model.empty() && model != context.served_model)
-      throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", model, context.served_model),
+      throw ApiError(400,
+                     fmt::format("The model '{}' does not exist; this server serves '{}'", model, context.served_model),
                      "model");
   }
   refuse_unsupported(body);
@@ -451,8 +500,10 @@ ParsedRequest parse_request_body(Endpoint endpoint, const ojson& body, const Req
   }
   const int64_t prompt_length = int64_t(engine.prompt.size());
   if (prompt_length >= max_model_len)
-    throw ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens.",
-                                    max_model_len, prompt_length), endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
+    throw ApiError(400,
+                   fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} tokens.",
+                               max_model_len, prompt_length),
+                   endpoint == Endpoint::ChatCompletions ? "messages" : "prompt");
   auto max_tokens = integer(body, "max_completion_tokens", 1, max_model_len);
   if (!max_tokens) max_tokens = integer(body, "max_tokens", 1, max_model_len);
   engine.max_tokens = max_tokens.value_or(max_model_len - prompt_length);
@@ -460,7 +511,8 @@ ParsedRequest parse_request_body(Endpoint endpoint, const ojson& body, const Req
   if (boolean(body, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
   SamplingOptions& sampling = engine.sampling;
   const GenerationConfig& defaults = context.generation;
-  sampling.params.temperature = float(number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature.value_or(1.0)));
+  sampling.params.temperature =
+      float(number(body, "temperature", 0.0, 100.0).value_or(defaults.temperature.value_or(1.0)));
   sampling.params.top_p = float(number(body, "top_p", 1e-9, 1.0).value_or(defaults.top_p.value_or(1.0)));
   const int64_t top_k =
       integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(defaults.top_k.value_or(0));
@@ -481,13 +533,15 @@ ParsedRequest parse_request_body(Endpoint endpoint, const ojson& body, const Req
   request.logprobs = sampling.logprobs >= 0;
   engine.stop = stop_strings(body);
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
-    if (!body["stop_token_ids"].is_array()) throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids");
+    if (!body["stop_token_ids"].is_array())
+      throw ApiError(400, "'stop_token_ids' must be a list of token ids", "stop_token_ids");
     engine.stop_token_ids = token_list(body["stop_token_ids"], "stop_token_ids", vocab_hint);
   }
   engine.ignore_eos = boolean(body, "ignore_eos", false);
   request.stream = boolean(body, "stream", false);
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-    if (!body["stream_options"].is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    if (!body["stream_options"].is_object())
+      throw ApiError(400, "'stream_options' must be an object", "stream_options");
     request.include_usage = boolean(body["stream_options"], "include_usage", false);
   }
   return request;
@@ -518,11 +572,13 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& raw, const Req
 std::vector<int32_t> tokenize_request(const std::string& raw, const RequestContext& context) {
   return json_errors_refused([&] {
     const ojson body = request_object(raw);
-    if (body.contains("messages")) return encode_segments(rendered_chat(chat_input(body, tool_definitions(body)), context), context.tokenizer);
+    if (body.contains("messages"))
+      return encode_segments(rendered_chat(chat_input(body, tool_definitions(body)), context), context.tokenizer);
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
     const std::string text = body["prompt"].get<std::string>();
-    return boolean(body, "add_special_tokens", true) ? context.tokenizer.encode_prompt(text) : context.tokenizer.encode(text);
+    return boolean(body, "add_special_tokens", true) ? context.tokenizer.encode_prompt(text)
+                                                     : context.tokenizer.encode(text);
   });
 }
 
@@ -540,19 +596,25 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& request, const Tokenizer& 
     : request_(request),
       tokenizer_(tokenizer),
       model_(std::move(model)),
-      id_(id.empty() ? random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") : std::move(id)),
+      id_(id.empty() ? random_id(request.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-")
+                     : std::move(id)),
       index_(index),
       chat_(request),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
-  all_logprobs_ = request.endpoint == Endpoint::ChatCompletions
-                      ? json{{"content", json::array()}}
-                      : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
-                             {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {
+  all_logprobs_ = request.endpoint == Endpoint::ChatCompletions ? json{{"content", json::array()}}
+                                                                : json{{"tokens", json::array()},
+                                                                       {"token_logprobs", json::array()},
+                                                                       {"top_logprobs", json::array()},
+                                                                       {"text_offset", json::array()}};
 }
 
 json ResponseBuilder::chunk_base() const {
   const bool chat = request_.endpoint == Endpoint::ChatCompletions;
-  return {{"id", id_}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_}, {"model", model_}};
+  return {{"id", id_},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_}};
 }
 
 // Speculative decoding's drafts, where the request had any, in OpenAI's fields for predicted
@@ -565,7 +627,8 @@ json ResponseBuilder::usage(const std::vector<const ResponseBuilder*>& choices) 
     accepted += choice->accepted_draft_tokens_;
   }
   const int64_t prompt_tokens = choices[0]->prompt_tokens_;
-  json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+  json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens},
                 {"prompt_tokens_details", {{"cached_tokens", choices[0]->cached_tokens_}}}};
   if (drafted > 0)
@@ -579,13 +642,18 @@ json ResponseBuilder::logprobs_json(const std::vector<int32_t>& ids, const std::
   auto token_text = [&](int32_t id) { return tokenizer_.decode(std::span(&id, 1), false); };
   auto bytes_of = [](const std::string& text) { return std::vector<int>(text.begin(), text.end()); };
   json out = chat ? json{{"content", json::array()}}
-                  : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+                  : json{{"tokens", json::array()},
+                         {"token_logprobs", json::array()},
+                         {"top_logprobs", json::array()},
+                         {"text_offset", json::array()}};
   for (size_t i = 0; i < ids.size() && i < logprobs.size(); ++i) {
     const std::string text = token_text(ids[i]);
     if (chat) {
       json top = json::array();
-      for (const auto& [id, lp] : logprobs[i].top) top.push_back({{"token", token_text(id)}, {"logprob", lp}, {"bytes", bytes_of(token_text(id))}});
-      out["content"].push_back({{"token", text}, {"logprob", logprobs[i].logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+      for (const auto& [id, lp] : logprobs[i].top)
+        top.push_back({{"token", token_text(id)}, {"logprob", lp}, {"bytes", bytes_of(token_text(id))}});
+      out["content"].push_back(
+          {{"token", text}, {"logprob", logprobs[i].logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
     } else {
       json top = json::object();
       for (const auto& [id, lp] : logprobs[i].top) top[token_text(id)] = lp;
@@ -633,7 +701,10 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
   auto dump = [](const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); };
   if (chat && !sent_role_) {
     json first = chunk_base();
-    first["choices"] = {{{"index", index_}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}};
+    first["choices"] = {{{"index", index_},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}}};
     chunks.push_back(dump(first));
     sent_role_ = true;
   }
@@ -642,7 +713,8 @@ std::vector<std::string> ResponseBuilder::stream_chunks(const StreamEvent& event
   const bool nothing = chat ? delta.empty() : event.text.empty();
   if (nothing && !event.finished && !request_.logprobs) return chunks;
   json choice = {{"index", index_}, {"finish_reason", event.finished ? json(finish_reason_) : json()}};
-  choice["logprobs"] = request_.logprobs && !event.token_ids.empty() ? logprobs_json(event.token_ids, event.logprobs) : json();
+  choice["logprobs"] =
+      request_.logprobs && !event.token_ids.empty() ? logprobs_json(event.token_ids, event.logprobs) : json();
   if (chat) {
     json& out = choice["delta"] = json::object();
     if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
@@ -679,14 +751,17 @@ void ResponseBuilder::add(const StreamEvent& event) {
 }
 
 json ResponseBuilder::choice() const {
-  json choice = {{"index", index_}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
+  json choice = {
+      {"index", index_}, {"finish_reason", finish_reason_}, {"logprobs", request_.logprobs ? all_logprobs_ : json()}};
   if (request_.endpoint != Endpoint::ChatCompletions) {
     choice["text"] = text_;
     return choice;
   }
   const bool calls = !message_.tool_calls.empty();
-  json message = {{"role", "assistant"}, {"content", calls && message_.content.empty() ? json() : json(message_.content)}};
-  if (request_.parsing.reasoning) message["reasoning_content"] = message_.reasoning.empty() ? json() : json(message_.reasoning);
+  json message = {{"role", "assistant"},
+                  {"content", calls && message_.content.empty() ? json() : json(message_.content)}};
+  if (request_.parsing.reasoning)
+    message["reasoning_content"] = message_.reasoning.empty() ? json() : json(message_.reasoning);
   if (calls) message["tool_calls"] = tool_calls_json(message_.tool_calls, false);
   choice["message"] = message;
   return choice;
@@ -697,8 +772,9 @@ json ResponseBuilder::final_response(const std::vector<const ResponseBuilder*>& 
   json list = json::array();
   for (const ResponseBuilder* choice : choices) list.push_back(choice->choice());
   const bool chat = first.request_.endpoint == Endpoint::ChatCompletions;
-  return {{"id", first.id_}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", first.created_},
-          {"model", first.model_}, {"choices", list}, {"usage", usage(choices)}};
+  return {{"id", first.id_},           {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", first.created_}, {"model", first.model_},
+          {"choices", list},           {"usage", usage(choices)}};
 }
 
 }  // namespace mlaserve

@@ -60,7 +60,7 @@ class ResponseBuilder {
   ChatStream chat_;  // a chat choice's output, parsed
   int64_t created_;
   bool sent_role_ = false;
-  ChatDelta message_;               // non-streaming: the whole output, parsed
+  ChatDelta message_;  // non-streaming: the whole output, parsed
   std::string text_, finish_reason_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, text_offset_ = 0;
   int64_t draft_tokens_ = 0, accepted_draft_tokens_ = 0;

@@ -75,8 +75,8 @@ void render_speculative(std::string& out, EngineMetrics& m, const std::string& l
          double(m.spec_draft_tokens));
   metric(out, "mlaserve_spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.", labels,
          double(m.spec_accepted_tokens));
-  per_position(out, "mlaserve_spec_decode_num_draft_tokens_per_pos", "Tokens drafted, by position in the draft.", labels,
-               m.spec_drafted_at);
+  per_position(out, "mlaserve_spec_decode_num_draft_tokens_per_pos", "Tokens drafted, by position in the draft.",
+               labels, m.spec_drafted_at);
   per_position(out, "mlaserve_spec_decode_num_accepted_tokens_per_pos", "Drafted tokens accepted, by position.", labels,
                m.spec_accepted_at);
   metric(out, "mlaserve_spec_decode_draft_seconds_total", "counter", "Time the drafter took.", labels,
@@ -100,19 +100,25 @@ std::string render_prometheus(EngineMetrics& m, const std::string& model_name, c
   render_cache(out, m, labels);
   metric(out, "mlaserve_prompt_tokens_total", "counter", "Prompt tokens received.", labels, double(m.prompt_tokens));
   metric(out, "mlaserve_generation_tokens_total", "counter", "Tokens generated.", labels, double(m.generation_tokens));
-  metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels, double(m.preemptions));
+  metric(out, "mlaserve_num_preemptions_total", "counter", "Sequences preempted for lack of cache.", labels,
+         double(m.preemptions));
   render_speculative(out, m, labels);
-  metric(out, "mlaserve_forward_seconds_total", "counter", "Time of the model's forward passes (verification included).",
-         labels, double(m.forward_us) * 1e-6);
-  out += "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"
-         "# TYPE mlaserve_request_success_total counter\n";
-  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"finished\"}} {}\n", labels, int64_t(m.requests_finished));
-  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, int64_t(m.requests_aborted));
-  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"error\"}} {}\n", labels, int64_t(m.requests_failed));
+  metric(out, "mlaserve_forward_seconds_total", "counter",
+         "Time of the model's forward passes (verification included).", labels, double(m.forward_us) * 1e-6);
+  out +=
+      "# HELP mlaserve_request_success_total Finished requests by finish reason.\n"
+      "# TYPE mlaserve_request_success_total counter\n";
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"finished\"}} {}\n", labels,
+                     int64_t(m.requests_finished));
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels,
+                     int64_t(m.requests_aborted));
+  out += fmt::format("mlaserve_request_success_total{{{},finished_reason=\"error\"}} {}\n", labels,
+                     int64_t(m.requests_failed));
   histogram(out, "mlaserve_time_to_first_token_seconds", "Time to first token.", labels, m.time_to_first_token);
   histogram(out, "mlaserve_inter_token_latency_seconds", "Time between successive tokens of a request.", labels,
             m.inter_token_latency);
-  histogram(out, "mlaserve_e2e_request_latency_seconds", "Request latency from arrival to finish.", labels, m.request_latency);
+  histogram(out, "mlaserve_e2e_request_latency_seconds", "Request latency from arrival to finish.", labels,
+            m.request_latency);
   return out;
 }
 

@@ -12,7 +12,9 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void bad_field(const std::string& field, const std::string& message) { throw ApiError(400, message, field); }
+[[noreturn]] void bad_field(const std::string& field, const std::string& message) {
+  throw ApiError(400, message, field);
+}
 
 // A message's content as chat content: a string, or its text parts (input_text, output_text).
 ojson item_content(const ojson& content, const std::string& where) {
@@ -23,7 +25,9 @@ ojson item_content(const ojson& content, const std::string& where) {
     const ojson& part = content[i];
     const std::string type = part.is_object() ? part.value("type", "") : "";
     if (type == "input_image" || type == "input_file" || type == "input_audio")
-      bad_field("input", fmt::format("{}.content[{}]: {} is not supported: the model is served without its vision tower", where, i, type));
+      bad_field("input",
+                fmt::format("{}.content[{}]: {} is not supported: the model is served without its vision tower", where,
+                            i, type));
     if (type == "refusal") continue;
     if ((type != "input_text" && type != "output_text") || !part.contains("text") || !part["text"].is_string())
       bad_field("input", fmt::format("{}.content[{}] must be an input_text or output_text part", where, i));
@@ -37,7 +41,8 @@ std::string item_reasoning(const ojson& item) {
   std::string text;
   for (const char* key : {"content", "summary"}) {
     for (const auto& part : item.value(key, ojson::array()))
-      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+      if (part.is_object() && part.contains("text") && part["text"].is_string())
+        text += part["text"].get<std::string>();
     if (!text.empty()) break;
   }
   return text;
@@ -58,8 +63,10 @@ void add_item(const ojson& item, size_t index, ojson& messages, std::string& rea
     messages.push_back(message);
   } else if (type == "function_call") {
     for (const char* key : {"call_id", "name", "arguments"})
-      if (!item.contains(key) || !item[key].is_string()) bad_field("input", fmt::format("{}: a function_call needs a string '{}'", where, key));
-    const ojson call = {{"id", item["call_id"]}, {"type", "function"},
+      if (!item.contains(key) || !item[key].is_string())
+        bad_field("input", fmt::format("{}: a function_call needs a string '{}'", where, key));
+    const ojson call = {{"id", item["call_id"]},
+                        {"type", "function"},
                         {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
     if (messages.empty() || messages.back()["role"] != "assistant") {
       messages.push_back({{"role", "assistant"}, {"content", nullptr}});
@@ -68,14 +75,18 @@ void add_item(const ojson& item, size_t index, ojson& messages, std::string& rea
     if (!messages.back().contains("tool_calls")) messages.back()["tool_calls"] = ojson::array();
     messages.back()["tool_calls"].push_back(call);
   } else if (type == "function_call_output") {
-    if (!item.contains("call_id") || !item["call_id"].is_string()) bad_field("input", where + ": a function_call_output needs a string 'call_id'");
+    if (!item.contains("call_id") || !item["call_id"].is_string())
+      bad_field("input", where + ": a function_call_output needs a string 'call_id'");
     const ojson output = item.value("output", ojson(""));
-    messages.push_back({{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", item_content(output, where + ".output")}});
+    messages.push_back(
+        {{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", item_content(output, where + ".output")}});
   } else if (type == "reasoning") {
     reasoning += item_reasoning(item);
   } else {
-    bad_field("input", fmt::format("{}: items of type '{}' are not supported (message, function_call, function_call_output, reasoning)",
-                                where, type));
+    bad_field("input",
+              fmt::format(
+                  "{}: items of type '{}' are not supported (message, function_call, function_call_output, reasoning)",
+                  where, type));
   }
 }
 
@@ -86,7 +97,8 @@ ojson function_tools(const ojson& tools) {
     const ojson& tool = tools[i];
     if (!tool.is_object() || tool.value("type", "") != "function")
       bad_field("tools", fmt::format("tools[{}]: only function tools are supported", i));
-    if (!tool.contains("name") || !tool["name"].is_string()) bad_field("tools", fmt::format("tools[{}] needs a string 'name'", i));
+    if (!tool.contains("name") || !tool["name"].is_string())
+      bad_field("tools", fmt::format("tools[{}] needs a string 'name'", i));
     ojson function = {{"name", tool["name"]}, {"parameters", tool.value("parameters", ojson({{"type", "object"}}))}};
     if (tool.contains("description") && !tool["description"].is_null()) function["description"] = tool["description"];
     out.push_back({{"type", "function"}, {"function", function}});
@@ -96,7 +108,8 @@ ojson function_tools(const ojson& tools) {
 
 ojson responses_tool_choice(const ojson& choice) {
   if (choice == "auto" || choice == "none" || choice == "required") return choice;
-  if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("name") && choice["name"].is_string())
+  if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("name") &&
+      choice["name"].is_string())
     return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
   bad_field("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
 }
@@ -107,10 +120,16 @@ void add_text_format(const ojson& text, ojson& chat) {
   if (format.is_null()) return;
   const std::string type = format.is_object() ? format.value("type", "") : "";
   if (type == "text") return;
-  if (type == "json_object") chat["response_format"] = {{"type", "json_object"}};
+  if (type == "json_object")
+    chat["response_format"] = {{"type", "json_object"}};
   else if (type == "json_schema" && format.contains("schema"))
-    chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", format.value("name", "response")}, {"schema", format["schema"]}}}};
-  else bad_field("text", "'text.format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"schema\"}");
+    chat["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", format.value("name", "response")}, {"schema", format["schema"]}}}};
+  else
+    bad_field("text",
+              "'text.format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
+              "\"schema\"}");
 }
 
 }  // namespace
@@ -148,14 +167,16 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   ojson& chat = out.chat = ojson::object();
   for (const char* key : {"model", "temperature", "top_p", "stream", "parallel_tool_calls"})
     if (body.contains(key) && !body[key].is_null()) chat[key] = body[key];
-  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) chat["max_tokens"] = body["max_output_tokens"];
+  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null())
+    chat["max_tokens"] = body["max_output_tokens"];
   ojson messages = ojson::array();
   const ojson previous = body.value("previous_response_id", ojson());
   if (!previous.is_null()) {
     if (!previous.is_string()) bad_field("previous_response_id", "'previous_response_id' must be a string");
     const auto conversation = store.conversation(previous.get<std::string>());
     if (!conversation)
-      throw ApiError(404, fmt::format("Previous response with id '{}' not found.", previous.get<std::string>()), "previous_response_id");
+      throw ApiError(404, fmt::format("Previous response with id '{}' not found.", previous.get<std::string>()),
+                     "previous_response_id");
     messages = *conversation;
   }
   const ojson input = body.value("input", ojson());
@@ -176,7 +197,8 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   if (messages.empty()) bad_field("input", "'input' holds no message");
   chat["messages"] = messages;
   if (body.contains("tools") && !body["tools"].is_null()) chat["tools"] = function_tools(body["tools"]);
-  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) chat["tool_choice"] = responses_tool_choice(body["tool_choice"]);
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null())
+    chat["tool_choice"] = responses_tool_choice(body["tool_choice"]);
   if (body.contains("text") && !body["text"].is_null()) add_text_format(body["text"], chat);
   const ojson reasoning = body.value("reasoning", ojson());
   // reasoning.effort "none" turns a thinking template's thinking off; other efforts are passed on.
@@ -189,7 +211,8 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   if (body.contains("store") && !body["store"].is_boolean()) bad_field("store", "'store' must be true or false");
   out.store = body.value("store", true);
   json& echo = out.echo = json::object();
-  for (const char* key : {"instructions", "max_output_tokens", "previous_response_id", "reasoning", "temperature", "top_p", "metadata"})
+  for (const char* key :
+       {"instructions", "max_output_tokens", "previous_response_id", "reasoning", "temperature", "top_p", "metadata"})
     echo[key] = body.contains(key) ? json(body[key]) : json();
   echo["tools"] = body.contains("tools") ? json(body["tools"]) : json::array();
   echo["tool_choice"] = body.contains("tool_choice") ? json(body["tool_choice"]) : json("auto");
@@ -199,16 +222,20 @@ ResponsesRequest responses_to_chat(const ojson& body, const ResponseStore& store
   return out;
 }
 
-ResponseAnswer::ResponseAnswer(const ParsedRequest& request, ResponsesRequest responses, std::string model, ResponseStore& store)
+ResponseAnswer::ResponseAnswer(const ParsedRequest& request, ResponsesRequest responses, std::string model,
+                               ResponseStore& store)
     : request_(request),
       responses_(std::move(responses)),
       model_(std::move(model)),
       id_(random_id("resp_")),
       store_(store),
       chat_(request),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {}
 
-json ResponseAnswer::error_body(int status, const std::string& message) const { return mlaserve::error_body(status, message); }
+json ResponseAnswer::error_body(int status, const std::string& message) const {
+  return mlaserve::error_body(status, message);
+}
 
 std::vector<json> ResponseAnswer::open_item(const std::string& type, json item) {
   std::vector<json> events = close_item();
@@ -220,7 +247,10 @@ std::vector<json> ResponseAnswer::open_item(const std::string& type, json item) 
   const json part = type == "message" ? json{{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}
                                       : json{{"type", "reasoning_text"}, {"text", ""}};
   output_.back()["content"].push_back(part);
-  events.push_back({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", index}, {"content_index", 0},
+  events.push_back({{"type", "response.content_part.added"},
+                    {"item_id", item["id"]},
+                    {"output_index", index},
+                    {"content_index", 0},
                     {"part", part}});
   return events;
 }
@@ -231,14 +261,22 @@ std::vector<json> ResponseAnswer::close_item() {
   const size_t index = output_.size() - 1;
   std::vector<json> events;
   if (open_ == "function_call") {
-    events.push_back({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]}, {"output_index", index},
+    events.push_back({{"type", "response.function_call_arguments.done"},
+                      {"item_id", item["id"]},
+                      {"output_index", index},
                       {"arguments", item["arguments"]}});
   } else {
     const json& part = item["content"][0];
     events.push_back({{"type", open_ == "message" ? "response.output_text.done" : "response.reasoning_text.done"},
-                      {"item_id", item["id"]}, {"output_index", index}, {"content_index", 0}, {"text", part["text"]}});
-    events.push_back({{"type", "response.content_part.done"}, {"item_id", item["id"]}, {"output_index", index},
-                      {"content_index", 0}, {"part", part}});
+                      {"item_id", item["id"]},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"text", part["text"]}});
+    events.push_back({{"type", "response.content_part.done"},
+                      {"item_id", item["id"]},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"part", part}});
   }
   if (item.contains("status")) item["status"] = "completed";
   events.push_back({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
@@ -252,37 +290,52 @@ std::vector<json> ResponseAnswer::item_events(const ChatDelta& delta) {
   auto text_delta = [&](const char* type, const std::string& text) {
     json& part = output_.back()["content"][0];
     part["text"] = part["text"].get<std::string>() + text;
-    events.push_back({{"type", type}, {"item_id", output_.back()["id"]}, {"output_index", output_.size() - 1},
-                      {"content_index", 0}, {"delta", text}});
+    events.push_back({{"type", type},
+                      {"item_id", output_.back()["id"]},
+                      {"output_index", output_.size() - 1},
+                      {"content_index", 0},
+                      {"delta", text}});
   };
   if (!delta.reasoning.empty()) {
     if (open_ != "reasoning")
-      add(open_item("reasoning", {{"type", "reasoning"}, {"id", random_id("rs_")}, {"summary", json::array()}, {"content", json::array()}}));
+      add(open_item(
+          "reasoning",
+          {{"type", "reasoning"}, {"id", random_id("rs_")}, {"summary", json::array()}, {"content", json::array()}}));
     text_delta("response.reasoning_text.delta", delta.reasoning);
   }
   if (!delta.content.empty()) {
     if (open_ != "message")
-      add(open_item("message", {{"type", "message"}, {"id", random_id("msg_")}, {"status", "in_progress"}, {"role", "assistant"},
+      add(open_item("message", {{"type", "message"},
+                                {"id", random_id("msg_")},
+                                {"status", "in_progress"},
+                                {"role", "assistant"},
                                 {"content", json::array()}}));
     text_delta("response.output_text.delta", delta.content);
   }
   for (const ToolCallDelta& call : delta.tool_calls) {
     if (!call.name.empty() || open_ != "function_call" || open_call_ != call.index) {
-      add(open_item("function_call", {{"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", chat_.call_id(call.index)},
-                                      {"name", call.name}, {"arguments", ""}, {"status", "in_progress"}}));
+      add(open_item("function_call", {{"type", "function_call"},
+                                      {"id", random_id("fc_")},
+                                      {"call_id", chat_.call_id(call.index)},
+                                      {"name", call.name},
+                                      {"arguments", ""},
+                                      {"status", "in_progress"}}));
       open_call_ = call.index;
     }
     if (call.arguments.empty()) continue;
     output_.back()["arguments"] = output_.back()["arguments"].get<std::string>() + call.arguments;
-    events.push_back({{"type", "response.function_call_arguments.delta"}, {"item_id", output_.back()["id"]},
-                      {"output_index", output_.size() - 1}, {"delta", call.arguments}});
+    events.push_back({{"type", "response.function_call_arguments.delta"},
+                      {"item_id", output_.back()["id"]},
+                      {"output_index", output_.size() - 1},
+                      {"delta", call.arguments}});
   }
   return events;
 }
 
 json ResponseAnswer::snapshot(const std::string& status) const {
-  json response = {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", model_},
-                   {"output", output_}, {"error", nullptr}, {"incomplete_details", nullptr}, {"usage", nullptr}};
+  json response = {{"id", id_},       {"object", "response"}, {"created_at", created_}, {"status", status},
+                   {"model", model_}, {"output", output_},    {"error", nullptr},       {"incomplete_details", nullptr},
+                   {"usage", nullptr}};
   response.update(responses_.echo);
   return response;
 }
@@ -292,8 +345,10 @@ json ResponseAnswer::snapshot(const std::string& status) const {
 void ResponseAnswer::finish(const StreamEvent& event) {
   final_ = snapshot(event.finish_reason == "length" ? "incomplete" : "completed");
   if (event.finish_reason == "length") final_["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  final_["usage"] = {{"input_tokens", event.prompt_tokens}, {"input_tokens_details", {{"cached_tokens", event.cached_tokens}}},
-                     {"output_tokens", event.completion_tokens}, {"output_tokens_details", {{"reasoning_tokens", 0}}},
+  final_["usage"] = {{"input_tokens", event.prompt_tokens},
+                     {"input_tokens_details", {{"cached_tokens", event.cached_tokens}}},
+                     {"output_tokens", event.completion_tokens},
+                     {"output_tokens_details", {{"reasoning_tokens", 0}}},
                      {"total_tokens", event.prompt_tokens + event.completion_tokens}};
   if (!responses_.store) return;
   ojson turn = {{"role", "assistant"}, {"content", nullptr}};
@@ -302,7 +357,8 @@ void ResponseAnswer::finish(const StreamEvent& event) {
     if (item["type"] == "message") turn["content"] = item["content"][0]["text"];
     if (item["type"] != "function_call") continue;
     if (!turn.contains("tool_calls")) turn["tool_calls"] = ojson::array();
-    turn["tool_calls"].push_back({{"id", item["call_id"]}, {"type", "function"},
+    turn["tool_calls"].push_back({{"id", item["call_id"]},
+                                  {"type", "function"},
                                   {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
   }
   ojson conversation = responses_.conversation;
@@ -312,12 +368,14 @@ void ResponseAnswer::finish(const StreamEvent& event) {
 
 std::string ResponseAnswer::frame(json event) {
   event["sequence_number"] = sequence_++;
-  return "event: " + event["type"].get<std::string>() + "\ndata: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return "event: " + event["type"].get<std::string>() +
+         "\ndata: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 std::vector<std::string> ResponseAnswer::stream_start() {
   const json response = snapshot("in_progress");
-  return {frame({{"type", "response.created"}, {"response", response}}), frame({{"type", "response.in_progress"}, {"response", response}})};
+  return {frame({{"type", "response.created"}, {"response", response}}),
+          frame({{"type", "response.in_progress"}, {"response", response}})};
 }
 
 std::vector<std::string> ResponseAnswer::stream_event(const StreamEvent& event) {
@@ -326,7 +384,8 @@ std::vector<std::string> ResponseAnswer::stream_event(const StreamEvent& event) 
   if (!event.finished) return frames;
   for (json& e : close_item()) frames.push_back(frame(std::move(e)));
   finish(event);
-  frames.push_back(frame({{"type", final_["status"] == "completed" ? "response.completed" : "response.incomplete"}, {"response", final_}}));
+  frames.push_back(frame({{"type", final_["status"] == "completed" ? "response.completed" : "response.incomplete"},
+                          {"response", final_}}));
   return frames;
 }
 

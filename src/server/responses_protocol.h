@@ -77,10 +77,10 @@ class ResponseAnswer : public ChatAnswer {
   ChatStream chat_;
   int64_t created_;
   nlohmann::json output_ = nlohmann::json::array();  // the items so far
-  std::string open_;      // the type of the item being written ("" none)
-  int open_call_ = -1;    // its call, for a function_call
-  int64_t sequence_ = 0;  // the next event's sequence_number
-  nlohmann::json final_;  // the finished response
+  std::string open_;                                 // the type of the item being written ("" none)
+  int open_call_ = -1;                               // its call, for a function_call
+  int64_t sequence_ = 0;                             // the next event's sequence_number
+  nlohmann::json final_;                             // the finished response
 };
 
 }  // namespace mlaserve

@@ -89,8 +89,7 @@ void BpeModel::set_vocab(const Vocab& vocab) {
   }
 }
 
-BpeModel BpeModel::from_merges(const Vocab& vocab,
-                               const std::vector<std::pair<std::string, std::string>>& merges,
+BpeModel BpeModel::from_merges(const Vocab& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                                bool ignore_merges) {
   BpeModel model;
   model.set_vocab(vocab);
@@ -156,9 +155,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
     int32_t rank;
     int left;
     int32_t left_id, right_id, merged;
-    bool operator>(const Candidate& other) const {
-      return rank != other.rank ? rank > other.rank : left > other.left;
-    }
+    bool operator>(const Candidate& other) const { return rank != other.rank ? rank > other.rank : left > other.left; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push_pair = [&](int left) {

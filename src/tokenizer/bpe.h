@@ -23,8 +23,7 @@ class BpeModel {
   static constexpr int32_t kMaxTokenId = 1 << 24;
 
   // Hugging Face BPE: merges in priority order, each a pair of raw byte strings.
-  static BpeModel from_merges(const Vocab& vocab,
-                              const std::vector<std::pair<std::string, std::string>>& merges,
+  static BpeModel from_merges(const Vocab& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                               bool ignore_merges);
   // tiktoken: every token's rank is its id.
   static BpeModel from_ranks(const Vocab& ranks);
@@ -44,8 +43,8 @@ class BpeModel {
   std::vector<std::string> bytes_of_;
   std::vector<bool> present_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // HF: (l << 32 | r) -> (rank, id)
-  bool rank_by_concatenation_ = false;  // tiktoken
-  bool whole_piece_first_ = false;      // tiktoken, and HF ignore_merges
+  bool rank_by_concatenation_ = false;                                // tiktoken
+  bool whole_piece_first_ = false;                                    // tiktoken, and HF ignore_merges
   int32_t byte_ids_[256];
 };
 

@@ -83,7 +83,9 @@ std::string kimi_k2(const std::vector<Turn>& turns, bool add_generation_prompt) 
   std::string out;
   if (turns[0].role != "system") out += "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>";
   for (const auto& turn : turns) {
-    const std::string role_token = turn.role == "system" ? "<|im_system|>" : turn.role == "user" ? "<|im_user|>" : "<|im_assistant|>";
+    const std::string role_token = turn.role == "system" ? "<|im_system|>"
+                                   : turn.role == "user" ? "<|im_user|>"
+                                                         : "<|im_assistant|>";
     out += role_token + turn.role + "<|im_middle|>" + turn.content + "<|im_end|>";
   }
   if (add_generation_prompt) out += "<|im_assistant|>assistant<|im_middle|>";
@@ -142,21 +144,26 @@ ChatFormat chat_format_of(const Tokenizer& tokenizer) {
   if (has_kimi_k3_markers(tokenizer)) return ChatFormat::KimiK3;
   if (tokenizer.token_id("<|im_user|>")) return ChatFormat::KimiK2;
   if (tokenizer.token_id("<｜User｜>")) return ChatFormat::DeepseekV3;
-  fail("the tokenizer has neither Kimi K3 (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>), Kimi K2 (<|im_user|>) "
-       "nor DeepSeek-V3 (<｜User｜>) chat tokens, and the checkpoint ships no chat template");
+  fail(
+      "the tokenizer has neither Kimi K3 (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>), Kimi K2 (<|im_user|>) "
+      "nor DeepSeek-V3 (<｜User｜>) chat tokens, and the checkpoint ships no chat template");
 }
 
 const char* format_name(ChatFormat format) {
   switch (format) {
-    case ChatFormat::KimiK3: return "built-in Kimi K3 XTML format";
-    case ChatFormat::KimiK2: return "built-in Kimi K2 format";
-    default: return "built-in DeepSeek-V3 format";
+    case ChatFormat::KimiK3:
+      return "built-in Kimi K3 XTML format";
+    case ChatFormat::KimiK2:
+      return "built-in Kimi K2 format";
+    default:
+      return "built-in DeepSeek-V3 format";
   }
 }
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_source(const std::string& source, const nlohmann::json& special_tokens, std::string origin) {
+ChatTemplate ChatTemplate::from_source(const std::string& source, const nlohmann::json& special_tokens,
+                                       std::string origin) {
   ChatTemplate chat;
   chat.templates_["default"] = parse(source, origin);
   chat.content_as_parts_ = iterates_over_content(source);
@@ -175,8 +182,8 @@ ChatTemplate ChatTemplate::built_in(ChatFormat format, bool kimi_k3_open_channel
   return chat;
 }
 
-ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& tokenizer, const std::string& override_path,
-                                bool kimi_k3_open_channel) {
+ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& tokenizer,
+                                const std::string& override_path, bool kimi_k3_open_channel) {
   const fs::path dir(model_dir);
   nlohmann::json config = nlohmann::json::object();
   if (is_gguf_path(model_dir)) {
@@ -195,7 +202,8 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
   }
   if (!override_path.empty()) return from_source(read_text_file(override_path), config, override_path);
   if (fs::exists(dir / "chat_template.jinja"))
-    return from_source(read_text_file((dir / "chat_template.jinja").string()), config, (dir / "chat_template.jinja").string());
+    return from_source(read_text_file((dir / "chat_template.jinja").string()), config,
+                       (dir / "chat_template.jinja").string());
   const std::string origin = (dir / "tokenizer_config.json").string() + " chat_template";
   const auto found = config.find("chat_template");
   if (found == config.end() || found->is_null()) return built_in(chat_format_of(tokenizer), kimi_k3_open_channel);
@@ -204,9 +212,11 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
   ChatTemplate chat;
   for (const auto& named : *found) {
     MLA_CHECK(named.is_object() && named.contains("name") && named["name"].is_string() && named.contains("template") &&
-                  named["template"].is_string(), "{} must be a string or a list of {{name, template}}", origin);
+                  named["template"].is_string(),
+              "{} must be a string or a list of {{name, template}}", origin);
     const std::string source = named["template"].get<std::string>();
-    chat.templates_[named["name"].get<std::string>()] = parse(source, origin + " '" + named["name"].get<std::string>() + "'");
+    chat.templates_[named["name"].get<std::string>()] =
+        parse(source, origin + " '" + named["name"].get<std::string>() + "'");
     chat.content_as_parts_ = chat.content_as_parts_ || iterates_over_content(source);
     chat.source_ += source;
   }
@@ -218,7 +228,8 @@ ChatTemplate ChatTemplate::load(const std::string& model_dir, const Tokenizer& t
 
 std::string ChatTemplate::render_jinja(const ChatInput& input) const {
   const bool has_tools = input.tools.is_array() && !input.tools.empty();
-  const auto& chosen = has_tools && templates_.contains("tool_use") ? templates_.at("tool_use") : templates_.at("default");
+  const auto& chosen =
+      has_tools && templates_.contains("tool_use") ? templates_.at("tool_use") : templates_.at("default");
   jinja::Object variables;
   for (const auto& [name, value] : special_tokens_.items()) variables.set(name, jinja::from_json(value));
   variables.set("messages", jinja::from_json(prepared_messages(input.messages, content_as_parts_)));
@@ -237,7 +248,8 @@ std::string ChatTemplate::render_jinja(const ChatInput& input) const {
 
 std::string ChatTemplate::render_built_in(const ChatInput& input) const {
   MLA_CHECK(input.tools.is_null() || input.tools.empty(),
-            "this checkpoint ships no chat template, and the {} renders no tools (serve it with --chat-template)", origin_);
+            "this checkpoint ships no chat template, and the {} renders no tools (serve it with --chat-template)",
+            origin_);
   const ojson messages = prepared_messages(input.messages, false);
   std::vector<Turn> turns;
   for (size_t i = 0; i < messages.size(); ++i) {

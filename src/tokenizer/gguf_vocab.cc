@@ -23,7 +23,8 @@ json pre_tokenizer(const std::string& pre, const std::string& path) {
   if (pre == "deepseek-v3") {  // DeepSeek-V3/R1: digits in runs of up to 3, CJK runs, then words
     steps.push_back(split(R"(\p{N}{1,3})"));
     steps.push_back(split("[一-龥぀-ゟ゠-ヿ]+"));
-    steps.push_back(split(R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"));
+    steps.push_back(split(
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"));
   } else if (pre == "kimi-k2") {  // Kimi K2's tiktoken pattern
     steps.push_back(split(kKimiPattern));
   } else {

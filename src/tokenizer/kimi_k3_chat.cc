@@ -115,7 +115,8 @@ struct CallArguments {
 CallArguments call_arguments(const ojson& arguments, size_t index) {
   if (arguments.is_null()) return {};
   if (arguments.is_object()) return {arguments, std::nullopt};
-  MLA_CHECK(arguments.is_string(), "messages[{}]: Kimi K3 tool call arguments must be an object or a JSON string", index);
+  MLA_CHECK(arguments.is_string(), "messages[{}]: Kimi K3 tool call arguments must be an object or a JSON string",
+            index);
   const std::string raw = arguments.get<std::string>();
   if (raw.find_first_not_of(" \t\r\n") == std::string::npos) return {};
   const ojson parsed = ojson::parse(raw, nullptr, false);
@@ -190,8 +191,10 @@ std::string tool_name(const ojson& message, const ojson& calls, size_t position,
     if (function.is_object() && function.contains("name") && function["name"].is_string())
       return function["name"].get<std::string>();
   }
-  fail("messages[{}]: a Kimi K3 tool result needs its tool's name ('name', or a tool_call_id or position matching "
-       "a call of the preceding assistant turn)", index);
+  fail(
+      "messages[{}]: a Kimi K3 tool result needs its tool's name ('name', or a tool_call_id or position matching "
+      "a call of the preceding assistant turn)",
+      index);
 }
 
 std::string id_key(const ojson& id) { return id.is_string() ? id.get<std::string>() : id.dump(); }
@@ -262,12 +265,14 @@ Options options_of(const ChatInput& input) {
   if (!input.reasoning_effort.empty()) options.effort = input.reasoning_effort;
   if (kwargs.contains("thinking_effort")) {
     field = "chat_template_kwargs";
-    options.effort = kwargs["thinking_effort"].is_string() ? kwargs["thinking_effort"].get<std::string>() : kwargs["thinking_effort"].dump();
+    options.effort = kwargs["thinking_effort"].is_string() ? kwargs["thinking_effort"].get<std::string>()
+                                                           : kwargs["thinking_effort"].dump();
   }
   if (options.thinking && options.effort != "low" && options.effort != "high" && options.effort != "max")
-    throw ChatInputError(field, fmt::format("{}: Kimi K3's thinking effort is low, high or max, got '{}'",
-                                            field == "reasoning_effort" ? field : "chat_template_kwargs.thinking_effort",
-                                            options.effort));
+    throw ChatInputError(
+        field,
+        fmt::format("{}: Kimi K3's thinking effort is low, high or max, got '{}'",
+                    field == "reasoning_effort" ? field : "chat_template_kwargs.thinking_effort", options.effort));
   return options;
 }
 
@@ -302,7 +307,8 @@ void conversation(Segments& out, const ojson& messages, const Options& options, 
       content(out, message, i);
       close_message(out);
     } else {
-      fail("messages[{}]: role '{}' is not supported by the Kimi K3 format (system, developer, user, assistant, tool)", i, role);
+      fail("messages[{}]: role '{}' is not supported by the Kimi K3 format (system, developer, user, assistant, tool)",
+           i, role);
     }
   }
 }
@@ -310,22 +316,27 @@ void conversation(Segments& out, const ojson& messages, const Options& options, 
 // The turns that state what this request asks of the output, after the conversation.
 void request_turns(Segments& out, const ChatInput& input) {
   if (input.tool_choice == "required")
-    internal_system_message(out, "tool-choice",
-                            "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.");
+    internal_system_message(
+        out, "tool-choice",
+        "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.");
   else if (input.tool_choice == "none")
-    internal_system_message(out, "tool-choice",
-                            "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.");
+    internal_system_message(
+        out, "tool-choice",
+        "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.");
   const ojson& format = input.response_format;
   const std::string type = format.is_object() ? format.value("type", "") : "";
-  const std::string raw_json = "Your response must be raw JSON data without markdown code blocks (```json) or any additional formatting.";
+  const std::string raw_json =
+      "Your response must be raw JSON data without markdown code blocks (```json) or any additional formatting.";
   if (type == "json_object")
-    internal_system_message(out, "response-format", "The system is invoked with `response_format=json_object`.\n" + raw_json);
+    internal_system_message(out, "response-format",
+                            "The system is invoked with `response_format=json_object`.\n" + raw_json);
   if (type == "json_schema") {
     const ojson spec = format.value("json_schema", ojson());
     const ojson schema = spec.is_object() ? spec.value("schema", spec.value("json_schema", spec)) : spec;
     internal_system_message(out, "response-format",
                             "The system is invoked with `response_format=json_schema`.\n" + raw_json +
-                                "\nThe JSON data must match the following schema:\n```json\n" + sorted_compact_json(schema) + "\n```");
+                                "\nThe JSON data must match the following schema:\n```json\n" +
+                                sorted_compact_json(schema) + "\n```");
   }
 }
 
@@ -340,8 +351,9 @@ KimiK3Opened kimi_k3_opened(std::string_view prompt_text) {
 std::vector<PromptSegment> render_kimi_k3(const ChatInput& input, bool open_channel) {
   MLA_CHECK(input.messages.is_array() && !input.messages.empty(), "'messages' must be a non-empty list");
   for (size_t i = 0; i < input.messages.size(); ++i)
-    MLA_CHECK(input.messages[i].is_object() && input.messages[i].contains("role") && input.messages[i]["role"].is_string(),
-              "messages[{}] needs a string 'role'", i);
+    MLA_CHECK(
+        input.messages[i].is_object() && input.messages[i].contains("role") && input.messages[i]["role"].is_string(),
+        "messages[{}] needs a string 'role'", i);
   const Options options = options_of(input);
   Segments out;
   if (input.tools.is_array() && !input.tools.empty()) tool_declaration(out, input.tools, false);
@@ -349,7 +361,8 @@ std::vector<PromptSegment> render_kimi_k3(const ChatInput& input, bool open_chan
     internal_system_message(out, "thinking-effort",
                             "`thinking_effort` guides on how much to think in your thinking channel (not including the "
                             "response channel), supported values include `low`, `medium`, `high`, and `max`.\nNow the "
-                            "system is invoked with `thinking_effort=" + options.effort + "`.");
+                            "system is invoked with `thinking_effort=" +
+                                options.effort + "`.");
   conversation(out, ordered_tool_results(input.messages), options, input.continue_final_message);
   if (input.continue_final_message) return out;
   request_turns(out, input);

@@ -15,13 +15,13 @@ struct Regex::Compiled {
 Regex::Regex(const std::string& pattern) : pattern_(pattern), compiled_(std::make_unique<Compiled>()) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                  PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                  &error_code, &error_offset, nullptr);
   if (!compiled_->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof message);
-    fail("invalid tokenizer regex at offset {}: {} (pattern: {})", error_offset,
-         reinterpret_cast<const char*>(message), pattern);
+    fail("invalid tokenizer regex at offset {}: {} (pattern: {})", error_offset, reinterpret_cast<const char*>(message),
+         pattern);
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
 }
@@ -36,8 +36,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   size_t offset = 0;
   uint32_t options = 0;  // the first call checks the subject's UTF-8 once; later calls skip it
   while (offset <= text.size()) {
-    const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                               text.size(), offset, options, data, nullptr);
+    const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), offset, options,
+                               data, nullptr);
     options = PCRE2_NO_UTF_CHECK;
     if (rc < 0) break;  // PCRE2_ERROR_NOMATCH (input is valid UTF-8, so no other error)
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);

@@ -34,7 +34,8 @@ std::string TextStreamer::push(int32_t id) {
 size_t partial_match_length(std::string_view text, const std::vector<std::string>& patterns) {
   size_t longest = 0;
   for (const auto& pattern : patterns)
-    for (size_t length = std::min(pattern.size() - std::min<size_t>(pattern.size(), 1), text.size()); length > longest; --length)
+    for (size_t length = std::min(pattern.size() - std::min<size_t>(pattern.size(), 1), text.size()); length > longest;
+         --length)
       if (text.substr(text.size() - length) == std::string_view(pattern).substr(0, length)) {
         longest = length;
         break;

@@ -19,12 +19,10 @@ namespace {
 using json = nlohmann::json;
 
 // GPT-2's pattern, used by the ByteLevel pre-tokenizer when use_regex is true.
-const char* const kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::string base64_decode(std::string_view text) {
-  static const std::string alphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   uint32_t buffer = 0;
   int bits = 0;
@@ -159,8 +157,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
             model.value("type", ""));
   MLA_CHECK(!model.value("byte_fallback", false), "tokenizer.json: byte_fallback BPE is not supported");
   const json& normalizer = tokenizer_json.value("normalizer", json());
-  MLA_CHECK(normalizer.is_null() || (normalizer.value("type", "") == "Sequence" &&
-                                     normalizer.value("normalizers", json::array()).empty()),
+  MLA_CHECK(normalizer.is_null() ||
+                (normalizer.value("type", "") == "Sequence" && normalizer.value("normalizers", json::array()).empty()),
             "tokenizer.json: normalizer {} is not supported", normalizer.dump());
   const json& pre = tokenizer_json.value("pre_tokenizer", json());
   if (pre.is_object() && pre.value("type", "") == "Sequence")
@@ -169,8 +167,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
     tokenizer->add_pre_tokenizer(pre);
   std::vector<AddedToken> added;
   for (const auto& token : tokenizer_json.value("added_tokens", json::array()))
-    added.push_back({token.at("content").get<std::string>(), token_id_of(token.at("id")),
-                     token.value("special", false)});
+    added.push_back(
+        {token.at("content").get<std::string>(), token_id_of(token.at("id")), token.value("special", false)});
   tokenizer->set_added_tokens(std::move(added));
   BpeModel::Vocab vocab;
   for (const auto& [text, id] : model.at("vocab").items()) {
@@ -184,8 +182,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const json& tokenizer_json, c
   return tokenizer;
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_text,
-                                                    const std::string& pattern,
+std::unique_ptr<Tokenizer> Tokenizer::from_tiktoken(const std::string& ranks_text, const std::string& pattern,
                                                     std::vector<AddedToken> added_tokens,
                                                     int32_t reserved_special_tokens) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
@@ -235,8 +232,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir) {
       fail("'{}/tokenizer.json': {}", model_dir, e.what());
     }
   }
-  MLA_CHECK(fs::exists(dir / "tiktoken.model"), "'{}' has neither tokenizer.json nor tiktoken.model",
-            model_dir);
+  MLA_CHECK(fs::exists(dir / "tiktoken.model"), "'{}' has neither tokenizer.json nor tiktoken.model", model_dir);
   try {
     auto tokenizer = from_tiktoken(read_text_file((dir / "tiktoken.model").string()), kKimiPattern,
                                    declared_added_tokens(config), kKimiReservedSpecialTokens);

@@ -37,8 +37,7 @@ class Tokenizer {
   // tiktoken rank file text ("base64 rank" lines), the split pattern, and added tokens. The
   // reserved_special_tokens ids after the ranks that no added token takes become special
   // "<|reserved_token_{id}|>" tokens (Kimi's tokenization_kimi.py reserves 256).
-  static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& ranks_text,
-                                                  const std::string& pattern,
+  static std::unique_ptr<Tokenizer> from_tiktoken(const std::string& ranks_text, const std::string& pattern,
                                                   std::vector<AddedToken> added_tokens,
                                                   int32_t reserved_special_tokens = 0);
 

@@ -111,7 +111,9 @@ void add_fp8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::
                      }
                    });
                  }});
-  out.push_back({prefix + ".weight_scale_inv", DType::F32, {block_rows, block_cols},
+  out.push_back({prefix + ".weight_scale_inv",
+                 DType::F32,
+                 {block_rows, block_cols},
                  [block_scales, block_rows, block_cols](uint8_t* bytes) {
                    for_rows(block_rows, [&](int64_t block_row) {
                      const std::vector<float> scales = block_scales(block_row);
@@ -149,10 +151,8 @@ void add_int8(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std:
 }
 
 // compressed-tensors pack-quantized INT4 (quantize_int4_row: what --requantize q4 does at load).
-void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix,
-              int64_t group) {
-  MLA_CHECK(m.cols % group == 0, "'{}': in_features {} is not a multiple of the INT4 group {}",
-            prefix, m.cols, group);
+void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std::string& prefix, int64_t group) {
+  MLA_CHECK(m.cols % group == 0, "'{}': in_features {} is not a multiple of the INT4 group {}", prefix, m.cols, group);
   auto quantize_row = [m, group](int64_t r, uint32_t* words, uint16_t* scales) {
     std::vector<float> values(static_cast<size_t>(m.cols));
     m.row(r, values.data());
@@ -163,11 +163,12 @@ void add_int4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std:
                      quantize_row(r, reinterpret_cast<uint32_t*>(bytes) + r * (m.cols / 8), nullptr);
                    });
                  }});
-  out.push_back({prefix + ".weight_scale", DType::BF16, {m.rows, m.cols / group}, [m, group, quantize_row](uint8_t* bytes) {
-                   for_rows(m.rows, [&](int64_t r) {
-                     quantize_row(r, nullptr, reinterpret_cast<uint16_t*>(bytes) + r * (m.cols / group));
-                   });
-                 }});
+  out.push_back(
+      {prefix + ".weight_scale", DType::BF16, {m.rows, m.cols / group}, [m, group, quantize_row](uint8_t* bytes) {
+         for_rows(m.rows, [&](int64_t r) {
+           quantize_row(r, nullptr, reinterpret_cast<uint16_t*>(bytes) + r * (m.cols / group));
+         });
+       }});
   out.push_back({prefix + ".weight_shape", DType::I32, {2}, [m](uint8_t* bytes) {
                    const int32_t shape[2] = {int32_t(m.rows), int32_t(m.cols)};
                    std::memcpy(bytes, shape, sizeof shape);
@@ -210,8 +211,7 @@ void add_mxfp4(std::vector<TensorToWrite>& out, const RandomMatrix& m, const std
 
 class TensorPlan {
  public:
-  TensorPlan(const MakeModelOptions& options, const ModelConfig& config)
-      : options_(options), config_(config) {}
+  TensorPlan(const MakeModelOptions& options, const ModelConfig& config) : options_(options), config_(config) {}
 
   std::vector<TensorToWrite> build();
 
@@ -271,18 +271,18 @@ void TensorPlan::attention(const std::string& prefix) {
   if (config_.q_lora_rank) {
     linear(prefix + ".q_a_proj", *config_.q_lora_rank, hidden, inv_sqrt(hidden), false);
     norm(prefix + ".q_a_layernorm.weight", *config_.q_lora_rank);
-    linear(prefix + ".q_b_proj", heads * config_.qk_head_dim(), *config_.q_lora_rank,
-           inv_sqrt(*config_.q_lora_rank), false);
+    linear(prefix + ".q_b_proj", heads * config_.qk_head_dim(), *config_.q_lora_rank, inv_sqrt(*config_.q_lora_rank),
+           false);
   } else {
     linear(prefix + ".q_proj", heads * config_.qk_head_dim(), hidden, inv_sqrt(hidden), false);
   }
   linear(prefix + ".kv_a_proj_with_mqa", config_.kv_latent_dim(), hidden, inv_sqrt(hidden), false);
   norm(prefix + ".kv_a_layernorm.weight", config_.kv_lora_rank);
-  linear(prefix + ".kv_b_proj", heads * (config_.qk_nope_head_dim + config_.v_head_dim),
-         config_.kv_lora_rank, inv_sqrt(config_.kv_lora_rank), false);
+  linear(prefix + ".kv_b_proj", heads * (config_.qk_nope_head_dim + config_.v_head_dim), config_.kv_lora_rank,
+         inv_sqrt(config_.kv_lora_rank), false);
   const int64_t o_width = heads * config_.v_head_dim;
-  linear(prefix + ".o_proj", hidden, o_width,
-         inv_sqrt(o_width) / std::sqrt(2.0 * double(config_.num_hidden_layers)), false);
+  linear(prefix + ".o_proj", hidden, o_width, inv_sqrt(o_width) / std::sqrt(2.0 * double(config_.num_hidden_layers)),
+         false);
   if (config_.mla_use_output_gate) linear(prefix + ".g_proj", o_width, hidden, inv_sqrt(hidden), false);
 }
 
@@ -316,13 +316,15 @@ void TensorPlan::kda(const std::string& prefix) {
     f32_tensor(prefix + ".o_norm.weight", {dim}, {1.0, 0.1});
   else
     norm(prefix + ".o_norm.weight", dim);
-  linear(prefix + ".o_proj", hidden, width, 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers)), false);
+  linear(prefix + ".o_proj", hidden, width, 1.0 / std::sqrt(double(width) * 2.0 * double(config_.num_hidden_layers)),
+         false);
 }
 
 // Kimi Linear's block_sparse_moe: gate (+ bias), experts w1/w3/w2, shared_experts.
 void TensorPlan::moe(const std::string& prefix) {
   const int64_t hidden = config_.hidden_size, width = config_.moe_intermediate_size;
-  add_dense(tensors_, matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
+  add_dense(tensors_,
+            matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
             base_dtype(), false);
   add_dense(tensors_, matrix(prefix + ".gate.e_score_correction_bias", 1, config_.n_routed_experts, {0.0, 0.1}),
             DType::F32, true);
@@ -344,7 +346,8 @@ void TensorPlan::moe(const std::string& prefix) {
 
 void TensorPlan::deepseek_moe(const std::string& prefix) {
   const int64_t hidden = config_.hidden_size;
-  add_dense(tensors_, matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
+  add_dense(tensors_,
+            matrix(prefix + ".gate.weight", config_.n_routed_experts, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
             base_dtype(), false);
   if (config_.topk_method == TopkMethod::NoAuxTc)  // varied so it changes the choice
     add_dense(tensors_, matrix(prefix + ".gate.e_score_correction_bias", 1, config_.n_routed_experts, {0.0, 0.1}),
@@ -379,8 +382,8 @@ std::vector<TensorToWrite> TensorPlan::build() {
     add_dense(tensors_, matrix(prefix + "_res_proj.weight", 1, hidden, {0.0, 1.0 / std::sqrt(double(hidden))}),
               base_dtype(), false);
   };
-  add_dense(tensors_, matrix(root + "model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}),
-            base_dtype(), false);
+  add_dense(tensors_, matrix(root + "model.embed_tokens.weight", config_.vocab_size, hidden, {0.0, 1.0}), base_dtype(),
+            false);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string prefix = fmt::format("{}model.layers.{}", root, i);
     if (config_.attn_res_block_size) {
@@ -413,37 +416,46 @@ std::vector<TensorToWrite> TensorPlan::build() {
 
 json quantization_config(const MakeModelOptions& options) {
   if (options.dtype == StorageDType::Mxfp4) {
-    json weights = {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"strategy", "group"},
-                    {"group_size", 32}, {"scale_dtype", "torch.uint8"}};
+    json weights = {{"num_bits", 4},       {"type", "float"},  {"symmetric", true},
+                    {"strategy", "group"}, {"group_size", 32}, {"scale_dtype", "torch.uint8"}};
     return {{"quant_method", "compressed-tensors"},
             {"format", "mxfp4-pack-quantized"},
             {"quantization_status", "compressed"},
-            {"config_groups", {{"group_0", {{"format", "mxfp4-pack-quantized"}, {"targets", {"Linear"}}, {"weights", weights}}}}},
+            {"config_groups",
+             {{"group_0", {{"format", "mxfp4-pack-quantized"}, {"targets", {"Linear"}}, {"weights", weights}}}}},
             // Kimi K3's published list (its LatentMoE projections are stored BF16 all the same)
-            {"ignore", {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
-                        "re:.*lm_head.*", "re:.*vision_tower.*", "re:.*mm_projector.*"}}};
+            {"ignore",
+             {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*lm_head.*",
+              "re:.*vision_tower.*", "re:.*mm_projector.*"}}};
   }
   if (options.dtype == StorageDType::Fp8)
-    return {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
-            {"weight_block_size", {128, 128}}};
+    return {
+        {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   if (options.dtype == StorageDType::Int8) {
     // W8A8 as llm-compressor writes it: int8 weights per channel, int8 activations per token.
     json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}};
-    json activations = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
+    json activations = {
+        {"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
     return {{"quant_method", "compressed-tensors"},
             {"format", "int-quantized"},
             {"quantization_status", "compressed"},
-            {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", activations}}}}},
+            {"config_groups",
+             {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", activations}}}}},
             {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
   }
-  json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
-                  {"group_size", options.int4_group_size}, {"dynamic", false}};
+  json weights = {{"num_bits", 4},
+                  {"type", "int"},
+                  {"symmetric", true},
+                  {"strategy", "group"},
+                  {"group_size", options.int4_group_size},
+                  {"dynamic", false}};
   return {{"quant_method", "compressed-tensors"},
           {"format", "pack-quantized"},
           {"quantization_status", "compressed"},
           {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
-          {"ignore", {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
-                      "re:.*mlp\\.(gate|up|down)_proj.*", "re:.*mlp\\.gate$"}}};
+          {"ignore",
+           {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|down)_proj.*",
+            "re:.*mlp\\.gate$"}}};
 }
 
 }  // namespace
@@ -461,7 +473,8 @@ StorageDType storage_dtype_from_name(const std::string& name) {
 void make_model(const MakeModelOptions& options) {
   json config = options.config;
   // Kimi K3 keeps the text model's keys, quantization included, in text_config.
-  json& text = config.value("model_type", "") == "kimi_k3" && config.contains("text_config") ? config["text_config"] : config;
+  json& text =
+      config.value("model_type", "") == "kimi_k3" && config.contains("text_config") ? config["text_config"] : config;
   text.erase("quantization_config");
   if (options.dtype != StorageDType::F32 && options.dtype != StorageDType::BF16)
     text["quantization_config"] = quantization_config(options);

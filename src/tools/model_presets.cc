@@ -77,7 +77,10 @@ nlohmann::json kimi_linear_tiny() {
           {"eos_token_id", 1},
           {"torch_dtype", "bfloat16"},
           {"linear_attn_config",
-           {{"full_attn_layers", {2, 4}}, {"kda_layers", {1, 3}}, {"num_heads", 4}, {"head_dim", 32},
+           {{"full_attn_layers", {2, 4}},
+            {"kda_layers", {1, 3}},
+            {"num_heads", 4},
+            {"head_dim", 32},
             {"short_conv_kernel_size", 4}}}};
 }
 
@@ -87,12 +90,22 @@ nlohmann::json kimi_linear_tiny() {
 // (so the last block is partial), routed scaling 1. Use --dtype mxfp4 for MXFP4 experts.
 nlohmann::json kimi_k3_tiny() {
   nlohmann::json text = kimi_linear_tiny();
-  text.merge_patch({{"num_hidden_layers", 5}, {"q_lora_rank", 96}, {"mla_use_output_gate", true},
-                    {"routed_expert_hidden_size", 128}, {"latent_moe_use_norm", true}, {"hidden_act", "situ"},
-                    {"activation_situ_beta", 4.0}, {"activation_situ_linear_beta", 25.0}, {"attn_res_block_size", 2},
-                    {"routed_scaling_factor", 1.0}, {"num_shared_experts", 2},
-                    {"linear_attn_config", {{"full_attn_layers", {2, 5}}, {"kda_layers", {1, 3, 4}},
-                                            {"use_full_rank_gate", true}, {"gate_lower_bound", -5.0}}}});
+  text.merge_patch({{"num_hidden_layers", 5},
+                    {"q_lora_rank", 96},
+                    {"mla_use_output_gate", true},
+                    {"routed_expert_hidden_size", 128},
+                    {"latent_moe_use_norm", true},
+                    {"hidden_act", "situ"},
+                    {"activation_situ_beta", 4.0},
+                    {"activation_situ_linear_beta", 25.0},
+                    {"attn_res_block_size", 2},
+                    {"routed_scaling_factor", 1.0},
+                    {"num_shared_experts", 2},
+                    {"linear_attn_config",
+                     {{"full_attn_layers", {2, 5}},
+                      {"kda_layers", {1, 3, 4}},
+                      {"use_full_rank_gate", true},
+                      {"gate_lower_bound", -5.0}}}});
   // K3's tokenizer layout: the 256 special ids after the ranks, [BOS] first, <|end_of_msg|> (the
   // end of a turn) the third, [PAD] the last.
   const int64_t specials = text["vocab_size"].get<int64_t>() - 256;
@@ -145,8 +158,8 @@ nlohmann::json model_preset(const std::string& name) {
   if (name == "kimi-linear-tiny") return kimi_linear_tiny();
   if (name == "kimi-k3-tiny") return kimi_k3_tiny();
   nlohmann::json config = common_config();
-  auto set_shape = [&](int hidden, int layers, int heads, int q_lora, int kv_lora, int nope, int rope,
-                       int v, int moe_width, int dense_width) {
+  auto set_shape = [&](int hidden, int layers, int heads, int q_lora, int kv_lora, int nope, int rope, int v,
+                       int moe_width, int dense_width) {
     config["hidden_size"] = hidden;
     config["num_hidden_layers"] = layers;
     config["num_attention_heads"] = heads;

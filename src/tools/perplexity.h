@@ -11,7 +11,7 @@ namespace mlaserve {
 
 struct PerplexityResult {
   double perplexity = 0, mean_nll = 0;
-  double nll_stderr = 0;     // standard error of the mean NLL (PPL's error is ~ PPL x this)
+  double nll_stderr = 0;  // standard error of the mean NLL (PPL's error is ~ PPL x this)
   int64_t chunks = 0, scored_tokens = 0;
 };
 

@@ -124,7 +124,7 @@ void extend_merges(std::vector<std::pair<std::string, std::string>>& merges, int
 }
 
 json added_token(int64_t id, const std::string& content, bool special) {
-  return {{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+  return {{"id", id},        {"content", content},     {"single_word", false}, {"lstrip", false},
           {"rstrip", false}, {"normalized", !special}, {"special", special}};
 }
 
@@ -163,8 +163,7 @@ void write_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
   const std::vector<std::string> leading_specials = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"};
   const std::vector<std::string> role_tokens = {"<｜User｜>", "<｜Assistant｜>"};
   const int64_t fixed = int64_t(leading_specials.size() + 256 + role_tokens.size());
-  MLA_CHECK(vocab_size >= fixed, "vocab_size {} is too small for a byte-level tokenizer (needs {})",
-            vocab_size, fixed);
+  MLA_CHECK(vocab_size >= fixed, "vocab_size {} is too small for a byte-level tokenizer (needs {})", vocab_size, fixed);
   auto merges = learn_merges(std::min(kMaxMerges, vocab_size - fixed));
   extend_merges(merges, vocab_size - fixed);
   json vocab = json::object(), merge_list = json::array(), added = json::array();
@@ -179,19 +178,39 @@ void write_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
   for (int64_t k = 0; next_id < vocab_size; ++k)
     added.push_back(added_token(next_id++, fmt::format("<｜place▁holder▁no▁{}｜>", k), true));
   const json tokenizer = {
-      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
       {"normalizer", {{"type", "Sequence"}, {"normalizers", json::array()}}},
-      {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {split_step(kDigitsPattern), split_step(kCjkPattern), split_step(kWordPattern),
-                         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
-      {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {split_step(kDigitsPattern),
+          split_step(kCjkPattern),
+          split_step(kWordPattern),
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                 {"vocab", vocab}, {"merges", merge_list}}}};
-  const json config = {{"add_bos_token", true}, {"add_eos_token", false},
-                       {"bos_token", leading_specials[0]}, {"eos_token", leading_specials[1]},
-                       {"pad_token", leading_specials[1]}, {"clean_up_tokenization_spaces", false},
-                       {"model_max_length", 131072}, {"tokenizer_class", "LlamaTokenizerFast"},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", merge_list}}}};
+  const json config = {{"add_bos_token", true},
+                       {"add_eos_token", false},
+                       {"bos_token", leading_specials[0]},
+                       {"eos_token", leading_specials[1]},
+                       {"pad_token", leading_specials[1]},
+                       {"clean_up_tokenization_spaces", false},
+                       {"model_max_length", 131072},
+                       {"tokenizer_class", "LlamaTokenizerFast"},
                        {"chat_template", kChatTemplate}};
   const std::filesystem::path dir(model_dir);
   std::ofstream(dir / "tokenizer.json") << tokenizer.dump() << "\n";
@@ -199,27 +218,33 @@ void write_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
 }
 
 const std::vector<std::pair<int, const char*>> kKimiK3SpecialTokens = {
-    {0, "[BOS]"}, {1, "[EOS]"}, {2, "<|end_of_msg|>"}, {3, "<|open|>"}, {4, "<|close|>"}, {5, "<|sep|>"},
-    {8, "<|MASK|>"}, {254, "[UNK]"}, {255, "[PAD]"}};
+    {0, "[BOS]"},   {1, "[EOS]"},    {2, "<|end_of_msg|>"}, {3, "<|open|>"}, {4, "<|close|>"},
+    {5, "<|sep|>"}, {8, "<|MASK|>"}, {254, "[UNK]"},        {255, "[PAD]"}};
 
 void write_kimi_k3_tokenizer_files(const std::string& model_dir, int64_t vocab_size) {
-  MLA_CHECK(vocab_size >= 512 + kKimiReservedSpecialTokens, "vocab_size {} is too small for a Kimi K3 tokenizer (needs {})",
-            vocab_size, 512 + kKimiReservedSpecialTokens);
+  MLA_CHECK(vocab_size >= 512 + kKimiReservedSpecialTokens,
+            "vocab_size {} is too small for a Kimi K3 tokenizer (needs {})", vocab_size,
+            512 + kKimiReservedSpecialTokens);
   const int64_t ranks = vocab_size - kKimiReservedSpecialTokens;
   auto merges = learn_merges(std::min(kMaxMerges, ranks - 256));
   extend_merges(merges, ranks - 256);
   std::string text;
   for (int byte = 0; byte < 256; ++byte) text += fmt::format("{} {}\n", base64(std::string(1, char(byte))), byte);
-  for (size_t i = 0; i < merges.size(); ++i) text += fmt::format("{} {}\n", base64(merges[i].first + merges[i].second), 256 + i);
+  for (size_t i = 0; i < merges.size(); ++i)
+    text += fmt::format("{} {}\n", base64(merges[i].first + merges[i].second), 256 + i);
   json decoder = json::object();
   for (const auto& [offset, content] : kKimiK3SpecialTokens)
-    decoder[std::to_string(ranks + offset)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
-                                               {"rstrip", false}, {"single_word", false}, {"special", true}};
+    decoder[std::to_string(ranks + offset)] = {{"content", content}, {"lstrip", false},      {"normalized", false},
+                                               {"rstrip", false},    {"single_word", false}, {"special", true}};
   const std::filesystem::path dir(model_dir);
   std::ofstream(dir / "tiktoken.model") << text;
-  write_json(dir / "tokenizer_config.json", {{"added_tokens_decoder", decoder}, {"bos_token", "[BOS]"}, {"eos_token", "[EOS]"},
-                                             {"pad_token", "[PAD]"}, {"unk_token", "[UNK]"},
-                                             {"model_max_length", 1048576}, {"tokenizer_class", "TikTokenTokenizer"}});
+  write_json(dir / "tokenizer_config.json", {{"added_tokens_decoder", decoder},
+                                             {"bos_token", "[BOS]"},
+                                             {"eos_token", "[EOS]"},
+                                             {"pad_token", "[PAD]"},
+                                             {"unk_token", "[UNK]"},
+                                             {"model_max_length", 1048576},
+                                             {"tokenizer_class", "TikTokenTokenizer"}});
 }
 
 }  // namespace mlaserve

@@ -19,12 +19,12 @@ TEST(DType, Bf16RoundsToNearestEven) {
 
 TEST(DType, Fp8E4M3KnownValues) {
   EXPECT_EQ(fp8_e4m3_to_f32(0x00), 0.0f);
-  EXPECT_EQ(fp8_e4m3_to_f32(0x38), 1.0f);        // exponent 7 = bias
-  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);      // largest finite
-  EXPECT_EQ(fp8_e4m3_to_f32(0x01), 0x1p-9f);     // smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_f32(0x38), 1.0f);     // exponent 7 = bias
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);   // largest finite
+  EXPECT_EQ(fp8_e4m3_to_f32(0x01), 0x1p-9f);  // smallest subnormal
   EXPECT_EQ(fp8_e4m3_to_f32(0xb8), -1.0f);
   EXPECT_TRUE(std::isnan(fp8_e4m3_to_f32(0x7f)));
-  EXPECT_EQ(f32_to_fp8_e4m3(1000.0f), 0x7e);      // saturates
+  EXPECT_EQ(f32_to_fp8_e4m3(1000.0f), 0x7e);  // saturates
 }
 
 TEST(DType, Fp8EncodeIsNearestForEveryCode) {

@@ -24,21 +24,19 @@ TEST(Numa, ParsesAndFormatsTheKernelsLists) {
   EXPECT_EQ(parse_cpu_list("5"), std::vector<int>{5});
   EXPECT_EQ(parse_cpu_list("\n"), std::vector<int>{});
   EXPECT_EQ(parse_cpu_list(""), std::vector<int>{});
-  for (const char* bad : {"1-", "a", "3-1", "1,,2", "0-3x", "-2"})
-    EXPECT_THROW(parse_cpu_list(bad), Error) << bad;
+  for (const char* bad : {"1-", "a", "3-1", "1,,2", "0-3x", "-2"}) EXPECT_THROW(parse_cpu_list(bad), Error) << bad;
   EXPECT_EQ(format_cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
   EXPECT_EQ(format_cpu_list({7}), "7");
   EXPECT_EQ(format_cpu_list({}), "");
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(Numa, ReadsTheTopologyFromSysfs) {
   testing::TempDir dir;
   write_file(dir.file("online"), "0-2\n");
-  for (const auto& [node, cpus] : std::vector<std::pair<int, std::string>>{{0, "0-3,8-11\n"}, {1, "4-7\n"}, {2, "\n"}}) {
+  for (const auto& [node, cpus] :
+       std::vector<std::pair<int, std::string>>{{0, "0-3,8-11\n"}, {1, "4-7\n"}, {2, "\n"}}) {
     std::filesystem::create_directory(dir.file("node" + std::to_string(node)));
     write_file(dir.file("node" + std::to_string(node) + "/cpulist"), cpus);
   }
@@ -115,12 +113,14 @@ TEST(Numa, PlacesEveryRankInsideItsNodes) {
         const std::vector<int> allowed = range(0, nodes * cpus_per_node);
         std::vector<std::vector<int>> cpus_of_node(static_cast<size_t>(nodes));
         for (int rank = 0; rank < ranks; ++rank) {
-          SCOPED_TRACE(::testing::Message() << nodes << " nodes x " << cpus_per_node << " CPUs, rank " << rank << " of " << ranks);
+          SCOPED_TRACE(::testing::Message()
+                       << nodes << " nodes x " << cpus_per_node << " CPUs, rank " << rank << " of " << ranks);
           const RankPlacement placement = plan_rank_placement(topology, allowed, rank, ranks, NumaMode::Bind);
           ASSERT_FALSE(placement.nodes.empty());
           ASSERT_FALSE(placement.cpus.empty());
           for (int cpu : placement.cpus)
-            EXPECT_NE(std::find(placement.nodes.begin(), placement.nodes.end(), cpu / cpus_per_node), placement.nodes.end());
+            EXPECT_NE(std::find(placement.nodes.begin(), placement.nodes.end(), cpu / cpus_per_node),
+                      placement.nodes.end());
           if (placement.nodes.size() == 1 && ranks > nodes)
             for (int cpu : placement.cpus) cpus_of_node[size_t(placement.nodes[0])].push_back(cpu);
         }
@@ -199,7 +199,7 @@ TEST(Numa, WeightCopiesLieOnTheirNode) {
   std::vector<uint8_t> touched(size_t(1) << 20, uint8_t(1));
   EXPECT_EQ(place_memory(touched.data(), touched.size(), {node}), "");
   EXPECT_EQ(policy_at(touched.data() + touched.size() / 2).first, MPOL_PREFERRED);
-  EXPECT_EQ(place_memory(touched.data(), touched.size(), {}), "");  // no nodes: nothing
+  EXPECT_EQ(place_memory(touched.data(), touched.size(), {}), "");      // no nodes: nothing
   EXPECT_NE(place_memory(touched.data(), touched.size(), {1023}), "");  // a node that is not there
 }
 

@@ -14,10 +14,13 @@ TEST(ThreadPool, CoversEveryItemOnceAlignedToGrain) {
   ThreadPool pool(3);
   for (int64_t n : {0, 1, 7, 64, 1001}) {
     std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-    pool.parallel_for(n, [&](int64_t begin, int64_t end, int) {
-      EXPECT_TRUE(begin % 8 == 0 || begin == n);
-      for (int64_t i = begin; i < end; ++i) seen[i]++;
-    }, 8);
+    pool.parallel_for(
+        n,
+        [&](int64_t begin, int64_t end, int) {
+          EXPECT_TRUE(begin % 8 == 0 || begin == n);
+          for (int64_t i = begin; i < end; ++i) seen[i]++;
+        },
+        8);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "n=" << n << " i=" << i;
   }
 }
@@ -25,9 +28,11 @@ TEST(ThreadPool, CoversEveryItemOnceAlignedToGrain) {
 TEST(ThreadPool, RethrowsWhicheverThreadRanTheChunk) {
   ThreadPool pool(3);
   for (int64_t throwing_chunk_begin : {0, 4, 8}) {
-    EXPECT_THROW(pool.parallel_for(12, [&](int64_t begin, int64_t, int) {
-      if (begin == throwing_chunk_begin) throw std::runtime_error("boom");
-    }), std::runtime_error);
+    EXPECT_THROW(pool.parallel_for(12,
+                                   [&](int64_t begin, int64_t, int) {
+                                     if (begin == throwing_chunk_begin) throw std::runtime_error("boom");
+                                   }),
+                 std::runtime_error);
     // The pool runs the next task whole.
     std::atomic<int64_t> sum{0};
     pool.parallel_for(12, [&](int64_t begin, int64_t end, int) { sum += end - begin; });

@@ -15,7 +15,8 @@ TEST(BlockDrafter, HeldRowsDraftAsProjectedOnesThroughRejections) {
   const auto target = load_causal_lm(testing::committed_model("kjv"));
   const DraftBudget budget{4096, 512, 16, CacheDType::F32, 4, 7};
   BlockDrafter lazy(std::make_unique<BlockDraftModel>(testing::committed_model("kjv-dflash"), *target), "lazy", true);
-  BlockDrafter eager(std::make_unique<BlockDraftModel>(testing::committed_model("kjv-dflash"), *target), "eager", true, 0);
+  BlockDrafter eager(std::make_unique<BlockDraftModel>(testing::committed_model("kjv-dflash"), *target), "eager", true,
+                     0);
   lazy.prepare(budget);
   eager.prepare(budget);
   const std::vector<int> layers = lazy.hidden_state_layers();

@@ -65,7 +65,7 @@ TEST(BlockManager, EvictsLeastRecentlyUsedCachedBlocks) {
   const auto old_prompt = iota_tokens(5, 0), new_prompt = iota_tokens(5, 50);
   auto a = blocks.allocate(old_prompt, 5);
   blocks.publish(a->blocks, old_prompt, 4);
-  blocks.release(a->blocks);  // 2 published blocks cached, 1 free
+  blocks.release(a->blocks);                // 2 published blocks cached, 1 free
   auto b = blocks.allocate(new_prompt, 7);  // needs all 4 blocks: evicts both cached
   ASSERT_TRUE(b);
   blocks.publish(b->blocks, new_prompt, 4);
@@ -111,7 +111,7 @@ TEST(BlockManager, EvictionReportsAndAdoptionExtendsACachedPrefix) {
   blocks.on_evict([&](int32_t, uint64_t hash, std::span<const int32_t> tokens) {
     evicted.emplace_back(hash, std::vector<int32_t>(tokens.begin(), tokens.end()));
   });
-  const auto prompt = iota_tokens(17);  // 4 full blocks, a 5th for the last token
+  const auto prompt = iota_tokens(17);                          // 4 full blocks, a 5th for the last token
   auto first = blocks.allocate(std::span(prompt).first(9), 9);  // blocks 0-2 (positions 0-8)
   ASSERT_TRUE(first);
   blocks.publish(first->blocks, prompt, 8);  // blocks 0 and 1 cached

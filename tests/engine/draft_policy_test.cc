@@ -78,7 +78,8 @@ TEST(DraftPolicy, ThroughputEstimateMatchesTheSimulatedEngine) {
     double emitted = 1, p = 1;  // expected tokens a sequence emits drafting k: 1 + 0.6 + 0.36 + ...
     for (int64_t i = 0; i < k; ++i) emitted += (p *= costs.acceptance);
     const double seconds = (costs.fixed_us + costs.per_token_us * 4 * double(1 + k) +
-                            (k > 0 ? costs.draft_fixed_us + costs.draft_per_token_us * 4 * double(k) : 0)) * 1e-6;
+                            (k > 0 ? costs.draft_fixed_us + costs.draft_per_token_us * 4 * double(k) : 0)) *
+                           1e-6;
     EXPECT_NEAR(policy.throughput(k, 4), 4 * emitted / seconds, 0.05 * 4 * emitted / seconds) << k;
   }
 }

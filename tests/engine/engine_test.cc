@@ -305,9 +305,10 @@ TEST(Engine, KimiLinearSpeculativeRollsTheStateBackAfterRejections) {
     Engine engine(*model, *tokenizer, config);
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (int i = 0; i < n_requests; ++i) handles.push_back(engine.submit(repetitive(i, i == 0 ? 128 : 24)));
-    for (int i = 0; i < n_requests; ++i) EXPECT_EQ(run_to_end(handles[i]), want[i]) << "request " << i << " of " << n_requests;
+    for (int i = 0; i < n_requests; ++i)
+      EXPECT_EQ(run_to_end(handles[i]), want[i]) << "request " << i << " of " << n_requests;
     const EngineMetrics& metrics = engine.metrics();
-    EXPECT_GT(metrics.spec_accepted_at[2].load(), 0);  // whole drafts accepted...
+    EXPECT_GT(metrics.spec_accepted_at[2].load(), 0);                                  // whole drafts accepted...
     EXPECT_LT(metrics.spec_accepted_tokens.load(), metrics.spec_draft_tokens.load());  // ...and some rejected
     if (n_requests == 16) {
       EXPECT_GT(metrics.preemptions.load(), 0);
@@ -338,9 +339,9 @@ double expect_kjv_speculative_greedy_equals_plain(const std::string& spec) {
   plain.block_size = 4;
   plain.kv_cache_tokens = 4 * 100;
   plain.scheduler.chunked_prefill_size = 32;
-  const std::string resolved = spec.find(':') == std::string::npos
-                                   ? spec
-                                   : spec.substr(0, spec.find(':') + 1) + models + "/" + spec.substr(spec.find(':') + 1);
+  const std::string resolved = spec.find(':') == std::string::npos ? spec
+                                                                   : spec.substr(0, spec.find(':') + 1) + models + "/" +
+                                                                         spec.substr(spec.find(':') + 1);
   return expect_speculative_greedy_equals_plain(*model, *tokenizer, plain,
                                                 [&] { return make_drafter(resolved, model.get()); });
 }
@@ -377,8 +378,10 @@ double first_token_chi_square(const std::function<int32_t(uint64_t seed)>& first
   for (int trial = 0; trial < kTrials; ++trial) ++counts[size_t(first_token(uint64_t(trial)))];
   double chi_square = 0.0;
   for (size_t v = 0; v < p.size(); ++v)
-    if (p[v] > 0) chi_square += (counts[v] - kTrials * p[v]) * (counts[v] - kTrials * p[v]) / (kTrials * p[v]);
-    else if (counts[v] > 0) return 1e9;  // a token the filters drop
+    if (p[v] > 0)
+      chi_square += (counts[v] - kTrials * p[v]) * (counts[v] - kTrials * p[v]) / (kTrials * p[v]);
+    else if (counts[v] > 0)
+      return 1e9;  // a token the filters drop
   return chi_square;
 }
 

@@ -79,7 +79,7 @@ TEST_F(DraftModel, EvictsSequencesThatAreNotDraftingWhenItsCacheIsFull) {
   EXPECT_EQ(propose(*draft, {{0, a, 2}})[0], greedy_continuation(*reference_, a, 2));
   EXPECT_EQ(propose(*draft, {{1, b, 2}})[0], greedy_continuation(*reference_, b, 2));  // evicts a's
   EXPECT_EQ(propose(*draft, {{0, a, 2}})[0], greedy_continuation(*reference_, a, 2));  // recomputed
-  const auto both = propose(*draft, {{0, a, 2}, {2, long_one, 2}});  // no room for the long one
+  const auto both = propose(*draft, {{0, a, 2}, {2, long_one, 2}});                    // no room for the long one
   EXPECT_EQ(both[0], greedy_continuation(*reference_, a, 2));
   EXPECT_TRUE(both[1].empty());
 }

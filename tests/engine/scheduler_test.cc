@@ -134,7 +134,7 @@ TEST(Scheduler, RecurrentStateSlotsBoundariesAndRestores) {
   Sequence a = make_sequence(0, 23), b = make_sequence(1, 5), c = make_sequence(2, 5);
   for (Sequence* seq : {&a, &b, &c}) scheduler.add(seq);
   auto plan = scheduler.schedule();
-  ASSERT_EQ(plan.size(), 1u);  // b waits: the budget of 10 went to a's first chunk
+  ASSERT_EQ(plan.size(), 1u);      // b waits: the budget of 10 went to a's first chunk
   EXPECT_EQ(plan[0].n_tokens, 8);  // 10 rounded down to a block boundary
   run(scheduler, plan);
   plan = scheduler.schedule();

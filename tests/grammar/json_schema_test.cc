@@ -33,12 +33,13 @@ std::string verdict(const Grammar& grammar, const std::string& text) {
 
 TEST(JsonGrammar, AnyObject) {
   const Grammar grammar = json_object_grammar();
-  for (const char* text : {"{}", "{\"a\": 1}", "{ }", "{\"a\": [1, 2.5e3, -0.25, \"x\\u00e9\\n\", \"é€😀\", true, null, {\"b\": {}}]}",
-                           "{\n  \"k\": \"v\"\n}"})
+  for (const char* text :
+       {"{}", "{\"a\": 1}", "{ }", "{\"a\": [1, 2.5e3, -0.25, \"x\\u00e9\\n\", \"é€😀\", true, null, {\"b\": {}}]}",
+        "{\n  \"k\": \"v\"\n}"})
     EXPECT_EQ(verdict(grammar, text), "whole") << text;
-  for (const char* text : {"[1]", "{\"a\":}", "{\"a\": 1,}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}", "{\"a\": tru}",
-                           "{\"a\": \"\xc3\"}", "{\"a\": 1}}", " {}", "{\"a\": \"\xe0\x80\x80\"}", "{\"a\": \"\xed\xa0\x80\"}",
-                           "{\"a\": \"\xf4\x90\x80\x80\"}", "{\"a\": \"\xc0\xaf\"}"})
+  for (const char* text : {"[1]", "{\"a\":}", "{\"a\": 1,}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}",
+                           "{\"a\": tru}", "{\"a\": \"\xc3\"}", "{\"a\": 1}}", " {}", "{\"a\": \"\xe0\x80\x80\"}",
+                           "{\"a\": \"\xed\xa0\x80\"}", "{\"a\": \"\xf4\x90\x80\x80\"}", "{\"a\": \"\xc0\xaf\"}"})
     EXPECT_EQ(verdict(grammar, text), "refused") << text;
   EXPECT_EQ(verdict(grammar, "{\"a\": [1, {\"b\""), "prefix");
 }
@@ -50,9 +51,10 @@ TEST(JsonGrammar, PropertiesInOrderWithTheRequiredOnes) {
   for (const char* text : {R"({"name": "Ann"})", R"({"name": "Ann", "age": 3})", R"({"name":"Ann","tags":["a","b"]})",
                            R"({"name": "", "age": 0, "tags": []})"})
     EXPECT_EQ(verdict(grammar, text), "whole") << text;
-  for (const char* text : {R"({"age": 3})", R"({"name": "toolong"})", R"({"name": "A", "age": -1})",
-                           R"({"name": "A", "tags": ["a", "b", "a"]})", R"({"name": "A", "extra": 1})",
-                           R"({"name": "A", "age": 1.5})", R"({"name": "A", "tags": ["c"]})", R"({"name": "A",, "age": 1})"})
+  for (const char* text :
+       {R"({"age": 3})", R"({"name": "toolong"})", R"({"name": "A", "age": -1})",
+        R"({"name": "A", "tags": ["a", "b", "a"]})", R"({"name": "A", "extra": 1})", R"({"name": "A", "age": 1.5})",
+        R"({"name": "A", "tags": ["c"]})", R"({"name": "A",, "age": 1})"})
     EXPECT_EQ(verdict(grammar, text), "refused") << text;
   EXPECT_EQ(verdict(grammar, R"({"name": "A")"), "prefix");
 }
@@ -61,13 +63,15 @@ TEST(JsonGrammar, RefsAlternativesConstantsAndNull) {
   const Grammar tree = json_schema_grammar(ojson::parse(R"({"$ref": "#/$defs/node", "$defs": {"node": {
       "type": "object", "properties": {"value": {"anyOf": [{"type": "number"}, {"const": "leaf"}]},
       "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["value"]}}})"));
-  EXPECT_EQ(verdict(tree, R"({"value": 1, "children": [{"value": "leaf"}, {"value": -2e5, "children": []}]})"), "whole");
+  EXPECT_EQ(verdict(tree, R"({"value": 1, "children": [{"value": "leaf"}, {"value": -2e5, "children": []}]})"),
+            "whole");
   EXPECT_EQ(verdict(tree, R"({"value": "tree"})"), "refused");
   const Grammar nullable = json_schema_grammar(ojson::parse(R"({"type": ["string", "null"]})"));
   EXPECT_EQ(verdict(nullable, "null"), "whole");
   EXPECT_EQ(verdict(nullable, "\"x\""), "whole");
   EXPECT_EQ(verdict(nullable, "1"), "refused");
-  const Grammar counted = json_schema_grammar(ojson::parse(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 2})"));
+  const Grammar counted =
+      json_schema_grammar(ojson::parse(R"({"type": "array", "items": {"type": "boolean"}, "minItems": 2})"));
   EXPECT_EQ(verdict(counted, "[true]"), "refused");
   EXPECT_EQ(verdict(counted, "[true, false, true]"), "whole");
 }
@@ -84,9 +88,11 @@ TEST(JsonGrammar, ChoicesAreMatchedWhole) {
 }
 
 TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
-  for (const char* schema : {R"js({"type": "string", "pattern": "^(?=a)"})js", R"({"properties": {"x": {"type": "integer", "multipleOf": 3}}})",
-                             R"({"$ref": "#/$defs/missing"})", R"({"type": "thing"})", R"({"type": "integer", "minimum": 5, "maximum": 3})",
-                             R"js({"type": "string", "pattern": "(a)\\1"})js", R"({"allOf": [{"type": "string"}, {"type": "object"}]})"}) {
+  for (const char* schema :
+       {R"js({"type": "string", "pattern": "^(?=a)"})js",
+        R"({"properties": {"x": {"type": "integer", "multipleOf": 3}}})", R"({"$ref": "#/$defs/missing"})",
+        R"({"type": "thing"})", R"({"type": "integer", "minimum": 5, "maximum": 3})",
+        R"js({"type": "string", "pattern": "(a)\\1"})js", R"({"allOf": [{"type": "string"}, {"type": "object"}]})"}) {
     try {
       json_schema_grammar(ojson::parse(schema));
       ADD_FAILURE() << "accepted " << schema;
@@ -101,8 +107,10 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
                              R"({"type": "string", "minLength": 2.5})", R"({"type": 5})", R"({"properties": 5})"})
     EXPECT_THROW(json_schema_grammar(ojson::parse(schema)), Error) << schema;
   // A $ref cycle that reads nothing between its turns has no text to match: refused by the rule.
-  for (const char* schema : {R"({"$ref": "#"})", R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
-                             R"({"$defs": {"node": {"type": "object"}}, "$ref": "#"})"}) {
+  for (const char* schema :
+       {R"({"$ref": "#"})",
+        R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+        R"({"$defs": {"node": {"type": "object"}}, "$ref": "#"})"}) {
     try {
       json_schema_grammar(ojson::parse(schema));
       ADD_FAILURE() << "accepted " << schema;
@@ -123,7 +131,8 @@ TEST(JsonGrammar, IntegerBoundsAreExact) {
       {R"({"type": "integer", "exclusiveMinimum": 0})", [](int v) { return v > 0; }},
       {R"({"type": "integer", "exclusiveMaximum": -9.5})", [](int v) { return v < -9.5; }},
       {R"({"type": "integer", "minimum": 1.5, "exclusiveMaximum": 200})", [](int v) { return v >= 2 && v < 200; }},
-      {R"({"type": "integer", "minimum": 7, "exclusiveMinimum": true, "maximum": 99})", [](int v) { return v > 7 && v <= 99; }},
+      {R"({"type": "integer", "minimum": 7, "exclusiveMinimum": true, "maximum": 99})",
+       [](int v) { return v > 7 && v <= 99; }},
       {R"({"type": "integer", "maximum": 0})", [](int v) { return v <= 0; }},
   };
   for (const Case& c : cases) {
@@ -154,7 +163,12 @@ TEST(JsonGrammar, NumberBoundsWriteOnlyNumbersInside) {
       {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false, {"0", "1", "0.5", "0.25"}},
       {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})", 0, 1, true, true, {"0.5", "0.001"}},
       {R"({"type": "number", "minimum": 0.1, "maximum": 0.9})", 0.1, 0.9, false, false, {"0.10", "0.90", "0.55"}},
-      {R"({"type": "number", "minimum": -2.5, "maximum": 3.25})", -2.5, 3.25, false, false, {"-2", "3", "-1.75", "2.5"}},
+      {R"({"type": "number", "minimum": -2.5, "maximum": 3.25})",
+       -2.5,
+       3.25,
+       false,
+       false,
+       {"-2", "3", "-1.75", "2.5"}},
       {R"({"type": "number", "minimum": -0.75, "maximum": -0.25})", -0.75, -0.25, false, false, {"-0.500", "-0.250"}},
       {R"({"type": "number", "exclusiveMinimum": 10})", 10, 1e300, true, false, {"11", "10.5", "1234.5678"}},
   };
@@ -170,7 +184,8 @@ TEST(JsonGrammar, NumberBoundsWriteOnlyNumbersInside) {
         for (size_t digits = 1 + rng() % 4; digits-- > 0;) text += char('0' + rng() % 10);
       }
       const double value = std::stod(text);
-      const bool inside = (c.low_open ? value > c.low : value >= c.low) && (c.high_open ? value < c.high : value <= c.high);
+      const bool inside =
+          (c.low_open ? value > c.low : value >= c.low) && (c.high_open ? value < c.high : value <= c.high);
       if (!inside) {
         ASSERT_NE(verdict(grammar, text), "whole") << c.schema << " " << text;
       }
@@ -179,8 +194,10 @@ TEST(JsonGrammar, NumberBoundsWriteOnlyNumbersInside) {
 }
 
 TEST(JsonGrammar, PatternsAndFormats) {
-  const Grammar code = json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]{2,4}-\\d+(\\.(x|yz))?$"})"));
-  for (const char* text : {R"("ab-12")", R"("abcd-0.yz")", R"("zz-9.x")"}) EXPECT_EQ(verdict(code, text), "whole") << text;
+  const Grammar code =
+      json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]{2,4}-\\d+(\\.(x|yz))?$"})"));
+  for (const char* text : {R"("ab-12")", R"("abcd-0.yz")", R"("zz-9.x")"})
+    EXPECT_EQ(verdict(code, text), "whole") << text;
   for (const char* text : {R"("a-1")", R"("abcde-1")", R"("ab-")", R"("AB-1")", R"("ab-1.y")"})
     EXPECT_EQ(verdict(code, text), "refused") << text;
   // Characters JSON escapes are written escaped; a negated class takes any other character.
@@ -189,7 +206,8 @@ TEST(JsonGrammar, PatternsAndFormats) {
   EXPECT_EQ(verdict(quoted, R"("\"a\"b\"\\\n")"), "refused");
   EXPECT_EQ(verdict(quoted, "\"\"a\"\\\\\\n\""), "refused");  // a raw quote is not JSON
   // minLength/maxLength bound the pattern's repetitions.
-  const Grammar bounded = json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})"));
+  const Grammar bounded =
+      json_schema_grammar(ojson::parse(R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})"));
   for (const char* text : {R"("ab")", R"("abc")"}) EXPECT_EQ(verdict(bounded, text), "whole") << text;
   for (const char* text : {R"("a")", R"("abcd")"}) EXPECT_EQ(verdict(bounded, text), "refused") << text;
   const std::pair<const char*, std::vector<const char*>> formats[] = {
@@ -205,13 +223,15 @@ TEST(JsonGrammar, PatternsAndFormats) {
       {"hostname", {R"("api.example.com")"}},
   };
   for (const auto& [format, texts] : formats) {
-    const Grammar grammar = json_schema_grammar(ojson({{"type", "string"}, {"format", format}, {"pattern", "(?=unused)"}}));
+    const Grammar grammar =
+        json_schema_grammar(ojson({{"type", "string"}, {"format", format}, {"pattern", "(?=unused)"}}));
     for (const char* text : texts) EXPECT_EQ(verdict(grammar, text), "whole") << format << " " << text;
     EXPECT_EQ(verdict(grammar, R"("not it")"), "refused") << format;
   }
   const Grammar offset = json_schema_grammar(ojson::parse(R"({"type": "string", "format": "date-time"})"));
   EXPECT_EQ(verdict(offset, R"("2024-05-06T07:08:09+01:00")"), "refused");  // UTC only, as zod's default
-  EXPECT_EQ(verdict(json_schema_grammar(ojson::parse(R"({"type": "string", "format": "color"})")), R"("red")"), "whole");
+  EXPECT_EQ(verdict(json_schema_grammar(ojson::parse(R"({"type": "string", "format": "color"})")), R"("red")"),
+            "whole");
 }
 
 TEST(JsonGrammar, AllOfPrefixItemsAndPropertyCounts) {
@@ -223,27 +243,34 @@ TEST(JsonGrammar, AllOfPrefixItemsAndPropertyCounts) {
   const Grammar tuple = json_schema_grammar(ojson::parse(R"({"type": "array", "prefixItems": [{"type": "integer"},
       {"type": "string"}], "minItems": 2, "maxItems": 2})"));
   EXPECT_EQ(verdict(tuple, R"([1, "a"])"), "whole");
-  for (const char* text : {R"([1])", R"(["a", 1])", R"([1, "a", 2])"}) EXPECT_EQ(verdict(tuple, text), "refused") << text;
+  for (const char* text : {R"([1])", R"(["a", 1])", R"([1, "a", 2])"})
+    EXPECT_EQ(verdict(tuple, text), "refused") << text;
   const Grammar open = json_schema_grammar(ojson::parse(R"({"type": "array", "prefixItems": [{"type": "integer"}],
       "items": {"type": "boolean"}, "maxItems": 3})"));
   EXPECT_EQ(verdict(open, R"([1, true, false])"), "whole");
   EXPECT_EQ(verdict(open, R"([1, true, false, true])"), "refused");
-  const Grammar counted = json_schema_grammar(ojson::parse(R"({"type": "object", "properties": {"a": {"type": "integer"},
+  const Grammar counted =
+      json_schema_grammar(ojson::parse(R"({"type": "object", "properties": {"a": {"type": "integer"},
       "b": {"type": "integer"}, "c": {"type": "integer"}}, "minProperties": 1, "maxProperties": 2})"));
   for (const char* text : {R"({"a": 1})", R"({"a": 1, "b": 2})"}) EXPECT_EQ(verdict(counted, text), "whole") << text;
-  for (const char* text : {R"({})", R"({"a": 1, "b": 2, "c": 3})"}) EXPECT_EQ(verdict(counted, text), "refused") << text;
-  const Grammar anything = json_schema_grammar(ojson::parse(R"({"enum": [{"a": [1, null]}, "x", 2.5], "title": "t", "$schema": "s"})"));
+  for (const char* text : {R"({})", R"({"a": 1, "b": 2, "c": 3})"})
+    EXPECT_EQ(verdict(counted, text), "refused") << text;
+  const Grammar anything =
+      json_schema_grammar(ojson::parse(R"({"enum": [{"a": [1, null]}, "x", 2.5], "title": "t", "$schema": "s"})"));
   EXPECT_EQ(verdict(anything, R"({"a":[1,null]})"), "whole");
   EXPECT_EQ(verdict(anything, "2.5"), "whole");
 }
 
 // A thinking model's reasoning first, free but for the closing tag, then the document.
 TEST(JsonGrammar, ThinkingFirst) {
-  const ojson schema = ojson::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})");
+  const ojson schema =
+      ojson::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})");
   const Grammar optional = json_schema_grammar(schema, ThinkingFirst{false});
-  for (const char* text : {R"({"ok": true})", "<think>Hm, </thin k> <think> {x}</think>\n\n{\"ok\": false}", "<think></think>{\"ok\": true}"})
+  for (const char* text : {R"({"ok": true})", "<think>Hm, </thin k> <think> {x}</think>\n\n{\"ok\": false}",
+                           "<think></think>{\"ok\": true}"})
     EXPECT_EQ(verdict(optional, text), "whole") << text;
-  for (const char* text : {"Hm</think>{\"ok\": true}", "<think>a</think>b</think>{\"ok\": true}", "<think>a</think>     {\"ok\": true}"})
+  for (const char* text :
+       {"Hm</think>{\"ok\": true}", "<think>a</think>b</think>{\"ok\": true}", "<think>a</think>     {\"ok\": true}"})
     EXPECT_EQ(verdict(optional, text), "refused") << text;
   const Grammar opened = json_schema_grammar(schema, ThinkingFirst{true});
   EXPECT_EQ(verdict(opened, "Let me see.</think>\n{\"ok\": true}"), "whole");
@@ -256,8 +283,25 @@ TEST(JsonGrammar, ThinkingFirst) {
 // of a few of them, and some beyond.
 std::vector<std::string> random_tokens(std::mt19937& rng, int count) {
   const std::string alphabet = "{}[]\":, \n0123456789.-eEtrufalsn\\abcxyz";
-  std::vector<std::string> tokens = {"{\"", "\":", "\": ", "\",", "\"}", "}}", "]}", "true", "false", "null", ", \"", "é", "\xe2\x82",
-                                     "\xac", "d\": \"", "long words ", "letters and spaces", "\\u00e9", "\\n"};
+  std::vector<std::string> tokens = {"{\"",
+                                     "\":",
+                                     "\": ",
+                                     "\",",
+                                     "\"}",
+                                     "}}",
+                                     "]}",
+                                     "true",
+                                     "false",
+                                     "null",
+                                     ", \"",
+                                     "é",
+                                     "\xe2\x82",
+                                     "\xac",
+                                     "d\": \"",
+                                     "long words ",
+                                     "letters and spaces",
+                                     "\\u00e9",
+                                     "\\n"};
   for (char c : alphabet) tokens.push_back(std::string(1, c));
   std::uniform_int_distribution<int> length(2, 4), pick(0, int(alphabet.size()) - 1);
   while (int(tokens.size()) < count) {

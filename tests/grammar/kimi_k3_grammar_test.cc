@@ -60,58 +60,75 @@ TEST(KimiK3Grammar, ANamedCallAfterAnEmptyResponse) {
         kCity + kDays + "<|open|>argument key=\"note\" type=\"string\"<|sep|>a < b | c<|close|>argument<|sep|>"})
     EXPECT_EQ(k3_verdict(grammar, head + call(arguments) + kTail), "whole") << arguments;
   for (const std::string& text :
-       {head + call(kCity) + kTail,                                  // a required argument missing
-        head + call(kDays + kCity) + kTail,                          // out of the schema's order
-        head + call(kCity + kDays, "get_time") + kTail,              // another tool
+       {head + call(kCity) + kTail,                      // a required argument missing
+        head + call(kDays + kCity) + kTail,              // out of the schema's order
+        head + call(kCity + kDays, "get_time") + kTail,  // another tool
         "Sure.<|close|>response<|sep|><|open|>tools<|sep|>" + call(kCity + kDays) + kTail,  // text first
-        head + call("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris, France<|close|>argument<|sep|>" + kDays) + kTail,
+        head +
+            call("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris, France<|close|>argument<|sep|>" + kDays) +
+            kTail,
         head + call(kCity + "<|open|>argument key=\"days\" type=\"number\"<|sep|>0<|close|>argument<|sep|>") + kTail,
-        head + call(kCity + kDays + "<|open|>argument key=\"unit\" type=\"string\"<|sep|>K<|close|>argument<|sep|>") + kTail,
-        head + call(kCity + kDays + "<|open|>argument key=\"note\" type=\"string\"<|sep|>a<|b<|close|>argument<|sep|>") + kTail,
-        head + call(kCity + kDays) + "<|close|>call<|sep|>" + call(kCity + kDays, "get_weather", 2) + kTail})  // two calls
+        head + call(kCity + kDays + "<|open|>argument key=\"unit\" type=\"string\"<|sep|>K<|close|>argument<|sep|>") +
+            kTail,
+        head +
+            call(kCity + kDays + "<|open|>argument key=\"note\" type=\"string\"<|sep|>a<|b<|close|>argument<|sep|>") +
+            kTail,
+        head + call(kCity + kDays) + "<|close|>call<|sep|>" + call(kCity + kDays, "get_weather", 2) +
+            kTail})  // two calls
     EXPECT_EQ(k3_verdict(grammar, text), "refused") << text;
   EXPECT_EQ(k3_verdict(grammar, head + call(kCity)), "prefix");
 }
 
 TEST(KimiK3Grammar, RequiredCallsAfterThinking) {
-  const Grammar grammar = kimi_k3_grammar({KimiK3Opened::Think, std::nullopt, ojson::array({kWeather, kNow}), false, false});
-  const std::string answer = "Let me look.<|close|>think<|sep|><|open|>response<|sep|>One moment.<|close|>response<|sep|>"
-                             "<|open|>tools<|sep|>";
+  const Grammar grammar =
+      kimi_k3_grammar({KimiK3Opened::Think, std::nullopt, ojson::array({kWeather, kNow}), false, false});
+  const std::string answer =
+      "Let me look.<|close|>think<|sep|><|open|>response<|sep|>One moment.<|close|>response<|sep|>"
+      "<|open|>tools<|sep|>";
   EXPECT_EQ(k3_verdict(grammar, answer + call("", "now") + kTail), "whole");
-  EXPECT_EQ(k3_verdict(grammar, answer + call(kCity + kDays) + "<|close|>call<|sep|>" + call("", "now", 2) + kTail), "whole");
+  EXPECT_EQ(k3_verdict(grammar, answer + call(kCity + kDays) + "<|close|>call<|sep|>" + call("", "now", 2) + kTail),
+            "whole");
   EXPECT_EQ(k3_verdict(grammar, answer + "<|close|>tools<|sep|><|close|>message<|sep|>"), "refused");  // no call
-  EXPECT_EQ(k3_verdict(grammar, "Let me look.<|close|>think<|sep|><|open|>response<|sep|>Done.<|close|>response<|sep|>"
-                             "<|close|>message<|sep|>"),
+  EXPECT_EQ(k3_verdict(grammar,
+                       "Let me look.<|close|>think<|sep|><|open|>response<|sep|>Done.<|close|>response<|sep|>"
+                       "<|close|>message<|sep|>"),
             "refused");
   EXPECT_EQ(k3_verdict(grammar, "x<|close|>think<|sep|><|open|>response<|sep|>" + std::string(257, 'a')), "refused");
   // One call only, without parallel calls.
   const Grammar one = kimi_k3_grammar({KimiK3Opened::Think, std::nullopt, ojson::array({kWeather, kNow}), true, false});
-  EXPECT_EQ(k3_verdict(one, answer + call(kCity + kDays) + "<|close|>call<|sep|>" + call("", "now", 2) + kTail), "refused");
+  EXPECT_EQ(k3_verdict(one, answer + call(kCity + kDays) + "<|close|>call<|sep|>" + call("", "now", 2) + kTail),
+            "refused");
 }
 
 TEST(KimiK3Grammar, AJsonResponse) {
-  const ojson schema = ojson::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})");
+  const ojson schema =
+      ojson::parse(R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})");
   const Grammar grammar = kimi_k3_grammar({KimiK3Opened::Think, schema});
-  EXPECT_EQ(k3_verdict(grammar, "Easy.<|close|>think<|sep|><|open|>response<|sep|>{\"ok\": true}<|close|>response<|sep|>"
-                             "<|close|>message<|sep|>"),
+  EXPECT_EQ(k3_verdict(grammar,
+                       "Easy.<|close|>think<|sep|><|open|>response<|sep|>{\"ok\": true}<|close|>response<|sep|>"
+                       "<|close|>message<|sep|>"),
             "whole");
   EXPECT_EQ(k3_verdict(grammar, "Easy.<|close|>think<|sep|><|open|>response<|sep|>{\"ok\": 1}"), "refused");
   // The think channel cannot hold a marker's text, or the parser would end it there.
   EXPECT_EQ(k3_verdict(grammar, "Easy <|close|>think<|sep|> x"), "refused");
   EXPECT_EQ(k3_verdict(grammar, "a <| b<|close|>think<|sep|>"), "refused");
   const Grammar any_object = kimi_k3_grammar({KimiK3Opened::Message, ojson()});
-  EXPECT_EQ(k3_verdict(any_object, "<|open|>response<|sep|>{}<|close|>response<|sep|><|close|>message<|sep|>"), "whole");
-  EXPECT_EQ(k3_verdict(any_object, "<|open|>think<|sep|>Hm<|close|>think<|sep|><|open|>response<|sep|>{\"a\": 1}"
-                                "<|close|>response<|sep|><|close|>message<|sep|>"),
+  EXPECT_EQ(k3_verdict(any_object, "<|open|>response<|sep|>{}<|close|>response<|sep|><|close|>message<|sep|>"),
+            "whole");
+  EXPECT_EQ(k3_verdict(any_object,
+                       "<|open|>think<|sep|>Hm<|close|>think<|sep|><|open|>response<|sep|>{\"a\": 1}"
+                       "<|close|>response<|sep|><|close|>message<|sep|>"),
             "whole");
 }
 
 // A marker token (special, spelled with 0xFF) is allowed; ordinary tokens spelling its text are not.
 TEST(KimiK3Grammar, OnlyTheMarkerTokenIsAllowed) {
   const Grammar grammar = kimi_k3_grammar({KimiK3Opened::Response, std::nullopt, ojson::array({kNow}), true, true});
-  std::vector<std::string> tokens = {special_token_spelling("<|close|>"), "<|close|>", "<|", "close", "|>", "<", "", "x"};
+  std::vector<std::string> tokens = {
+      special_token_spelling("<|close|>"), "<|close|>", "<|", "close", "|>", "<", "", "x"};
   const Vocabulary vocabulary(tokens, {6});
-  Matcher matcher(std::make_shared<const Grammar>(grammar), std::make_shared<const Vocabulary>(tokens, std::vector<int32_t>{6}));
+  Matcher matcher(std::make_shared<const Grammar>(grammar),
+                  std::make_shared<const Vocabulary>(tokens, std::vector<int32_t>{6}));
   const TokenBitmask& allowed = matcher.allowed_tokens();
   std::vector<int> ids;
   for (int id = 0; id < int(tokens.size()); ++id)

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   try {
     const auto parts = open_gguf(argv[1]);
     const std::string out = argv[2];
-    std::ofstream(out + "/metadata.json") << parts[0]->metadata().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::ofstream(out + "/metadata.json")
+        << parts[0]->metadata().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     int index = 0;
     for (const auto& part : parts)
       for (const GgufTensor& tensor : part->tensors()) {

@@ -30,7 +30,10 @@ TEST(ModelConfig, ParsesPresetAndOptionalKeys) {
   EXPECT_FALSE(parsed.rope_scaling.has_value());
   config["q_lora_rank"] = nullptr;
   config["model_type"] = "kimi_k2";
-  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}, {"mscale_all_dim", 1.0}, {"mscale", 1.0},
+  config["rope_scaling"] = {{"type", "yarn"},
+                            {"factor", 40},
+                            {"mscale_all_dim", 1.0},
+                            {"mscale", 1.0},
                             {"original_max_position_embeddings", 4096}};
   parsed = parse_model_config(config);
   EXPECT_FALSE(parsed.q_lora_rank.has_value());

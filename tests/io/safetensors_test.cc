@@ -30,9 +30,15 @@ std::string error_of(const std::string& path) {
 
 TEST(Safetensors, WriterAndReaderAgree) {
   testing::TempDir dir;
-  std::vector<TensorToWrite> tensors = {
-      {"a", DType::F32, {2, 3}, [](uint8_t* bytes) { for (int i = 0; i < 24; ++i) bytes[i] = uint8_t(i); }},
-      {"b.weight", DType::BF16, {5}, [](uint8_t* bytes) { for (int i = 0; i < 10; ++i) bytes[i] = uint8_t(100 + i); }}};
+  std::vector<TensorToWrite> tensors = {{"a",
+                                         DType::F32,
+                                         {2, 3},
+                                         [](uint8_t* bytes) {
+                                           for (int i = 0; i < 24; ++i) bytes[i] = uint8_t(i);
+                                         }},
+                                        {"b.weight", DType::BF16, {5}, [](uint8_t* bytes) {
+                                           for (int i = 0; i < 10; ++i) bytes[i] = uint8_t(100 + i);
+                                         }}};
   write_checkpoint(dir.path(), tensors, 0);
   Checkpoint checkpoint(dir.path());
   const TensorInfo& a = checkpoint.get("a");

@@ -151,8 +151,12 @@ class AmxGemm : public ::testing::Test {
 // two-term split (16 bits of x) fails at 2.1e-6 to 3.1e-6.
 TEST_F(AmxGemm, MatchesFloat64Reference) {
   for (auto [rows, cols, row_begin, row_end, tokens] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{16, 31, 0, 16, 16}, {37, 203, 0, 37, 17},
-        {83, 613, 5, 79, 40}, {48, 96, 17, 31, 129}, {130, 2080, 0, 130, 300}, {64, 64, 16, 64, 33}}) {
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{16, 31, 0, 16, 16},
+        {37, 203, 0, 37, 17},
+        {83, 613, 5, 79, 40},
+        {48, 96, 17, 31, 129},
+        {130, 2080, 0, 130, 300},
+        {64, 64, 16, 64, 33}}) {
     const PanelWeight w(rows, cols, uint64_t(rows * 7 + cols));
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens + cols));
     const int64_t width = row_end - row_begin + 2;  // a guard column either side
@@ -212,41 +216,44 @@ TEST_F(AmxGemm, NoActivationsPastTheLastColumn) {
 // inside a group are not taken.
 TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
   for (int64_t group : {int64_t(0), int64_t(64)})
-  for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Int8Block})
-    for (auto [rows, cols, r0, r1, c0, c1, tokens] :
-         {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{40, 101, 0, 40, 0, 101, 64},
-          {70, 300, 3, 61, 5, 298, 80}, {70, 300, 3, 61, 64, 298, 80}, {33, 67, 1, 33, 2, 65, 129}}) {
-      if (group > 0 && (format == WeightFormat::BF16 || c0 % group != 0)) continue;
-      const int64_t block_cols = group > 0 ? group : cols, blocks = (cols + block_cols - 1) / block_cols;
-      std::mt19937_64 rng(uint64_t(rows + cols));
-      std::vector<uint8_t> data(size_t(rows * cols * (format == WeightFormat::BF16 ? 2 : 1)));
-      std::vector<float> values(size_t(rows * cols)), block_scales(size_t(rows * blocks));
-      for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const size_t i = size_t(r * cols + c);
-          if (format == WeightFormat::BF16) {
-            // NaN past the view: a column read beyond it would turn its zero activations' sums NaN.
-            const uint16_t bits = c >= c1 ? uint16_t(0x7fc0) : f32_to_bf16(float(int(rng() % 2001) - 1000) / 997.0f);
-            std::memcpy(&data[2 * i], &bits, 2);
-            values[i] = bf16_to_f32(bits);
-          } else {
-            data[i] = uint8_t(rng());
-            values[i] = float(int8_t(data[i])) * block_scales[size_t(r * blocks + c / block_cols)];
+    for (WeightFormat format : {WeightFormat::BF16, WeightFormat::Int8Block})
+      for (auto [rows, cols, r0, r1, c0, c1, tokens] :
+           {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{40, 101, 0, 40, 0, 101, 64},
+            {70, 300, 3, 61, 5, 298, 80},
+            {70, 300, 3, 61, 64, 298, 80},
+            {33, 67, 1, 33, 2, 65, 129}}) {
+        if (group > 0 && (format == WeightFormat::BF16 || c0 % group != 0)) continue;
+        const int64_t block_cols = group > 0 ? group : cols, blocks = (cols + block_cols - 1) / block_cols;
+        std::mt19937_64 rng(uint64_t(rows + cols));
+        std::vector<uint8_t> data(size_t(rows * cols * (format == WeightFormat::BF16 ? 2 : 1)));
+        std::vector<float> values(size_t(rows * cols)), block_scales(size_t(rows * blocks));
+        for (auto& scale : block_scales) scale = 0.001f + 0.0001f * float(rng() % 256);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t i = size_t(r * cols + c);
+            if (format == WeightFormat::BF16) {
+              // NaN past the view: a column read beyond it would turn its zero activations' sums NaN.
+              const uint16_t bits = c >= c1 ? uint16_t(0x7fc0) : f32_to_bf16(float(int(rng() % 2001) - 1000) / 997.0f);
+              std::memcpy(&data[2 * i], &bits, 2);
+              values[i] = bf16_to_f32(bits);
+            } else {
+              data[i] = uint8_t(rng());
+              values[i] = float(int8_t(data[i])) * block_scales[size_t(r * blocks + c / block_cols)];
+            }
           }
         }
+        LinearWeight weight;
+        weight.format = format;
+        weight.rows = rows;
+        weight.cols = weight.stored_cols = cols;
+        weight.data = data.data();
+        weight.block_scale = block_scales.data();
+        weight.block_rows = 1;
+        weight.block_cols = block_cols;
+        EXPECT_TRUE(view_matches_reference(weight, values, r0, r1, c0, c1, tokens))
+            << weight_format_name(format) << " group " << group << " rows " << r0 << ".." << r1 << " cols " << c0
+            << ".." << c1;
       }
-      LinearWeight weight;
-      weight.format = format;
-      weight.rows = rows;
-      weight.cols = weight.stored_cols = cols;
-      weight.data = data.data();
-      weight.block_scale = block_scales.data();
-      weight.block_rows = 1;
-      weight.block_cols = block_cols;
-      EXPECT_TRUE(view_matches_reference(weight, values, r0, r1, c0, c1, tokens))
-          << weight_format_name(format) << " group " << group << " rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
-    }
   LinearWeight grouped;
   grouped.format = WeightFormat::Int8Block;
   grouped.rows = 4;
@@ -264,7 +271,8 @@ TEST_F(AmxGemm, RowMajorBf16AndInt8Views) {
 TEST_F(AmxGemm, Fp8BlockScales) {
   const Fp8Weight w(300, 600, 17);
   for (auto [r0, r1, c0, c1, tokens] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{0, 300, 0, 600, 16},
-                                        {9, 277, 128, 517, 40}, {120, 140, 256, 600, 129}}) {
+                                        {9, 277, 128, 517, 40},
+                                        {120, 140, 256, 600, 129}}) {
     EXPECT_TRUE(view_matches_reference(w.weight, w.values, r0, r1, c0, c1, tokens))
         << "rows " << r0 << ".." << r1 << " cols " << c0 << ".." << c1;
   }
@@ -382,8 +390,10 @@ TEST_F(AmxGemm, FewerTermsSumTheActivationsFirstTerms) {
 // last token block and two groups of 128 tokens; each token the same bits in a smaller batch.
 TEST_F(AmxGemm, FourBitMatchesTheIntegerGemm) {
   for (auto [format, group, rows, cols, row_begin, row_end, tokens] :
-       {std::tuple<WeightFormat, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{WeightFormat::Int4Group, 32, 40, 96, 0, 40, 16},
-        {WeightFormat::Int4Group, 64, 37, 640, 3, 30, 129}, {WeightFormat::Mxfp4, 32, 48, 2080, 0, 48, 300},
+       {std::tuple<WeightFormat, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{WeightFormat::Int4Group, 32, 40,
+                                                                                       96, 0, 40, 16},
+        {WeightFormat::Int4Group, 64, 37, 640, 3, 30, 129},
+        {WeightFormat::Mxfp4, 32, 48, 2080, 0, 48, 300},
         {WeightFormat::Mxfp4, 32, 19, 160, 2, 19, 17}}) {
     const FourBitWeight w(format, rows, cols, group, uint64_t(rows + cols));
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));

@@ -81,7 +81,8 @@ std::vector<float> reference(const CausalAttentionParams& p, const HeadMajorKeys
       for (int64_t d = 0; d < p.head_dim_v; ++d) {
         double total = 0, magnitude = 0;
         for (int64_t key = 0; key < visible; ++key) {
-          const double weighted = score[size_t(key)] / sum * value(kv.v[size_t((head * p.n_keys + key) * p.head_dim_v + d)]);
+          const double weighted =
+              score[size_t(key)] / sum * value(kv.v[size_t((head * p.n_keys + key) * p.head_dim_v + d)]);
           total += weighted;
           magnitude += std::abs(weighted);
         }
@@ -96,7 +97,7 @@ std::vector<float> reference(const CausalAttentionParams& p, const HeadMajorKeys
 // Query counts: one short tile, tiles of 64 with a short last one; cached keys before them;
 // head sizes with SIMD tails, odd ones and odd key counts (the GEMMs' padding column).
 constexpr std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> kShapes[] = {
-    {1, 0, 1, 8, 8},    {5, 0, 3, 20, 12},   {13, 7, 2, 24, 16},      {34, 3, 4, 40, 24},
+    {1, 0, 1, 8, 8},     {5, 0, 3, 20, 12},      {13, 7, 2, 24, 16},   {34, 3, 4, 40, 24},
     {150, 0, 3, 72, 40}, {141, 37, 2, 192, 128}, {64, 300, 1, 36, 20}, {70, 5, 2, 19, 13}};
 
 // One shape's queries, keys and values, and causal_attention run over its fp32 or bf16 panels.
@@ -107,9 +108,14 @@ struct AttentionCase {
   std::vector<float> out;
   CausalAttentionParams params;
   AttentionCase(std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> shape, bool bf16)
-      : queries(std::get<0>(shape)), cached(std::get<1>(shape)), heads(std::get<2>(shape)), qk_dim(std::get<3>(shape)),
-        v_dim(std::get<4>(shape)), q(testing::random_vector(size_t(queries * heads * qk_dim), 1)),
-        kv(heads, queries + cached, qk_dim, v_dim), out(size_t(queries * heads * v_dim), -7.0f) {
+      : queries(std::get<0>(shape)),
+        cached(std::get<1>(shape)),
+        heads(std::get<2>(shape)),
+        qk_dim(std::get<3>(shape)),
+        v_dim(std::get<4>(shape)),
+        q(testing::random_vector(size_t(queries * heads * qk_dim), 1)),
+        kv(heads, queries + cached, qk_dim, v_dim),
+        out(size_t(queries * heads * v_dim), -7.0f) {
     params.q = q.data();
     params.out = out.data();
     params.n_queries = queries;
@@ -191,7 +197,8 @@ TEST(CausalAttention, KeyRangesMergeIntoTheWholeAttention) {
           if (merged == -INFINITY) continue;
           const float keep = std::exp(max[row] - merged), add = std::exp(part_max[row] - merged);
           for (int64_t d = 0; d < vd; ++d)
-            acc[row * size_t(vd) + size_t(d)] = acc[row * size_t(vd) + size_t(d)] * keep + out[row * size_t(vd) + size_t(d)] * add;
+            acc[row * size_t(vd) + size_t(d)] =
+                acc[row * size_t(vd) + size_t(d)] * keep + out[row * size_t(vd) + size_t(d)] * add;
           sum[row] = sum[row] * keep + part_sum[row] * add;
           max[row] = merged;
         }

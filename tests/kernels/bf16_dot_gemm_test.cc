@@ -48,10 +48,19 @@ std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
 // rest one by one: 1, 3 and 6 tokens in one block of four panels, 7 and 12 in one of two, 13
 // and 15 in two; (5, 109): 7 panels, one group of four (or three of two) and the rest alone.
 TEST_F(Bf16DotGemm, MatchesFloat64ReferenceOfRoundedActivations) {
-  for (auto [rows, cols, tokens, row_begin, row_end] :
-       {std::tuple{120, 96, 16, 5, 109}, {120, 613, 17, 17, 120}, {61, 203, 203, 0, 61}, {32, 512, 25, 0, 32},
-        {20, 130, 16, 3, 14}, {120, 613, 1, 5, 109}, {120, 96, 3, 17, 120}, {61, 203, 6, 0, 61}, {120, 613, 7, 5, 109},
-        {61, 130, 12, 3, 58}, {120, 203, 13, 5, 109}, {32, 512, 15, 0, 32}, {20, 130, 1, 3, 14}}) {
+  for (auto [rows, cols, tokens, row_begin, row_end] : {std::tuple{120, 96, 16, 5, 109},
+                                                        {120, 613, 17, 17, 120},
+                                                        {61, 203, 203, 0, 61},
+                                                        {32, 512, 25, 0, 32},
+                                                        {20, 130, 16, 3, 14},
+                                                        {120, 613, 1, 5, 109},
+                                                        {120, 96, 3, 17, 120},
+                                                        {61, 203, 6, 0, 61},
+                                                        {120, 613, 7, 5, 109},
+                                                        {61, 130, 12, 3, 58},
+                                                        {120, 203, 13, 5, 109},
+                                                        {32, 512, 15, 0, 32},
+                                                        {20, 130, 1, 3, 14}}) {
     const TestWeight t = make_weight(WeightFormat::BF16, rows, cols, uint64_t(rows + cols));
     WeightCopies storage;
     const LinearWeight packed = repack_bf16_panels(t.weight, storage);

@@ -70,7 +70,8 @@ TEST(LinearBf16Panels, RowRangesInsidePanels) {
       EXPECT_EQ(y[size_t(n * width)], -7.0f);
       EXPECT_EQ(y[size_t(n * width + width - 1)], -7.0f);
       for (int64_t r = row_begin; r < row_end; ++r)
-        EXPECT_NEAR(y[size_t(n * width + 1 + r - row_begin)], want[size_t(n * rows + r)], 1e-4) << "token " << n << " row " << r;
+        EXPECT_NEAR(y[size_t(n * width + 1 + r - row_begin)], want[size_t(n * rows + r)], 1e-4)
+            << "token " << n << " row " << r;
     }
   }
 }

@@ -57,15 +57,24 @@ TEST(Dispatch, LinearKernelsOnTheVectorUnits) {
   for (Isa isa : kIsas) {
     const KernelConfig config = config_of(false, isa == Isa::Avx512, 3, isa);
     expect_table(config,
-                 {{F::F32, 1, K::OneTokenDots}, {F::F32, 63, K::FewTokenDots}, {F::F32, 64, K::PackedGemm},
-                  {F::BF16, 1, K::OneTokenDots}, {F::BF16, 64, K::PackedGemm},
+                 {{F::F32, 1, K::OneTokenDots},
+                  {F::F32, 63, K::FewTokenDots},
+                  {F::F32, 64, K::PackedGemm},
+                  {F::BF16, 1, K::OneTokenDots},
+                  {F::BF16, 64, K::PackedGemm},
                   {F::Fp8Block, 1, K::BlockScaledDots},
                   {F::Fp8Block, config.block_scaled_max_tokens, K::BlockScaledDots},
-                  {F::Fp8Block, 16, K::PackedGemm}, {F::Int8Block, 16, K::PackedGemm},
-                  {F::Int4Group, 1, K::Q8Dots}, {F::Int4Group, 15, K::Q8Dots}, {F::Int4Group, 16, K::IntegerGemm},
-                  {F::Mxfp4, 3, K::Q8Dots}, {F::Mxfp4, 512, K::IntegerGemm},
-                  {F::Int4Panels, 8, K::FourBitPanelDots}, {F::Int4Panels, 9, K::IntegerGemm},
-                  {F::Mxfp4Panels, 1, K::FourBitPanelDots}, {F::Bf16Panels, 1, K::Bf16PanelStream},
+                  {F::Fp8Block, 16, K::PackedGemm},
+                  {F::Int8Block, 16, K::PackedGemm},
+                  {F::Int4Group, 1, K::Q8Dots},
+                  {F::Int4Group, 15, K::Q8Dots},
+                  {F::Int4Group, 16, K::IntegerGemm},
+                  {F::Mxfp4, 3, K::Q8Dots},
+                  {F::Mxfp4, 512, K::IntegerGemm},
+                  {F::Int4Panels, 8, K::FourBitPanelDots},
+                  {F::Int4Panels, 9, K::IntegerGemm},
+                  {F::Mxfp4Panels, 1, K::FourBitPanelDots},
+                  {F::Bf16Panels, 1, K::Bf16PanelStream},
                   {F::Bf16Panels, config.bf16_panel_few_tokens, K::Bf16PanelStream},
                   {F::Bf16Panels, config.bf16_panel_few_tokens + 1, K::Bf16PanelGemm},
                   {F::Bf16Panels, 512, K::Bf16PanelGemm}},
@@ -81,14 +90,20 @@ TEST(Dispatch, LinearKernelsOnTheVectorUnits) {
 TEST(Dispatch, Bf16DotAndAmxTakeTheirShare) {
   using K = LinearKernel;
   using F = WeightFormat;
-  expect_table(config_of(false, true, 1),
-               {{F::Bf16Panels, 1, K::Bf16PanelStream}, {F::Bf16Panels, 2, K::Bf16Dot}, {F::Bf16Panels, 512, K::Bf16Dot}},
-               "bf16 dot");
+  expect_table(
+      config_of(false, true, 1),
+      {{F::Bf16Panels, 1, K::Bf16PanelStream}, {F::Bf16Panels, 2, K::Bf16Dot}, {F::Bf16Panels, 512, K::Bf16Dot}},
+      "bf16 dot");
   expect_table(config_of(false, false, 1), {{F::Bf16Panels, 512, K::Bf16PanelGemm}}, "bf16 dot not built");
   expect_table(config_of(true, true, 1),
-               {{F::Bf16Panels, 2, K::Bf16PanelStream}, {F::Bf16Panels, 16, K::AmxTiles}, {F::Fp8Block, 15, K::BlockScaledDots},
-                {F::Fp8Block, 16, K::AmxTiles}, {F::BF16, 63, K::FewTokenDots}, {F::BF16, 64, K::AmxTiles},
-                {F::Int4Group, 16, K::IntegerGemmAmx}, {F::Mxfp4, 4, K::Q8Dots}},
+               {{F::Bf16Panels, 2, K::Bf16PanelStream},
+                {F::Bf16Panels, 16, K::AmxTiles},
+                {F::Fp8Block, 15, K::BlockScaledDots},
+                {F::Fp8Block, 16, K::AmxTiles},
+                {F::BF16, 63, K::FewTokenDots},
+                {F::BF16, 64, K::AmxTiles},
+                {F::Int4Group, 16, K::IntegerGemmAmx},
+                {F::Mxfp4, 4, K::Q8Dots}},
                "amx");
 }
 
@@ -154,8 +169,10 @@ TEST(Isa, ProcessIsaFollowsMlaserveIsa) {
     config.isa = Isa::Avx512;
     EXPECT_THROW(use_kernel_config(config), Error);
   }
-  if (set) setenv("MLASERVE_ISA", saved.c_str(), 1);
-  else unsetenv("MLASERVE_ISA");
+  if (set)
+    setenv("MLASERVE_ISA", saved.c_str(), 1);
+  else
+    unsetenv("MLASERVE_ISA");
 }
 
 // A scoped config is the process's for its scope, and the one before is back after it.

@@ -82,7 +82,8 @@ TEST(FourBitPanels, RepacksViewsAndLeavesOtherGroupsAlone) {
 // the kernels' pairs of halves straddle panels).
 TEST(FourBitPanels, EveryTokenCountGivesTheIntegerGemmsBits) {
   if (!four_bit_panels_built()) GTEST_SKIP() << "4-bit panels need AVX2 or AVX-512 VNNI";
-  const int64_t rows = 37, cols = 2080, most = 150, range_begin = 13, range_end = 35, range_rows = range_end - range_begin;
+  const int64_t rows = 37, cols = 2080, most = 150, range_begin = 13, range_end = 35,
+                range_rows = range_end - range_begin;
   for (const auto& [format, group] : kFormats) {
     const std::string name = name_of(format, group);
     const TestWeight t = make_weight(format, rows, cols, uint64_t(group + 1), group);
@@ -121,7 +122,8 @@ TEST(FourBitPanels, ExtremeScalesAndLargestCodes) {
       if (!mxfp4 && first_exponent > 0) continue;  // INT4's bf16 scales: one case
       TestWeight t = make_weight(format, rows, cols, 61, group);
       const float code_value = mxfp4 ? (first_exponent > 0 ? 0.5f : 6.0f) : 7.0f;
-      std::fill(t.bytes.begin(), t.bytes.end(), mxfp4 ? (first_exponent > 0 ? uint8_t(0x11) : uint8_t(0x77)) : uint8_t(0xff));
+      std::fill(t.bytes.begin(), t.bytes.end(),
+                mxfp4 ? (first_exponent > 0 ? uint8_t(0x11) : uint8_t(0x77)) : uint8_t(0xff));
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < cols / group; ++b) {
           if (mxfp4) t.scales_u8[size_t(r * (cols / 32) + b)] = uint8_t(first_exponent + r);
@@ -135,8 +137,8 @@ TEST(FourBitPanels, ExtremeScalesAndLargestCodes) {
       const std::vector<float> x(size_t(tokens * cols), mxfp4 ? x_size : 0.5f);
       std::vector<float> y(size_t(tokens * rows));
       linear(panels, x.data(), tokens, y.data());
-      EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-6)) << name_of(format, group) << " e " << first_exponent;
-
+      EXPECT_TRUE(testing::relative_close(y, reference(t, x, tokens), 1e-6))
+          << name_of(format, group) << " e " << first_exponent;
     }
   }
 }

@@ -50,8 +50,11 @@ TEST_P(LinearTest, MatchesScalarReference) {
 // decoded panels two at a time) and a lone one.
 TEST_P(LinearTest, ManyTokensMatchScalarReference) {
   const bool four_bit = GetParam() == WeightFormat::Int4Group || GetParam() == WeightFormat::Mxfp4;
-  for (auto [rows, cols, tokens] :
-       {std::tuple{61, four_bit ? 608 : 613, 203}, {7, 96, 70}, {30, 544, 13}, {23, 288, 40}, {100, four_bit ? 288 : 300, 70}}) {
+  for (auto [rows, cols, tokens] : {std::tuple{61, four_bit ? 608 : 613, 203},
+                                    {7, 96, 70},
+                                    {30, 544, 13},
+                                    {23, 288, 40},
+                                    {100, four_bit ? 288 : 300, 70}}) {
     const TestWeight t = make_weight(GetParam(), rows, cols, uint64_t(rows * 7 + cols));
     const std::vector<float> x = testing::random_vector(size_t(tokens * cols), uint64_t(tokens));
     std::vector<float> y(size_t(tokens * rows));
@@ -144,8 +147,8 @@ TEST(LinearInt4, GroupSizes) {
 // starting mid-weight) gives the whole's rows.
 TEST(LinearFourBit, IntegerGemmAcrossChunksTilesAndTokenBlocks) {
   const int64_t rows = 37, cols = 2080, range_begin = 5, range_end = 29, range_rows = range_end - range_begin;
-  for (const auto& [format, group] : {std::pair{WeightFormat::Int4Group, 32}, {WeightFormat::Int4Group, 160},
-                                      {WeightFormat::Mxfp4, 32}}) {
+  for (const auto& [format, group] :
+       {std::pair{WeightFormat::Int4Group, 32}, {WeightFormat::Int4Group, 160}, {WeightFormat::Mxfp4, 32}}) {
     const std::string name = std::string(weight_format_name(format)) + " group " + std::to_string(group);
     const TestWeight t = make_weight(format, rows, cols, uint64_t(group + 1), group);
     const std::vector<float> x = testing::random_vector(size_t(150 * cols), 17);
@@ -195,8 +198,9 @@ TEST(LinearFourBit, LargestCodesAndActivationsDoNotOverflow) {
 TEST(LinearMxfp4, BlockExponentsAtTheEndsOfTheirRange) {
   const int64_t rows = 8, cols = 160;
   std::mt19937 rng(9);
-  for (const auto& [exponents, x_size] : {std::pair{std::array{0, 1, 2, 3, 0, 1, 2, 3}, 1.0f},
-                                          {std::array{126, 127, 253, 254, 255, 253, 254, 255}, std::ldexp(1.0f, -40)}}) {
+  for (const auto& [exponents, x_size] :
+       {std::pair{std::array{0, 1, 2, 3, 0, 1, 2, 3}, 1.0f},
+        {std::array{126, 127, 253, 254, 255, 253, 254, 255}, std::ldexp(1.0f, -40)}}) {
     TestWeight t = make_weight(WeightFormat::Mxfp4, rows, cols, 71);
     std::fill(t.bytes.begin(), t.bytes.end(), uint8_t(0));
     for (int64_t r = 0; r < rows; ++r)

@@ -69,7 +69,8 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint64_t
     // exponent 0 is subnormal (0 or 0.5). Scales E8M0: 2^(s - 127).
     auto e2m1 = [](int code) {
       const int exponent = (code >> 1) & 3, mantissa = code & 1;
-      const float magnitude = exponent == 0 ? 0.5f * float(mantissa) : std::ldexp(1.0f + 0.5f * float(mantissa), exponent - 1);
+      const float magnitude =
+          exponent == 0 ? 0.5f * float(mantissa) : std::ldexp(1.0f + 0.5f * float(mantissa), exponent - 1);
       return code & 8 ? -magnitude : magnitude;
     };
     t.scales_u8.resize(size_t(rows * cols / 32));
@@ -113,8 +114,8 @@ std::vector<float> reference(const TestWeight& t, const std::vector<float>& x, i
 }
 
 std::vector<float> kernel_input(const LinearWeight& weight, const std::vector<float>& x, int64_t cols) {
-  const bool q8 = weight.format == WeightFormat::Mxfp4 ||
-                  (weight.format == WeightFormat::Int4Group && weight.group_size % 32 == 0);
+  const bool q8 =
+      weight.format == WeightFormat::Mxfp4 || (weight.format == WeightFormat::Int4Group && weight.group_size % 32 == 0);
   if (!q8) return x;
   std::vector<float> out(x.size());
   for (size_t begin = 0; begin < x.size(); begin += 32) {

@@ -103,13 +103,14 @@ std::vector<float> reference(const Fixture& f) {
 
 TEST(MlaDecode, EveryKernelMatchesTheReference) {
   ScopedThreadPool pool(2);
-  for (const Case& c : {Case{1, 1, 0, CacheDType::F32}, Case{3, 2, 40, CacheDType::BF16}, Case{4, 1, 700, CacheDType::BF16},
-                        Case{8, 3, 300, CacheDType::F32}, Case{12, 1, 1023, CacheDType::BF16}, Case{12, 2, 5, CacheDType::F32},
-                        Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32},
-                        Case{16, 1, 300, CacheDType::BF16, 16}, Case{8, 2, 90, CacheDType::BF16, 16},
-                        Case{1, 1, 0, CacheDType::FP8}, Case{4, 1, 700, CacheDType::FP8}, Case{12, 1, 1023, CacheDType::FP8},
-                        Case{16, 2, 600, CacheDType::FP8}, Case{8, 3, 300, CacheDType::FP8, 16},
-                        Case{16, 1, 400, CacheDType::FP8, kRope, 320}, Case{12, 1, 200, CacheDType::FP8, 16, 320}}) {
+  for (const Case& c :
+       {Case{1, 1, 0, CacheDType::F32}, Case{3, 2, 40, CacheDType::BF16}, Case{4, 1, 700, CacheDType::BF16},
+        Case{8, 3, 300, CacheDType::F32}, Case{12, 1, 1023, CacheDType::BF16}, Case{12, 2, 5, CacheDType::F32},
+        Case{16, 1, 600, CacheDType::BF16}, Case{17, 1, 50, CacheDType::BF16}, Case{32, 2, 520, CacheDType::F32},
+        Case{16, 1, 300, CacheDType::BF16, 16}, Case{8, 2, 90, CacheDType::BF16, 16}, Case{1, 1, 0, CacheDType::FP8},
+        Case{4, 1, 700, CacheDType::FP8}, Case{12, 1, 1023, CacheDType::FP8}, Case{16, 2, 600, CacheDType::FP8},
+        Case{8, 3, 300, CacheDType::FP8, 16}, Case{16, 1, 400, CacheDType::FP8, kRope, 320},
+        Case{12, 1, 200, CacheDType::FP8, 16, 320}}) {
     Fixture f = make(c);
     const std::vector<float> want = reference(f);
     std::vector<float> got(want.size());
@@ -125,7 +126,8 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
       // measured 1.8e-3 - 2.4e-3 of the largest output here, so 5 roundoffs.
       const bool bf16 = choose_mla_decode_kernel(c.n_heads, with_mla_decode(choice)) != MlaDecodeKernel::Generic &&
                         mla_blocked_bf16_products(f.params);
-      EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5)) << mla_decode_kernel_name(choice) << ", " << label;
+      EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5))
+          << mla_decode_kernel_name(choice) << ", " << label;
     }
   }
 }
@@ -135,15 +137,16 @@ TEST(MlaDecode, EveryKernelMatchesTheReference) {
 // together, and the parts of a block lie a block count apart when they are merged.
 TEST(MlaDecode, PartsOfSeveralHeadBlocksMergeIntoEachBlock) {
   ScopedThreadPool pool(8);
-  for (const Case& c : {Case{48, 1, 700, CacheDType::BF16}, Case{32, 1, 300, CacheDType::F32},
-                        Case{32, 1, 500, CacheDType::FP8}}) {
+  for (const Case& c :
+       {Case{48, 1, 700, CacheDType::BF16}, Case{32, 1, 300, CacheDType::F32}, Case{32, 1, 500, CacheDType::FP8}}) {
     Fixture f = make(c, 5);
     const std::vector<float> want = reference(f);
     std::vector<float> got(want.size(), NAN);
     f.params.out_latent = got.data();
     mla_absorbed_attention(f.params);
-    const bool bf16 = choose_mla_decode_kernel(c.n_heads, with_mla_decode(MlaDecodeKernel::Auto)) != MlaDecodeKernel::Generic &&
-                      mla_blocked_bf16_products(f.params);
+    const bool bf16 =
+        choose_mla_decode_kernel(c.n_heads, with_mla_decode(MlaDecodeKernel::Auto)) != MlaDecodeKernel::Generic &&
+        mla_blocked_bf16_products(f.params);
     EXPECT_TRUE(testing::relative_close(got, want, bf16 ? 1e-2 : 1e-5)) << "heads " << c.n_heads;
   }
 }
@@ -187,10 +190,10 @@ TEST(MlaDecode, ABatchOfSequencesMatchesEachReference) {
 // tile's or a thread's end, the bf16 kernel's interleaved row pairs) shows at fp32 precision.
 TEST(MlaDecode, UniformAttentionAveragesEveryRowOnce) {
   ScopedThreadPool pool(2);
-  for (const Case& c : {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 96, CacheDType::BF16}, Case{8, 2, 48, CacheDType::BF16},
-                        Case{4, 1, 1022, CacheDType::BF16}, Case{16, 1, 700, CacheDType::F32},
-                        Case{16, 1, 700, CacheDType::FP8}, Case{12, 1, 96, CacheDType::FP8, kRope, 320},
-                        Case{8, 2, 48, CacheDType::FP8, 16}}) {
+  for (const Case& c :
+       {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 96, CacheDType::BF16}, Case{8, 2, 48, CacheDType::BF16},
+        Case{4, 1, 1022, CacheDType::BF16}, Case{16, 1, 700, CacheDType::F32}, Case{16, 1, 700, CacheDType::FP8},
+        Case{12, 1, 96, CacheDType::FP8, kRope, 320}, Case{8, 2, 48, CacheDType::FP8, 16}}) {
     Fixture f = make(c);
     std::fill(f.q_latent.begin(), f.q_latent.end(), 0.0f);
     std::fill(f.q_pe.begin(), f.q_pe.end(), 0.0f);
@@ -208,7 +211,8 @@ TEST(MlaDecode, ReadNextChangesNoBit) {
   ScopedThreadPool pool(2);
   const std::vector<uint8_t> weights(300000, 7);
   const ByteRange read_next[] = {{weights.data(), 1000}, {weights.data() + 4096, 250001}};
-  for (const Case& c : {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 300, CacheDType::F32}, Case{8, 2, 200, CacheDType::BF16}}) {
+  for (const Case& c :
+       {Case{16, 1, 700, CacheDType::BF16}, Case{12, 1, 300, CacheDType::F32}, Case{8, 2, 200, CacheDType::BF16}}) {
     Fixture f = make(c);
     std::vector<float> alone(size_t(c.n_queries * c.n_heads * c.rank)), hinted(alone.size());
     f.params.out_latent = alone.data();
@@ -266,8 +270,8 @@ TEST(MlaDecodeTiles, NextRowsPrefetchCoversTheNextTilesRows) {
     for (int64_t position = 13; position < 53; ++position) {
       // Pool block table[position / kBlock], layer 1 of 2, row position % kBlock.
       const int64_t block = f.table[size_t(position / kBlock)];
-      const char* row = reinterpret_cast<const char*>(f.pool.data()) +
-                        ((block * 2 + 1) * kBlock + position % kBlock) * row_bytes;
+      const char* row =
+          reinterpret_cast<const char*>(f.pool.data()) + ((block * 2 + 1) * kBlock + position % kBlock) * row_bytes;
       for (int64_t offset = 0; offset < row_bytes; offset += 64) want.push_back(row + offset);
     }
     std::vector<const char*> got;
@@ -280,7 +284,8 @@ TEST(MlaDecode, DispatcherPadsToTheNextSupportedBlock) {
   EXPECT_EQ(mla_padded_heads(12), 16);
   EXPECT_EQ(mla_padded_heads(3), 4);
   EXPECT_EQ(mla_padded_heads(17), 32);
-  EXPECT_EQ(choose_mla_decode_kernel(16, with_mla_decode(MlaDecodeKernel::Generic)), MlaDecodeKernel::Blocked);  // native
+  EXPECT_EQ(choose_mla_decode_kernel(16, with_mla_decode(MlaDecodeKernel::Generic)),
+            MlaDecodeKernel::Blocked);  // native
   EXPECT_EQ(choose_mla_decode_kernel(12, with_mla_decode(MlaDecodeKernel::Generic)), MlaDecodeKernel::Generic);
   EXPECT_EQ(choose_mla_decode_kernel(12, with_mla_decode(MlaDecodeKernel::Auto)), MlaDecodeKernel::Padded);
   EXPECT_EQ(choose_mla_decode_kernel(1, with_mla_decode(MlaDecodeKernel::Auto)), MlaDecodeKernel::Generic);

@@ -64,8 +64,11 @@ std::vector<float> reference_rope(const RotaryEmbedding& rope, const float* x, i
 
 TEST(Rope, EveryHeadOfATokenMatchesTheReference) {
   nlohmann::json json = model_preset("tiny");
-  json["rope_scaling"] = {{"type", "yarn"}, {"factor", 8}, {"original_max_position_embeddings", 32},
-                          {"mscale", 0.7}, {"mscale_all_dim", 1.0}};
+  json["rope_scaling"] = {{"type", "yarn"},
+                          {"factor", 8},
+                          {"original_max_position_embeddings", 32},
+                          {"mscale", 0.7},
+                          {"mscale_all_dim", 1.0}};
   const ModelConfig config = parse_model_config(json);
   const RotaryEmbedding rope(config.qk_rope_head_dim, config.rope_theta, config.rope_scaling);
   const int64_t heads = 5, stride = rope.dim() + 3;  // slices apart, not adjacent

@@ -32,7 +32,8 @@ std::vector<float> random_rows(int64_t batch, int64_t vocab, std::mt19937_64& rn
 
 std::vector<float> as_float(const std::vector<int32_t>& ids) { return {ids.begin(), ids.end()}; }
 
-void write(const std::string& dir, const std::string& name, const std::vector<float>& data, std::vector<int64_t> shape) {
+void write(const std::string& dir, const std::string& name, const std::vector<float>& data,
+           std::vector<int64_t> shape) {
   write_npy_f32(dir + "/" + name + ".npy", data.data(), shape);
 }
 

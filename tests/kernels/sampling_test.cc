@@ -16,14 +16,17 @@ namespace {
 // first on ties), softmax at the temperature over the top k, the shortest prefix reaching
 // top_p (at least the first), then the first and those at least min_p times it. Returns (id,
 // probability) in that order.
-std::vector<std::pair<int32_t, double>> reference_candidates(const std::vector<float>& logits, const SamplingParams& p) {
+std::vector<std::pair<int32_t, double>> reference_candidates(const std::vector<float>& logits,
+                                                             const SamplingParams& p) {
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   size_t kept = p.top_k > 0 ? std::min(ids.size(), size_t(p.top_k)) : ids.size();
   std::vector<double> probs(kept);
   double sum = 0;
-  for (size_t i = 0; i < kept; ++i) sum += probs[i] = std::exp((double(logits[ids[i]]) - logits[ids[0]]) / p.temperature);
+  for (size_t i = 0; i < kept; ++i)
+    sum += probs[i] = std::exp((double(logits[ids[i]]) - logits[ids[0]]) / p.temperature);
   for (double& prob : probs) prob /= sum;
   if (p.top_p < 1.0f) {
     double cumulative = 0;
@@ -90,7 +93,8 @@ TEST(Sampling, FrequenciesFollowTheCandidates) {
     for (const auto& [id, prob] : reference_candidates(logits, params)) want[size_t(id)] = prob;
     for (size_t id = 0; id < logits.size(); ++id) {
       const double sigma = std::sqrt(want[id] * (1 - want[id]) / draws);
-      EXPECT_NEAR(counts[id] / double(draws), want[id], 5 * sigma + 1e-9) << "token " << id << " top_k " << params.top_k;
+      EXPECT_NEAR(counts[id] / double(draws), want[id], 5 * sigma + 1e-9)
+          << "token " << id << " top_k " << params.top_k;
     }
   }
 }
@@ -123,7 +127,8 @@ TEST(Sampling, SameSeedSameTokens) {
   SamplingParams p;
   p.temperature = 1.0f;
   std::mt19937_64 a(42), b(42);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits.data(), 100, p, a), sample_token(logits.data(), 100, p, b));
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_token(logits.data(), 100, p, a), sample_token(logits.data(), 100, p, b));
 }
 
 // Chain speculative sampling keeps the target's distribution: the first emitted token of
@@ -165,7 +170,8 @@ TEST(ChainSpeculativeSampling, KeepsTheTargetDistribution) {
     float uniforms[3];
     for (float& u : uniforms) u = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
     int32_t out[3], accepted, emitted;
-    chain_speculative_sampling(drafts_q.data(), drafts, targets.data(), 1, 2, vocab, uniforms, out, &accepted, &emitted);
+    chain_speculative_sampling(drafts_q.data(), drafts, targets.data(), 1, 2, vocab, uniforms, out, &accepted,
+                               &emitted);
     return out[0];
   });
   const double wrong = chi_square_of_first_tokens([](const auto& q, const auto& p, std::mt19937_64& rng) {

@@ -36,8 +36,9 @@ void* counted(std::size_t bytes, std::size_t alignment) {
   allocations.fetch_add(1, std::memory_order_relaxed);
   if (!client_thread) allocations_off_client.fetch_add(1, std::memory_order_relaxed);
   bytes = std::max<std::size_t>(bytes, 1);
-  void* p = alignment > alignof(std::max_align_t) ? std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment)
-                                                   : std::malloc(bytes);
+  void* p = alignment > alignof(std::max_align_t)
+                ? std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment)
+                : std::malloc(bytes);
   if (!p) throw std::bad_alloc();
   return p;
 }
@@ -64,9 +65,7 @@ constexpr int kBlockSize = kStartPosition + kWarmUp + kSteps;
 
 // An fp32 latent-cache pool of kMaxBatch blocks, each long enough for a sequence's steps,
 // then kMaxBatch recurrent states (Kimi Linear's KDA layers).
-int64_t block_floats(const ModelConfig& config) {
-  return kBlockSize * config.cache_layers() * config.kv_latent_dim();
-}
+int64_t block_floats(const ModelConfig& config) { return kBlockSize * config.cache_layers() * config.kv_latent_dim(); }
 std::vector<float> cache_pool(const ModelConfig& config) {
   return std::vector<float>(size_t(kMaxBatch * (block_floats(config) + config.recurrent_state_bytes() / 4)));
 }
@@ -92,7 +91,8 @@ int64_t allocations_after_warm_up(const ModelConfig& config, Forward forward, in
     if (config.recurrent_state_bytes() > 0)
       cache.state_offset = (kMaxBatch * block_floats(config)) * 4 + s * config.recurrent_state_bytes();
     tokens[size_t(s)] = 7 + 1000 * s;
-    sequences.push_back({std::span(&tokens[size_t(s)], 1), kStartPosition, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
+    sequences.push_back(
+        {std::span(&tokens[size_t(s)], 1), kStartPosition, cache, MlaPath::Absorbed, ForwardSequence::Logits::Last});
   }
   int64_t before = 0;
   for (int step = 0; step < kWarmUp + kSteps; ++step) {

@@ -15,8 +15,11 @@ namespace {
 TEST(Decode, LatentCacheDecodeEqualsFullRecomputation) {
   testing::TempDir dir;
   nlohmann::json config = model_preset("tiny");
-  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 8}, {"original_max_position_embeddings", 32},
-                            {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  config["rope_scaling"] = {{"type", "yarn"},
+                            {"factor", 8},
+                            {"original_max_position_embeddings", 32},
+                            {"mscale", 1.0},
+                            {"mscale_all_dim", 1.0}};
   testing::write_model(dir.path(), config, StorageDType::F32, 5);
   auto model = load_causal_lm(dir.path());
   const int64_t vocab = model->config().vocab_size, steps = 70;
@@ -58,8 +61,8 @@ void expect_batched_absorbed_decode_equals_each_alone(const CausalLM* model) {
       caches->push_back(std::make_unique<SequenceCache>(model->config(), 16));
       model->forward(prompts[s], 0, caches->back()->view(), false, scratch.data());
     }
-    model->forward(std::span(&next[s], 1), int64_t(prompts[s].size()), solo[s]->view(), false,
-                   alone.data() + s * vocab, MlaPath::Absorbed);
+    model->forward(std::span(&next[s], 1), int64_t(prompts[s].size()), solo[s]->view(), false, alone.data() + s * vocab,
+                   MlaPath::Absorbed);
   }
   SequenceCache chunk_solo(model->config(), 16), chunk_shared(model->config(), 16);
   model->forward(chunk, 0, chunk_solo.view(), false, alone.data() + 3 * vocab, MlaPath::Expanded);

@@ -19,7 +19,8 @@ inline std::vector<int32_t> parse_ids(const std::string& text) {
 // one block.
 struct OneSequenceCache {
   OneSequenceCache(int64_t layers, int64_t width, int64_t capacity)
-      : rows(size_t(capacity * layers * width)), view{rows.data(), CacheDType::F32, &block, 1, capacity, layers, width} {}
+      : rows(size_t(capacity * layers * width)), view{rows.data(), CacheDType::F32, &block, 1,
+                                                      capacity,    layers,          width} {}
   std::vector<float> rows;
   int32_t block = 0;
   LatentCacheView view;

@@ -47,7 +47,8 @@ size_t unlocked_bytes(const std::vector<Mapping>& maps, const ByteRange& range) 
   const uintptr_t begin = uintptr_t(range.begin), end = begin + range.bytes;
   size_t covered = 0;
   for (const Mapping& map : maps)
-    if (map.locked && map.begin < end && begin < map.end) covered += std::min(end, map.end) - std::max(begin, map.begin);
+    if (map.locked && map.begin < end && begin < map.end)
+      covered += std::min(end, map.end) - std::max(begin, map.begin);
   return range.bytes - covered;
 }
 
@@ -62,8 +63,10 @@ struct Case {
 // [1, hidden] residual projections, read as vectors (the rest are norms, biases, KDA's A_log
 // and convolutions, INT4 shapes).
 TEST(LockWeights, ForEachWeightCoversEveryMatrixOfTheCheckpoint) {
-  for (const auto& [preset, dtype] : {std::pair{"tiny", StorageDType::BF16}, {"tiny", StorageDType::Int4},
-                                      {"tiny", StorageDType::Fp8}, {"kimi-k3-tiny", StorageDType::Mxfp4}}) {
+  for (const auto& [preset, dtype] : {std::pair{"tiny", StorageDType::BF16},
+                                      {"tiny", StorageDType::Int4},
+                                      {"tiny", StorageDType::Fp8},
+                                      {"kimi-k3-tiny", StorageDType::Mxfp4}}) {
     testing::TempDir dir;
     testing::write_model(dir.path(), model_preset(preset), dtype, 5);
     const Checkpoint checkpoint(dir.path());
@@ -81,10 +84,11 @@ TEST(LockWeights, ForEachWeightCoversEveryMatrixOfTheCheckpoint) {
 TEST(LockWeights, EveryStoredWeightByteIsLocked) {
   const std::vector<char> probe(1 << 16);
   if (lock_in_memory(probe.data(), probe.size()) != 0) GTEST_SKIP() << "mlock refused here (RLIMIT_MEMLOCK)";
-  for (const auto& [preset, dtype, repack, lock] :
-       {Case{"tiny", StorageDType::BF16, true, true}, {"tiny", StorageDType::BF16, false, true},
-        {"tiny", StorageDType::Int4, true, true}, {"kimi-k3-tiny", StorageDType::Mxfp4, true, true},
-        {"tiny", StorageDType::BF16, false, false}}) {
+  for (const auto& [preset, dtype, repack, lock] : {Case{"tiny", StorageDType::BF16, true, true},
+                                                    {"tiny", StorageDType::BF16, false, true},
+                                                    {"tiny", StorageDType::Int4, true, true},
+                                                    {"kimi-k3-tiny", StorageDType::Mxfp4, true, true},
+                                                    {"tiny", StorageDType::BF16, false, false}}) {
     testing::TempDir dir;
     testing::write_model(dir.path(), model_preset(preset), dtype, 3);
     const auto model = load_causal_lm(dir.path());

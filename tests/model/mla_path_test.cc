@@ -64,13 +64,15 @@ TEST(MlaPrefillPath, SwitchesOnceAlongEitherAxis) {
       for (int64_t tokens : {2, 9, 64, 300}) {
         int switches = 0;
         for (int64_t start = 1; start < 20000; ++start)
-          switches += mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens, start - 1, cache);
+          switches +=
+              mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens, start - 1, cache);
         EXPECT_LE(switches, 1) << tokens << " tokens";
       }
       for (int64_t start : {64, 1000, 8000}) {
         int switches = 0;
         for (int64_t tokens = 3; tokens < 20000; ++tokens)
-          switches += mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens - 1, start, cache);
+          switches +=
+              mla_prefill_path(shape, tokens, start, cache) != mla_prefill_path(shape, tokens - 1, start, cache);
         EXPECT_LE(switches, 1) << start << " cached";
       }
     }
@@ -94,8 +96,14 @@ TEST(MlaPrefillPath, AutoRunsTheChosenForm) {
   testing::write_model(dir.path(), model_preset("tiny"), StorageDType::F32, 9);
   auto model = load_causal_lm(dir.path());
   const ModelConfig& config = model->config();
-  const MlaShape tiny{config.hidden_size, config.num_attention_heads, config.kv_lora_rank, config.qk_nope_head_dim,
-                      config.qk_rope_head_dim, config.v_head_dim, 1e-6, 0.0f};
+  const MlaShape tiny{config.hidden_size,
+                      config.num_attention_heads,
+                      config.kv_lora_rank,
+                      config.qk_nope_head_dim,
+                      config.qk_rope_head_dim,
+                      config.v_head_dim,
+                      1e-6,
+                      0.0f};
   std::vector<int32_t> tokens(60);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % size_t(config.vocab_size));
   const int64_t vocab = config.vocab_size, chunk = 4;
@@ -126,7 +134,8 @@ TEST(MlaPrefillPath, ExpandedOnBf16PanelsAgreesWithAbsorbed) {
   KernelConfig kernels = kernel_config();
   kernels.amx = false;
   kernels.bf16_activation_terms = 1;
-  if (!prefill_attention_on_bf16_dot(kernels)) GTEST_SKIP() << "the attention runs on bf16 panels only with AVX512_BF16";
+  if (!prefill_attention_on_bf16_dot(kernels))
+    GTEST_SKIP() << "the attention runs on bf16 panels only with AVX512_BF16";
   const ScopedKernelConfig use(kernels);
   testing::TempDir dir;
   testing::write_model(dir.path(), model_preset("tiny"), StorageDType::F32, 9);

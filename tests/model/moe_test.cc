@@ -70,7 +70,8 @@ struct RandomMoe {
     std::vector<float> logits(kExperts);
     for (int64_t e = 0; e < kExperts; ++e) {
       double sum = 0;
-      for (int64_t c = 0; c < shape.hidden; ++c) sum += double(values[0][size_t(e * shape.hidden + c)]) * x[size_t(t * shape.hidden + c)];
+      for (int64_t c = 0; c < shape.hidden; ++c)
+        sum += double(values[0][size_t(e * shape.hidden + c)]) * x[size_t(t * shape.hidden + c)];
       logits[size_t(e)] = float(sum);
     }
     route_token(logits.data(), nullptr, router, ids, expert_weights);
@@ -102,7 +103,8 @@ struct RandomMoe {
       h[size_t(i)] = gate / (1.0 + std::exp(-gate)) * up;
     }
     for (int64_t r = 0; r < hidden; ++r)
-      for (int64_t i = 0; i < width; ++i) out[size_t(r)] += scale * values[first + 2][size_t(r * width + i)] * h[size_t(i)];
+      for (int64_t i = 0; i < width; ++i)
+        out[size_t(r)] += scale * values[first + 2][size_t(r * width + i)] * h[size_t(i)];
   }
 
   // sum over the chosen experts this rank owns of weight * expert(x), plus the shared expert.

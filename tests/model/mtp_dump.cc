@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   for (int64_t j = 0; j + 1 < n; ++j) {
     const ForwardSequence row{next.subspan(size_t(j), 1), j, decode_cache.view, MlaPath::Absorbed,
                               ForwardSequence::Logits::Last};
-    mtp->forward(std::span(&row, 1), hidden.data() + j * width, states.data() + j * width, mtp_logits.data() + j * vocab);
+    mtp->forward(std::span(&row, 1), hidden.data() + j * width, states.data() + j * width,
+                 mtp_logits.data() + j * vocab);
   }
   write_npy_f32(out + "/mtp_decode.npy", mtp_logits.data(), {n - 1, vocab});
 

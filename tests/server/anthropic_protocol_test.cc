@@ -40,7 +40,8 @@ TEST(AnthropicProtocol, BodiesMapToTheChatRequestTheyMean) {
     "tool_choice": {"type": "tool", "name": "f"}, "thinking": {"type": "disabled"}})"));
   EXPECT_EQ(named["tool_choice"], ojson::parse(R"({"type": "function", "function": {"name": "f"}})"));
   EXPECT_EQ(named["chat_template_kwargs"]["thinking"], false);
-  EXPECT_FALSE(messages_to_chat(ojson::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), true).contains("max_tokens"));
+  EXPECT_FALSE(messages_to_chat(ojson::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), true)
+                   .contains("max_tokens"));
 }
 
 TEST(AnthropicProtocol, HostileBodiesNameTheField) {
@@ -58,11 +59,17 @@ TEST(AnthropicProtocol, HostileBodiesNameTheField) {
   EXPECT_EQ(field_of(R"({"messages": [{"role": "user", "content": "x"}]})"), "max_tokens");
   EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": []})"), "messages");
   EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})"), "messages");
-  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "video"}]}]})"), "messages");
-  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f"}]}]})"),
+  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "video"}]}]})"),
             "messages");
-  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"), "messages");
-  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})"), "messages");
+  EXPECT_EQ(
+      field_of(
+          R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f"}]}]})"),
+      "messages");
+  EXPECT_EQ(
+      field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"),
+      "messages");
+  EXPECT_EQ(field_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]})"),
+            "messages");
   EXPECT_EQ(field_of("{" + ok + R"(, "system": 3})"), "system");
   EXPECT_EQ(field_of("{" + ok + R"(, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})"), "tools");
   EXPECT_EQ(field_of("{" + ok + R"(, "tools": {}})"), "tools");
@@ -109,8 +116,9 @@ TEST(AnthropicProtocol, EventsBecomeBlocksAndStreamEvents) {
   request.endpoint = Endpoint::ChatCompletions;
   request.engine.prompt = std::vector<int32_t>(30, 1);
   request.parsing = {ToolCallFormat::KimiK2, true};
-  const std::vector<std::string> pieces = {"<think>Cold", ".</think>Check", "ing.<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
-                                           "<|tool_call_argument_begin|>{\"a\"", ": 1}<|tool_call_end|><|tool_calls_section_end|>"};
+  const std::vector<std::string> pieces = {
+      "<think>Cold", ".</think>Check", "ing.<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
+      "<|tool_call_argument_begin|>{\"a\"", ": 1}<|tool_call_end|><|tool_calls_section_end|>"};
   MessageAnswer streamed(request, "m"), whole(request, "m");
   std::vector<std::string> frames = streamed.stream_start();
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -118,13 +126,17 @@ TEST(AnthropicProtocol, EventsBecomeBlocksAndStreamEvents) {
     for (const std::string& frame : streamed.stream_event(event)) frames.push_back(frame);
     whole.add(event);
   }
-  EXPECT_EQ(trace(frames), (std::vector<std::string>{
-      "message_start", "ping", "content_block_start thinking", R"(content_block_delta {"thinking":"Cold","type":"thinking_delta"})",
-      R"(content_block_delta {"thinking":".","type":"thinking_delta"})", "content_block_stop", "content_block_start text",
-      R"(content_block_delta {"text":"Check","type":"text_delta"})", R"(content_block_delta {"text":"ing.","type":"text_delta"})",
-      "content_block_stop", "content_block_start tool_use", R"(content_block_delta {"partial_json":"{\"a\"","type":"input_json_delta"})",
-      R"(content_block_delta {"partial_json":": 1}","type":"input_json_delta"})", "content_block_stop", "message_delta tool_use",
-      "message_stop"}));
+  EXPECT_EQ(
+      trace(frames),
+      (std::vector<std::string>{
+          "message_start", "ping", "content_block_start thinking",
+          R"(content_block_delta {"thinking":"Cold","type":"thinking_delta"})",
+          R"(content_block_delta {"thinking":".","type":"thinking_delta"})", "content_block_stop",
+          "content_block_start text", R"(content_block_delta {"text":"Check","type":"text_delta"})",
+          R"(content_block_delta {"text":"ing.","type":"text_delta"})", "content_block_stop",
+          "content_block_start tool_use", R"(content_block_delta {"partial_json":"{\"a\"","type":"input_json_delta"})",
+          R"(content_block_delta {"partial_json":": 1}","type":"input_json_delta"})", "content_block_stop",
+          "message_delta tool_use", "message_stop"}));
   const json message = whole.response();
   EXPECT_EQ(message["content"], json::parse(R"([{"type": "thinking", "thinking": "Cold.", "signature": ""},
       {"type": "text", "text": "Checking."}, {"type": "tool_use", "id": "functions.f:0", "name": "f", "input": {"a": 1}}])"));

@@ -33,8 +33,8 @@ ChatDelta parse_in_pieces(const MakeParser& make, const std::string& text, const
   for (size_t i = 0; i < want.tool_calls.size(); ++i) {
     const ToolCallDelta &g = got.tool_calls[i], &w = want.tool_calls[i];
     if (g.index != w.index || g.id != w.id || g.name != w.name || g.arguments != w.arguments)
-      return ::testing::AssertionFailure() << "call " << i << ": " << g.index << " '" << g.id << "' '" << g.name
-                                           << "' '" << g.arguments << "'";
+      return ::testing::AssertionFailure()
+             << "call " << i << ": " << g.index << " '" << g.id << "' '" << g.name << "' '" << g.arguments << "'";
   }
   return ::testing::AssertionSuccess();
 }
@@ -54,7 +54,9 @@ MakeParser tools(ToolCallFormat format) {
 }
 
 MakeParser reasoning(bool opened_in_prompt, std::optional<ToolCallFormat> format = std::nullopt) {
-  return [=] { return ChatOutputParser(ChatParsing{format, true}, opened_in_prompt ? "<|User|>Hi<think>\n" : "<|User|>Hi"); };
+  return [=] {
+    return ChatOutputParser(ChatParsing{format, true}, opened_in_prompt ? "<|User|>Hi<think>\n" : "<|User|>Hi");
+  };
 }
 
 TEST(ToolCallParser, KimiK2) {
@@ -63,15 +65,18 @@ TEST(ToolCallParser, KimiK2) {
       "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_call_begin|>"
       "functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>";
   expect_parsed(tools(ToolCallFormat::KimiK2), text,
-                {"", "Let me check.", {{0, "functions.get_weather:0", "get_weather", "{\"city\": \"Paris\"}"},
-                                       {1, "functions.get_time:1", "get_time", "{}"}}});
+                {"",
+                 "Let me check.",
+                 {{0, "functions.get_weather:0", "get_weather", "{\"city\": \"Paris\"}"},
+                  {1, "functions.get_time:1", "get_time", "{}"}}});
 }
 
 TEST(ToolCallParser, DeepseekV31) {
   const std::string text =
       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"mlaserve ｜ MLA\"}"
       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
-  expect_parsed(tools(ToolCallFormat::DeepseekV31), text, {"", "", {{0, "", "search", "{\"query\": \"mlaserve ｜ MLA\"}"}}});
+  expect_parsed(tools(ToolCallFormat::DeepseekV31), text,
+                {"", "", {{0, "", "search", "{\"query\": \"mlaserve ｜ MLA\"}"}}});
 }
 
 TEST(ToolCallParser, DeepseekV3) {
@@ -79,21 +84,24 @@ TEST(ToolCallParser, DeepseekV3) {
       "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
       "{\"city\": \"Tokyo\", \"days\": 2}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
       "get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
-  expect_parsed(tools(ToolCallFormat::DeepseekV3), text,
-                {"", "Sure.", {{0, "", "get_weather", "{\"city\": \"Tokyo\", \"days\": 2}"}, {1, "", "get_time", "{}"}}});
+  expect_parsed(
+      tools(ToolCallFormat::DeepseekV3), text,
+      {"", "Sure.", {{0, "", "get_weather", "{\"city\": \"Tokyo\", \"days\": 2}"}, {1, "", "get_time", "{}"}}});
 }
 
 TEST(ToolCallParser, ProseThatLooksLikeACallIsContent) {
   const std::string kimi = "Call functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"} yourself.";
   expect_parsed(tools(ToolCallFormat::KimiK2), kimi, {"", kimi, {}});
-  const std::string deepseek = "It looks like get_weather\n```json\n{\"city\": \"Tokyo\"}\n``` but is prose <｜tool▁sep｜>.";
+  const std::string deepseek =
+      "It looks like get_weather\n```json\n{\"city\": \"Tokyo\"}\n``` but is prose <｜tool▁sep｜>.";
   expect_parsed(tools(ToolCallFormat::DeepseekV3), deepseek, {"", deepseek, {}});
 }
 
 TEST(ToolCallParser, TextAfterTheSectionIsContentAndACutOffCallKeepsItsArguments) {
-  expect_parsed(tools(ToolCallFormat::DeepseekV31),
-                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>done",
-                {"", "done", {{0, "", "f", "{}"}}});
+  expect_parsed(
+      tools(ToolCallFormat::DeepseekV31),
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>done",
+      {"", "done", {{0, "", "f", "{}"}}});
   expect_parsed(tools(ToolCallFormat::KimiK2),
                 "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1",
                 {"", "", {{0, "functions.f:0", "f", "{\"a\": 1"}}});
@@ -122,7 +130,8 @@ TEST(ReasoningParser, ToolCallsAfterReasoning) {
       "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|>"
       "<|tool_calls_section_end|>";
   expect_parsed(reasoning(false, ToolCallFormat::KimiK2), text,
-                {"Need the weather <|tool_call_begin|> not yet.", "Checking.",
+                {"Need the weather <|tool_call_begin|> not yet.",
+                 "Checking.",
                  {{0, "functions.get_weather:0", "get_weather", "{\"city\": \"Oslo\"}"}}});
 }
 
@@ -141,11 +150,14 @@ TEST(KimiK3Output, ReasoningThenContent) {
   expect_parsed(kimi_k3(kThinkOpened), "Sun < rain | maybe.<|close|>think<|sep|>" + kAnswer,
                 {"Sun < rain | maybe.", "It is <b>sunny</b>.", {}});
   // The model opening its channel again, the prompt having opened it or not.
-  expect_parsed(kimi_k3(kThinkOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer, {"Hm.", "It is <b>sunny</b>.", {}});
-  expect_parsed(kimi_k3(kMessageOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer, {"Hm.", "It is <b>sunny</b>.", {}});
+  expect_parsed(kimi_k3(kThinkOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer,
+                {"Hm.", "It is <b>sunny</b>.", {}});
+  expect_parsed(kimi_k3(kMessageOpened), "<|open|>think<|sep|>Hm.<|close|>think<|sep|>" + kAnswer,
+                {"Hm.", "It is <b>sunny</b>.", {}});
   expect_parsed(kimi_k3(kResponseOpened), "Hi.<|close|>response<|sep|><|close|>message<|sep|>", {"", "Hi.", {}});
   expect_parsed(kimi_k3(kResponseOpened), "<|open|>response<|sep|>Hi.<|close|>response<|sep|>", {"", "Hi.", {}});
-  expect_parsed(kimi_k3(kThinkOpened), "cut off while thinking <|close|>thi", {"cut off while thinking <|close|>thi", "", {}});
+  expect_parsed(kimi_k3(kThinkOpened), "cut off while thinking <|close|>thi",
+                {"cut off while thinking <|close|>thi", "", {}});
 }
 
 TEST(KimiK3Output, TypedArgumentsBecomeAJsonObject) {
@@ -160,11 +172,14 @@ TEST(KimiK3Output, TypedArgumentsBecomeAJsonObject) {
       "<|open|>call tool=\"a&amp;b\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>{\"x\":1}<|close|>json<|sep|>"
       "<|close|>call<|sep|><|open|>call tool=\"now\" index=\"3\"<|sep|><|close|>call<|sep|>"
       "<|close|>tools<|sep|><|close|>message<|sep|>";
-  expect_parsed(kimi_k3(kThinkOpened), text,
-                {"Need weather.", "Checking.",
-                 {{0, "", "get_weather", "{\"city\": \"Paris \\\"Nord\\\"\\\\\\n\", \"days\": 2, \"opts\": {\"a\": [1, true]}, \"k\\\"\": \"two\"}"},
-                  {1, "", "a&b", "{\"x\":1}"},
-                  {2, "", "now", "{}"}}});
+  expect_parsed(
+      kimi_k3(kThinkOpened), text,
+      {"Need weather.",
+       "Checking.",
+       {{0, "", "get_weather",
+         "{\"city\": \"Paris \\\"Nord\\\"\\\\\\n\", \"days\": 2, \"opts\": {\"a\": [1, true]}, \"k\\\"\": \"two\"}"},
+        {1, "", "a&b", "{\"x\":1}"},
+        {2, "", "now", "{}"}}});
   // A request without tools: the block is dropped.
   expect_parsed(kimi_k3(kThinkOpened, false), text, {"Need weather.", "Checking.", {}});
   // Cut off inside a string value: what streamed stays.
@@ -177,7 +192,8 @@ TEST(KimiK3Output, TypedArgumentsBecomeAJsonObject) {
 // A call's name arrives in its own step before any argument, as OpenAI streams it.
 TEST(ToolCallParser, TheNameStepComesFirst) {
   ToolCallParser parser(ToolCallFormat::KimiK2);
-  const ChatDelta first = parser.feed("<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\"");
+  const ChatDelta first =
+      parser.feed("<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\"");
   ASSERT_EQ(first.tool_calls.size(), 1u);
   EXPECT_EQ(first.tool_calls[0].name, "f");
   EXPECT_EQ(first.tool_calls[0].arguments, "{\"a\"");

@@ -63,8 +63,9 @@ TEST_F(OpenAiProtocol, OmittedFieldsTakeTheCheckpointsDefaults) {
 }
 
 TEST_F(OpenAiProtocol, ChatMessagesGoThroughTheChatTemplate) {
-  const ParsedRequest chat = parse(Endpoint::ChatCompletions,
-                                   R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})");
+  const ParsedRequest chat =
+      parse(Endpoint::ChatCompletions,
+            R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})");
   ChatInput input;
   input.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
   EXPECT_EQ(chat.engine.prompt, tokenizer_->encode(chat_template_->render(input)));
@@ -124,7 +125,8 @@ StreamEvent event(const std::string& text, std::vector<int32_t> ids, bool finish
 // tool parameters of 100,000 brackets overflowed the stack of the schema compiler).
 TEST_F(OpenAiProtocol, DeeplyNestedBodiesAreRefused) {
   const auto nested = [](int depth) {
-    std::string body = R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": )";
+    std::string body =
+        R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": )";
     for (int i = 0; i < depth; ++i) body += "{\"type\": \"array\", \"items\": ";
     body += "{\"type\": \"integer\"}";
     return body.append(size_t(depth), '}') + "}}}";
@@ -182,9 +184,11 @@ TEST_F(OpenAiProtocol, ResponsesCarryTheEventsTextReasonAndUsage) {
 // named call's whole output is its arguments, a required one's a JSON list of calls.
 TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   const std::string hi = R"({"messages": [{"role": "user", "content": "hi"}], )";
-  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
       {"type": "function", "function": {"name": "g"}}], )";
-  const ParsedRequest named = parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": {"type": "function", "function": {"name": "g"}}})");
+  const ParsedRequest named = parse(Endpoint::ChatCompletions,
+                                    hi + tools + R"("tool_choice": {"type": "function", "function": {"name": "g"}}})");
   ASSERT_TRUE(named.engine.sampling.grammar);
   EXPECT_EQ(named.forced_tool, "g");
   ResponseBuilder named_response(named, *tokenizer_, "micro");
@@ -200,7 +204,8 @@ TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   const ParsedRequest required = parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": "required"})");
   EXPECT_TRUE(required.required_tool_calls && required.engine.sampling.grammar);
   ResponseBuilder required_response(required, *tokenizer_, "micro");
-  StreamEvent whole = event(R"([{"name": "g", "parameters": {"b": 1, "a": 2}}, {"name": "f", "parameters": {}}])", {5}, true);
+  StreamEvent whole =
+      event(R"([{"name": "g", "parameters": {"b": 1, "a": 2}}, {"name": "f", "parameters": {}}])", {5}, true);
   whole.finish_reason = "stop";
   required_response.add(whole);
   const nlohmann::json calls = required_response.final_response()["choices"][0]["message"]["tool_calls"];
@@ -209,12 +214,14 @@ TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   EXPECT_EQ(calls[0]["function"]["arguments"], R"({"b":1,"a":2})");  // the model's key order
   EXPECT_EQ(calls[1]["function"]["name"], "f");
 
-  EXPECT_TRUE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})").engine.sampling.grammar);
+  EXPECT_TRUE(
+      parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})").engine.sampling.grammar);
 
   // With a reasoning template, the answer reasons first: the reasoning is parsed out and the
   // document is the content; a forced call is JSON from its first token.
   parsing_ = {std::nullopt, true};
-  const ParsedRequest thinking = parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})");
+  const ParsedRequest thinking =
+      parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_object"}})");
   EXPECT_TRUE(thinking.engine.sampling.grammar && thinking.parsing.reasoning);
   ResponseBuilder thought(thinking, *tokenizer_, "micro");
   StreamEvent answer = event("<think>Easy.</think>\n{\"a\": 1}", {5}, true);
@@ -225,15 +232,20 @@ TEST_F(OpenAiProtocol, ForcedToolCallsAndResponseFormatsAreConstrained) {
   EXPECT_EQ(message["content"], "\n{\"a\": 1}");
   EXPECT_FALSE(parse(Endpoint::ChatCompletions, hi + tools + R"("tool_choice": "required"})").parsing.reasoning);
   parsing_ = {};
-  EXPECT_TRUE(parse(Endpoint::Completions, R"({"prompt": [1], "guided_json": {"type": "integer"}})").engine.sampling.grammar);
-  EXPECT_FALSE(parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "text"}})").engine.sampling.grammar);
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_schema"}})"), "response_format");
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
-                          hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}})"),
+  EXPECT_TRUE(
+      parse(Endpoint::Completions, R"({"prompt": [1], "guided_json": {"type": "integer"}})").engine.sampling.grammar);
+  EXPECT_FALSE(
+      parse(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "text"}})").engine.sampling.grammar);
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, hi + R"("response_format": {"type": "json_schema"}})"),
             "response_format");
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,  // a $ref cycle: no text to match, refused at parse time
-                          hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}}})"),
-            "response_format");
+  EXPECT_EQ(
+      refused_param(Endpoint::ChatCompletions,
+                    hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {}}}}})"),
+      "response_format");
+  EXPECT_EQ(
+      refused_param(Endpoint::ChatCompletions,  // a $ref cycle: no text to match, refused at parse time
+                    hi + R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#"}}}})"),
+      "response_format");
   EXPECT_EQ(refused_param(Endpoint::Completions, R"({"prompt": [1], "guided_regex": "a+"})"), "guided_regex");
 }
 
@@ -247,8 +259,12 @@ TEST_F(OpenAiProtocol, ToolCallsAndReasoningAreParsedOutOfTheText) {
   const ParsedRequest request = parse(Endpoint::ChatCompletions, body);
   EXPECT_TRUE(request.parsing.tools.has_value() && request.parsing.reasoning);
   EXPECT_FALSE(request.engine.skip_special_tokens);  // the markup is special tokens
-  const std::vector<std::string> pieces = {"<think>It is", " cold.</th", "ink>Checking.<|tool_calls_sec",
-      "tion_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"ci", "ty\": \"Oslo\"}",
+  const std::vector<std::string> pieces = {
+      "<think>It is",
+      " cold.</th",
+      "ink>Checking.<|tool_calls_sec",
+      "tion_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"ci",
+      "ty\": \"Oslo\"}",
       "<|tool_call_end|><|tool_calls_section_end|>"};
   ResponseBuilder stream(request, *tokenizer_, "micro");
   ResponseBuilder whole(request, *tokenizer_, "micro");
@@ -292,9 +308,9 @@ std::unique_ptr<Tokenizer> kimi_k3_tokenizer() {
   std::string ranks;
   for (int b = 0; b < 256; ++b)
     ranks += std::string{alphabet[b >> 2], alphabet[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
-  return Tokenizer::from_tiktoken(ranks, kKimiPattern,
-                                  {{"<|end_of_msg|>", 258, true}, {"<|open|>", 259, true}, {"<|close|>", 260, true},
-                                   {"<|sep|>", 261, true}});
+  return Tokenizer::from_tiktoken(
+      ranks, kKimiPattern,
+      {{"<|end_of_msg|>", 258, true}, {"<|open|>", 259, true}, {"<|close|>", 260, true}, {"<|sep|>", 261, true}});
 }
 
 // K3's format end to end through the protocol: the prompt is the format's ids (/tokenize says
@@ -323,7 +339,8 @@ TEST_F(OpenAiProtocol, KimiK3ConversationsToolsAndChannels) {
   EXPECT_FALSE(request.engine.sampling.grammar);  // tool_choice auto: free, then parsed
   EXPECT_FALSE(request.engine.skip_special_tokens);
 
-  const std::vector<std::string> pieces = {"Need it.<|close|>th", "ink<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>",
+  const std::vector<std::string> pieces = {
+      "Need it.<|close|>th", "ink<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>",
       "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"st",
       "ring\"<|sep|>Oslo<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"};
   ResponseBuilder whole(request, *tokenizer_, "micro");
@@ -344,15 +361,19 @@ TEST_F(OpenAiProtocol, KimiK3ConversationsToolsAndChannels) {
   const ParsedRequest forced = parse(Endpoint::ChatCompletions, named);
   EXPECT_TRUE(forced.engine.sampling.grammar && forced.forced_tool.empty() && forced.parsing.tools.has_value());
   EXPECT_TRUE(forced.prompt_end.ends_with("<|open|>response<|sep|>"));  // a named call turns thinking off
-  const ParsedRequest json_answer = parse(Endpoint::ChatCompletions,
-      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  const ParsedRequest json_answer =
+      parse(Endpoint::ChatCompletions,
+            R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
   EXPECT_TRUE(json_answer.engine.sampling.grammar && json_answer.parsing.reasoning);
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "guided_json": {}})"),
-            "guided_json");
-  EXPECT_EQ(refused_param(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"})"),
-            "reasoning_effort");
   EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
-                          R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"thinking_effort": 3}})"),
+                          R"({"messages": [{"role": "user", "content": "x"}], "guided_json": {}})"),
+            "guided_json");
+  EXPECT_EQ(refused_param(Endpoint::ChatCompletions,
+                          R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"})"),
+            "reasoning_effort");
+  EXPECT_EQ(refused_param(
+                Endpoint::ChatCompletions,
+                R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"thinking_effort": 3}})"),
             "chat_template_kwargs");
 }
 

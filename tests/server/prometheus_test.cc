@@ -19,7 +19,8 @@ TEST(Prometheus, ModelInfoLabelsAreEscaped) {
 
 TEST(HttpServer, LoopbackHosts) {
   for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "localhost"}) EXPECT_TRUE(is_loopback_host(host)) << host;
-  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "192.168.1.127", ""}) EXPECT_FALSE(is_loopback_host(host)) << host;
+  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "192.168.1.127", ""})
+    EXPECT_FALSE(is_loopback_host(host)) << host;
 }
 
 }  // namespace

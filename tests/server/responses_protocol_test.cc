@@ -39,19 +39,23 @@ TEST(ResponsesProtocol, ItemsMapToTheChatRequestTheyMean) {
   EXPECT_EQ(request.conversation, conversation) << request.conversation.dump(2);
   ojson messages = conversation;
   messages.insert(messages.begin(), ojson{{"role", "system"}, {"content", "Be brief."}});
-  EXPECT_EQ(request.chat, ojson::parse(R"({"model": "m", "temperature": 0.5, "parallel_tool_calls": false, "max_tokens": 9,
-      "messages": )" + messages.dump() + R"(,
+  EXPECT_EQ(request.chat,
+            ojson::parse(R"({"model": "m", "temperature": 0.5, "parallel_tool_calls": false, "max_tokens": 9,
+      "messages": )" + messages.dump() +
+                         R"(,
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "description": "F"}}],
       "tool_choice": {"type": "function", "function": {"name": "f"}},
       "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
-      "reasoning_effort": "low"})")) << request.chat.dump(2);
+      "reasoning_effort": "low"})"))
+      << request.chat.dump(2);
   EXPECT_TRUE(request.store);
   EXPECT_EQ(request.echo["instructions"], "Be brief.");
 
   // previous_response_id: the stored conversation first; instructions are not carried over.
   store.put("resp_1", json::object(), conversation);
   const ResponsesRequest next = responses_to_chat(ojson::parse(R"({"previous_response_id": "resp_1", "input": "More",
-      "reasoning": {"effort": "none"}, "store": false})"), store);
+      "reasoning": {"effort": "none"}, "store": false})"),
+                                                  store);
   ASSERT_EQ(next.chat["messages"].size(), conversation.size() + 1);
   EXPECT_EQ(next.chat["messages"].back(), ojson::parse(R"({"role": "user", "content": "More"})"));
   EXPECT_EQ(next.chat["chat_template_kwargs"]["thinking"], false);
@@ -81,7 +85,8 @@ TEST(ResponsesProtocol, HostileBodiesNameTheField) {
   EXPECT_EQ(field_of(R"({"input": []})"), "input");
   EXPECT_EQ(field_of(R"({"input": [{"type": "item_reference", "id": "x"}]})"), "input");
   EXPECT_EQ(field_of(R"({"input": [{"role": "robot", "content": "x"}]})"), "input");
-  EXPECT_EQ(field_of(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"), "input");
+  EXPECT_EQ(field_of(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"),
+            "input");
   EXPECT_EQ(field_of(R"({"input": [{"type": "function_call", "name": "f"}]})"), "input");
   EXPECT_EQ(field_of(R"({"input": "x", "tools": [{"type": "web_search"}]})"), "tools");
   EXPECT_EQ(field_of(R"({"input": "x", "tool_choice": {"type": "mcp"}})"), "tool_choice");
@@ -111,8 +116,9 @@ TEST(ResponsesProtocol, EventsBecomeItemsAndAStoredResponse) {
   ResponsesRequest responses;
   responses.conversation = ojson::parse(R"([{"role": "user", "content": "Hi"}])");
   responses.echo = {{"store", true}};
-  const std::vector<std::string> pieces = {"<think>Cold.</think>Check", "ing.<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
-                                           "<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"};
+  const std::vector<std::string> pieces = {
+      "<think>Cold.</think>Check", "ing.<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0",
+      "<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"};
   ResponseAnswer streamed(request, responses, "m", store), whole(request, responses, "m", store);
   std::vector<json> events;
   std::vector<std::string> frames = streamed.stream_start();
@@ -127,24 +133,39 @@ TEST(ResponsesProtocol, EventsBecomeItemsAndAStoredResponse) {
     EXPECT_EQ(event["sequence_number"], i);
     types.push_back(event["type"]);
   }
-  EXPECT_EQ(types, (std::vector<std::string>{
-      "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-      "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
-      "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.output_item.added",
-      "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done",
-      "response.completed"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.function_call_arguments.delta",
+                                             "response.function_call_arguments.done",
+                                             "response.output_item.done",
+                                             "response.completed"}));
   const json response = whole.response();
   ASSERT_EQ(response["output"].size(), 3u);
   EXPECT_EQ(response["output"][0]["content"][0]["text"], "Cold.");
-  EXPECT_EQ(response["output"][1]["content"][0], json::parse(R"({"type": "output_text", "text": "Checking.", "annotations": []})"));
+  EXPECT_EQ(response["output"][1]["content"][0],
+            json::parse(R"({"type": "output_text", "text": "Checking.", "annotations": []})"));
   EXPECT_EQ(response["output"][2]["arguments"], "{\"a\": 1}");
   EXPECT_EQ(response["output"][2]["call_id"], "functions.f:0");
   EXPECT_EQ(response["status"], "completed");
   EXPECT_EQ(response["usage"]["input_tokens_details"]["cached_tokens"], 16);
   const auto conversation = store.conversation(response["id"]);
   ASSERT_TRUE(conversation.has_value());
-  EXPECT_EQ(conversation->back(), ojson::parse(R"({"role": "assistant", "content": "Checking.", "reasoning_content": "Cold.",
+  EXPECT_EQ(conversation->back(),
+            ojson::parse(R"({"role": "assistant", "content": "Checking.", "reasoning_content": "Cold.",
       "tool_calls": [{"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]})"));
   EXPECT_EQ(store.response(response["id"]), response);
   EXPECT_TRUE(store.erase(response["id"]));

@@ -72,8 +72,8 @@ TEST(Bpe, LongPieceDoesNotGoQuadratic) {
 
 TEST(Tokenizer, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(sanitize_utf8("ok\xff\xfe!"), "ok\xef\xbf\xbd\xef\xbf\xbd!");
-  EXPECT_EQ(sanitize_utf8("\xe4\xb8"), "\xef\xbf\xbd\xef\xbf\xbd");       // truncated 3-byte char
-  EXPECT_EQ(sanitize_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");       // overlong '/'
+  EXPECT_EQ(sanitize_utf8("\xe4\xb8"), "\xef\xbf\xbd\xef\xbf\xbd");                  // truncated 3-byte char
+  EXPECT_EQ(sanitize_utf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");                  // overlong '/'
   EXPECT_EQ(sanitize_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
   EXPECT_EQ(sanitize_utf8("é中😀"), "é中😀");
 }

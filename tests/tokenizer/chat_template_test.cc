@@ -50,7 +50,8 @@ TEST(ChatTemplate, BuiltInDeepseekV3) {
             "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi<｜Assistant｜>Hello!<｜end▁of▁sentence｜>"
             "<｜User｜>2+2?<｜Assistant｜>");
   EXPECT_EQ(chat.render(conversation(ojson::parse(R"([{"role": "system", "content": "A"},
-                {"role": "system", "content": "B"}, {"role": "user", "content": "x"}])"), false)),
+                {"role": "system", "content": "B"}, {"role": "user", "content": "x"}])"),
+                                     false)),
             "<｜begin▁of▁sentence｜>A\n\nB<｜User｜>x");
 }
 
@@ -132,7 +133,8 @@ TEST(ChatTemplate, SpecialTokensToolsDocumentsAndKwargsAreVariables) {
       R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "pad_token": null})");
   const ChatTemplate chat = ChatTemplate::from_source(
       "{{ bos_token }}{{ tools[0].function.name }}|{{ documents | length }}|{{ thinking }}"
-      "|{{ pad_token is defined }}{{ eos_token }}", special);
+      "|{{ pad_token is defined }}{{ eos_token }}",
+      special);
   ChatInput input = conversation(kConversation);
   input.tools = ojson::parse(R"([{"type": "function", "function": {"name": "lookup"}}])");
   input.documents = ojson::parse(R"([{"text": "a"}, {"text": "b"}])");
@@ -145,8 +147,8 @@ TEST(ChatTemplate, SpecialTokensToolsDocumentsAndKwargsAreVariables) {
 // A template that loops over content receives the parts; one that does not receives their text
 // joined by newlines.
 TEST(ChatTemplate, ContentPartsAreFlattenedUnlessTheTemplateIteratesOverThem) {
-  const ojson messages = ojson::parse(
-      R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])");
+  const ojson messages =
+      ojson::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])");
   const ChatTemplate flat = ChatTemplate::from_source("[{{ messages[0]['content'] }}]", {});
   EXPECT_EQ(flat.render(conversation(messages)), "[a\nb]");
   const ChatTemplate parts = ChatTemplate::from_source(
@@ -159,9 +161,11 @@ TEST(ChatTemplate, ContentPartsAreFlattenedUnlessTheTemplateIteratesOverThem) {
 TEST(ChatTemplate, ContinueFinalMessageLeavesTheLastTurnOpen) {
   const ChatTemplate chat = ChatTemplate::from_source(
       "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"
-      "{% if add_generation_prompt %}<assistant>{% endif %}", {});
-  ChatInput input = conversation(ojson::parse(
-      R"([{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue is "}])"), false);
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      {});
+  ChatInput input = conversation(
+      ojson::parse(R"([{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue is "}])"),
+      false);
   input.continue_final_message = true;
   EXPECT_EQ(chat.render(input), "<user>Name a colour.</user><assistant>Blue is");
   input.add_generation_prompt = true;

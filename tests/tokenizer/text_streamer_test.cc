@@ -73,9 +73,9 @@ std::vector<std::string> pieces_of(const std::string& text, size_t cut) {
 TEST(StopStringFilter, SendsTheTextBeforeTheFirstStopHoweverItIsCut) {
   const StopCase cases[] = {
       {"Hello STOP world", {"STOP"}, "Hello ", true, "STOP"},
-      {"Hello STO", {"STOP"}, "Hello STO", false, ""},              // a prefix at the end is sent by flush
-      {"one two three", {"three", "two"}, "one ", true, "two"},     // the earliest match wins
-      {"aaab", {"aab"}, "a", true, "aab"},                          // overlapping starts
+      {"Hello STO", {"STOP"}, "Hello STO", false, ""},           // a prefix at the end is sent by flush
+      {"one two three", {"three", "two"}, "one ", true, "two"},  // the earliest match wins
+      {"aaab", {"aab"}, "a", true, "aab"},                       // overlapping starts
       {"\n\nUser:", {"\nUser:"}, "\n", true, "\nUser:"},
       {"no stop here", {}, "no stop here", false, ""},
   };

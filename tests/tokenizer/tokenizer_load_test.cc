@@ -47,15 +47,24 @@ void write_kimi_ranks(const std::string& path) {
 void write_kimi_tokenizer(const std::string& dir) {
   write_kimi_ranks(dir + "/tiktoken.model");
   nlohmann::json decoder;
-  const std::pair<int32_t, const char*> specials[] = {
-      {163584, "[BOS]"},       {163585, "[EOS]"},        {163586, "<|im_end|>"},  {163587, "<|im_user|>"},
-      {163588, "<|im_assistant|>"}, {163594, "<|im_system|>"}, {163601, "<|im_middle|>"}, {163838, "[UNK]"},
-      {163839, "[PAD]"}};
+  const std::pair<int32_t, const char*> specials[] = {{163584, "[BOS]"},
+                                                      {163585, "[EOS]"},
+                                                      {163586, "<|im_end|>"},
+                                                      {163587, "<|im_user|>"},
+                                                      {163588, "<|im_assistant|>"},
+                                                      {163594, "<|im_system|>"},
+                                                      {163601, "<|im_middle|>"},
+                                                      {163838, "[UNK]"},
+                                                      {163839, "[PAD]"}};
   for (const auto& [id, content] : specials)
-    decoder[std::to_string(id)] = {{"content", content}, {"lstrip", false}, {"normalized", false},
+    decoder[std::to_string(id)] = {{"content", content}, {"lstrip", false},      {"normalized", false},
                                    {"rstrip", false},    {"single_word", false}, {"special", true}};
-  const nlohmann::json config = {{"added_tokens_decoder", decoder}, {"bos_token", "[BOS]"}, {"eos_token", "[EOS]"},
-                                 {"pad_token", "[PAD]"}, {"unk_token", "[UNK]"}, {"tokenizer_class", "TikTokenTokenizer"}};
+  const nlohmann::json config = {{"added_tokens_decoder", decoder},
+                                 {"bos_token", "[BOS]"},
+                                 {"eos_token", "[EOS]"},
+                                 {"pad_token", "[PAD]"},
+                                 {"unk_token", "[UNK]"},
+                                 {"tokenizer_class", "TikTokenTokenizer"}};
   std::ofstream(dir + "/tokenizer_config.json") << config.dump(2);
 }
 
@@ -102,14 +111,17 @@ TEST(TokenizerLoad, MalformedAddedTokenIdIsAnErrorNamingIt) {
 // An id that is not an integer in range is an error naming it (a double such as 1.3e31 was
 // converted to int32 out of range: undefined behaviour the fuzzer's UBSan caught).
 TEST(TokenizerLoad, TokenIdsOutOfRangeAreErrors) {
-  nlohmann::json tokenizer = {{"model", {{"type", "BPE"}, {"vocab", nlohmann::json::object()}, {"merges", nlohmann::json::array()}}}};
-  for (const auto& id : {nlohmann::json(1.3e31), nlohmann::json(-1), nlohmann::json(int64_t(1) << 40), nlohmann::json("7")}) {
+  nlohmann::json tokenizer = {
+      {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::object()}, {"merges", nlohmann::json::array()}}}};
+  for (const auto& id :
+       {nlohmann::json(1.3e31), nlohmann::json(-1), nlohmann::json(int64_t(1) << 40), nlohmann::json("7")}) {
     tokenizer["added_tokens"] = {{{"id", id}, {"content", "<s>"}, {"special", true}}};
     try {
       Tokenizer::from_hf_json(tokenizer, nlohmann::json::object());
       ADD_FAILURE() << "accepted id " << id.dump();
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("token id " + id.dump() + " is not an integer"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("token id " + id.dump() + " is not an integer"), std::string::npos)
+          << e.what();
     }
   }
 }

@@ -20,8 +20,8 @@ std::string override_error(const std::string& preset, const char* overrides) {
 }
 
 TEST(ApplyOverrides, KimiK3KeysGoIntoTextConfig) {
-  const auto config = apply_overrides(model_preset("kimi-k3-tiny"),
-                                      {{"attn_res_block_size", 3}, {"latent_moe_use_norm", false}});
+  const auto config =
+      apply_overrides(model_preset("kimi-k3-tiny"), {{"attn_res_block_size", 3}, {"latent_moe_use_norm", false}});
   EXPECT_FALSE(config.contains("attn_res_block_size"));
   const ModelConfig parsed = parse_model_config(config);
   EXPECT_EQ(parsed.attn_res_block_size, 3);
@@ -42,14 +42,15 @@ TEST(ApplyOverrides, NestedObjectsMergeKeyByKey) {
 }
 
 TEST(ApplyOverrides, NullRemovesAKeyAndAnObjectReplacesANull) {
-  const auto config = apply_overrides(model_preset("tiny"),
-                                      nlohmann::json::parse(R"({"q_lora_rank": null, "rope_scaling": {"type": "yarn"}})"));
+  const auto config = apply_overrides(
+      model_preset("tiny"), nlohmann::json::parse(R"({"q_lora_rank": null, "rope_scaling": {"type": "yarn"}})"));
   EXPECT_FALSE(config.contains("q_lora_rank"));
   EXPECT_EQ(config["rope_scaling"]["type"], "yarn");
 }
 
 TEST(ApplyOverrides, UnknownKeysAreErrorsNamingThem) {
-  EXPECT_EQ(override_error("tiny", R"({"num_hiden_layers": 2})"), "--override: config.json has no key 'num_hiden_layers'");
+  EXPECT_EQ(override_error("tiny", R"({"num_hiden_layers": 2})"),
+            "--override: config.json has no key 'num_hiden_layers'");
   EXPECT_EQ(override_error("kimi-k3-tiny", R"({"n_routed_experts": 8})"),
             "--override: config.json (nor its text_config) has no key 'n_routed_experts'");
   EXPECT_EQ(override_error("kimi-k3-tiny", R"({"linear_attn_config": {"heads": 8}})"),

@@ -45,9 +45,9 @@ TEST(Perplexity, ScoresTheSecondHalfOfEachChunkAfterBos) {
 
 TEST(Perplexity, MissesCountAtTheRestsProbability) {
   std::vector<int32_t> ids = {0, 1, 2, 3, 0, 0, 0, 0};  // ctx 8, no BOS: positions 4..6 predict 0, 0, 0
-  const PerplexityResult result = perplexity(ids, std::nullopt, 8, 0, kVocab, [](std::span<const int32_t> chunk, float* logits) {
-    next_token_logits(chunk, logits, 0.6);
-  });
+  const PerplexityResult result =
+      perplexity(ids, std::nullopt, 8, 0, kVocab,
+                 [](std::span<const int32_t> chunk, float* logits) { next_token_logits(chunk, logits, 0.6); });
   // After 0 the rule says 1 (p 0.6): each of the 3 scored tokens has 0.1.
   EXPECT_NEAR(result.perplexity, 10.0, 1e-4);
 }

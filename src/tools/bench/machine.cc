@@ -46,13 +46,19 @@ double measure_triad_bandwidth_gb_s(int repetitions) {
              c = allocate_huge_pages<float>(kFloats);
   ThreadPool& pool = thread_pool();
   auto triad = [&](float scale) {
-    pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {
-      for (int64_t i = begin; i < end; ++i) a[i] = b[i] + scale * c[i];
-    }, 4096);
+    pool.parallel_for(
+        int64_t(kFloats),
+        [&](int64_t begin, int64_t end, int) {
+          for (int64_t i = begin; i < end; ++i) a[i] = b[i] + scale * c[i];
+        },
+        4096);
   };
-  pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {  // first touch, per thread
-    for (int64_t i = begin; i < end; ++i) a[i] = 0, b[i] = 1, c[i] = 2;
-  }, 4096);
+  pool.parallel_for(
+      int64_t(kFloats),
+      [&](int64_t begin, int64_t end, int) {  // first touch, per thread
+        for (int64_t i = begin; i < end; ++i) a[i] = 0, b[i] = 1, c[i] = 2;
+      },
+      4096);
   double best = 0;
   for (int r = 0; r < repetitions; ++r) {
     const auto start = std::chrono::steady_clock::now();
@@ -67,30 +73,36 @@ double measure_read_bandwidth_gb_s(int repetitions) {
   const auto data = allocate_huge_pages<float>(kFloats);
   ThreadPool& pool = thread_pool();
   constexpr int64_t kGrain = 4 * 4096;
-  pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int) {  // first touch, per thread
-    for (int64_t i = begin; i < end; ++i) data[size_t(i)] = 1.0f;
-  }, kGrain);
+  pool.parallel_for(
+      int64_t(kFloats),
+      [&](int64_t begin, int64_t end, int) {  // first touch, per thread
+        for (int64_t i = begin; i < end; ++i) data[size_t(i)] = 1.0f;
+      },
+      kGrain);
   std::vector<float> sums(size_t(pool.size()));
   double best = 0;
   for (int r = 0; r < repetitions; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(int64_t(kFloats), [&](int64_t begin, int64_t end, int worker) {
-      // 4 quarters of the share at once, as the linear kernels read spread quads of rows.
-      const float* quarters[4];
-      const int64_t quarter = (end - begin) / 4;
-      for (int k = 0; k < 4; ++k) quarters[k] = data.get() + begin + k * quarter;
-      float sum = 0.0f;
-      int64_t i = 0;
+    pool.parallel_for(
+        int64_t(kFloats),
+        [&](int64_t begin, int64_t end, int worker) {
+          // 4 quarters of the share at once, as the linear kernels read spread quads of rows.
+          const float* quarters[4];
+          const int64_t quarter = (end - begin) / 4;
+          for (int k = 0; k < 4; ++k) quarters[k] = data.get() + begin + k * quarter;
+          float sum = 0.0f;
+          int64_t i = 0;
 #if defined(__AVX2__)
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (; i + 8 <= quarter; i += 8)
-        for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(quarters[k] + i));
-      sum = simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+          __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+          for (; i + 8 <= quarter; i += 8)
+            for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(quarters[k] + i));
+          sum = simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 #endif
-      for (; i < quarter; ++i)
-        for (int k = 0; k < 4; ++k) sum += quarters[k][i];
-      sums[size_t(worker)] = sum;
-    }, kGrain);
+          for (; i < quarter; ++i)
+            for (int k = 0; k < 4; ++k) sum += quarters[k][i];
+          sums[size_t(worker)] = sum;
+        },
+        kGrain);
     best = std::max(best, double(kFloats) * sizeof(float) / seconds(start) / 1e9);
   }
   volatile float keep = sums[0];
@@ -126,9 +138,10 @@ Hardware this_cpu_hardware() {
   hw.fp8_tflops = measure_peak_int8_dot_gops() / 1e3;
   hw.flops_efficiency = hw.expert_flops_efficiency = hw.attention_efficiency = 0.6;
   hw.kernel_overhead_us = measure_dispatch_us();
-  hw.note = fmt::format("this machine, probed: {} threads, read {:.1f} GB/s, fp32 FMA {:.0f} GFLOP/s, int8 dot {:.0f} GOP/s, "
-                        "dispatch {:.1f} us", thread_pool().size(), hw.bandwidth_gb_s, hw.bf16_tflops * 1e3,
-                        hw.fp8_tflops * 1e3, hw.kernel_overhead_us);
+  hw.note = fmt::format(
+      "this machine, probed: {} threads, read {:.1f} GB/s, fp32 FMA {:.0f} GFLOP/s, int8 dot {:.0f} GOP/s, "
+      "dispatch {:.1f} us",
+      thread_pool().size(), hw.bandwidth_gb_s, hw.bf16_tflops * 1e3, hw.fp8_tflops * 1e3, hw.kernel_overhead_us);
   return hw;
 }
 

@@ -13,7 +13,7 @@ double measure_triad_bandwidth_gb_s(int repetitions = 5);  // best of repetition
 double measure_read_bandwidth_gb_s(int repetitions = 5);   // best of repetitions
 double measure_peak_fma_gflops(int repetitions = 5);       // best of repetitions
 double measure_peak_bf16_dot_gflops(int repetitions = 5);  // best of repetitions; 0 without AVX512_BF16
-double measure_peak_int8_dot_gops(int repetitions = 5);     // best of repetitions; 0 without AVX512_VNNI
+double measure_peak_int8_dot_gops(int repetitions = 5);    // best of repetitions; 0 without AVX512_VNNI
 double measure_dispatch_us();  // median round trip of an empty parallel_for over the pool's threads
 
 // The planner's catalog entry for this machine (`plan --hardware this-cpu`), from the probes:

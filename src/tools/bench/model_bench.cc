@@ -46,9 +46,17 @@ class BenchCaches {
     pool_ = executor.allocate_cache(size_t(latent_bytes_ + n_sequences * config_.recurrent_state_bytes()));
   }
   LatentCacheView view(int64_t sequence) const {
-    LatentCacheView view{pool_, dtype_, &block_ids_[size_t(sequence)], 1, capacity_, config_.cache_layers(),
-                         config_.kv_latent_dim(), -1, config_.qk_rope_head_dim};
-    if (config_.recurrent_state_bytes() > 0) view.state_offset = latent_bytes_ + sequence * config_.recurrent_state_bytes();
+    LatentCacheView view{pool_,
+                         dtype_,
+                         &block_ids_[size_t(sequence)],
+                         1,
+                         capacity_,
+                         config_.cache_layers(),
+                         config_.kv_latent_dim(),
+                         -1,
+                         config_.qk_rope_head_dim};
+    if (config_.recurrent_state_bytes() > 0)
+      view.state_offset = latent_bytes_ + sequence * config_.recurrent_state_bytes();
     return view;
   }
 
@@ -90,8 +98,8 @@ struct DecodeRun {
 // positions > 1, verification steps: each step a sequence computes `positions` tokens with
 // every position's logits, from one position past the last step's first (every draft
 // rejected, so the context grows as in plain decode).
-DecodeRun time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options, int64_t batch,
-                      uint64_t seed, int64_t positions = 1) {
+DecodeRun time_decode(ModelExecutor& executor, const BenchCaches& caches, const ModelBenchOptions& options,
+                      int64_t batch, uint64_t seed, int64_t positions = 1) {
   const ModelConfig& config = executor.config();
   const int64_t depth = std::max<int64_t>(1, options.depth);
   std::vector<std::vector<int32_t>> tokens;
@@ -129,7 +137,9 @@ struct MachineLimits {
             std::max(fma_gflops, other.fma_gflops), std::max(bf16_dot_gflops, other.bf16_dot_gflops)};
   }
   nlohmann::json json() const {
-    return {{"triad_gb_s", triad_gb_s}, {"read_gb_s", read_gb_s}, {"fma_gflops", fma_gflops},
+    return {{"triad_gb_s", triad_gb_s},
+            {"read_gb_s", read_gb_s},
+            {"fma_gflops", fma_gflops},
             {"bf16_dot_gflops", bf16_dot_gflops}};
   }
 };
@@ -166,10 +176,10 @@ BenchRuns time_repetitions(ModelExecutor& executor, const BenchCaches& caches, c
                            MlaPath prefill_path) {
   BenchRuns runs;
   for (int64_t r = 0; r < options.repetitions; ++r) {
-    spdlog::info("repetition {}/{}: pp{}, tg{}, tg{} x batch {}{}", r + 1, options.repetitions, options.prompt,
-                 options.generate, options.generate, options.batch,
-                 options.depth > 0 ? fmt::format(" (at depth {}), tg{} at the start", options.depth, options.generate)
-                                   : "");
+    spdlog::info(
+        "repetition {}/{}: pp{}, tg{}, tg{} x batch {}{}", r + 1, options.repetitions, options.prompt, options.generate,
+        options.generate, options.batch,
+        options.depth > 0 ? fmt::format(" (at depth {}), tg{} at the start", options.depth, options.generate) : "");
     runs.prefill.push_back(double(options.prompt) /
                            time_prefill(executor, caches, options, prefill_path, 7 + uint64_t(r)));
     // At depth, decode at the start runs beside decode at depth, before it in even
@@ -209,17 +219,18 @@ DecodeBytes decode_bytes(const ModelExecutor& executor, const ModelBenchOptions&
   const ModelConfig& config = executor.config();
   const RankWeightBytes weights = executor.weight_bytes();
   const double weights_per_token = weights.active_per_token;
-  const double kv_per_token = double(config.kv_bytes_per_token(dtype)) *
-                              double(std::max<int64_t>(1, options.depth) + options.generate / 2);
+  const double kv_per_token =
+      double(config.kv_bytes_per_token(dtype)) * double(std::max<int64_t>(1, options.depth) + options.generate / 2);
   // A batch step reads the weights once, and each routed expert any of its tokens chose once:
   // routed bytes a step / routed bytes a token alone, both counted by moe_forward, is the step's
   // distinct experts per MoE layer over num_experts_per_tok (a ratio, so it holds when this
   // process runs one MPI rank's share). Each further token's embedding row (KB) is left out.
-  const double routed_per_token = config.n_routed_experts > 0 ? weights.routed_experts *
-                                                                    double(config.num_experts_per_tok) /
-                                                                    double(config.n_routed_experts)
-                                                              : 0.0;
-  const double step_expert_ratio = runs.routed_bytes_alone > 0 ? runs.routed_bytes_batch / runs.routed_bytes_alone : 0.0;
+  const double routed_per_token =
+      config.n_routed_experts > 0
+          ? weights.routed_experts * double(config.num_experts_per_tok) / double(config.n_routed_experts)
+          : 0.0;
+  const double step_expert_ratio =
+      runs.routed_bytes_alone > 0 ? runs.routed_bytes_batch / runs.routed_bytes_alone : 0.0;
   DecodeBytes bytes;
   bytes.per_token = weights_per_token + kv_per_token;
   bytes.per_step = weights_per_token - routed_per_token + routed_per_token * step_expert_ratio +
@@ -250,17 +261,22 @@ nlohmann::json depth_comparison(const BenchRuns& runs) {
   std::vector<double> changes;
   for (size_t r = 0; r < runs.decode_start.size(); ++r)
     changes.push_back(100.0 * (runs.decode[r] / runs.decode_start[r] - 1.0));
-  return {{"decode_start_tok_s", median(runs.decode_start)}, {"decode_start_runs", runs.decode_start},
-          {"decode_depth_change_pct", median(changes)}, {"decode_depth_change_runs", changes}};
+  return {{"decode_start_tok_s", median(runs.decode_start)},
+          {"decode_start_runs", runs.decode_start},
+          {"decode_depth_change_pct", median(changes)},
+          {"decode_depth_change_runs", changes}};
 }
 
 // With --num-draft-tokens: what a verification step of 1 + k positions costs, in decode steps
 // (medians of the repetitions' ratios). Drafting gains only where a verifying step emits more
 // tokens than that, before the drafter's own time.
 nlohmann::json verification_cost(const ModelBenchOptions& options, const BenchRuns& runs) {
-  if (runs.verify_cost.empty()) return {{"num_draft_tokens", 0}, {"verify_cost", nullptr}, {"verify_batch_cost", nullptr}};
-  return {{"num_draft_tokens", options.num_draft_tokens}, {"verify_cost", median(runs.verify_cost)},
-          {"verify_cost_runs", runs.verify_cost}, {"verify_batch_cost", median(runs.verify_batch_cost)},
+  if (runs.verify_cost.empty())
+    return {{"num_draft_tokens", 0}, {"verify_cost", nullptr}, {"verify_batch_cost", nullptr}};
+  return {{"num_draft_tokens", options.num_draft_tokens},
+          {"verify_cost", median(runs.verify_cost)},
+          {"verify_cost_runs", runs.verify_cost},
+          {"verify_batch_cost", median(runs.verify_batch_cost)},
           {"verify_batch_cost_runs", runs.verify_batch_cost}};
 }
 
@@ -313,8 +329,14 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const ModelConfig& config = model.config();
   const DecodeBytes bytes = decode_bytes(executor, options, dtype, runs);
   const double flops_per_token = prefill_flops_per_token(config, spec, options);
-  const MlaShape shape{config.hidden_size, config.num_attention_heads / executor.ranks(), config.kv_lora_rank,
-                       config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim, 0.0, 0.0f};
+  const MlaShape shape{config.hidden_size,
+                       config.num_attention_heads / executor.ranks(),
+                       config.kv_lora_rank,
+                       config.qk_nope_head_dim,
+                       config.qk_rope_head_dim,
+                       config.v_head_dim,
+                       0.0,
+                       0.0f};
   const MlaPath prefill_form =
       prefill_path != MlaPath::Auto ? prefill_path : mla_prefill_path(shape, options.prompt, options.depth, dtype);
   const double prefill_tok_s = median(runs.prefill), decode_tok_s = median(runs.decode);
@@ -323,32 +345,50 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
       limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
   nlohmann::json report = {
-          {"model", options.model_dir}, {"weight_bytes", model.weight_bytes()}, {"total_params", spec.params.total()},
-          {"active_params", spec.active_params}, {"threads", thread_pool().size()},
-          {"ranks", executor.ranks()}, {"prompt", options.prompt},
-          {"mla_decode_kernel", mla_decode_kernel_name(choose_mla_decode_kernel(
-                                    config.num_attention_heads / executor.ranks(), kernel_config()))},
-          {"generate", options.generate}, {"batch", options.batch}, {"depth", options.depth},
-          {"repetitions", options.repetitions}, {"kv_cache_dtype", options.cache_dtype},
-          {"amx", kernel_config().amx}, {"bf16_terms", kernel_config().bf16_activation_terms},
-          {"bf16_dot_gemm", prefill_attention_on_bf16_dot(kernel_config())}, {"mla_prefill", mla_path_name(prefill_form)},
-          {"prefill_tok_s", prefill_tok_s}, {"decode_tok_s", decode_tok_s}, {"decode_batch_tok_s", batch_tok_s},
-          {"prefill_runs", runs.prefill}, {"decode_runs", runs.decode}, {"decode_batch_runs", runs.decode_batch},
-          {"membw_gb_s", membw}, {"peak_fma_gflops", peak}, {"bytes_per_decoded_token", bytes.per_token},
-          {"decode_roofline_tok_s", membw * 1e9 / bytes.per_token},
-          {"decode_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (membw * 1e9)},
-          {"read_bw_gb_s", read_bw}, {"decode_read_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (read_bw * 1e9)},
-          {"machine_before", before.json()}, {"machine_after", after.json()},
-          {"flops_per_prefill_token", flops_per_token},
-          {"prefill_peak_pct", 100.0 * prefill_gflops / peak},
-          {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
-          {"prefill_bf16_dot_peak_pct", prefill_bf16_dot_pct},
-          {"decode_batch_speedup", batch_tok_s / decode_tok_s}, {"decode_batch_bytes_per_step", bytes.per_step},
-          {"decode_batch_experts_per_layer", bytes.experts_per_layer},
-          {"decode_batch_roofline_tok_s", double(options.batch) * membw * 1e9 / bytes.per_step},
-          {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes.per_step / (membw * 1e9)},
-          {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
-          {"peak_rss_mb", rss_mb}};
+      {"model", options.model_dir},
+      {"weight_bytes", model.weight_bytes()},
+      {"total_params", spec.params.total()},
+      {"active_params", spec.active_params},
+      {"threads", thread_pool().size()},
+      {"ranks", executor.ranks()},
+      {"prompt", options.prompt},
+      {"mla_decode_kernel", mla_decode_kernel_name(choose_mla_decode_kernel(
+                                config.num_attention_heads / executor.ranks(), kernel_config()))},
+      {"generate", options.generate},
+      {"batch", options.batch},
+      {"depth", options.depth},
+      {"repetitions", options.repetitions},
+      {"kv_cache_dtype", options.cache_dtype},
+      {"amx", kernel_config().amx},
+      {"bf16_terms", kernel_config().bf16_activation_terms},
+      {"bf16_dot_gemm", prefill_attention_on_bf16_dot(kernel_config())},
+      {"mla_prefill", mla_path_name(prefill_form)},
+      {"prefill_tok_s", prefill_tok_s},
+      {"decode_tok_s", decode_tok_s},
+      {"decode_batch_tok_s", batch_tok_s},
+      {"prefill_runs", runs.prefill},
+      {"decode_runs", runs.decode},
+      {"decode_batch_runs", runs.decode_batch},
+      {"membw_gb_s", membw},
+      {"peak_fma_gflops", peak},
+      {"bytes_per_decoded_token", bytes.per_token},
+      {"decode_roofline_tok_s", membw * 1e9 / bytes.per_token},
+      {"decode_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (membw * 1e9)},
+      {"read_bw_gb_s", read_bw},
+      {"decode_read_roofline_pct", 100.0 * decode_tok_s * bytes.per_token / (read_bw * 1e9)},
+      {"machine_before", before.json()},
+      {"machine_after", after.json()},
+      {"flops_per_prefill_token", flops_per_token},
+      {"prefill_peak_pct", 100.0 * prefill_gflops / peak},
+      {"peak_bf16_dot_gflops", limits.bf16_dot_gflops},
+      {"prefill_bf16_dot_peak_pct", prefill_bf16_dot_pct},
+      {"decode_batch_speedup", batch_tok_s / decode_tok_s},
+      {"decode_batch_bytes_per_step", bytes.per_step},
+      {"decode_batch_experts_per_layer", bytes.experts_per_layer},
+      {"decode_batch_roofline_tok_s", double(options.batch) * membw * 1e9 / bytes.per_step},
+      {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes.per_step / (membw * 1e9)},
+      {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
+      {"peak_rss_mb", rss_mb}};
   report.update(depth_comparison(runs));
   report.update(verification_cost(options, runs));
   return report;
@@ -356,33 +396,37 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
 
 std::string model_bench_table(const nlohmann::json& r) {
   const std::string amx =
-      r["amx"].get<bool>()             ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", r["bf16_terms"].get<int>())
+      r["amx"].get<bool>() ? fmt::format(", AMX for 16+ token GEMMs ({} activation terms)", r["bf16_terms"].get<int>())
       : r["bf16_dot_gemm"].get<bool>() ? ", vdpbf16ps for BF16 panels of 2+ tokens (activations rounded to bf16)"
                                        : "";
   std::string out = fmt::format(
-      "machine: {:.1f} GB/s triad bandwidth, {:.1f} GB/s read, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} rank(s){}\n",
+      "machine: {:.1f} GB/s triad bandwidth, {:.1f} GB/s read, {:.1f} GFLOP/s fp32 FMA peak, {} threads, {} "
+      "rank(s){}\n",
       r["membw_gb_s"].get<double>(), r["read_bw_gb_s"].get<double>(), r["peak_fma_gflops"].get<double>(),
       r["threads"].get<int>(), r["ranks"].get<int>(), amx);
   out += fmt::format("model: {} ({:.2f} GB of weights, {:.1f}M params, {:.1f}M active), peak RSS {:.0f} MB\n",
-                     r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9, r["total_params"].get<double>() / 1e6,
-                     r["active_params"].get<double>() / 1e6, r["peak_rss_mb"].get<double>());
+                     r["model"].get<std::string>(), r["weight_bytes"].get<double>() / 1e9,
+                     r["total_params"].get<double>() / 1e6, r["active_params"].get<double>() / 1e6,
+                     r["peak_rss_mb"].get<double>());
   // llama-bench's test names: "pp512", or "pp512 @ d1024" with tokens already in the cache.
   const int64_t depth = r["depth"].get<int64_t>();
   const std::string at_depth = depth > 0 ? fmt::format(" @ d{}", depth) : "";
   const std::string pp = fmt::format("pp{}{}", r["prompt"].get<int64_t>(), at_depth);
   const std::string tg = fmt::format("tg{}{}", r["generate"].get<int64_t>(), at_depth);
   out += "| test              |        t/s | roofline |\n|-------------------|-----------:|---------:|\n";
-  out += fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of peak FLOP/s (fp32 FMA){}; MLA {}\n", pp,
-                     r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>(),
-                     r["prefill_bf16_dot_peak_pct"].is_null()
-                         ? ""
-                         : fmt::format("; {:.1f}% of the bf16 dot's {:.1f} GFLOP/s",
-                                       r["prefill_bf16_dot_peak_pct"].get<double>(), r["peak_bf16_dot_gflops"].get<double>()),
-                     r["mla_prefill"].get<std::string>());
-  out += fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s; {:.1f}% of read)\n",
-                     tg, r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
-                     r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
-                     r["decode_read_roofline_pct"].get<double>());
+  out +=
+      fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of peak FLOP/s (fp32 FMA){}; MLA {}\n", pp,
+                  r["prefill_tok_s"].get<double>(), r["prefill_peak_pct"].get<double>(),
+                  r["prefill_bf16_dot_peak_pct"].is_null() ? ""
+                                                           : fmt::format("; {:.1f}% of the bf16 dot's {:.1f} GFLOP/s",
+                                                                         r["prefill_bf16_dot_peak_pct"].get<double>(),
+                                                                         r["peak_bf16_dot_gflops"].get<double>()),
+                  r["mla_prefill"].get<std::string>());
+  out +=
+      fmt::format("| {:<17} | {:10.2f} | {:6.1f}% of bandwidth ({:.1f} MB/token, limit {:.1f} t/s; {:.1f}% of read)\n",
+                  tg, r["decode_tok_s"].get<double>(), r["decode_roofline_pct"].get<double>(),
+                  r["bytes_per_decoded_token"].get<double>() / 1e6, r["decode_roofline_tok_s"].get<double>(),
+                  r["decode_read_roofline_pct"].get<double>());
   if (!r["decode_start_tok_s"].is_null())
     out += fmt::format("| {:<17} | {:10.2f} | decode at the start; {} {:+.1f}% against it (median of the pairs)\n",
                        fmt::format("tg{}", r["generate"].get<int64_t>()), r["decode_start_tok_s"].get<double>(), tg,
@@ -397,11 +441,11 @@ std::string model_bench_table(const nlohmann::json& r) {
       r["decode_batch_roofline_tok_s"].get<double>(), r["decode_batch_speedup"].get<double>(),
       r["decode_batch_speedup_limit"].get<double>());
   if (!r["verify_cost"].is_null())
-    out += fmt::format("| {:<17} | {:>10} | a step costs {:.2f} decode steps alone, {:.2f} at batch {}: drafting "
-                       "gains where a verifying step emits more tokens than that\n",
-                       fmt::format("{} verify 1+{}", tg, r["num_draft_tokens"].get<int64_t>()), "-",
-                       r["verify_cost"].get<double>(),
-                       r["verify_batch_cost"].get<double>(), r["batch"].get<int64_t>());
+    out += fmt::format(
+        "| {:<17} | {:>10} | a step costs {:.2f} decode steps alone, {:.2f} at batch {}: drafting "
+        "gains where a verifying step emits more tokens than that\n",
+        fmt::format("{} verify 1+{}", tg, r["num_draft_tokens"].get<int64_t>()), "-", r["verify_cost"].get<double>(),
+        r["verify_batch_cost"].get<double>(), r["batch"].get<int64_t>());
   return out;
 }
 

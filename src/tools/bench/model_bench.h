@@ -12,10 +12,10 @@ namespace mlaserve {
 
 struct ModelBenchOptions {
   std::string model_dir;
-  int64_t prompt = 512;      // -p: prefill tokens
-  int64_t generate = 128;    // -n: decode steps
-  int64_t batch = 8;         // sequences decoding together for decode_batch_tok_s
-  int64_t depth = 0;         // tokens already in the cache before prefill and decode
+  int64_t prompt = 512;              // -p: prefill tokens
+  int64_t generate = 128;            // -n: decode steps
+  int64_t batch = 8;                 // sequences decoding together for decode_batch_tok_s
+  int64_t depth = 0;                 // tokens already in the cache before prefill and decode
   std::string mla_prefill = "auto";  // the prefill's attention form: auto | expanded | absorbed
   int64_t repetitions = 3;
   std::string cache_dtype = "bf16";

@@ -72,7 +72,9 @@ Summary summarize(const RunResult& run) {
 
 std::string summary_block(const Summary& s, const std::string& label) {
   std::string out = fmt::format("{:=^50}\n", " Serving Benchmark Result ");
-  auto row = [&](const std::string& key, const std::string& value) { out += fmt::format("{:<40}{:>10}\n", key, value); };
+  auto row = [&](const std::string& key, const std::string& value) {
+    out += fmt::format("{:<40}{:>10}\n", key, value);
+  };
   auto num = [](double v) { return fmt::format("{:.2f}", v); };
   row("Label:", label);
   row("Traffic request rate:", std::isfinite(s.request_rate) ? num(s.request_rate) : "inf");
@@ -110,51 +112,86 @@ std::string summary_block(const Summary& s, const std::string& label) {
 nlohmann::json summary_json(const Summary& s, const RunResult& run) {
   nlohmann::json requests = nlohmann::json::array();
   for (const RequestRecord& r : run.records)
-    requests.push_back({{"success", r.success}, {"error", r.error}, {"intended_input_tokens", r.intended_input},
-                        {"intended_output_tokens", r.intended_output}, {"prompt_tokens", r.prompt_tokens},
-                        {"completion_tokens", r.completion_tokens}, {"usage_from_server", r.usage_from_server},
-                        {"start_s", r.start_s}, {"ttft_s", r.ttft_s}, {"e2e_s", r.e2e_s}, {"itl_s", r.itl_s}});
+    requests.push_back({{"success", r.success},
+                        {"error", r.error},
+                        {"intended_input_tokens", r.intended_input},
+                        {"intended_output_tokens", r.intended_output},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", r.completion_tokens},
+                        {"usage_from_server", r.usage_from_server},
+                        {"start_s", r.start_s},
+                        {"ttft_s", r.ttft_s},
+                        {"e2e_s", r.e2e_s},
+                        {"itl_s", r.itl_s}});
   nlohmann::json errors = nlohmann::json::object();
   for (const auto& [message, count] : s.errors) errors[message] = count;
-  return {{"max_concurrency", s.max_concurrency}, {"request_rate", std::isfinite(s.request_rate) ? nlohmann::json(s.request_rate) : nlohmann::json("inf")},
-          {"duration_s", s.duration_s}, {"completed", s.completed}, {"failed", s.failed}, {"errors", errors},
-          {"total_input_tokens", s.total_input}, {"total_output_tokens", s.total_output},
-          {"request_throughput", s.request_throughput}, {"input_throughput", s.input_throughput},
-          {"output_throughput", s.output_throughput}, {"total_token_throughput", s.total_throughput},
-          {"concurrency", s.concurrency}, {"accept_length", s.accept_length}, {"ttft_ms", to_json(s.ttft_ms)}, {"tpot_ms", to_json(s.tpot_ms)},
-          {"itl_ms", to_json(s.itl_ms)}, {"e2e_ms", to_json(s.e2e_ms)}, {"per_user_tok_s", to_json(s.user_tok_s)},
+  return {{"max_concurrency", s.max_concurrency},
+          {"request_rate", std::isfinite(s.request_rate) ? nlohmann::json(s.request_rate) : nlohmann::json("inf")},
+          {"duration_s", s.duration_s},
+          {"completed", s.completed},
+          {"failed", s.failed},
+          {"errors", errors},
+          {"total_input_tokens", s.total_input},
+          {"total_output_tokens", s.total_output},
+          {"request_throughput", s.request_throughput},
+          {"input_throughput", s.input_throughput},
+          {"output_throughput", s.output_throughput},
+          {"total_token_throughput", s.total_throughput},
+          {"concurrency", s.concurrency},
+          {"accept_length", s.accept_length},
+          {"ttft_ms", to_json(s.ttft_ms)},
+          {"tpot_ms", to_json(s.tpot_ms)},
+          {"itl_ms", to_json(s.itl_ms)},
+          {"e2e_ms", to_json(s.e2e_ms)},
+          {"per_user_tok_s", to_json(s.user_tok_s)},
           {"requests", requests}};
 }
 
 std::string sweep_svg(const std::vector<Summary>& runs, const std::string& title) {
   constexpr double kW = 420, kH = 300, kLeft = 60, kTop = 40, kPlotW = 320, kPlotH = 200;
-  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">)"
-                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-                                R"(<text x="{}" y="18" font-size="14" text-anchor="middle">{}</text>)" "\n",
-                                2 * kW, kH + 20, kW, title);
-  auto panel = [&](double x0, const char* x_label, const char* y_label, const std::vector<std::pair<double, double>>& points,
-                   const std::vector<std::string>& labels) {
+  std::string svg = fmt::format(
+      R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">)"
+      "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      R"(<text x="{}" y="18" font-size="14" text-anchor="middle">{}</text>)"
+      "\n",
+      2 * kW, kH + 20, kW, title);
+  auto panel = [&](double x0, const char* x_label, const char* y_label,
+                   const std::vector<std::pair<double, double>>& points, const std::vector<std::string>& labels) {
     double x_max = 1e-9, y_max = 1e-9;
     for (const auto& [x, y] : points) x_max = std::max(x_max, x), y_max = std::max(y_max, y);
     x_max *= 1.1, y_max *= 1.15;
     auto px = [&](double x) { return x0 + kLeft + x / x_max * kPlotW; };
     auto py = [&](double y) { return kTop + kPlotH - y / y_max * kPlotH; };
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#444"/>)" "\n", x0 + kLeft, kTop, kPlotW, kPlotH);
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#444"/>)"
+                       "\n",
+                       x0 + kLeft, kTop, kPlotW, kPlotH);
     for (int tick = 0; tick <= 4; ++tick) {
       const double xv = x_max * tick / 4, yv = y_max * tick / 4;
-      svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{:.3g}</text>)" "\n", px(xv), kTop + kPlotH + 14, xv);
-      svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{:.3g}</text>)" "\n", x0 + kLeft - 4, py(yv) + 4, yv);
+      svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{:.3g}</text>)"
+                         "\n",
+                         px(xv), kTop + kPlotH + 14, xv);
+      svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">{:.3g}</text>)"
+                         "\n",
+                         x0 + kLeft - 4, py(yv) + 4, yv);
     }
-    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{}</text>)" "\n", x0 + kLeft + kPlotW / 2, kTop + kPlotH + 32, x_label);
-    svg += fmt::format(R"svg(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" transform="rotate(-90 {:.1f} {:.1f})">{}</text>)svg" "\n",
-                       x0 + 14, kTop + kPlotH / 2, x0 + 14, kTop + kPlotH / 2, y_label);
+    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="middle">{}</text>)"
+                       "\n",
+                       x0 + kLeft + kPlotW / 2, kTop + kPlotH + 32, x_label);
+    svg += fmt::format(
+        R"svg(<text x="{:.1f}" y="{:.1f}" text-anchor="middle" transform="rotate(-90 {:.1f} {:.1f})">{}</text>)svg"
+        "\n",
+        x0 + 14, kTop + kPlotH / 2, x0 + 14, kTop + kPlotH / 2, y_label);
     std::string path;
     for (size_t i = 0; i < points.size(); ++i) {
       path += fmt::format("{}{:.1f},{:.1f} ", i ? "L" : "M", px(points[i].first), py(points[i].second));
-      svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="#1f77b4"/><text x="{:.1f}" y="{:.1f}">{}</text>)" "\n",
-                         px(points[i].first), py(points[i].second), px(points[i].first) + 6, py(points[i].second) - 6, labels[i]);
+      svg += fmt::format(
+          R"(<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="#1f77b4"/><text x="{:.1f}" y="{:.1f}">{}</text>)"
+          "\n",
+          px(points[i].first), py(points[i].second), px(points[i].first) + 6, py(points[i].second) - 6, labels[i]);
     }
-    svg += fmt::format(R"(<path d="{}" fill="none" stroke="#1f77b4"/>)" "\n", path);
+    svg += fmt::format(R"(<path d="{}" fill="none" stroke="#1f77b4"/>)"
+                       "\n",
+                       path);
   };
   std::vector<std::pair<double, double>> throughput, ttft;
   std::vector<std::string> labels;

@@ -21,10 +21,10 @@ struct Summary {
   std::map<std::string, int64_t> errors;  // error message (first 120 chars) -> count
   int64_t total_input = 0, total_output = 0;
   double request_throughput = 0, input_throughput = 0, output_throughput = 0, total_throughput = 0;
-  double concurrency = 0;               // sum of request latencies / duration
+  double concurrency = 0;  // sum of request latencies / duration
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_ms;
-  Distribution user_tok_s;              // per request: 1 / TPOT ("single-stream speed")
-  double accept_length = 0;             // RunResult::accept_length (0: no speculative decoding seen)
+  Distribution user_tok_s;   // per request: 1 / TPOT ("single-stream speed")
+  double accept_length = 0;  // RunResult::accept_length (0: no speculative decoding seen)
 };
 
 Summary summarize(const RunResult& run);

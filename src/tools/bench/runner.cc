@@ -39,7 +39,10 @@ std::unique_ptr<httplib::Client> make_client(const BenchOptions& options) {
 }
 
 std::string request_body(const BenchOptions& options, const BenchPrompt& prompt) {
-  json body = {{"model", options.model}, {"max_tokens", prompt.output_tokens}, {"temperature", 0.0}, {"stream", true},
+  json body = {{"model", options.model},
+               {"max_tokens", prompt.output_tokens},
+               {"temperature", 0.0},
+               {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
   if (options.ignore_eos) body["ignore_eos"] = true;
   if (!options.response_format.empty()) body["response_format"] = json::parse(options.response_format);
@@ -114,7 +117,8 @@ RequestRecord send_request(httplib::Client& client, const BenchOptions& options,
     const bool sent = client.send(request, response, error);
     record.e2e_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (!sent) throw std::runtime_error("connection: " + httplib::to_string(error));
-    if (response.status != 200) throw std::runtime_error(fmt::format("HTTP {}: {}", response.status, raw.substr(0, 300)));
+    if (response.status != 200)
+      throw std::runtime_error(fmt::format("HTTP {}: {}", response.status, raw.substr(0, 300)));
     if (!done) throw std::runtime_error("stream ended without [DONE]");
     if (!record.usage_from_server) record.completion_tokens = int64_t(tokenizer.encode(generated, false).size());
     if (!record.usage_from_server) record.prompt_tokens = prompt.input_tokens;
@@ -152,7 +156,8 @@ SpecCounters read_spec_counters(const BenchOptions& options) {
     const double value = std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
     if (name == "mlaserve_spec_decode_num_drafts_total" || name == "vllm:spec_decode_num_drafts_total")
       counters.drafts += value;
-    if (name == "mlaserve_spec_decode_num_accepted_tokens_total" || name == "vllm:spec_decode_num_accepted_tokens_total")
+    if (name == "mlaserve_spec_decode_num_accepted_tokens_total" ||
+        name == "vllm:spec_decode_num_accepted_tokens_total")
       counters.accepted += value;
   }
   return counters;
@@ -167,13 +172,13 @@ std::string discover_model(const BenchOptions& options) {
   MLA_CHECK(response->status == 200, "{}/v1/models answered HTTP {}: {}", options.base_url, response->status,
             response->body.substr(0, 300));
   const json models = json::parse(response->body, nullptr, false);
-  MLA_CHECK(!models.is_discarded() && models.contains("data") && !models["data"].empty(),
-            "{}/v1/models lists no model", options.base_url);
+  MLA_CHECK(!models.is_discarded() && models.contains("data") && !models["data"].empty(), "{}/v1/models lists no model",
+            options.base_url);
   return models["data"][0].value("id", "");
 }
 
-RunResult run_benchmark(const BenchOptions& options, const Tokenizer& tokenizer, const std::vector<BenchPrompt>& prompts,
-                        int64_t max_concurrency) {
+RunResult run_benchmark(const BenchOptions& options, const Tokenizer& tokenizer,
+                        const std::vector<BenchPrompt>& prompts, int64_t max_concurrency) {
   const int64_t total = int64_t(prompts.size());
   std::vector<double> arrival(prompts.size(), 0.0);  // Poisson: exponential gaps at request_rate
   if (std::isfinite(options.request_rate) && options.request_rate > 0) {
@@ -195,7 +200,8 @@ RunResult run_benchmark(const BenchOptions& options, const Tokenizer& tokenizer,
     threads.emplace_back([&] {
       auto client = make_client(options);
       for (int64_t i; (i = next++) < total;) {
-        std::this_thread::sleep_until(run_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
+        std::this_thread::sleep_until(
+            run_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
         result.records[i] = send_request(*client, options, tokenizer, prompts[i], run_start);
         failed += !result.records[i].success;
         const int64_t done = ++finished;

@@ -19,9 +19,9 @@ struct BenchOptions {
   double request_rate = std::numeric_limits<double>::infinity();  // Poisson arrivals per second
   uint64_t seed = 0;
   bool ignore_eos = false;
-  std::string response_format;           // a chat request's response_format object as JSON (empty: none)
-  double timeout_s = 600;                // per request
-  bool progress = true;                  // a progress bar on stderr
+  std::string response_format;  // a chat request's response_format object as JSON (empty: none)
+  double timeout_s = 600;       // per request
+  bool progress = true;         // a progress bar on stderr
 };
 
 struct RequestRecord {
@@ -31,8 +31,8 @@ struct RequestRecord {
   int64_t prompt_tokens = 0, completion_tokens = 0;  // the server's usage (or re-tokenized text)
   int64_t cached_tokens = 0;                         // usage.prompt_tokens_details.cached_tokens
   bool usage_from_server = false;
-  double start_s = 0, ttft_s = 0, e2e_s = 0;         // relative to the run's start
-  std::vector<double> itl_s;                         // gaps between content chunks
+  double start_s = 0, ttft_s = 0, e2e_s = 0;  // relative to the run's start
+  std::vector<double> itl_s;                  // gaps between content chunks
 };
 
 struct RunResult {

@@ -39,11 +39,12 @@ Hardware from_json(const json& entry, Hardware hw) {
   MLA_CHECK(hw.memory_gb > 0 && hw.bandwidth_gb_s > 0 && hw.bf16_tflops > 0 && hw.devices_per_node > 0,
             "hardware '{}': memory_gb, bandwidth_gb_s, bf16_tflops and devices_per_node must be positive", hw.name);
   const auto fraction = [](double x) { return x > 0 && x <= 1; };
-  MLA_CHECK(fraction(hw.bandwidth_efficiency) && fraction(hw.flops_efficiency) && fraction(hw.expert_flops_efficiency) &&
-                fraction(hw.attention_efficiency) && hw.generic_mla_slowdown >= 1,
-            "hardware '{}': bandwidth_efficiency, flops_efficiency, expert_flops_efficiency and attention_efficiency must "
-            "be in (0, 1], generic_mla_slowdown at least 1",
-            hw.name);
+  MLA_CHECK(
+      fraction(hw.bandwidth_efficiency) && fraction(hw.flops_efficiency) && fraction(hw.expert_flops_efficiency) &&
+          fraction(hw.attention_efficiency) && hw.generic_mla_slowdown >= 1,
+      "hardware '{}': bandwidth_efficiency, flops_efficiency, expert_flops_efficiency and attention_efficiency must "
+      "be in (0, 1], generic_mla_slowdown at least 1",
+      hw.name);
   return hw;
 }
 
@@ -58,7 +59,8 @@ std::vector<Hardware> builtin_hardware() {
   nvidia.flops_efficiency = 0.53, nvidia.expert_flops_efficiency = 0.6, nvidia.attention_efficiency = 0.63;
   nvidia.kernel_overhead_us = 3.4;
   Hardware amd = nvidia;
-  amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.75, amd.flops_efficiency = 0.3, amd.kernel_overhead_us = 5;
+  amd.collective_latency_us = 6, amd.bandwidth_efficiency = 0.75, amd.flops_efficiency = 0.3,
+  amd.kernel_overhead_us = 5;
   amd.expert_flops_efficiency = 0.12, amd.attention_efficiency = 0.34;
   Hardware cpu;
   cpu.kind = "cpu", cpu.devices_per_node = 1, cpu.collective_latency_us = 10, cpu.bandwidth_efficiency = 0.8;
@@ -85,27 +87,42 @@ std::vector<Hardware> builtin_hardware() {
       gpu(nvidia, "b200", 192, 8000, 2250, 4500, 9000, 900, 50, 4.25, "NVIDIA B200, HBM3e, NVLink 5"),
       gpu(nvidia, "b300", 288, 8000, 2250, 4500, 13500, 900, 100, 6.0, "NVIDIA B300 (Blackwell Ultra), HBM3e 12-high"),
       gpu(amd, "mi355x", 288, 8000, 2500, 5000, 10000, 538, 50, 2.5, "AMD Instinct MI355X, HBM3E, Infinity Fabric"),
-      gpu(nvidia, "h200", 141, 4800, 989, 1979, 0, 450, 50, 3.5, "NVIDIA H200 SXM, HBM3e, NVLink 4 (price illustrative)"),
+      gpu(nvidia, "h200", 141, 4800, 989, 1979, 0, 450, 50, 3.5,
+          "NVIDIA H200 SXM, HBM3e, NVLink 4 (price illustrative)"),
       gpu(amd, "mi300x", 192, 5300, 1307, 2615, 0, 448, 50, 2.0, "AMD Instinct MI300X (price illustrative)"),
       gpu(amd, "mi325x", 256, 6000, 1307, 2615, 0, 448, 50, 2.25, "AMD Instinct MI325X, HBM3E (price illustrative)"),
       gpu(nvidia, "h100", 80, 3350, 989, 1979, 0, 450, 50, 2.5, "NVIDIA H100 SXM (price illustrative)"),
-      gb300, genoa, turin, dev,
+      gb300,
+      genoa,
+      turin,
+      dev,
   };
 }
 
 json hardware_to_json(const std::vector<Hardware>& catalog) {
   json out = json::array();
   for (const auto& hw : catalog)
-    out.push_back({{"name", hw.name}, {"kind", hw.kind}, {"memory_gb", hw.memory_gb}, {"usable_fraction", hw.usable_fraction},
-                   {"bandwidth_gb_s", hw.bandwidth_gb_s}, {"bf16_tflops", hw.bf16_tflops}, {"fp8_tflops", hw.fp8_tflops}, {"fp4_tflops", hw.fp4_tflops},
-                   {"interconnect_gb_s", hw.interconnect_gb_s}, {"inter_node_gb_s", hw.inter_node_gb_s},
-                   {"collective_latency_us", hw.collective_latency_us}, {"inter_node_latency_us", hw.inter_node_latency_us},
-                   {"bandwidth_efficiency", hw.bandwidth_efficiency}, {"flops_efficiency", hw.flops_efficiency},
+    out.push_back({{"name", hw.name},
+                   {"kind", hw.kind},
+                   {"memory_gb", hw.memory_gb},
+                   {"usable_fraction", hw.usable_fraction},
+                   {"bandwidth_gb_s", hw.bandwidth_gb_s},
+                   {"bf16_tflops", hw.bf16_tflops},
+                   {"fp8_tflops", hw.fp8_tflops},
+                   {"fp4_tflops", hw.fp4_tflops},
+                   {"interconnect_gb_s", hw.interconnect_gb_s},
+                   {"inter_node_gb_s", hw.inter_node_gb_s},
+                   {"collective_latency_us", hw.collective_latency_us},
+                   {"inter_node_latency_us", hw.inter_node_latency_us},
+                   {"bandwidth_efficiency", hw.bandwidth_efficiency},
+                   {"flops_efficiency", hw.flops_efficiency},
                    {"expert_flops_efficiency", hw.expert_flops_efficiency},
                    {"attention_efficiency", hw.attention_efficiency},
-                   {"kernel_overhead_us", hw.kernel_overhead_us}, {"generic_mla_slowdown", hw.generic_mla_slowdown},
+                   {"kernel_overhead_us", hw.kernel_overhead_us},
+                   {"generic_mla_slowdown", hw.generic_mla_slowdown},
                    {"devices_per_node", hw.devices_per_node},
-                   {"price_per_hour", hw.price_per_hour}, {"note", hw.note}});
+                   {"price_per_hour", hw.price_per_hour},
+                   {"note", hw.note}});
   return out;
 }
 

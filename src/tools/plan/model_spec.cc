@@ -16,11 +16,16 @@ using json = nlohmann::json;
 
 std::string native_weights(const ModelConfig& config) {
   switch (config.quant) {
-    case WeightQuant::None: return "bf16";
-    case WeightQuant::Fp8Block: return "fp8";
-    case WeightQuant::Int8: return "int8";
-    case WeightQuant::Mxfp4: return "mxfp4";
-    case WeightQuant::Int4Group: return "int4:" + std::to_string(config.int4_group_size);
+    case WeightQuant::None:
+      return "bf16";
+    case WeightQuant::Fp8Block:
+      return "fp8";
+    case WeightQuant::Int8:
+      return "int8";
+    case WeightQuant::Mxfp4:
+      return "mxfp4";
+    case WeightQuant::Int4Group:
+      return "int4:" + std::to_string(config.int4_group_size);
   }
   return "bf16";
 }
@@ -29,8 +34,8 @@ std::string native_weights(const ModelConfig& config) {
 // norm, kv_b, o_proj, and K3's output gate.
 int64_t mla_params(const ModelConfig& c) {
   const int64_t hidden = c.hidden_size, heads = c.num_attention_heads, rope = c.qk_rope_head_dim;
-  int64_t mla = (c.kv_lora_rank + rope) * hidden + c.kv_lora_rank + heads * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank +
-                hidden * heads * c.v_head_dim;
+  int64_t mla = (c.kv_lora_rank + rope) * hidden + c.kv_lora_rank +
+                heads * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + hidden * heads * c.v_head_dim;
   mla += c.q_lora_rank ? *c.q_lora_rank * (hidden + 1) + heads * c.qk_head_dim() * *c.q_lora_rank
                        : heads * c.qk_head_dim() * hidden;
   if (c.mla_use_output_gate) mla += heads * c.v_head_dim * hidden;
@@ -43,8 +48,8 @@ int64_t mla_params(const ModelConfig& c) {
 int64_t kda_params(const ModelConfig& c) {
   const KdaConfig& k = *c.kda;
   const int64_t hidden = c.hidden_size, width = k.num_heads * k.head_dim, d = k.head_dim;
-  int64_t kda = 3 * width * hidden + 3 * width * k.short_conv_kernel_size + d * hidden + width * d + k.num_heads * hidden +
-                hidden * width + width + d + std::max<int64_t>(k.num_heads, 128);
+  int64_t kda = 3 * width * hidden + 3 * width * k.short_conv_kernel_size + d * hidden + width * d +
+                k.num_heads * hidden + hidden * width + width + d + std::max<int64_t>(k.num_heads, 128);
   return kda + (k.use_full_rank_gate ? width * hidden : d * hidden + width * d);
 }
 
@@ -122,7 +127,8 @@ ModelSpec load_model_spec(const std::string& name_or_path) {
   if (!fs::exists(name_or_path)) return model_spec_from_config(known_model_config(name_or_path), name_or_path);
   if (is_gguf_path(name_or_path))  // a GGUF's keys, as config.json would have them
     return model_spec_from_config(gguf_config_json(open_gguf(name_or_path)), fs::path(name_or_path).stem().string());
-  const fs::path path = fs::is_directory(name_or_path) ? fs::path(name_or_path) / "config.json" : fs::path(name_or_path);
+  const fs::path path =
+      fs::is_directory(name_or_path) ? fs::path(name_or_path) / "config.json" : fs::path(name_or_path);
   try {
     return model_spec_from_config(json::parse(read_text_file(path.string())), path.parent_path().filename().string());
   } catch (const json::exception& e) {

@@ -1,6 +1,6 @@
 // What the planner needs to know about a model, computed from its config.json as the engine
-// parses it (parse_model_config; never typed in): parameters by kind, parameters active per token, cache bytes per token (MLA latent)
-// and fixed state bytes per sequence (KDA recurrent and conv state).
+// parses it (parse_model_config; never typed in): parameters by kind, parameters active per token, cache bytes per
+// token (MLA latent) and fixed state bytes per sequence (KDA recurrent and conv state).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -11,14 +11,14 @@
 namespace mlaserve {
 
 struct ParamCounts {
-  int64_t embedding = 0;       // token embedding table (a lookup: never "active" compute)
+  int64_t embedding = 0;  // token embedding table (a lookup: never "active" compute)
   int64_t lm_head = 0;
   int64_t attention = 0;       // MLA and KDA projections, convs, gates, their norms
   int64_t dense_mlp = 0;       // the first_k_dense_replace layers' MLPs
   int64_t routed_experts = 0;  // all routed experts of all MoE layers
   int64_t shared_experts = 0;
-  int64_t moe_other = 0;       // routers, score biases, latent-MoE down/up projections and norm
-  int64_t norms = 0;           // layer norms, final norm, attention-residual weights
+  int64_t moe_other = 0;  // routers, score biases, latent-MoE down/up projections and norm
+  int64_t norms = 0;      // layer norms, final norm, attention-residual weights
   int64_t total() const;
 };
 

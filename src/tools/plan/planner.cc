@@ -63,8 +63,8 @@ double prefill_tokens_per_second(const Plan& plan, const ModelSpec& m) {
   const Hardware& hw = plan.input.hardware;
   // 2 FLOPs per active weight, plus causal attention: MLA expanded form at average depth C/2,
   // KDA chunked form ~ 4 d^2 per head and token.
-  const double attention = double(m.mla_layers) * 2.0 * double(m.num_attention_heads) * double(m.qk_head_dim + m.v_head_dim) *
-                               double(plan.input.context) / 2.0 +
+  const double attention = double(m.mla_layers) * 2.0 * double(m.num_attention_heads) *
+                               double(m.qk_head_dim + m.v_head_dim) * double(plan.input.context) / 2.0 +
                            double(m.kda_layers) * double(m.kda_heads) * 4.0 * double(m.kda_head_dim * m.kda_head_dim);
   const double peak = (plan.format.format == "fp8" && hw.fp8_tflops > 0 ? hw.fp8_tflops : hw.bf16_tflops) * 1e12;
   return double(plan.input.devices) * peak / (2.0 * double(m.active_params) + attention);
@@ -104,13 +104,15 @@ Plan make_plan(const PlanInput& raw_input) {
   plan.input = raw_input;
   PlanInput& in = plan.input;
   const ModelSpec& m = in.model;
-  MLA_CHECK(in.devices > 0 && in.context > 0 && in.concurrency > 0, "--devices, --context and --concurrency must be positive");
+  MLA_CHECK(in.devices > 0 && in.context > 0 && in.concurrency > 0,
+            "--devices, --context and --concurrency must be positive");
   if (in.devices_per_node <= 0) in.devices_per_node = in.hardware.devices_per_node;
   if (in.tp <= 0) in.tp = std::min(in.devices, in.devices_per_node);
   plan.padding = head_padding(m.num_attention_heads, in.tp);
   plan.format = weight_bytes_of(in.weights, m);
   const ParamCounts& p = m.params;
-  plan.weight_bytes = double(p.routed_experts) * plan.format.routed_expert + linear_params(p) * plan.format.linear + bf16_params(p) * 2;
+  plan.weight_bytes =
+      double(p.routed_experts) * plan.format.routed_expert + linear_params(p) * plan.format.linear + bf16_params(p) * 2;
   const double routed_active = double(m.moe_layers * m.experts_per_token * m.params_per_expert);
   plan.active_weight_bytes = routed_active * plan.format.routed_expert + linear_params(p) * plan.format.linear +
                              double(p.lm_head > 0 ? p.lm_head : p.embedding) * 2 + double(p.moe_other + p.norms) * 2;
@@ -124,7 +126,8 @@ Plan make_plan(const PlanInput& raw_input) {
     if (option.free_bytes >= option.bytes_per_sequence * double(in.concurrency)) plan.nodes_needed = nodes;
   }
   plan.usable_per_device_gb = in.hardware.memory_gb * in.hardware.usable_fraction;
-  plan.memory_per_device_gb = (plan.weight_bytes + budget.bytes_per_sequence * double(in.concurrency)) / double(in.devices) / kGB;
+  plan.memory_per_device_gb =
+      (plan.weight_bytes + budget.bytes_per_sequence * double(in.concurrency)) / double(in.devices) / kGB;
   const double free = std::max(0.0, budget.free_bytes);
   plan.cache_free_bytes = free;
   plan.max_kv_tokens = int64_t(free / (double(plan.kv_bytes_per_token) * double(std::min(in.tp, in.devices))));
@@ -157,25 +160,54 @@ nlohmann::json plan_to_json(const Plan& plan) {
   const ModelSpec& m = in.model;
   const ParamCounts& p = m.params;
   nlohmann::json out = {
-      {"model", m.name}, {"family", m.family}, {"weights", plan.format.format}, {"hardware", in.hardware.name}, {"hardware_note", in.hardware.note},
-      {"kv_cache_dtype", in.kv_cache_dtype}, {"devices", in.devices}, {"devices_per_node", in.devices_per_node}, {"tp", in.tp}, {"context", in.context},
-      {"concurrency", in.concurrency}, {"total_params", p.total()}, {"active_params", m.active_params},
-      {"params", {{"embedding", p.embedding}, {"lm_head", p.lm_head}, {"attention", p.attention}, {"dense_mlp", p.dense_mlp},
-                  {"routed_experts", p.routed_experts}, {"shared_experts", p.shared_experts}, {"moe_other", p.moe_other},
-                  {"norms", p.norms}}},
+      {"model", m.name},
+      {"family", m.family},
+      {"weights", plan.format.format},
+      {"hardware", in.hardware.name},
+      {"hardware_note", in.hardware.note},
+      {"kv_cache_dtype", in.kv_cache_dtype},
+      {"devices", in.devices},
+      {"devices_per_node", in.devices_per_node},
+      {"tp", in.tp},
+      {"context", in.context},
+      {"concurrency", in.concurrency},
+      {"total_params", p.total()},
+      {"active_params", m.active_params},
+      {"params",
+       {{"embedding", p.embedding},
+        {"lm_head", p.lm_head},
+        {"attention", p.attention},
+        {"dense_mlp", p.dense_mlp},
+        {"routed_experts", p.routed_experts},
+        {"shared_experts", p.shared_experts},
+        {"moe_other", p.moe_other},
+        {"norms", p.norms}}},
       {"layers", {{"total", m.num_layers}, {"mla", m.mla_layers}, {"kda", m.kda_layers}, {"moe", m.moe_layers}}},
-      {"weight_bytes", plan.weight_bytes}, {"active_weight_bytes_per_token", plan.active_weight_bytes},
-      {"kv_bytes_per_token", plan.kv_bytes_per_token}, {"state_bytes_per_sequence", plan.state_bytes_per_sequence},
-      {"kda_recurrent_state_bytes", m.recurrent_state_bytes_per_sequence()}, {"kda_conv_state_bytes", m.conv_state_bytes_per_sequence()},
-      {"memory_per_device_gb", plan.memory_per_device_gb}, {"weight_bytes_per_rank", plan.weight_bytes_per_rank},
-      {"comm_bytes_per_token_per_rank", plan.comm_bytes_per_token_per_rank}, {"usable_memory_per_device_gb", plan.usable_per_device_gb},
-      {"fits", plan.fits}, {"nodes", plan.nodes}, {"nodes_needed", plan.nodes_needed},
-      {"max_kv_tokens", plan.max_kv_tokens}, {"max_concurrency", plan.max_concurrency},
-      {"decode_tok_s_single", plan.decode_tok_s_single}, {"decode_tok_s_batch", plan.decode_tok_s_batch},
-      {"prefill_tok_s", plan.prefill_tok_s}, {"price_per_hour", plan.price_per_hour},
+      {"weight_bytes", plan.weight_bytes},
+      {"active_weight_bytes_per_token", plan.active_weight_bytes},
+      {"kv_bytes_per_token", plan.kv_bytes_per_token},
+      {"state_bytes_per_sequence", plan.state_bytes_per_sequence},
+      {"kda_recurrent_state_bytes", m.recurrent_state_bytes_per_sequence()},
+      {"kda_conv_state_bytes", m.conv_state_bytes_per_sequence()},
+      {"memory_per_device_gb", plan.memory_per_device_gb},
+      {"weight_bytes_per_rank", plan.weight_bytes_per_rank},
+      {"comm_bytes_per_token_per_rank", plan.comm_bytes_per_token_per_rank},
+      {"usable_memory_per_device_gb", plan.usable_per_device_gb},
+      {"fits", plan.fits},
+      {"nodes", plan.nodes},
+      {"nodes_needed", plan.nodes_needed},
+      {"max_kv_tokens", plan.max_kv_tokens},
+      {"max_concurrency", plan.max_concurrency},
+      {"decode_tok_s_single", plan.decode_tok_s_single},
+      {"decode_tok_s_batch", plan.decode_tok_s_batch},
+      {"prefill_tok_s", plan.prefill_tok_s},
+      {"price_per_hour", plan.price_per_hour},
       {"roofline_tok_s_per_dollar_hour", plan.roofline_tok_s_per_dollar_hour},
-      {"head_padding", {{"heads_per_rank", plan.padding.heads_per_rank}, {"fast_kernel_shape", plan.padding.fast_kernel_shape},
-                        {"padded_heads", plan.padding.padded_heads}, {"padding_overhead", plan.padding.padding_overhead}}}};
+      {"head_padding",
+       {{"heads_per_rank", plan.padding.heads_per_rank},
+        {"fast_kernel_shape", plan.padding.fast_kernel_shape},
+        {"padded_heads", plan.padding.padded_heads},
+        {"padding_overhead", plan.padding.padding_overhead}}}};
   if (in.measured_tok_s) {
     out["measured_tok_s"] = *in.measured_tok_s;
     out["measured_tok_s_per_node"] = *in.measured_tok_s / double(plan.nodes);
@@ -188,36 +220,51 @@ nlohmann::json plan_to_json(const Plan& plan) {
 std::string plan_to_table(const Plan& plan) {
   const PlanInput& in = plan.input;
   const ModelSpec& m = in.model;
-  auto row = [](std::string& out, const std::string& key, const std::string& value) { out += fmt::format("{:<40}{}\n", key, value); };
-  std::string out = fmt::format("==== mlaserve plan: {} ({} weights) on {} x {} ====\n", m.name, plan.format.format, in.devices, in.hardware.name);
+  auto row = [](std::string& out, const std::string& key, const std::string& value) {
+    out += fmt::format("{:<40}{}\n", key, value);
+  };
+  std::string out = fmt::format("==== mlaserve plan: {} ({} weights) on {} x {} ====\n", m.name, plan.format.format,
+                                in.devices, in.hardware.name);
   row(out, "Hardware:", in.hardware.note);
-  row(out, "Parameters (total / active per token):", fmt::format("{:.1f} B / {:.1f} B", m.params.total() / 1e9, m.active_params / 1e9));
-  row(out, "  routed experts:", fmt::format("{:.1f} B in {} MoE layers x {} experts", m.params.routed_experts / 1e9, m.moe_layers, m.n_routed_experts));
+  row(out, "Parameters (total / active per token):",
+      fmt::format("{:.1f} B / {:.1f} B", m.params.total() / 1e9, m.active_params / 1e9));
+  row(out, "  routed experts:",
+      fmt::format("{:.1f} B in {} MoE layers x {} experts", m.params.routed_experts / 1e9, m.moe_layers,
+                  m.n_routed_experts));
   row(out, "Layers (MLA / KDA):", fmt::format("{} / {}", m.mla_layers, m.kda_layers));
-  row(out, "Weight bytes:", fmt::format("{:.1f} GB ({:.1f} GiB); {:.2f} GB read per token", plan.weight_bytes / 1e9,
-                                        plan.weight_bytes / double(1ull << 30), plan.active_weight_bytes / 1e9));
+  row(out, "Weight bytes:",
+      fmt::format("{:.1f} GB ({:.1f} GiB); {:.2f} GB read per token", plan.weight_bytes / 1e9,
+                  plan.weight_bytes / double(1ull << 30), plan.active_weight_bytes / 1e9));
   row(out, fmt::format("KV bytes per token (MLA latent, {}):", in.kv_cache_dtype),
       fmt::format("{} ({:.1f} KB)", plan.kv_bytes_per_token, plan.kv_bytes_per_token / 1e3));
-  row(out, "State bytes per sequence (KDA):", fmt::format("{:.1f} MiB", plan.state_bytes_per_sequence / double(1 << 20)));
-  row(out, "Weights / comm per token, per rank:", fmt::format("{:.1f} GB / {:.2f} MB", plan.weight_bytes_per_rank / 1e9,
-                                                             plan.comm_bytes_per_token_per_rank / 1e6));
-  row(out, "Memory per device (needed / usable):", fmt::format("{:.1f} / {:.1f} GB", plan.memory_per_device_gb, plan.usable_per_device_gb));
-  row(out, "Fits:", fmt::format("{} ({} node(s) given, {} needed for {} x {} tokens)", plan.fits ? "yes" : "NO", plan.nodes,
-                                plan.nodes_needed, in.concurrency, in.context));
-  row(out, "Max KV tokens / max concurrency:", fmt::format("{} / {} at {} tokens", plan.max_kv_tokens, plan.max_concurrency, in.context));
+  row(out,
+      "State bytes per sequence (KDA):", fmt::format("{:.1f} MiB", plan.state_bytes_per_sequence / double(1 << 20)));
+  row(out, "Weights / comm per token, per rank:",
+      fmt::format("{:.1f} GB / {:.2f} MB", plan.weight_bytes_per_rank / 1e9, plan.comm_bytes_per_token_per_rank / 1e6));
+  row(out, "Memory per device (needed / usable):",
+      fmt::format("{:.1f} / {:.1f} GB", plan.memory_per_device_gb, plan.usable_per_device_gb));
+  row(out, "Fits:",
+      fmt::format("{} ({} node(s) given, {} needed for {} x {} tokens)", plan.fits ? "yes" : "NO", plan.nodes,
+                  plan.nodes_needed, in.concurrency, in.context));
+  row(out, "Max KV tokens / max concurrency:",
+      fmt::format("{} / {} at {} tokens", plan.max_kv_tokens, plan.max_concurrency, in.context));
   row(out, "Roofline decode (1 stream):", fmt::format("{:.1f} tok/s", plan.decode_tok_s_single));
-  row(out, fmt::format("Roofline decode (batch {}):", in.concurrency), fmt::format("{:.1f} tok/s", plan.decode_tok_s_batch));
+  row(out, fmt::format("Roofline decode (batch {}):", in.concurrency),
+      fmt::format("{:.1f} tok/s", plan.decode_tok_s_batch));
   row(out, "Roofline prefill:", fmt::format("{:.0f} tok/s", plan.prefill_tok_s));
   row(out, "Price:", fmt::format("${:.2f} per hour", plan.price_per_hour));
   row(out, "Roofline tok/s per $/h:", fmt::format("{:.2f}", plan.roofline_tok_s_per_dollar_hour));
   if (in.measured_tok_s)
-    row(out, "Measured tok/s (per node, vs roofline):", fmt::format("{:.1f} ({:.1f} per node, {:.0f}% of roofline)", *in.measured_tok_s,
-                                                                     *in.measured_tok_s / double(plan.nodes), *plan.measured_vs_roofline * 100));
-  if (plan.tok_s_per_dollar_hour) row(out, "Measured tok/s per $/h:", fmt::format("{:.2f}", *plan.tok_s_per_dollar_hour));
+    row(out, "Measured tok/s (per node, vs roofline):",
+        fmt::format("{:.1f} ({:.1f} per node, {:.0f}% of roofline)", *in.measured_tok_s,
+                    *in.measured_tok_s / double(plan.nodes), *plan.measured_vs_roofline * 100));
+  if (plan.tok_s_per_dollar_hour)
+    row(out, "Measured tok/s per $/h:", fmt::format("{:.2f}", *plan.tok_s_per_dollar_hour));
   row(out, fmt::format("Heads per rank at TP {}:", in.tp),
-      plan.padding.fast_kernel_shape ? fmt::format("{} (fast MLA kernel shape)", plan.padding.heads_per_rank)
-                                     : fmt::format("{} -> pad to {} (+{:.0f}% attention work) or generic kernel",
-                                                   plan.padding.heads_per_rank, plan.padding.padded_heads, plan.padding.padding_overhead * 100));
+      plan.padding.fast_kernel_shape
+          ? fmt::format("{} (fast MLA kernel shape)", plan.padding.heads_per_rank)
+          : fmt::format("{} -> pad to {} (+{:.0f}% attention work) or generic kernel", plan.padding.heads_per_rank,
+                        plan.padding.padded_heads, plan.padding.padding_overhead * 100));
   return out;
 }
 

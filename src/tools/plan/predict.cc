@@ -17,8 +17,8 @@ constexpr int64_t kPrefillChunk = 8192;  // tokens a prefill step takes (vLLM's 
 // Kernels a decode step launches, by layer part, counted from the operations a GPU serving stack
 // runs at decode with the usual fusions (docs/planning.md lists them). All-reduces are the
 // collectives term's.
-constexpr double kMlaKernels = 11, kKdaKernels = 12, kMoeKernels = 10, kLatentMoeKernels = 3,
-                 kDenseMlpKernels = 4, kStepKernels = 6;
+constexpr double kMlaKernels = 11, kKdaKernels = 12, kMoeKernels = 10, kLatentMoeKernels = 3, kDenseMlpKernels = 4,
+                 kStepKernels = 6;
 
 // How the deployment splits the work: attention tensor-parallel over `tp` devices in each of
 // `replicas` groups (sequences spread over them), routed experts over all devices.
@@ -46,7 +46,9 @@ Rates rates_of(const Plan& plan) {
   const double dense = format == "fp8" || format == "int8" ? fp8 : bf16;
   // GPUs run MXFP4 experts on FP4 units and INT4 ones as bf16 (W4A16); CPUs both on int8 products.
   const bool four_bit = format == "mxfp4" || format.starts_with("int4");
-  const double expert = format == "mxfp4" && hw.fp4_tflops > 0 ? hw.fp4_tflops : hw.kind == "cpu" && four_bit ? fp8 : dense;
+  const double expert = format == "mxfp4" && hw.fp4_tflops > 0 ? hw.fp4_tflops
+                        : hw.kind == "cpu" && four_bit         ? fp8
+                                                               : dense;
   return {hw.bandwidth_gb_s * kGB * hw.bandwidth_efficiency, dense * 1e12 * hw.flops_efficiency,
           expert * 1e12 * hw.expert_flops_efficiency};
 }
@@ -75,7 +77,9 @@ double attention_heads(const Plan& plan, bool padded) {
 double all_reduce_seconds(const Plan& plan, double ranks, double bytes) {
   const Hardware& hw = plan.input.hardware;
   const double per_node = std::min(ranks, double(plan.input.devices_per_node));
-  const double intra = per_node > 1 ? hw.collective_latency_us * kUs + bytes * 2 * (per_node - 1) / per_node / (hw.interconnect_gb_s * kGB) : 0;
+  const double intra = per_node > 1 ? hw.collective_latency_us * kUs +
+                                          bytes * 2 * (per_node - 1) / per_node / (hw.interconnect_gb_s * kGB)
+                                    : 0;
   if (ranks <= per_node) return intra;
   const double nodes = std::ceil(ranks / per_node);
   return 2 * intra + hw.inter_node_latency_us * kUs +
@@ -127,7 +131,8 @@ StepTime decode_step(const Plan& plan, double sequences, double positions, doubl
   const Layout layout = layout_of(plan);
   const Rates rates = rates_of(plan);
   const double tokens = sequences * positions;
-  const double replica_sequences = std::ceil(sequences / layout.replicas), replica_tokens = replica_sequences * positions;
+  const double replica_sequences = std::ceil(sequences / layout.replicas),
+               replica_tokens = replica_sequences * positions;
   const double touched = m.experts_touched(tokens);  // each read once
   const double expert_bytes = double(m.params_per_expert) * plan.format.routed_expert;
   const double dense_bytes = plan.active_weight_bytes - routed_active_params(m) * plan.format.routed_expert;
@@ -140,8 +145,9 @@ StepTime decode_step(const Plan& plan, double sequences, double positions, doubl
   step.cache = replica_sequences *
                (context * double(plan.kv_bytes_per_token) + 2 * double(plan.state_bytes_per_sequence) / layout.tp) /
                rates.bandwidth;
-  step.compute = replica_tokens * (2 * dense_params + decode_attention_flops(plan, context)) / (layout.tp * rates.dense_flops) +
-                 tokens * 2 * routed_active_params(m) / (layout.devices * rates.expert_flops);
+  step.compute =
+      replica_tokens * (2 * dense_params + decode_attention_flops(plan, context)) / (layout.tp * rates.dense_flops) +
+      tokens * 2 * routed_active_params(m) / (layout.devices * rates.expert_flops);
   // A CPU (mlaserve) keeps a step's activations in cache at the batches it runs, and its MoE adds
   // each expert's output into place.
   if (plan.input.hardware.kind != "cpu")
@@ -188,7 +194,8 @@ double prefill_seconds(const Plan& plan, double length, bool generic) {
 double draft_forward_seconds(const Plan& plan, double params, double tokens, double kernels) {
   const Layout layout = layout_of(plan);
   const Rates rates = rates_of(plan);
-  const double memory = params * 2 / (layout.tp * rates.bandwidth), compute = tokens * 2 * params / (layout.tp * rates.dense_flops);
+  const double memory = params * 2 / (layout.tp * rates.bandwidth),
+               compute = tokens * 2 * params / (layout.tp * rates.dense_flops);
   return std::max(memory, compute) + kernels * plan.input.hardware.kernel_overhead_us * kUs;
 }
 
@@ -217,7 +224,8 @@ double draft_seconds(const Plan& plan, const SpeculativeSpec& spec, double seque
   }
   if (spec.method == "eagle") {
     const double params = draft_layer_params(m, spec.draft_layers) + lm_head;
-    return double(spec.draft_tokens) * draft_forward_seconds(plan, params, replica_sequences, layer_kernels + kStepKernels);
+    return double(spec.draft_tokens) *
+           draft_forward_seconds(plan, params, replica_sequences, layer_kernels + kStepKernels);
   }
   return draft_forward_seconds(plan, draft_layer_params(m, spec.draft_layers),
                                replica_sequences * double(spec.draft_tokens + 1),
@@ -241,8 +249,9 @@ ThroughputPoint throughput_at(const Plan& plan, const Workload& workload, int64_
 // Sequences of input_len + output_len tokens the cache holds, capped by the sweep's end.
 int64_t concurrency_limit(const Plan& plan, const Workload& workload) {
   const double tokens = double(workload.input_len + workload.output_len);
-  const double per_sequence = double(plan.kv_bytes_per_token) * tokens * double(std::min(plan.input.tp, plan.input.devices)) +
-                              double(plan.state_bytes_per_sequence);
+  const double per_sequence =
+      double(plan.kv_bytes_per_token) * tokens * double(std::min(plan.input.tp, plan.input.devices)) +
+      double(plan.state_bytes_per_sequence);
   const int64_t fits = int64_t(plan.cache_free_bytes / per_sequence);
   return workload.max_concurrency > 0 ? std::min(fits, workload.max_concurrency) : fits;
 }
@@ -252,9 +261,9 @@ int64_t concurrency_limit(const Plan& plan, const Workload& workload) {
 double StepTime::total() const { return fixed + collectives + activations + std::max(weights + cache, compute); }
 
 std::string StepTime::binding() const {
-  const std::pair<double, const char*> terms[] = {
-      {weights, "weights"},         {cache, "cache"},           {compute, "compute"},
-      {collectives, "collectives"}, {activations, "activations"}, {fixed, "fixed"}};
+  const std::pair<double, const char*> terms[] = {{weights, "weights"},         {cache, "cache"},
+                                                  {compute, "compute"},         {collectives, "collectives"},
+                                                  {activations, "activations"}, {fixed, "fixed"}};
   return std::max_element(std::begin(terms), std::end(terms))->second;
 }
 
@@ -266,12 +275,18 @@ SpeculativeSpec parse_speculative(const std::string& text, std::optional<int64_t
   // 16-31% shorter (3.85 / 1.24); DeepSeek-V3's MTP accepts its one token 85-90% of the time.
   // EAGLE drafts and prompt lookup have none: their acceptance is the draft checkpoint's and the
   // prompts' repetition. EAGLE's 3 draft tokens are SGLang's usual --speculative-num-steps.
-  if (spec.method == "dspark") spec = {"dspark", 7, 3.85, 5};
-  else if (spec.method == "dflash") spec = {"dflash", 7, 3.85 / 1.24, 5};
-  else if (spec.method == "mtp") spec = {"mtp", 1, 1.875, 0};
-  else if (spec.method == "eagle") spec = {"eagle", 3, 0, 1};
-  else if (spec.method == "ngram") spec = {"ngram", 4, 0, 0};
-  else fail("unknown --speculative '{}' (dspark, dflash, mtp, eagle or ngram, each optionally :ACCEPT)", text);
+  if (spec.method == "dspark")
+    spec = {"dspark", 7, 3.85, 5};
+  else if (spec.method == "dflash")
+    spec = {"dflash", 7, 3.85 / 1.24, 5};
+  else if (spec.method == "mtp")
+    spec = {"mtp", 1, 1.875, 0};
+  else if (spec.method == "eagle")
+    spec = {"eagle", 3, 0, 1};
+  else if (spec.method == "ngram")
+    spec = {"ngram", 4, 0, 0};
+  else
+    fail("unknown --speculative '{}' (dspark, dflash, mtp, eagle or ngram, each optionally :ACCEPT)", text);
   if (colon != std::string::npos) {
     try {
       spec.accept_length = std::stod(text.substr(colon + 1));
@@ -294,8 +309,9 @@ SpeculativeSpec parse_speculative(const std::string& text, std::optional<int64_t
 }
 
 Prediction predict(const Plan& plan, const Workload& workload) {
-  MLA_CHECK(workload.input_len > 0 && workload.output_len > 0 && workload.prompt_len >= 0 && workload.max_concurrency >= 0,
-            "--input-len and --output-len must be positive, --prompt-len and --max-concurrency not negative");
+  MLA_CHECK(
+      workload.input_len > 0 && workload.output_len > 0 && workload.prompt_len >= 0 && workload.max_concurrency >= 0,
+      "--input-len and --output-len must be positive, --prompt-len and --max-concurrency not negative");
   Prediction out;
   const double context = double(workload.input_len) + double(workload.output_len) / 2;
   out.single_step = decode_step(plan, 1, 1, context);
@@ -318,22 +334,24 @@ Prediction predict(const Plan& plan, const Workload& workload) {
     out.ttft_s = prefill_seconds(plan, double(workload.prompt_len), false);
     if (!plan.padding.fast_kernel_shape) out.ttft_generic_s = prefill_seconds(plan, double(workload.prompt_len), true);
   }
-  if (plan.price_per_hour > 0 && out.peak_total_tok_s > 0) out.tok_s_per_dollar_hour = out.peak_total_tok_s / plan.price_per_hour;
+  if (plan.price_per_hour > 0 && out.peak_total_tok_s > 0)
+    out.tok_s_per_dollar_hour = out.peak_total_tok_s / plan.price_per_hour;
   return out;
 }
 
 namespace {
 
 nlohmann::json step_to_json(const StepTime& s) {
-  return {{"weights", s.weights}, {"cache", s.cache}, {"compute", s.compute}, {"collectives", s.collectives},
-          {"activations", s.activations}, {"fixed", s.fixed}, {"total", s.total()}, {"binding", s.binding()}};
+  return {{"weights", s.weights},         {"cache", s.cache}, {"compute", s.compute}, {"collectives", s.collectives},
+          {"activations", s.activations}, {"fixed", s.fixed}, {"total", s.total()},   {"binding", s.binding()}};
 }
 
 std::string step_formula(const StepTime& s) {
-  return fmt::format("{:.2f} = fixed {:.2f} + collectives {:.2f} + activations {:.2f} + max(weights {:.2f} + cache {:.2f}, "
-                     "compute {:.2f})",
-                     s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.activations * 1e3, s.weights * 1e3,
-                     s.cache * 1e3, s.compute * 1e3);
+  return fmt::format(
+      "{:.2f} = fixed {:.2f} + collectives {:.2f} + activations {:.2f} + max(weights {:.2f} + cache {:.2f}, "
+      "compute {:.2f})",
+      s.total() * 1e3, s.fixed * 1e3, s.collectives * 1e3, s.activations * 1e3, s.weights * 1e3, s.cache * 1e3,
+      s.compute * 1e3);
 }
 
 }  // namespace
@@ -341,16 +359,24 @@ std::string step_formula(const StepTime& s) {
 nlohmann::json prediction_to_json(const Prediction& p, const Workload& workload) {
   nlohmann::json curve = nlohmann::json::array();
   for (const ThroughputPoint& point : p.curve)
-    curve.push_back({{"concurrency", point.concurrency}, {"total_tok_s", point.total_tok_s}, {"tok_s_per_user", point.tok_s_per_user}});
-  nlohmann::json out = {
-      {"single_stream_tok_s", p.single_stream_tok_s}, {"single_stream_plain_tok_s", p.single_stream_plain_tok_s},
-      {"peak_total_tok_s", p.peak_total_tok_s}, {"peak_concurrency", p.peak_concurrency}, {"prefill_tok_s", p.prefill_tok_s},
-      {"decode_step_s", step_to_json(p.single_step)},
-      {"curve", curve}, {"input_len", workload.input_len}, {"output_len", workload.output_len}};
+    curve.push_back({{"concurrency", point.concurrency},
+                     {"total_tok_s", point.total_tok_s},
+                     {"tok_s_per_user", point.tok_s_per_user}});
+  nlohmann::json out = {{"single_stream_tok_s", p.single_stream_tok_s},
+                        {"single_stream_plain_tok_s", p.single_stream_plain_tok_s},
+                        {"peak_total_tok_s", p.peak_total_tok_s},
+                        {"peak_concurrency", p.peak_concurrency},
+                        {"prefill_tok_s", p.prefill_tok_s},
+                        {"decode_step_s", step_to_json(p.single_step)},
+                        {"curve", curve},
+                        {"input_len", workload.input_len},
+                        {"output_len", workload.output_len}};
   if (workload.speculative)
-    out["speculative"] = {{"method", workload.speculative->method}, {"draft_tokens", workload.speculative->draft_tokens},
+    out["speculative"] = {{"method", workload.speculative->method},
+                          {"draft_tokens", workload.speculative->draft_tokens},
                           {"accept_length", workload.speculative->accept_length},
-                          {"verify_step_s", step_to_json(*p.verify_step)}, {"draft_s", p.draft_s}};
+                          {"verify_step_s", step_to_json(*p.verify_step)},
+                          {"draft_s", p.draft_s}};
   if (p.ttft_s) out["ttft_s"] = *p.ttft_s;
   if (p.ttft_generic_s) out["ttft_generic_s"] = *p.ttft_generic_s;
   if (p.tok_s_per_dollar_hour) out["tok_s_per_dollar_hour"] = *p.tok_s_per_dollar_hour;
@@ -358,29 +384,36 @@ nlohmann::json prediction_to_json(const Prediction& p, const Workload& workload)
 }
 
 std::string prediction_to_table(const Prediction& p, const Workload& workload) {
-  auto row = [](std::string& out, const std::string& key, const std::string& value) { out += fmt::format("{:<40}{}\n", key, value); };
+  auto row = [](std::string& out, const std::string& key, const std::string& value) {
+    out += fmt::format("{:<40}{}\n", key, value);
+  };
   const StepTime& s = p.single_step;
-  std::string out = fmt::format("---- predicted, {} in / {} out{} ----\n", workload.input_len, workload.output_len,
-                                workload.speculative ? fmt::format(", {} accepting {:.2f} of {}", workload.speculative->method,
-                                                                   workload.speculative->accept_length,
-                                                                   workload.speculative->draft_tokens)
-                                                     : "");
+  std::string out = fmt::format(
+      "---- predicted, {} in / {} out{} ----\n", workload.input_len, workload.output_len,
+      workload.speculative ? fmt::format(", {} accepting {:.2f} of {}", workload.speculative->method,
+                                         workload.speculative->accept_length, workload.speculative->draft_tokens)
+                           : "");
   row(out, "Decode step, 1 stream (ms):", step_formula(s));
   row(out, "  binds:", s.binding());
   if (p.verify_step) {
-    row(out, fmt::format("Verify step, {} positions (ms):", workload.speculative->draft_tokens + 1), step_formula(*p.verify_step));
+    row(out, fmt::format("Verify step, {} positions (ms):", workload.speculative->draft_tokens + 1),
+        step_formula(*p.verify_step));
     row(out, "  binds:", p.verify_step->binding());
     row(out, "Draft, a step (ms):", fmt::format("{:.2f}", p.draft_s * 1e3));
   }
-  row(out, "Single stream:", workload.speculative ? fmt::format("{:.1f} tok/s ({:.1f} without speculation)", p.single_stream_tok_s,
-                                                                p.single_stream_plain_tok_s)
-                                                  : fmt::format("{:.1f} tok/s", p.single_stream_tok_s));
-  row(out, "Peak total:", p.peak_concurrency > 0 ? fmt::format("{:.0f} tok/s at concurrency {}", p.peak_total_tok_s, p.peak_concurrency)
-                                                 : "none: no sequence fits the cache");
+  row(out, "Single stream:",
+      workload.speculative
+          ? fmt::format("{:.1f} tok/s ({:.1f} without speculation)", p.single_stream_tok_s, p.single_stream_plain_tok_s)
+          : fmt::format("{:.1f} tok/s", p.single_stream_tok_s));
+  row(out, "Peak total:",
+      p.peak_concurrency > 0 ? fmt::format("{:.0f} tok/s at concurrency {}", p.peak_total_tok_s, p.peak_concurrency)
+                             : "none: no sequence fits the cache");
   row(out, fmt::format("Prefill ({} tokens):", workload.input_len), fmt::format("{:.0f} tok/s", p.prefill_tok_s));
-  if (p.ttft_s) row(out, fmt::format("Time to first token ({} tokens):", workload.prompt_len), fmt::format("{:.2f} s", *p.ttft_s));
+  if (p.ttft_s)
+    row(out, fmt::format("Time to first token ({} tokens):", workload.prompt_len), fmt::format("{:.2f} s", *p.ttft_s));
   if (p.ttft_generic_s) row(out, "  on the generic MLA kernel:", fmt::format("{:.2f} s", *p.ttft_generic_s));
-  if (p.tok_s_per_dollar_hour) row(out, "Predicted tok/s per $/h (peak):", fmt::format("{:.2f}", *p.tok_s_per_dollar_hour));
+  if (p.tok_s_per_dollar_hour)
+    row(out, "Predicted tok/s per $/h (peak):", fmt::format("{:.2f}", *p.tok_s_per_dollar_hour));
   return out;
 }
 

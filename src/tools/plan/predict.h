@@ -16,10 +16,10 @@ namespace mlaserve {
 // --speculative METHOD[:ACCEPT]: a drafter, its mean acceptance length (tokens one verification
 // step emits, the bonus token included) and what drafting costs.
 struct SpeculativeSpec {
-  std::string method;         // dspark | dflash | mtp | eagle | ngram
-  int64_t draft_tokens = 0;   // proposed a step
+  std::string method;        // dspark | dflash | mtp | eagle | ngram
+  int64_t draft_tokens = 0;  // proposed a step
   double accept_length = 0;
-  int64_t draft_layers = 0;   // dense layers at the target's width a draft runs (dspark, dflash; eagle per token)
+  int64_t draft_layers = 0;  // dense layers at the target's width a draft runs (dspark, dflash; eagle per token)
 };
 // METHOD[:ACCEPT]; draft_tokens, when given, replaces the method's draft tokens a step. Throws for an
 // unknown method, an acceptance length outside [1, draft_tokens + 1], or eagle and ngram without
@@ -56,9 +56,9 @@ struct Prediction {
   std::vector<ThroughputPoint> curve;    // concurrency 1, 2, 4, ... and the sweep's end
   double peak_total_tok_s = 0;
   int64_t peak_concurrency = 0;
-  double prefill_tok_s = 0;              // one prompt of input_len
-  std::optional<double> ttft_s;          // prompt_len: on the blocked kernel (heads padded where needed)
-  std::optional<double> ttft_generic_s;  // prompt_len on the generic kernel, where heads a rank need padding
+  double prefill_tok_s = 0;                     // one prompt of input_len
+  std::optional<double> ttft_s;                 // prompt_len: on the blocked kernel (heads padded where needed)
+  std::optional<double> ttft_generic_s;         // prompt_len on the generic kernel, where heads a rank need padding
   std::optional<double> tok_s_per_dollar_hour;  // at the peak
 };
 
