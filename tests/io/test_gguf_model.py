@@ -7,6 +7,7 @@ naming them.
 --binary is mlaserve."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -49,11 +50,16 @@ def test_gguf_logits_match_the_oracle_on_the_files_values(binary, work_dir, name
     assert type_name in types.values()
     ids = np.random.default_rng(index).integers(0, 32000, size=24)
     out = os.path.join(work_dir, f"logits{index}.npy")
-    proc = subprocess.run([binary, "logits", "--model", gguf, "--ids", ",".join(map(str, ids)), "--out", out],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.load(out).astype(np.float64)
-    error = relative_error(got, deepseek_v3_ref.forward(twin, ids, "exact"))
+    try:  # each case's files go once read: the cases together would take gigabytes
+        proc = subprocess.run([binary, "logits", "--model", gguf, "--ids", ",".join(map(str, ids)), "--out", out],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = np.load(out).astype(np.float64)
+        want = deepseek_v3_ref.forward(twin, ids, "exact")
+    finally:
+        os.remove(gguf)
+        shutil.rmtree(twin)
+    error = relative_error(got, want)
     assert error <= EXACT_BOUND, f"max rel error {error:.2e} against the file's values"
     if type_name not in ("F32", "F16", "BF16"):  # the model is BF16 (exact in F16): the quantized types round it
         assert relative_error(got, deepseek_v3_ref.forward(model, ids, "exact")) > 10 * EXACT_BOUND
@@ -70,7 +76,7 @@ def corrupt(binary, work_dir, name, edit):
         return original(writer)
     gw.GgufWriter.to_bytes = edited
     try:
-        gguf_model.convert(model, path, os.path.join(work_dir, "bad-twin"), "Q8_0", "mla")
+        gguf_model.convert(model, path, None, "Q8_0", "mla")
     finally:
         gw.GgufWriter.to_bytes = original
     return path
@@ -126,6 +132,7 @@ def test_bad_keys_and_tensors_are_errors_naming_them(binary, work_dir, name):
     path = corrupt(binary, work_dir, name.replace(" ", "_"), edit)
     proc = subprocess.run([binary, "logits", "--model", path, "--ids", "1,2,3", "--out", path + ".npy"],
                           capture_output=True, text=True)
+    os.remove(path)
     assert proc.returncode == 1, f"rc={proc.returncode}: {proc.stderr[-1000:]}"
     assert needle in proc.stderr, proc.stderr[-1000:]
 
@@ -138,7 +145,7 @@ def test_a_gguf_serves_chat_as_its_directory_does(binary, work_dir):
     from server_fixture import Server
     model = make_model(binary, os.path.join(work_dir, "model"), {})
     gguf = os.path.join(work_dir, "served.gguf")
-    gguf_model.convert(model, gguf, os.path.join(work_dir, "served-twin"), "BF16")
+    gguf_model.convert(model, gguf, None, "BF16")
     request = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello 123 你好"}],
                "max_tokens": 12, "temperature": 0}
     replies = []
@@ -159,12 +166,14 @@ def test_a_gguf_serves_chat_as_its_directory_does(binary, work_dir):
     scores = [subprocess.run([binary, "perplexity", "--model", served, "--file", text, "--ctx", "64"], check=True,
                              capture_output=True, text=True).stdout.strip().splitlines()[-1] for served in (model, gguf)]
     assert scores[0] == scores[1] and "Final estimate: PPL = " in scores[0], scores
+    os.remove(gguf)
 
 
 def test_a_tokenizer_it_cannot_read_is_an_error_naming_the_key(binary, work_dir):
     path = corrupt(binary, work_dir, "qwen2_pre", set_key("tokenizer.ggml.pre", "qwen2", gw.STRING))
     proc = subprocess.run([binary, "generate", "--model", path, "--prompt", "In the", "-n", "2"],
                           capture_output=True, text=True)
+    os.remove(path)
     assert proc.returncode == 1 and "tokenizer.ggml.pre 'qwen2' is not supported" in proc.stderr, proc.stderr[-1000:]
     proc = subprocess.run([binary, "perplexity", "--help"], capture_output=True, text=True)
     assert "model directory or .gguf file" in proc.stdout
@@ -173,9 +182,10 @@ def test_a_tokenizer_it_cannot_read_is_an_error_naming_the_key(binary, work_dir)
 def test_plan_and_bench_model_take_a_gguf(binary, work_dir):
     model = make_model(binary, os.path.join(work_dir, "model"), {})
     gguf = os.path.join(work_dir, "planned.gguf")
-    gguf_model.convert(model, gguf, os.path.join(work_dir, "planned-twin"), "Q6_K")
+    gguf_model.convert(model, gguf, None, "Q6_K")
     plan = subprocess.run([binary, "plan", "--model", gguf, "--hardware", "cpu-dev-2core", "--devices", "1", "--tp", "1"],
                           capture_output=True, text=True)
     assert plan.returncode == 0 and "Layers (MLA / KDA):                     4 / 0" in plan.stdout, plan.stderr[-800:]
     bench = subprocess.run([binary, "bench-model", "--model", gguf, "-p", "16", "-n", "4"], capture_output=True, text=True)
     assert bench.returncode == 0 and "| tg4 " in bench.stdout, bench.stderr[-800:]
+    os.remove(gguf)

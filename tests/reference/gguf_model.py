@@ -143,8 +143,8 @@ def choose_type(gguf_name, cols, type_name, mixed):
 
 
 def convert(model_dir, out_path, twin_dir, type_name, layout="mla", mixed=None, mtp=True):
-    """Writes out_path (GGUF) and twin_dir (safetensors of the values it holds); returns the
-    {GGUF name: type} written. mtp=False leaves the MTP layers out (engines that lack them)."""
+    """Writes out_path (GGUF) and twin_dir (safetensors of the values it holds; None: no twin);
+    returns the {GGUF name: type} written. mtp=False leaves the MTP layers out (engines that lack them)."""
     config = json.load(open(os.path.join(model_dir, "config.json")))
     tensors = {name: as_f32(*entry) for name, entry in read_checkpoint(model_dir).items()}
     if not mtp:
@@ -168,7 +168,8 @@ def convert(model_dir, out_path, twin_dir, type_name, layout="mla", mixed=None, 
         order = [experts[e] for e in sorted(experts)]
         add_tensor(writer, twin, types, name, [hf for hf, _ in order], np.stack([v for _, v in order]), type_name, mixed)
     writer.write(out_path)
-    write_twin(model_dir, twin_dir, twin)
+    if twin_dir:
+        write_twin(model_dir, twin_dir, twin)
     return types
 
 
