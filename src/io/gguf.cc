@@ -3,7 +3,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <regex>
 
 #include "base/error.h"
 #include "io/safetensors.h"  // shape_string
@@ -204,14 +203,18 @@ std::vector<std::unique_ptr<GgufFile>> open_gguf(const std::string& path) {
   const int64_t count = integer_key(*parts[0], "split.count", 1);
   MLA_CHECK(count >= 1 && count <= 99999, "'{}': split.count {} (1 to 99999)", path, count);
   if (count == 1) return parts;
-  static const std::regex first_part(R"((.*)-00001-of-(\d{5})\.gguf)");
-  std::smatch match;
-  MLA_CHECK(std::regex_match(path, match, first_part) && std::stoll(match[2]) == count,
+  // The first part's name, NAME-00001-of-NNNNN.gguf, names the others.
+  const std::string first_part = "-00001-of-", digits = "0123456789";
+  const size_t tail = first_part.size() + 5 + 5;  // the marker, 5 digits, ".gguf"
+  const bool is_first = path.size() > tail && path.ends_with(".gguf") &&
+                        path.compare(path.size() - tail, first_part.size(), first_part) == 0 &&
+                        path.find_first_not_of(digits, path.size() - 10) == path.size() - 5;
+  MLA_CHECK(is_first && std::stoll(path.substr(path.size() - 10, 5)) == count,
             "'{}' is part of a {}-part split set: give its first part, NAME-00001-of-{:05}.gguf", path, count, count);
+  const std::string stem = path.substr(0, path.size() - tail);
   std::map<std::string, std::string> tensor_part;
   for (int64_t k = 1; k <= count; ++k) {
-    if (k > 1)
-      parts.push_back(std::make_unique<GgufFile>(fmt::format("{}-{:05}-of-{:05}.gguf", match[1].str(), k, count)));
+    if (k > 1) parts.push_back(std::make_unique<GgufFile>(fmt::format("{}-{:05}-of-{:05}.gguf", stem, k, count)));
     const GgufFile& part = *parts.back();
     MLA_CHECK(integer_key(part, "split.no", -1) == k - 1 && integer_key(part, "split.count", -1) == count,
               "'{}': split.no / split.count do not say part {} of {}", part.file().path(), k, count);

@@ -2,7 +2,7 @@
 
 #include <cstring>
 #include <optional>
-#include <regex>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -132,12 +132,31 @@ const GgufTensor* find_tensor(const std::vector<std::unique_ptr<GgufFile>>& part
   return nullptr;
 }
 
+// blk.N.<part>.weight or .bias, its parts; nullopt for other names.
+struct LayerTensorName {
+  std::string layer, part, suffix;
+};
+std::optional<LayerTensorName> parse_layer_tensor(const std::string& name) {
+  const size_t dot = name.find('.', 4);
+  if (!name.starts_with("blk.") || dot == std::string::npos || dot == 4 ||
+      name.find_first_not_of("0123456789", 4) != dot)
+    return std::nullopt;
+  for (const std::string suffix : {"weight", "bias"})
+    if (name.size() > dot + 2 + suffix.size() && name.ends_with("." + suffix))
+      return LayerTensorName{name.substr(4, dot - 4), name.substr(dot + 1, name.size() - dot - 2 - suffix.size()),
+                             suffix};
+  return std::nullopt;
+}
+
 // GGUF's projections (blk.N.attn_q_a ... ffn_down_exps, nextn.eh_proj, output), which the
-// loader reads as linear weights: Q8_0 stays 8-bit for them.
+// loader reads as linear weights: the symmetric types stay 8-bit for them.
 bool is_projection(const std::string& gguf_name) {
-  static const std::regex projection(
-      R"(output\.weight|blk\.\d+\.(attn_(q|q_a|q_b|kv_a_mqa|kv_b|output)|ffn_(gate|up|down)(_exps|_shexp)?|nextn\.eh_proj)\.weight)");
-  return std::regex_match(gguf_name, projection);
+  static const std::set<std::string> parts = {"attn_q",         "attn_q_a",      "attn_q_b",       "attn_kv_a_mqa",
+                                              "attn_kv_b",      "attn_output",   "ffn_gate",       "ffn_up",
+                                              "ffn_down",       "ffn_gate_exps", "ffn_up_exps",    "ffn_down_exps",
+                                              "ffn_gate_shexp", "ffn_up_shexp",  "ffn_down_shexp", "nextn.eh_proj"};
+  const std::optional<LayerTensorName> name = parse_layer_tensor(gguf_name);
+  return gguf_name == "output.weight" || (name && name->suffix == "weight" && parts.count(name->part));
 }
 
 // blk.N.<part> -> model.layers.N.<HF part>: projections, norms, the router, shared experts,
@@ -308,12 +327,36 @@ void GgufTensors::add_kv_b(const std::string& prefix, const GgufTensor& k_b, con
                                     k_b.name + " and " + v_b.name});
 }
 
+// One blk.N.* tensor: experts split into views, attn_k_b / attn_v_b kept for add_kv_b, the
+// rest under their HF names.
+void GgufTensors::add_layer_tensor(const GgufTensor& tensor, SplitKvB& split_kv_b) {
+  const std::optional<LayerTensorName> name = parse_layer_tensor(tensor.name);
+  MLA_CHECK(name, "'{}': tensor '{}' is not one of deepseek2's", tensor.file, tensor.name);
+  const std::string prefix = "model.layers." + name->layer + ".";
+  static const std::set<std::string> experts = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  if (name->part == "exp_probs_b" && name->suffix == "bias") {
+    add(prefix + "mlp.gate.e_score_correction_bias", tensor, -1, false);
+  } else if (name->part == "attn_k_b" || name->part == "attn_v_b") {
+    (name->part == "attn_k_b" ? split_kv_b[prefix].first : split_kv_b[prefix].second) = &tensor;
+  } else if (experts.count(name->part) && name->suffix == "weight") {
+    MLA_CHECK(tensor.shape.size() == 3, "'{}': tensor '{}' of shape {} is not [experts, rows, columns]", tensor.file,
+              tensor.name, shape_string(tensor.shape));
+    const std::string projection = name->part.substr(4, name->part.size() - 9) + "_proj";  // ffn_X_exps -> X_proj
+    for (int64_t e = 0; e < tensor.shape[0]; ++e)
+      add(prefix + "mlp.experts." + std::to_string(e) + "." + projection + ".weight", tensor, e, true);
+  } else {
+    const auto found = layer_names().find(name->part);
+    MLA_CHECK(found != layer_names().end() && name->suffix == "weight", "'{}': tensor '{}' is not one of deepseek2's",
+              tensor.file, tensor.name);
+    add(prefix + found->second + ".weight", tensor, -1, is_projection(tensor.name));
+  }
+}
+
 GgufTensors::GgufTensors(const std::string& path) : parts_(open_gguf(path)), config_(gguf_config_json(parts_)) {
-  static const std::regex layer_tensor(R"(blk\.(\d+)\.(.+)\.(weight|bias))");
   static const std::map<std::string, std::string> top = {{"token_embd.weight", "model.embed_tokens.weight"},
                                                          {"output_norm.weight", "model.norm.weight"},
                                                          {"output.weight", "lm_head.weight"}};
-  std::map<std::string, std::pair<const GgufTensor*, const GgufTensor*>> split_kv_b;  // prefix -> k_b, v_b
+  SplitKvB split_kv_b;
   size_t file_bytes = 0, tensor_count = 0, done = 0;
   for (const auto& part : parts_) {
     file_bytes += part->file().size();
@@ -324,30 +367,10 @@ GgufTensors::GgufTensors(const std::string& path) : parts_(open_gguf(path)), con
       if (file_bytes > (size_t(1) << 30) &&
           ++done % std::max<size_t>(tensor_count / 10, 1) == 0)  // long: show progress
         spdlog::info("reading '{}': {}/{} tensors ({}%)", path, done, tensor_count, done * 100 / tensor_count);
-      if (const auto found = top.find(tensor.name); found != top.end()) {
+      if (const auto found = top.find(tensor.name); found != top.end())
         add(found->second, tensor, -1, is_projection(tensor.name));
-        continue;
-      }
-      std::smatch match;
-      MLA_CHECK(std::regex_match(tensor.name, match, layer_tensor), "'{}': tensor '{}' is not one of deepseek2's",
-                tensor.file, tensor.name);
-      const std::string prefix = "model.layers." + match[1].str() + ".", part_name = match[2].str();
-      if (part_name == "exp_probs_b" && match[3] == "bias") {
-        add(prefix + "mlp.gate.e_score_correction_bias", tensor, -1, false);
-      } else if (part_name == "attn_k_b" || part_name == "attn_v_b") {
-        (part_name == "attn_k_b" ? split_kv_b[prefix].first : split_kv_b[prefix].second) = &tensor;
-      } else if (std::regex_match(part_name, std::regex("ffn_(gate|up|down)_exps")) && match[3] == "weight") {
-        MLA_CHECK(tensor.shape.size() == 3, "'{}': tensor '{}' of shape {} is not [experts, rows, columns]",
-                  tensor.file, tensor.name, shape_string(tensor.shape));
-        const std::string projection = part_name.substr(4, part_name.size() - 9) + "_proj";
-        for (int64_t e = 0; e < tensor.shape[0]; ++e)
-          add(prefix + "mlp.experts." + std::to_string(e) + "." + projection + ".weight", tensor, e, true);
-      } else {
-        const auto found = layer_names().find(part_name);
-        MLA_CHECK(found != layer_names().end() && match[3] == "weight", "'{}': tensor '{}' is not one of deepseek2's",
-                  tensor.file, tensor.name);
-        add(prefix + found->second + ".weight", tensor, -1, is_projection(tensor.name));
-      }
+      else
+        add_layer_tensor(tensor, split_kv_b);
     }
   for (const auto& [prefix, pair] : split_kv_b) {
     if (tensors_.count(prefix + "self_attn.kv_b_proj.weight")) continue;  // ik_llama.cpp keeps attn_kv_b beside them

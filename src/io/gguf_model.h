@@ -30,7 +30,10 @@ class GgufTensors {
   void release_pages(const void* begin, size_t bytes) const;
 
  private:
+  // Layer prefix -> its attn_k_b and attn_v_b (llama.cpp's MLA layout), put together at the end.
+  using SplitKvB = std::map<std::string, std::pair<const GgufTensor*, const GgufTensor*>>;
   void add(const std::string& name, const GgufTensor& tensor, int64_t slice, bool projection);
+  void add_layer_tensor(const GgufTensor& tensor, SplitKvB& split_kv_b);
   void add_kv_b(const std::string& prefix, const GgufTensor& k_b, const GgufTensor& v_b);
   uint8_t* own(size_t bytes);
 
