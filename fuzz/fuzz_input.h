@@ -34,6 +34,10 @@ class InputReader {
   std::string_view text_;
 };
 
+// `size` bytes of `data` written to this process's own file /tmp/mlaserve-fuzz-PID.EXTENSION
+// (replaced by every call, removed at exit): for parsers that read a file. Returns its path.
+std::string write_input_file(const uint8_t* data, size_t size, const std::string& extension);
+
 // The repository's models/ folder (the kjv model's tokenizer and chat template are fixtures).
 std::string models_dir();
 

@@ -2,11 +2,6 @@
 // shape and offset before any tensor is touched, so every tensor it returns lies inside the file;
 // the target dequantizes each one end to end to let ASan check that, then reads a deepseek2
 // file's keys as a config.
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <vector>
 
 #include "base/error.h"
@@ -16,12 +11,7 @@
 #include "io/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = [] {
-    std::atexit([] { std::remove(("/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".gguf").c_str()); });
-    return "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".gguf";
-  }();
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  const std::string path = mlaserve::fuzz::write_input_file(data, size, "gguf");
   try {
     const mlaserve::GgufFile file(path);
     for (const mlaserve::GgufTensor& tensor : file.tensors()) {

@@ -1,23 +1,13 @@
 // A .safetensors file's bytes, header and data: SafetensorsFile validates the header (JSON,
 // dtypes, shapes, offsets) before any tensor is touched, so every tensor it returns must lie
 // inside the file; the target reads each one end to end to let ASan check that.
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 
 #include "base/error.h"
 #include "fuzz_input.h"
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = [] {
-    std::atexit([] { std::remove(("/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors").c_str()); });
-    return "/tmp/mlaserve-fuzz-" + std::to_string(getpid()) + ".safetensors";
-  }();
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  const std::string path = mlaserve::fuzz::write_input_file(data, size, "safetensors");
   try {
     const mlaserve::SafetensorsFile file(path);
     for (const auto& [name, tensor] : file.tensors()) {

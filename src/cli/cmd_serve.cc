@@ -71,6 +71,28 @@ ModelInfo model_info(const CausalLM& model, const ModelExecutor& executor, const
 }
 
 // Every rank keeps a full latent cache, so with R ranks on this machine the budget is split R ways.
+// Recurrent (KDA) state: one slot per running sequence, the prefix-cache snapshots and, with a
+// drafter, each verifying sequence's copy from before its step (rejected drafts roll back to
+// it), taken from the cache budget. Sets config.state_snapshots; returns the state's bytes.
+double state_slot_bytes(const ServeOptions& options, const ModelConfig& model, double budget, EngineConfig& config) {
+  config.state_snapshots = options.state_snapshots >= 0 ? options.state_snapshots : options.scheduler.max_num_seqs;
+  const int64_t backups = options.speculative.speculative.empty() ? 0 : options.scheduler.max_num_seqs;
+  const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots + backups;
+  const double state_bytes = double(state_slots * model.recurrent_state_bytes());
+  if (state_bytes > 0) {
+    spdlog::info(
+        "KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
+        "(--state-snapshots) + {} verification copies (--speculative)) = {:.2f} GiB",
+        double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs, config.state_snapshots,
+        backups, state_bytes / double(1 << 30));
+    MLA_CHECK(state_bytes < budget,
+              "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
+              "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb",
+              state_slots, state_bytes / double(1 << 30), budget / double(1 << 30));
+  }
+  return state_bytes;
+}
+
 EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model, int ranks) {
   EngineConfig config;
   config.block_size = options.block_size;
@@ -89,25 +111,8 @@ EngineConfig engine_config(const ServeOptions& options, const ModelConfig& model
   const int64_t per_token = model.kv_bytes_per_token(config.cache_dtype);
   double budget = options.kv_cache_gb > 0 ? options.kv_cache_gb * double(1 << 30)
                                           : options.kv_cache_fraction * double(available_memory_bytes()) / ranks;
-  // Recurrent (KDA) state: one slot per running sequence, the prefix-cache snapshots and, with a
-  // drafter, each verifying sequence's copy from before its step (rejected drafts roll back to
-  // it), taken from the same budget.
-  config.state_snapshots = options.state_snapshots >= 0 ? options.state_snapshots : options.scheduler.max_num_seqs;
-  const int64_t backups = options.speculative.speculative.empty() ? 0 : options.scheduler.max_num_seqs;
-  const int64_t state_slots = options.scheduler.max_num_seqs + config.state_snapshots + backups;
-  const double state_bytes = double(state_slots * model.recurrent_state_bytes());
-  if (state_bytes > 0) {
-    spdlog::info(
-        "KDA state: {:.2f} MiB per sequence x ({} running (--max-num-seqs) + {} prefix snapshots "
-        "(--state-snapshots) + {} verification copies (--speculative)) = {:.2f} GiB",
-        double(model.recurrent_state_bytes()) / double(1 << 20), options.scheduler.max_num_seqs, config.state_snapshots,
-        backups, state_bytes / double(1 << 30));
-    MLA_CHECK(state_bytes < budget,
-              "the KDA state of {} slots ({:.2f} GiB) does not fit the cache budget of "
-              "{:.2f} GiB: lower --max-num-seqs or --state-snapshots, or raise --kv-cache-gb",
-              state_slots, state_bytes / double(1 << 30), budget / double(1 << 30));
-    budget -= state_bytes;
-  }
+  const double state_bytes = state_slot_bytes(options, model, budget, config);
+  budget -= state_bytes;
   // More than every sequence at full length is never needed.
   const int64_t useful = options.scheduler.max_num_seqs * config.max_model_len;
   config.kv_cache_tokens =

@@ -222,32 +222,19 @@ class PatternParser {
     if (done()) fail("a trailing backslash");
     const char c = pattern_[at_++];
     switch (c) {
-      case 'd':
-        return kDigits;
-      case 'D':
-        return complement(kDigits);
-      case 'w':
-        return kWord;
-      case 'W':
-        return complement(kWord);
-      case 's':
-        return kSpace;
-      case 'S':
-        return complement(kSpace);
-      case 'n':
-        return ascii_of("\n");
-      case 't':
-        return ascii_of("\t");
-      case 'r':
-        return ascii_of("\r");
-      case 'f':
-        return ascii_of("\f");
-      case 'v':
-        return ascii_of("\v");
-      case '0':
-        return ascii_of(std::string(1, '\0'));
-      case 'x':
-        return one_char(utf8(hex(2)));
+      case 'd': return kDigits;
+      case 'D': return complement(kDigits);
+      case 'w': return kWord;
+      case 'W': return complement(kWord);
+      case 's': return kSpace;
+      case 'S': return complement(kSpace);
+      case 'n': return ascii_of("\n");
+      case 't': return ascii_of("\t");
+      case 'r': return ascii_of("\r");
+      case 'f': return ascii_of("\f");
+      case 'v': return ascii_of("\v");
+      case '0': return ascii_of(std::string(1, '\0'));
+      case 'x': return one_char(utf8(hex(2)));
       case 'u': {
         const uint32_t code_point = hex(4);
         if (code_point >= 0xd800 && code_point < 0xe000) fail("a surrogate \\u escape");
@@ -256,13 +243,10 @@ class PatternParser {
       case 'b':
         if (in_class) return ascii_of("\b");
         fail("word boundaries (\\b) are not supported");
-      case 'B':
-        fail("word boundaries (\\B) are not supported");
-      case 'k':
-        fail("backreferences are not supported");
+      case 'B': fail("word boundaries (\\B) are not supported");
+      case 'k': fail("backreferences are not supported");
       case 'p':
-      case 'P':
-        fail("Unicode property classes are not supported");
+      case 'P': fail("Unicode property classes are not supported");
       default:
         if (c >= '1' && c <= '9') fail("backreferences are not supported");
         return one_char(std::string(1, c));
@@ -303,10 +287,8 @@ class PatternParser {
 // Shortest and longest string a node matches (-1: no longest).
 int min_length(const Node& node) {
   switch (node.kind) {
-    case Node::Kind::Chars:
-      return 1;
-    case Node::Kind::Repeat:
-      return node.min * min_length(node.children[0]);
+    case Node::Kind::Chars: return 1;
+    case Node::Kind::Repeat: return node.min * min_length(node.children[0]);
     case Node::Kind::Alternatives: {
       int best = -1;
       for (const Node& child : node.children) best = best < 0 ? min_length(child) : std::min(best, min_length(child));
@@ -322,8 +304,7 @@ int min_length(const Node& node) {
 
 int max_length(const Node& node) {
   switch (node.kind) {
-    case Node::Kind::Chars:
-      return 1;
+    case Node::Kind::Chars: return 1;
     case Node::Kind::Repeat: {
       const int each = max_length(node.children[0]);
       return node.max < 0 || each < 0 ? (each == 0 ? 0 : -1) : node.max * each;
@@ -404,8 +385,7 @@ std::vector<Sequence> json_written(const CharSet& set) {
 
 int32_t emit(GrammarBuilder& builder, const Node& node, const std::string& name) {
   switch (node.kind) {
-    case Node::Kind::Chars:
-      return builder.rule(name + " chars", json_written(node.chars));
+    case Node::Kind::Chars: return builder.rule(name + " chars", json_written(node.chars));
     case Node::Kind::Repeat: {
       const Node& child = node.children[0];
       if (min_length(child) == 0 && node.max != node.min)

@@ -200,24 +200,15 @@ using Int8Decoder = void (*)(const uint8_t*, int8_t*, float*);
 
 Int8Decoder int8_decoder(GgmlType type) {
   switch (type) {
-    case GgmlType::Q4_0:
-      return q4_0;
-    case GgmlType::Q5_0:
-      return q5_0;
-    case GgmlType::Q6_0:
-      return q6_0;
-    case GgmlType::Q8_0:
-      return q8_0;
-    case GgmlType::IQ4_NL:
-      return iq4_nl;
-    case GgmlType::IQ4_XS:
-      return iq4_xs;
-    case GgmlType::Q3_K:
-      return q3_k;
-    case GgmlType::Q6_K:
-      return q6_k;
-    default:
-      return nullptr;
+    case GgmlType::Q4_0: return q4_0;
+    case GgmlType::Q5_0: return q5_0;
+    case GgmlType::Q6_0: return q6_0;
+    case GgmlType::Q8_0: return q8_0;
+    case GgmlType::IQ4_NL: return iq4_nl;
+    case GgmlType::IQ4_XS: return iq4_xs;
+    case GgmlType::Q3_K: return q3_k;
+    case GgmlType::Q6_K: return q6_k;
+    default: return nullptr;
   }
 }
 
@@ -235,38 +226,22 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t type) {
       q3_k{"Q3_K", QK_K, 110}, q4_k{"Q4_K", QK_K, 144}, q5_k{"Q5_K", QK_K, 176}, q6_k{"Q6_K", QK_K, 210},
       iq4_nl{"IQ4_NL", QK, 18}, iq4_xs{"IQ4_XS", QK_K, 136}, q6_0{"Q6_0", QK, 26};
   switch (GgmlType(type)) {
-    case GgmlType::F32:
-      return &f32;
-    case GgmlType::F16:
-      return &f16;
-    case GgmlType::BF16:
-      return &bf16;
-    case GgmlType::Q4_0:
-      return &q4_0;
-    case GgmlType::Q4_1:
-      return &q4_1;
-    case GgmlType::Q5_0:
-      return &q5_0;
-    case GgmlType::Q5_1:
-      return &q5_1;
-    case GgmlType::Q8_0:
-      return &q8_0;
-    case GgmlType::Q2_K:
-      return &q2_k;
-    case GgmlType::Q3_K:
-      return &q3_k;
-    case GgmlType::Q4_K:
-      return &q4_k;
-    case GgmlType::Q5_K:
-      return &q5_k;
-    case GgmlType::Q6_K:
-      return &q6_k;
-    case GgmlType::IQ4_NL:
-      return &iq4_nl;
-    case GgmlType::IQ4_XS:
-      return &iq4_xs;
-    case GgmlType::Q6_0:
-      return &q6_0;
+    case GgmlType::F32: return &f32;
+    case GgmlType::F16: return &f16;
+    case GgmlType::BF16: return &bf16;
+    case GgmlType::Q4_0: return &q4_0;
+    case GgmlType::Q4_1: return &q4_1;
+    case GgmlType::Q5_0: return &q5_0;
+    case GgmlType::Q5_1: return &q5_1;
+    case GgmlType::Q8_0: return &q8_0;
+    case GgmlType::Q2_K: return &q2_k;
+    case GgmlType::Q3_K: return &q3_k;
+    case GgmlType::Q4_K: return &q4_k;
+    case GgmlType::Q5_K: return &q5_k;
+    case GgmlType::Q6_K: return &q6_k;
+    case GgmlType::IQ4_NL: return &iq4_nl;
+    case GgmlType::IQ4_XS: return &iq4_xs;
+    case GgmlType::Q6_0: return &q6_0;
   }
   return nullptr;
 }
@@ -319,32 +294,15 @@ void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t elements, flo
     const uint8_t* b = blocks + size_t(i / traits->block_size) * traits->block_bytes;
     float* y = out + i;
     switch (type) {
-      case GgmlType::F32:
-        std::memcpy(y, b, 4);
-        break;
-      case GgmlType::F16:
-        *y = f16_at(b);
-        break;
-      case GgmlType::BF16:
-        *y = bf16_to_f32(uint16_t(b[0] | b[1] << 8));
-        break;
-      case GgmlType::Q4_1:
-        q4_1(b, y);
-        break;
-      case GgmlType::Q5_1:
-        q5_1(b, y);
-        break;
-      case GgmlType::Q2_K:
-        q2_k(b, y);
-        break;
-      case GgmlType::Q4_K:
-        q45_k(b, false, y);
-        break;
-      case GgmlType::Q5_K:
-        q45_k(b, true, y);
-        break;
-      default:
-        fail("dequantize_ggml: no decoder for {}", traits->name);
+      case GgmlType::F32: std::memcpy(y, b, 4); break;
+      case GgmlType::F16: *y = f16_at(b); break;
+      case GgmlType::BF16: *y = bf16_to_f32(uint16_t(b[0] | b[1] << 8)); break;
+      case GgmlType::Q4_1: q4_1(b, y); break;
+      case GgmlType::Q5_1: q5_1(b, y); break;
+      case GgmlType::Q2_K: q2_k(b, y); break;
+      case GgmlType::Q4_K: q45_k(b, false, y); break;
+      case GgmlType::Q5_K: q45_k(b, true, y); break;
+      default: fail("dequantize_ggml: no decoder for {}", traits->name);
     }
   }
 }

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
-#include "io/safetensors.h"  // shape_string
+#include "io/safetensors.h"  // shape_string, checked_numel
 
 namespace mlaserve {
 namespace {
@@ -48,33 +48,22 @@ class Cursor {
 
 json Cursor::value(uint32_t type, const std::string& key, bool in_array) {
   switch (type) {
-    case kU8:
-      return scalar<uint8_t>(key.c_str());
-    case kI8:
-      return scalar<int8_t>(key.c_str());
-    case kU16:
-      return scalar<uint16_t>(key.c_str());
-    case kI16:
-      return scalar<int16_t>(key.c_str());
-    case kU32:
-      return scalar<uint32_t>(key.c_str());
-    case kI32:
-      return scalar<int32_t>(key.c_str());
-    case kU64:
-      return scalar<uint64_t>(key.c_str());
-    case kI64:
-      return scalar<int64_t>(key.c_str());
-    case kF32:
-      return scalar<float>(key.c_str());
-    case kF64:
-      return scalar<double>(key.c_str());
+    case kU8: return scalar<uint8_t>(key.c_str());
+    case kI8: return scalar<int8_t>(key.c_str());
+    case kU16: return scalar<uint16_t>(key.c_str());
+    case kI16: return scalar<int16_t>(key.c_str());
+    case kU32: return scalar<uint32_t>(key.c_str());
+    case kI32: return scalar<int32_t>(key.c_str());
+    case kU64: return scalar<uint64_t>(key.c_str());
+    case kI64: return scalar<int64_t>(key.c_str());
+    case kF32: return scalar<float>(key.c_str());
+    case kF64: return scalar<double>(key.c_str());
     case kBool: {
       const uint8_t flag = scalar<uint8_t>(key.c_str());
       MLA_CHECK(flag <= 1, "'{}': key '{}': boolean byte {}", file_.path(), key, flag);
       return flag == 1;
     }
-    case kString:
-      return string(key.c_str());
+    case kString: return string(key.c_str());
     case kArray: {
       MLA_CHECK(!in_array, "'{}': key '{}': an array of arrays", file_.path(), key);
       const uint32_t element_type = scalar<uint32_t>(key.c_str());
@@ -88,16 +77,6 @@ json Cursor::value(uint32_t type, const std::string& key, bool in_array) {
     }
   }
   fail("'{}': key '{}': unknown value type {}", file_.path(), key, type);
-}
-
-int64_t gguf_numel(const std::vector<int64_t>& shape, const std::string& where) {
-  int64_t count = 1;
-  for (int64_t dim : shape) {
-    MLA_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / dim, "{}: shape {} overflows", where,
-              shape_string(shape));
-    count *= dim;
-  }
-  return count;
 }
 
 // A tensor info: name, dims (ne, innermost first), type, offset into the data section.
@@ -120,7 +99,7 @@ GgufTensor tensor_info(Cursor& cursor, const std::string& path, uint64_t& offset
             "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
             where, ggml_type_name(type));
   tensor.type = GgmlType(type);
-  const int64_t numel = gguf_numel(tensor.shape, where);
+  const int64_t numel = checked_numel(tensor.shape, where);
   MLA_CHECK(tensor.shape.back() % traits->block_size == 0,
             "{}: {} rows of {} elements are not whole {}-element blocks of {}", where,
             numel / std::max<int64_t>(tensor.shape.back(), 1), tensor.shape.back(), traits->block_size, traits->name);
@@ -142,7 +121,7 @@ int64_t integer_key(const GgufFile& file, const std::string& key, int64_t fallba
 
 }  // namespace
 
-int64_t GgufTensor::numel() const { return gguf_numel(shape, name); }
+int64_t GgufTensor::numel() const { return checked_numel(shape, name); }
 
 GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>(path)) {
   Cursor cursor(*file_);

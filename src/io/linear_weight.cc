@@ -208,9 +208,7 @@ const float* WeightLoader::to_f32(const TensorInfo& tensor) {
   for (int64_t i = 0; i < count; ++i) {
     uint16_t half;  // the data may be unaligned: copy, never dereference a cast pointer
     switch (tensor.dtype) {
-      case DType::F32:
-        std::memcpy(&values[i], tensor.data + 4 * i, 4);
-        break;
+      case DType::F32: std::memcpy(&values[i], tensor.data + 4 * i, 4); break;
       case DType::BF16:
         std::memcpy(&half, tensor.data + 2 * i, 2);
         values[i] = bf16_to_f32(half);
@@ -219,8 +217,7 @@ const float* WeightLoader::to_f32(const TensorInfo& tensor) {
         std::memcpy(&half, tensor.data + 2 * i, 2);
         values[i] = f16_to_f32(half);
         break;
-      default:
-        fail("tensor '{}': dtype {} where F32, BF16 or F16 is expected", tensor.name, dtype_name(tensor.dtype));
+      default: fail("tensor '{}': dtype {} where F32, BF16 or F16 is expected", tensor.name, dtype_name(tensor.dtype));
     }
   }
   return values.data();
@@ -255,15 +252,9 @@ LinearWeight WeightLoader::dense(const std::string& name, int64_t rows, int64_t 
   weight.cols = cols;
   weight.stored_cols = cols;
   switch (tensor.dtype) {
-    case DType::F32:
-      weight.format = WeightFormat::F32;
-      break;
-    case DType::BF16:
-      weight.format = WeightFormat::BF16;
-      break;
-    case DType::F16:
-      weight.format = WeightFormat::F16;
-      break;
+    case DType::F32: weight.format = WeightFormat::F32; break;
+    case DType::BF16: weight.format = WeightFormat::BF16; break;
+    case DType::F16: weight.format = WeightFormat::F16; break;
     default:
       fail("tensor '{}': dtype {} is not a supported weight dtype here (F32, BF16, F16)", name,
            dtype_name(tensor.dtype));

@@ -13,17 +13,6 @@ namespace {
 using json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // safetensors' own limit
 
-int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& where) {
-  int64_t count = 1;
-  for (int64_t dim : shape) {
-    MLA_CHECK(dim >= 0, "{}: negative dimension in shape {}", where, shape_string(shape));
-    MLA_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / dim, "{}: shape {} overflows", where,
-              shape_string(shape));
-    count *= dim;
-  }
-  return count;
-}
-
 TensorInfo parse_entry(const std::string& name, const json& entry, const uint8_t* data_start, uint64_t data_size,
                        const std::string& path) {
   const std::string where = fmt::format("'{}': tensor '{}'", path, name);
@@ -60,6 +49,17 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const uint8_t
 }
 
 }  // namespace
+
+int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& where) {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    MLA_CHECK(dim >= 0, "{}: negative dimension in shape {}", where, shape_string(shape));
+    MLA_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / dim, "{}: shape {} overflows", where,
+              shape_string(shape));
+    count *= dim;
+  }
+  return count;
+}
 
 int64_t TensorInfo::numel() const { return checked_numel(shape, name); }
 std::string TensorInfo::shape_string() const { return mlaserve::shape_string(shape); }

@@ -27,6 +27,8 @@ struct TensorInfo {
 };
 
 std::string shape_string(const std::vector<int64_t>& shape);
+// The element count of `shape`; throws Error naming `where` for a negative dimension or overflow.
+int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& where);
 
 // One mapped .safetensors file with its parsed header.
 class SafetensorsFile {

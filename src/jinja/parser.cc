@@ -261,35 +261,18 @@ class Lexer {
       const char escaped = source_[pos_];
       advance(1);
       switch (escaped) {
-        case 'n':
-          value += '\n';
-          break;
-        case 't':
-          value += '\t';
-          break;
-        case 'r':
-          value += '\r';
-          break;
-        case 'b':
-          value += '\b';
-          break;
-        case 'f':
-          value += '\f';
-          break;
-        case 'v':
-          value += '\v';
-          break;
+        case 'n': value += '\n'; break;
+        case 't': value += '\t'; break;
+        case 'r': value += '\r'; break;
+        case 'b': value += '\b'; break;
+        case 'f': value += '\f'; break;
+        case 'v': value += '\v'; break;
         case '\'':
         case '"':
-        case '\\':
-          value += escaped;
-          break;
+        case '\\': value += escaped; break;
         case 'x':
-        case 'u':
-          append_hex_escape(value, escaped == 'x' ? 2 : 4, line);
-          break;
-        default:
-          fail_at(line, fmt::format("unknown escape \\{} in a string", escaped));
+        case 'u': append_hex_escape(value, escaped == 'x' ? 2 : 4, line); break;
+        default: fail_at(line, fmt::format("unknown escape \\{} in a string", escaped));
       }
     }
     advance(1);
@@ -372,14 +355,10 @@ class Parser {
   }
   static std::string describe(const Token& token) {
     switch (token.kind) {
-      case TokenKind::End:
-        return "end of template";
-      case TokenKind::CloseStatement:
-        return "%}";
-      case TokenKind::CloseExpression:
-        return "}}";
-      default:
-        return token.text;
+      case TokenKind::End: return "end of template";
+      case TokenKind::CloseStatement: return "%}";
+      case TokenKind::CloseExpression: return "}}";
+      default: return token.text;
     }
   }
   NodePtr node(Kind kind) const { return std::make_unique<Node>(kind, peek().line); }
@@ -910,8 +889,7 @@ class Parser {
         if (token.text == "[") return list_literal();
         if (token.text == "{") return dict_literal();
         [[fallthrough]];
-      default:
-        fail(fmt::format("unexpected '{}' in an expression", describe(token)));
+      default: fail(fmt::format("unexpected '{}' in an expression", describe(token)));
     }
   }
 

@@ -98,27 +98,17 @@ class Renderer {
 
 Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::string& out) {
   switch (node.kind) {
-    case Kind::Text:
-      emit(out, node.name);
-      break;
-    case Kind::Output:
-      emit(out, eval(*node.children[0], scope).str());
-      break;
-    case Kind::If:
-      return render(eval(*node.children[0], scope).truthy() ? node.body : node.alternate, scope, out);
-    case Kind::For:
-      return render_for(node, scope, out);
+    case Kind::Text: emit(out, node.name); break;
+    case Kind::Output: emit(out, eval(*node.children[0], scope).str()); break;
+    case Kind::If: return render(eval(*node.children[0], scope).truthy() ? node.body : node.alternate, scope, out);
+    case Kind::For: return render_for(node, scope, out);
     case Kind::Set:
       assign(*node.children[0],
              node.children.size() > 1 ? eval(*node.children[1], scope) : Value(render_to_string(node.body, scope)),
              scope);
       break;
-    case Kind::Macro:
-      define_macro(node, scope);
-      break;
-    case Kind::CallBlock:
-      emit(out, call_block(node, scope).str());
-      break;
+    case Kind::Macro: define_macro(node, scope); break;
+    case Kind::CallBlock: emit(out, call_block(node, scope).str()); break;
     case Kind::FilterBlock: {
       const Node& filter = *node.children[0];
       emit(out,
@@ -132,14 +122,10 @@ Flow Renderer::render_statement(const Node& node, const ScopePtr& scope, std::st
         inner->variables[node.children[i]->name] = eval(*node.children[i + 1], scope);
       return render(node.body, inner, out);
     }
-    case Kind::Break:
-      return Flow::Break;
-    case Kind::Continue:
-      return Flow::Continue;
-    case Kind::Nothing:
-      break;
-    default:
-      emit(out, eval(node, scope).str());
+    case Kind::Break: return Flow::Break;
+    case Kind::Continue: return Flow::Continue;
+    case Kind::Nothing: break;
+    default: emit(out, eval(node, scope).str());
   }
   return Flow::Normal;
 }
@@ -300,10 +286,8 @@ Arguments Renderer::arguments(const NodeList& nodes, size_t first, const ScopePt
 
 Value Renderer::eval(const Node& node, const ScopePtr& scope) {
   switch (node.kind) {
-    case Kind::Literal:
-      return node.value;
-    case Kind::Name:
-      return scope->lookup(node.name);
+    case Kind::Literal: return node.value;
+    case Kind::Name: return scope->lookup(node.name);
     case Kind::List:
     case Kind::Tuple: {
       Array items;
@@ -324,10 +308,8 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       MLA_CHECK(!object.is_undefined(), "cannot read attribute '{}' of an undefined value", node.name);
       return get_attribute(object, node.name);
     }
-    case Kind::Index:
-      return subscript(node, scope);
-    case Kind::Slice:
-      return slice(node, scope);
+    case Kind::Index: return subscript(node, scope);
+    case Kind::Slice: return slice(node, scope);
     case Kind::Call: {
       const Value callee = eval(*node.children[0], scope);
       MLA_CHECK(callee.kind() == Value::Kind::Callable, "cannot call {}", callee.type_name());
@@ -352,14 +334,10 @@ Value Renderer::eval(const Node& node, const ScopePtr& scope) {
       MLA_CHECK(!__builtin_sub_overflow(int64_t(0), integer, &negated), "integer overflow in -({})", integer);
       return Value(negated);
     }
-    case Kind::Binary:
-      return binary(node, scope);
-    case Kind::Ternary:
-      return eval(*node.children[eval(*node.children[0], scope).truthy() ? 1 : 2], scope);
-    case Kind::Select:
-      return eval(*node.children[1], scope).truthy() ? eval(*node.children[0], scope) : Value();
-    default:
-      fail("a statement where an expression was expected");
+    case Kind::Binary: return binary(node, scope);
+    case Kind::Ternary: return eval(*node.children[eval(*node.children[0], scope).truthy() ? 1 : 2], scope);
+    case Kind::Select: return eval(*node.children[1], scope).truthy() ? eval(*node.children[0], scope) : Value();
+    default: fail("a statement where an expression was expected");
   }
 }
 

@@ -135,38 +135,26 @@ void Value::move_nested_containers(std::vector<Value>& pending) {
 bool Value::same_container(const Value& other) const {
   if (kind_ != other.kind_) return false;
   switch (kind_) {
-    case Kind::List:
-      return array_ == other.array_;
+    case Kind::List: return array_ == other.array_;
     case Kind::Dict:
-    case Kind::Namespace:
-      return object_ == other.object_;
-    case Kind::Callable:
-      return function_ == other.function_;
-    default:
-      return false;
+    case Kind::Namespace: return object_ == other.object_;
+    case Kind::Callable: return function_ == other.function_;
+    default: return false;
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None:
-      return false;
-    case Kind::Bool:
-      return bool_;
-    case Kind::Int:
-      return int_ != 0;
-    case Kind::Float:
-      return float_ != 0 && !std::isnan(float_);
-    case Kind::String:
-      return !string_.empty();
-    case Kind::List:
-      return !array_->empty();
-    case Kind::Dict:
-      return !object_->entries.empty();
+    case Kind::None: return false;
+    case Kind::Bool: return bool_;
+    case Kind::Int: return int_ != 0;
+    case Kind::Float: return float_ != 0 && !std::isnan(float_);
+    case Kind::String: return !string_.empty();
+    case Kind::List: return !array_->empty();
+    case Kind::Dict: return !object_->entries.empty();
     case Kind::Namespace:
-    case Kind::Callable:
-      return true;
+    case Kind::Callable: return true;
   }
   return false;
 }
@@ -234,12 +222,8 @@ void write_repr(const Value& value, int depth, std::string& out) {
   using Kind = Value::Kind;
   MLA_CHECK(depth <= kMaxReprDepth, "the value nests deeper than {} levels", kMaxReprDepth);
   switch (value.kind()) {
-    case Kind::String:
-      out += python_string(value.as_string());
-      return;
-    case Kind::Undefined:
-      out += "Undefined";
-      return;
+    case Kind::String: out += python_string(value.as_string()); return;
+    case Kind::Undefined: out += "Undefined"; return;
     case Kind::List: {
       const bool tuple = value.is_tuple();
       out += tuple ? '(' : '[';
@@ -266,8 +250,7 @@ void write_repr(const Value& value, int depth, std::string& out) {
       out += name_space ? "}>" : "}";
       return;
     }
-    default:
-      out += value.str();
+    default: out += value.str();
   }
 }
 
@@ -281,22 +264,14 @@ std::string Value::repr() const {
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::Undefined:
-      return "";
-    case Kind::None:
-      return "None";
-    case Kind::Bool:
-      return bool_ ? "True" : "False";
-    case Kind::Int:
-      return std::to_string(int_);
-    case Kind::Float:
-      return python_float(float_);
-    case Kind::String:
-      return string_;
-    case Kind::Callable:
-      return "<function>";
-    default:
-      return repr();
+    case Kind::Undefined: return "";
+    case Kind::None: return "None";
+    case Kind::Bool: return bool_ ? "True" : "False";
+    case Kind::Int: return std::to_string(int_);
+    case Kind::Float: return python_float(float_);
+    case Kind::String: return string_;
+    case Kind::Callable: return "<function>";
+    default: return repr();
   }
 }
 
@@ -310,10 +285,8 @@ bool equal_at_depth(const Value& a, const Value& b, int depth) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::Undefined:
-    case Kind::None:
-      return true;
-    case Kind::String:
-      return a.as_string() == b.as_string();
+    case Kind::None: return true;
+    case Kind::String: return a.as_string() == b.as_string();
     case Kind::List: {  // item by item, as Python compares lists
       if (a.same_container(b)) return true;
       if (a.items().size() != b.items().size()) return false;
@@ -333,8 +306,7 @@ bool equal_at_depth(const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    default:
-      return a.same_container(b);
+    default: return a.same_container(b);
   }
 }
 
@@ -399,29 +371,14 @@ std::string string_to_json(std::string_view text, bool ensure_ascii) {
     const size_t start = i;
     const uint32_t code = decode_utf8(text, i);
     switch (code) {
-      case '"':
-        out += "\\\"";
-        continue;
-      case '\\':
-        out += "\\\\";
-        continue;
-      case '\b':
-        out += "\\b";
-        continue;
-      case '\f':
-        out += "\\f";
-        continue;
-      case '\n':
-        out += "\\n";
-        continue;
-      case '\r':
-        out += "\\r";
-        continue;
-      case '\t':
-        out += "\\t";
-        continue;
-      default:
-        break;
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\b': out += "\\b"; continue;
+      case '\f': out += "\\f"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      default: break;
     }
     if (code < 0x20) {
       append_u_escape(out, code);
@@ -454,27 +411,17 @@ void write_json(const Value& value, const JsonFormat& format, int depth, std::st
   base[0] = '\n';
   const std::string child = base + std::string(size_t(format.indent), ' ');
   switch (value.kind()) {
-    case Kind::Undefined:
-      throw Error("cannot convert an undefined value to JSON");
-    case Kind::None:
-      out += "null";
-      return;
-    case Kind::Bool:
-      out += value.as_bool() ? "true" : "false";
-      return;
-    case Kind::Int:
-      out += std::to_string(value.as_int());
-      return;
+    case Kind::Undefined: throw Error("cannot convert an undefined value to JSON");
+    case Kind::None: out += "null"; return;
+    case Kind::Bool: out += value.as_bool() ? "true" : "false"; return;
+    case Kind::Int: out += std::to_string(value.as_int()); return;
     case Kind::Float: {  // Python's json.dumps: repr, and NaN and Infinity as JavaScript spells them
       const double x = value.as_number();
       out += std::isnan(x) ? "NaN" : std::isinf(x) ? (x > 0 ? "Infinity" : "-Infinity") : python_float(x);
       return;
     }
-    case Kind::String:
-      out += string_to_json(value.as_string(), format.ensure_ascii);
-      return;
-    case Kind::Callable:
-      throw Error("cannot convert a function to JSON");
+    case Kind::String: out += string_to_json(value.as_string(), format.ensure_ascii); return;
+    case Kind::Callable: throw Error("cannot convert a function to JSON");
     case Kind::List: {
       out += '[';
       const Array& items = value.items();
@@ -519,18 +466,12 @@ std::string to_json(const Value& value, const JsonFormat& format) {
 
 Value from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return Value::none();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Value(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Value(int64_t(json.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value(json.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return Value(int64_t(json.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array items;
       for (const auto& item : json) items.push_back(from_json(item));
@@ -541,8 +482,7 @@ Value from_json(const nlohmann::ordered_json& json) {
       for (const auto& [key, item] : json.items()) object.set(key, from_json(item));
       return Value::object(std::move(object));
     }
-    default:
-      throw Error("cannot convert binary JSON to a template value");
+    default: throw Error("cannot convert binary JSON to a template value");
   }
 }
 

@@ -104,34 +104,20 @@ void dequantize_4bit_panel_range(const LinearWeight& weight, int64_t row, int64_
 void dequantize_row_range(const LinearWeight& weight, int64_t row, int64_t col_begin, int64_t col_end, float* out) {
   const int64_t offset = weight.element_offset(row) + col_begin, n = col_end - col_begin;
   switch (weight.format) {
-    case WeightFormat::F32:
-      std::memcpy(out, static_cast<const float*>(weight.data) + offset, size_t(n) * 4);
-      return;
-    case WeightFormat::BF16:
-      simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + offset, out, n);
-      return;
+    case WeightFormat::F32: std::memcpy(out, static_cast<const float*>(weight.data) + offset, size_t(n) * 4); return;
+    case WeightFormat::BF16: simd::widen_bf16(static_cast<const uint16_t*>(weight.data) + offset, out, n); return;
     case WeightFormat::F16: {
       const uint16_t* values = static_cast<const uint16_t*>(weight.data) + offset;
       for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(values[c]);
       return;
     }
     case WeightFormat::Fp8Block:
-    case WeightFormat::Int8Block:
-      dequantize_block_scaled_range(weight, row, col_begin, col_end, out);
-      return;
-    case WeightFormat::Int4Group:
-      dequantize_int4_range(weight, row, col_begin, col_end, out);
-      return;
-    case WeightFormat::Mxfp4:
-      dequantize_mxfp4_range(weight, row, col_begin, col_end, out);
-      return;
-    case WeightFormat::Bf16Panels:
-      dequantize_bf16_panel_range(weight, row, col_begin, col_end, out);
-      return;
+    case WeightFormat::Int8Block: dequantize_block_scaled_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Int4Group: dequantize_int4_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Mxfp4: dequantize_mxfp4_range(weight, row, col_begin, col_end, out); return;
+    case WeightFormat::Bf16Panels: dequantize_bf16_panel_range(weight, row, col_begin, col_end, out); return;
     case WeightFormat::Int4Panels:
-    case WeightFormat::Mxfp4Panels:
-      dequantize_4bit_panel_range(weight, row, col_begin, col_end, out);
-      return;
+    case WeightFormat::Mxfp4Panels: dequantize_4bit_panel_range(weight, row, col_begin, col_end, out); return;
   }
 }
 

@@ -86,30 +86,18 @@ void use_kernel_config(const KernelConfig& config) {
 
 const char* linear_kernel_name(LinearKernel kernel) {
   switch (kernel) {
-    case LinearKernel::OneTokenDots:
-      return "one-token dots";
-    case LinearKernel::FewTokenDots:
-      return "few-token dots";
-    case LinearKernel::BlockScaledDots:
-      return "block-scaled dots";
-    case LinearKernel::Q8Dots:
-      return "int8 dots";
-    case LinearKernel::IntegerGemm:
-      return "integer GEMM";
-    case LinearKernel::IntegerGemmAmx:
-      return "integer GEMM on AMX";
-    case LinearKernel::FourBitPanelDots:
-      return "4-bit panel dots";
-    case LinearKernel::PackedGemm:
-      return "packed GEMM";
-    case LinearKernel::Bf16PanelStream:
-      return "BF16 panel stream";
-    case LinearKernel::Bf16PanelGemm:
-      return "BF16 panel GEMM";
-    case LinearKernel::Bf16Dot:
-      return "vdpbf16ps";
-    case LinearKernel::AmxTiles:
-      return "AMX tiles";
+    case LinearKernel::OneTokenDots: return "one-token dots";
+    case LinearKernel::FewTokenDots: return "few-token dots";
+    case LinearKernel::BlockScaledDots: return "block-scaled dots";
+    case LinearKernel::Q8Dots: return "int8 dots";
+    case LinearKernel::IntegerGemm: return "integer GEMM";
+    case LinearKernel::IntegerGemmAmx: return "integer GEMM on AMX";
+    case LinearKernel::FourBitPanelDots: return "4-bit panel dots";
+    case LinearKernel::PackedGemm: return "packed GEMM";
+    case LinearKernel::Bf16PanelStream: return "BF16 panel stream";
+    case LinearKernel::Bf16PanelGemm: return "BF16 panel GEMM";
+    case LinearKernel::Bf16Dot: return "vdpbf16ps";
+    case LinearKernel::AmxTiles: return "AMX tiles";
   }
   return "?";
 }
@@ -180,14 +168,10 @@ std::string kernel_features(const KernelConfig& config) {
 
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
   switch (kernel) {
-    case MlaDecodeKernel::Auto:
-      return "auto";
-    case MlaDecodeKernel::Blocked:
-      return "blocked";
-    case MlaDecodeKernel::Padded:
-      return "padded";
-    case MlaDecodeKernel::Generic:
-      return "generic";
+    case MlaDecodeKernel::Auto: return "auto";
+    case MlaDecodeKernel::Blocked: return "blocked";
+    case MlaDecodeKernel::Padded: return "padded";
+    case MlaDecodeKernel::Generic: return "generic";
   }
   return "?";
 }

@@ -33,16 +33,13 @@ void run_linear_kernel(LinearKernel kernel, const LinearWeight& weight, int64_t 
                        const KernelConfig& config) {
   const auto q8 = [&] { return quantized_q8(x, x_stride, n_tokens, weight.cols); };
   switch (kernel) {
-    case LinearKernel::OneTokenDots:
-      return one_token_dot_rows(weight, row_begin, row_end, x, y);
+    case LinearKernel::OneTokenDots: return one_token_dot_rows(weight, row_begin, row_end, x, y);
     case LinearKernel::FewTokenDots:
       return few_token_dot_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
     case LinearKernel::BlockScaledDots:
       return block_scaled_dot_rows(weight, row_begin, row_end, x, x_stride, n_tokens, y, y_stride);
-    case LinearKernel::Q8Dots:
-      return q8_dot_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
-    case LinearKernel::IntegerGemm:
-      return gemm_4bit_q8_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
+    case LinearKernel::Q8Dots: return q8_dot_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
+    case LinearKernel::IntegerGemm: return gemm_4bit_q8_rows(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
     case LinearKernel::IntegerGemmAmx:
       return gemm_4bit_q8_rows_amx(weight, row_begin, row_end, q8(), n_tokens, y, y_stride);
     case LinearKernel::FourBitPanelDots:
@@ -86,10 +83,8 @@ void mla_absorbed_attention(std::span<const MlaAbsorbedParams> batch, std::span<
   if (batch.empty()) return;
   const KernelConfig& config = kernel_config();
   switch (choose_mla_decode_kernel(batch[0].n_heads, config)) {
-    case MlaDecodeKernel::Blocked:
-      return mla_absorbed_blocked(batch, read_next, config.amx);
-    case MlaDecodeKernel::Padded:
-      return mla_absorbed_padded(batch, read_next, config.amx);
+    case MlaDecodeKernel::Blocked: return mla_absorbed_blocked(batch, read_next, config.amx);
+    case MlaDecodeKernel::Padded: return mla_absorbed_padded(batch, read_next, config.amx);
     default:
       for (const auto& params : batch) mla_absorbed_generic(params);
   }

@@ -21,12 +21,9 @@ float fp8_block_scale(float amax) {
 
 const char* cache_dtype_name(CacheDType dtype) {
   switch (dtype) {
-    case CacheDType::F32:
-      return "fp32";
-    case CacheDType::BF16:
-      return "bf16";
-    case CacheDType::FP8:
-      return "fp8";
+    case CacheDType::F32: return "fp32";
+    case CacheDType::BF16: return "bf16";
+    case CacheDType::FP8: return "fp8";
   }
   return "?";
 }

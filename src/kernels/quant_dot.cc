@@ -285,14 +285,10 @@ void dot_4bit_q8_tokens(const uint8_t* const* bytes, int n_rows, const uint8_t* 
   if (n_rows == 4 && n_tokens == 2) return dot_4bit_q8<4, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
   if (n_rows == 4) return dot_4bit_q8<4, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
   switch (n_tokens) {
-    case 1:
-      return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
-    case 2:
-      return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
-    case 3:
-      return dot_4bit_q8<1, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
-    default:
-      return dot_4bit_q8<1, 4, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 1: return dot_4bit_q8<1, 1, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 2: return dot_4bit_q8<1, 2, kLookup>(bytes, table, offset, scales, x, cols, out);
+    case 3: return dot_4bit_q8<1, 3, kLookup>(bytes, table, offset, scales, x, cols, out);
+    default: return dot_4bit_q8<1, 4, kLookup>(bytes, table, offset, scales, x, cols, out);
   }
 }
 

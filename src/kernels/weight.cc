@@ -8,26 +8,16 @@ namespace mlaserve {
 
 const char* weight_format_name(WeightFormat format) {
   switch (format) {
-    case WeightFormat::F32:
-      return "f32";
-    case WeightFormat::F16:
-      return "f16";
-    case WeightFormat::BF16:
-      return "bf16";
-    case WeightFormat::Fp8Block:
-      return "fp8";
-    case WeightFormat::Int8Block:
-      return "int8";
-    case WeightFormat::Int4Group:
-      return "int4";
-    case WeightFormat::Mxfp4:
-      return "mxfp4";
-    case WeightFormat::Bf16Panels:
-      return "bf16-panels";
-    case WeightFormat::Int4Panels:
-      return "int4-panels";
-    case WeightFormat::Mxfp4Panels:
-      return "mxfp4-panels";
+    case WeightFormat::F32: return "f32";
+    case WeightFormat::F16: return "f16";
+    case WeightFormat::BF16: return "bf16";
+    case WeightFormat::Fp8Block: return "fp8";
+    case WeightFormat::Int8Block: return "int8";
+    case WeightFormat::Int4Group: return "int4";
+    case WeightFormat::Mxfp4: return "mxfp4";
+    case WeightFormat::Bf16Panels: return "bf16-panels";
+    case WeightFormat::Int4Panels: return "int4-panels";
+    case WeightFormat::Mxfp4Panels: return "mxfp4-panels";
   }
   return "?";
 }
@@ -41,18 +31,14 @@ ActivationQuant activation_quant_from_name(const std::string& name) {
 size_t LinearWeight::bytes() const {
   const size_t count = size_t(rows) * size_t(cols);
   switch (format) {
-    case WeightFormat::F32:
-      return count * 4;
+    case WeightFormat::F32: return count * 4;
     case WeightFormat::F16:
-    case WeightFormat::BF16:
-      return count * 2;
+    case WeightFormat::BF16: return count * 2;
     case WeightFormat::Fp8Block:
     case WeightFormat::Int8Block:
       return count + size_t((rows + block_rows - 1) / block_rows) * size_t((cols + block_cols - 1) / block_cols) * 4;
-    case WeightFormat::Int4Group:
-      return count / 2 + count / size_t(group_size) * 2;
-    case WeightFormat::Mxfp4:
-      return count / 2 + count / 32;
+    case WeightFormat::Int4Group: return count / 2 + count / size_t(group_size) * 2;
+    case WeightFormat::Mxfp4: return count / 2 + count / 32;
     case WeightFormat::Bf16Panels:
       return size_t((rows + kBf16PanelRows - 1) / kBf16PanelRows) * size_t(bf16_panel_words(cols)) * 2;
     case WeightFormat::Int4Panels:
@@ -74,22 +60,16 @@ ByteRange rows_of(const void* base, size_t row_bytes, int64_t first, int64_t cou
 ByteRange LinearWeight::stored_codes() const {
   const size_t stored = size_t(stored_cols);
   switch (format) {
-    case WeightFormat::F32:
-      return rows_of(data, stored * 4, row_offset, rows);
+    case WeightFormat::F32: return rows_of(data, stored * 4, row_offset, rows);
     case WeightFormat::F16:
-    case WeightFormat::BF16:
-      return rows_of(data, stored * 2, row_offset, rows);
+    case WeightFormat::BF16: return rows_of(data, stored * 2, row_offset, rows);
     case WeightFormat::Fp8Block:
-    case WeightFormat::Int8Block:
-      return rows_of(data, stored, row_offset, rows);
+    case WeightFormat::Int8Block: return rows_of(data, stored, row_offset, rows);
     case WeightFormat::Int4Group:
-    case WeightFormat::Mxfp4:
-      return rows_of(data, stored / 2, row_offset, rows);
-    case WeightFormat::Bf16Panels:
-      return {data, bytes()};
+    case WeightFormat::Mxfp4: return rows_of(data, stored / 2, row_offset, rows);
+    case WeightFormat::Bf16Panels: return {data, bytes()};
     case WeightFormat::Int4Panels:
-    case WeightFormat::Mxfp4Panels:
-      return {data, size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols) / 2};
+    case WeightFormat::Mxfp4Panels: return {data, size_t(four_bit_panels(rows) * kFourBitPanelRows) * size_t(cols) / 2};
   }
   return {};
 }
@@ -105,16 +85,14 @@ std::vector<ByteRange> LinearWeight::stored_ranges() const {
     }
     case WeightFormat::Int4Group:
       return {stored_codes(), rows_of(group_scale, stored / size_t(group_size) * 2, row_offset, rows)};
-    case WeightFormat::Mxfp4:
-      return {stored_codes(), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
+    case WeightFormat::Mxfp4: return {stored_codes(), rows_of(e8m0_scale, stored / 32, row_offset, rows)};
     case WeightFormat::Int4Panels:
     case WeightFormat::Mxfp4Panels: {
       const ByteRange codes = stored_codes();
       const void* scales = format == WeightFormat::Int4Panels ? static_cast<const void*>(group_scale) : e8m0_scale;
       return {codes, {scales, bytes() - codes.bytes}};
     }
-    default:
-      return {stored_codes()};  // unscaled formats (BF16 panels: one block)
+    default: return {stored_codes()};  // unscaled formats (BF16 panels: one block)
   }
 }
 
@@ -155,14 +133,10 @@ bool amx_supports(const LinearWeight& weight) {
   const bool whole_steps = weight.block_cols % kAmxStepCols == 0 && weight.col_offset % weight.block_cols == 0;
   switch (weight.format) {
     case WeightFormat::Bf16Panels:
-    case WeightFormat::BF16:
-      return true;
-    case WeightFormat::Int8Block:
-      return weight.block_rows == 1 && (weight.one_scale_block() || whole_steps);
-    case WeightFormat::Fp8Block:
-      return whole_steps;
-    default:
-      return false;
+    case WeightFormat::BF16: return true;
+    case WeightFormat::Int8Block: return weight.block_rows == 1 && (weight.one_scale_block() || whole_steps);
+    case WeightFormat::Fp8Block: return whole_steps;
+    default: return false;
   }
 }
 

@@ -364,12 +364,9 @@ MlaPath mla_path_from_name(const std::string& name) {
 
 const char* mla_path_name(MlaPath path) {
   switch (path) {
-    case MlaPath::Expanded:
-      return "expanded";
-    case MlaPath::Absorbed:
-      return "absorbed";
-    case MlaPath::Auto:
-      break;
+    case MlaPath::Expanded: return "expanded";
+    case MlaPath::Absorbed: return "absorbed";
+    case MlaPath::Auto: break;
   }
   return "auto";
 }

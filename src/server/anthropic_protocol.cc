@@ -12,22 +12,14 @@ using ojson = nlohmann::ordered_json;
 
 const char* anthropic_error_type(int status) {
   switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return "api_error";
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return "api_error";
   }
 }
 

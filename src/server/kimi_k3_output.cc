@@ -26,27 +26,13 @@ std::string json_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
       default:
         if (uint8_t(c) < 0x20)
           out += fmt::format("\\u{:04x}", int(c));
@@ -104,26 +90,18 @@ bool KimiK3OutputParser::step(ChatDelta& out) {
     case State::Think:
     case State::Response:
     case State::Argument:
-    case State::Json:
-      return text_channel(out);
-    case State::Done:
-      buffer_.clear();
-      return false;
-    default:
-      return structure(out);
+    case State::Json: return text_channel(out);
+    case State::Done: buffer_.clear(); return false;
+    default: return structure(out);
   }
 }
 
 void KimiK3OutputParser::emit_text(std::string_view text, ChatDelta& out) {
   if (text.empty()) return;
   switch (state_) {
-    case State::Think:
-      (parse_reasoning_ ? out.reasoning : out.content) += text;
-      break;
+    case State::Think: (parse_reasoning_ ? out.reasoning : out.content) += text; break;
     case State::Response:
-    case State::Message:
-      out.content += text;
-      break;
+    case State::Message: out.content += text; break;
     case State::Argument:
       if (argument_type_ == "string")
         emit_arguments(json_escaped(text), out);
@@ -133,8 +111,7 @@ void KimiK3OutputParser::emit_text(std::string_view text, ChatDelta& out) {
     case State::Json:
       if (raw_arguments_) emit_arguments(std::string(text), out);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -22,20 +22,13 @@ constexpr int64_t kMaxChoices = 16;
 
 const char* error_type(int status) {
   switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "invalid_request_error";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "service_unavailable";
-    default:
-      return "server_error";
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable";
+    default: return "server_error";
   }
 }
 

@@ -151,12 +151,9 @@ ChatFormat chat_format_of(const Tokenizer& tokenizer) {
 
 const char* format_name(ChatFormat format) {
   switch (format) {
-    case ChatFormat::KimiK3:
-      return "built-in Kimi K3 XTML format";
-    case ChatFormat::KimiK2:
-      return "built-in Kimi K2 format";
-    default:
-      return "built-in DeepSeek-V3 format";
+    case ChatFormat::KimiK3: return "built-in Kimi K3 XTML format";
+    case ChatFormat::KimiK2: return "built-in Kimi K2 format";
+    default: return "built-in DeepSeek-V3 format";
   }
 }
 

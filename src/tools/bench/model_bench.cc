@@ -316,6 +316,33 @@ void check_model_bench_options(const ModelBenchOptions& options) {
   MLA_CHECK(options.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got {}", options.num_draft_tokens);
 }
 
+namespace {
+
+// What ran: the model, the options, and the kernels the host chose.
+nlohmann::json run_description(const ModelBenchOptions& options, const CausalLM& model, const ModelExecutor& executor,
+                               const ModelSpec& spec, MlaPath prefill_form) {
+  const int64_t heads_per_rank = model.config().num_attention_heads / executor.ranks();
+  return {{"model", options.model_dir},
+          {"weight_bytes", model.weight_bytes()},
+          {"total_params", spec.params.total()},
+          {"active_params", spec.active_params},
+          {"threads", thread_pool().size()},
+          {"ranks", executor.ranks()},
+          {"prompt", options.prompt},
+          {"mla_decode_kernel", mla_decode_kernel_name(choose_mla_decode_kernel(heads_per_rank, kernel_config()))},
+          {"generate", options.generate},
+          {"batch", options.batch},
+          {"depth", options.depth},
+          {"repetitions", options.repetitions},
+          {"kv_cache_dtype", options.cache_dtype},
+          {"amx", kernel_config().amx},
+          {"bf16_terms", kernel_config().bf16_activation_terms},
+          {"bf16_dot_gemm", prefill_attention_on_bf16_dot(kernel_config())},
+          {"mla_prefill", mla_path_name(prefill_form)}};
+}
+
+}  // namespace
+
 nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM& model, ModelExecutor& executor) {
   check_model_bench_options(options);
   const CacheDType dtype = cache_dtype_from_name(options.cache_dtype);
@@ -345,24 +372,6 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
   const nlohmann::json prefill_bf16_dot_pct =  // null where the build has no bf16 dot
       limits.bf16_dot_gflops > 0 ? nlohmann::json(100.0 * prefill_gflops / limits.bf16_dot_gflops) : nlohmann::json();
   nlohmann::json report = {
-      {"model", options.model_dir},
-      {"weight_bytes", model.weight_bytes()},
-      {"total_params", spec.params.total()},
-      {"active_params", spec.active_params},
-      {"threads", thread_pool().size()},
-      {"ranks", executor.ranks()},
-      {"prompt", options.prompt},
-      {"mla_decode_kernel", mla_decode_kernel_name(choose_mla_decode_kernel(
-                                config.num_attention_heads / executor.ranks(), kernel_config()))},
-      {"generate", options.generate},
-      {"batch", options.batch},
-      {"depth", options.depth},
-      {"repetitions", options.repetitions},
-      {"kv_cache_dtype", options.cache_dtype},
-      {"amx", kernel_config().amx},
-      {"bf16_terms", kernel_config().bf16_activation_terms},
-      {"bf16_dot_gemm", prefill_attention_on_bf16_dot(kernel_config())},
-      {"mla_prefill", mla_path_name(prefill_form)},
       {"prefill_tok_s", prefill_tok_s},
       {"decode_tok_s", decode_tok_s},
       {"decode_batch_tok_s", batch_tok_s},
@@ -389,6 +398,7 @@ nlohmann::json run_model_bench(const ModelBenchOptions& options, const CausalLM&
       {"decode_batch_roofline_pct", 100.0 * batch_tok_s / double(options.batch) * bytes.per_step / (membw * 1e9)},
       {"decode_batch_speedup_limit", double(options.batch) * bytes.per_token / bytes.per_step},
       {"peak_rss_mb", rss_mb}};
+  report.update(run_description(options, model, executor, spec, prefill_form));
   report.update(depth_comparison(runs));
   report.update(verification_cost(options, runs));
   return report;

@@ -16,16 +16,11 @@ using json = nlohmann::json;
 
 std::string native_weights(const ModelConfig& config) {
   switch (config.quant) {
-    case WeightQuant::None:
-      return "bf16";
-    case WeightQuant::Fp8Block:
-      return "fp8";
-    case WeightQuant::Int8:
-      return "int8";
-    case WeightQuant::Mxfp4:
-      return "mxfp4";
-    case WeightQuant::Int4Group:
-      return "int4:" + std::to_string(config.int4_group_size);
+    case WeightQuant::None: return "bf16";
+    case WeightQuant::Fp8Block: return "fp8";
+    case WeightQuant::Int8: return "int8";
+    case WeightQuant::Mxfp4: return "mxfp4";
+    case WeightQuant::Int4Group: return "int4:" + std::to_string(config.int4_group_size);
   }
   return "bf16";
 }

@@ -155,6 +155,24 @@ Plan make_plan(const PlanInput& raw_input) {
   return plan;
 }
 
+namespace {
+
+nlohmann::json params_json(const ParamCounts& p) {
+  return {{"embedding", p.embedding},           {"lm_head", p.lm_head},
+          {"attention", p.attention},           {"dense_mlp", p.dense_mlp},
+          {"routed_experts", p.routed_experts}, {"shared_experts", p.shared_experts},
+          {"moe_other", p.moe_other},           {"norms", p.norms}};
+}
+
+nlohmann::json padding_json(const HeadPadding& padding) {
+  return {{"heads_per_rank", padding.heads_per_rank},
+          {"fast_kernel_shape", padding.fast_kernel_shape},
+          {"padded_heads", padding.padded_heads},
+          {"padding_overhead", padding.padding_overhead}};
+}
+
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& plan) {
   const PlanInput& in = plan.input;
   const ModelSpec& m = in.model;
@@ -173,15 +191,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
       {"concurrency", in.concurrency},
       {"total_params", p.total()},
       {"active_params", m.active_params},
-      {"params",
-       {{"embedding", p.embedding},
-        {"lm_head", p.lm_head},
-        {"attention", p.attention},
-        {"dense_mlp", p.dense_mlp},
-        {"routed_experts", p.routed_experts},
-        {"shared_experts", p.shared_experts},
-        {"moe_other", p.moe_other},
-        {"norms", p.norms}}},
+      {"params", params_json(p)},
       {"layers", {{"total", m.num_layers}, {"mla", m.mla_layers}, {"kda", m.kda_layers}, {"moe", m.moe_layers}}},
       {"weight_bytes", plan.weight_bytes},
       {"active_weight_bytes_per_token", plan.active_weight_bytes},
@@ -203,11 +213,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
       {"prefill_tok_s", plan.prefill_tok_s},
       {"price_per_hour", plan.price_per_hour},
       {"roofline_tok_s_per_dollar_hour", plan.roofline_tok_s_per_dollar_hour},
-      {"head_padding",
-       {{"heads_per_rank", plan.padding.heads_per_rank},
-        {"fast_kernel_shape", plan.padding.fast_kernel_shape},
-        {"padded_heads", plan.padding.padded_heads},
-        {"padding_overhead", plan.padding.padding_overhead}}}};
+      {"head_padding", padding_json(plan.padding)}};
   if (in.measured_tok_s) {
     out["measured_tok_s"] = *in.measured_tok_s;
     out["measured_tok_s_per_node"] = *in.measured_tok_s / double(plan.nodes);
