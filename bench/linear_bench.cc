@@ -23,12 +23,12 @@ using bench::add_copies;
 using bench::random_activations;
 using bench::RandomWeight;
 
-void run_linear(benchmark::State& state, WeightFormat format) {
+void run_linear(benchmark::State& state, WeightFormat format, int64_t int8_group = 0) {
   const int64_t rows = state.range(0), cols = state.range(1), tokens = state.range(2);
   // Decode-sized batches (up to 8 tokens, memory-bound): copies filling 1 GB, so the weights
   // come from memory, not from L3 (32 MB a CCD on Zen 4, but 480 MB reported by some Xeon VMs).
   std::vector<RandomWeight> weights;
-  weights.emplace_back(format, rows, cols);
+  weights.emplace_back(format, rows, cols, int8_group);
   const int64_t one_copy = int64_t(weights.front().weight.bytes());
   const int copies = tokens <= 8 ? int(std::max<int64_t>(8, (int64_t(1) << 30) / one_copy)) : 1;
   add_copies(weights, copies);
@@ -107,6 +107,8 @@ void BM_BF16PanelsTerms(benchmark::State& state) {
 }
 void BM_FP8(benchmark::State& state) { run_linear(state, WeightFormat::Fp8Block); }
 void BM_INT8(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block); }
+// INT8 with a scale per 32 columns: GGUF's Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS as mlaserve loads them.
+void BM_INT8Group32(benchmark::State& state) { run_linear(state, WeightFormat::Int8Block, 32); }
 void BM_INT4(benchmark::State& state) { run_linear(state, WeightFormat::Int4Group); }
 void BM_MXFP4(benchmark::State& state) { run_linear(state, WeightFormat::Mxfp4); }
 // INT4 and MXFP4 repacked into 16-row panels, as models load them where the panel kernels run.
@@ -249,6 +251,7 @@ BENCHMARK(BM_BF16PanelsTerms)
     ->UseRealTime();
 BENCHMARK(BM_FP8)->Apply(linear_shapes);
 BENCHMARK(BM_INT8)->Apply(linear_shapes);
+BENCHMARK(BM_INT8Group32)->Apply(linear_shapes);
 BENCHMARK(BM_INT4)->Apply(linear_shapes);
 BENCHMARK(BM_MXFP4)->Apply(linear_shapes);
 BENCHMARK(BM_INT4Panels)->Apply(linear_shapes);

@@ -19,7 +19,8 @@ struct RandomWeight {
   std::unique_ptr<WeightCopies> repacked = std::make_unique<WeightCopies>();
   LinearWeight weight;
 
-  RandomWeight(WeightFormat format, int64_t rows, int64_t cols) {
+  // int8_group: an INT8 weight's columns a scale (0: one scale a row, per channel).
+  RandomWeight(WeightFormat format, int64_t rows, int64_t cols, int64_t int8_group = 0) {
     if (format == WeightFormat::Bf16Panels) {  // BF16 repacked as at load
       const RandomWeight bf16(WeightFormat::BF16, rows, cols);
       weight = repack_bf16_panels(bf16.weight, *repacked);
@@ -40,7 +41,8 @@ struct RandomWeight {
     if (format == WeightFormat::Mxfp4) data_bytes = rows * cols / 2, scale_bytes = rows * cols / 32;
     if (format == WeightFormat::Fp8Block)
       data_bytes = rows * cols, scale_bytes = ((rows + 127) / 128) * ((cols + 127) / 128) * 4;
-    if (format == WeightFormat::Int8Block) data_bytes = rows * cols, scale_bytes = rows * 4;  // per channel
+    const int64_t group = int8_group > 0 ? int8_group : cols;
+    if (format == WeightFormat::Int8Block) data_bytes = rows * cols, scale_bytes = rows * (cols / group) * 4;
     data.resize(size_t(data_bytes));
     scales.resize(size_t(scale_bytes));
     for (auto& byte : data) byte = uint8_t(rng());
@@ -61,7 +63,7 @@ struct RandomWeight {
       for (auto& byte : scales) byte = 120;
       weight.e8m0_scale = scales.data();
     }
-    if (format == WeightFormat::Int8Block) weight.block_rows = 1, weight.block_cols = cols;
+    if (format == WeightFormat::Int8Block) weight.block_rows = 1, weight.block_cols = group;
     if (format == WeightFormat::Fp8Block || format == WeightFormat::Int8Block) {
       auto* f32 = reinterpret_cast<float*>(scales.data());
       for (int64_t i = 0; i < scale_bytes / 4; ++i) f32[i] = 0.001f;
